@@ -1,0 +1,222 @@
+"""The one error tree of replog.
+
+Every error a caller can act on is a `ReplogError`. Each subclass declares:
+
+* `code`: the gRPC status code name (a string, so that this module and `replog.storage`
+  import no grpc); the server converts it in one module, `replog.server.status`.
+* `reason`: a stable UPPER_SNAKE identifier sent in `google.rpc.ErrorInfo.reason`; the client
+  maps it back to the same class (`error_class_for_reason`), never by message text.
+* `retriable`: whether retrying the same request may succeed.
+
+Errors carry their details as `metadata` (string keys and string values, as ErrorInfo does),
+with typed properties for the values callers need (e.g. the valid offset range).
+
+Broken invariants are not `ReplogError`s: they are assertions and crash loudly.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class ReplogError(Exception):
+    """Base class of every error replog raises on purpose."""
+
+    code: ClassVar[str] = "UNKNOWN"
+    reason: ClassVar[str] = "UNKNOWN"
+    retriable: ClassVar[bool] = False
+
+    _registry: ClassVar[dict[str, type[ReplogError]]] = {}
+
+    def __init__(self, message: str, **metadata: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.metadata: dict[str, str] = {k: str(v) for k, v in metadata.items() if v is not None}
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "reason" in cls.__dict__:
+            existing = ReplogError._registry.get(cls.reason)
+            assert existing is None, f"reason {cls.reason} declared twice ({existing}, {cls})"
+            ReplogError._registry[cls.reason] = cls
+
+    def _int(self, key: str) -> int | None:
+        value = self.metadata.get(key)
+        return int(value) if value is not None else None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, {self.metadata!r})"
+
+
+def error_class_for_reason(reason: str) -> type[ReplogError]:
+    """The class that declared `reason`; `ReplogError` for reasons this version does not know."""
+    return ReplogError._registry.get(reason, ReplogError)
+
+
+def error_from_reason(reason: str, message: str, metadata: dict[str, str]) -> ReplogError:
+    """Rebuild a typed error from what crossed the wire (reason, message, metadata)."""
+    cls = error_class_for_reason(reason)
+    err = cls(message, **metadata)
+    return err
+
+
+# --- INVALID_ARGUMENT: the request is wrong; retrying it unchanged never helps -------------
+
+
+class InvalidArgumentError(ReplogError):
+    code = "INVALID_ARGUMENT"
+    reason = "INVALID_ARGUMENT"
+
+
+class InvalidTopicNameError(InvalidArgumentError):
+    reason = "INVALID_TOPIC_NAME"
+
+
+class RecordTooLargeError(InvalidArgumentError):
+    reason = "RECORD_TOO_LARGE"
+
+    @property
+    def record_bytes_max(self) -> int | None:
+        return self._int("record_bytes_max")
+
+
+class EmptyBatchError(InvalidArgumentError):
+    reason = "EMPTY_BATCH"
+
+
+class InvalidFramesError(InvalidArgumentError):
+    """Raw frames handed to the log are malformed or do not continue it."""
+
+    reason = "INVALID_FRAMES"
+
+
+class InvalidConfigError(InvalidArgumentError):
+    reason = "INVALID_CONFIG"
+
+
+# --- NOT_FOUND / ALREADY_EXISTS ------------------------------------------------------------
+
+
+class NotFoundError(ReplogError):
+    code = "NOT_FOUND"
+    reason = "NOT_FOUND"
+
+
+class TopicNotFoundError(NotFoundError):
+    reason = "UNKNOWN_TOPIC"
+
+
+class PartitionNotFoundError(NotFoundError):
+    reason = "UNKNOWN_PARTITION"
+
+
+class TopicExistsError(ReplogError):
+    code = "ALREADY_EXISTS"
+    reason = "TOPIC_ALREADY_EXISTS"
+
+
+# --- OUT_OF_RANGE --------------------------------------------------------------------------
+
+
+class OffsetOutOfRangeError(ReplogError):
+    """The offset is outside `[log_start_offset, high_watermark)` (or LEO for uncommitted)."""
+
+    code = "OUT_OF_RANGE"
+    reason = "OFFSET_OUT_OF_RANGE"
+
+    @property
+    def offset(self) -> int | None:
+        return self._int("offset")
+
+    @property
+    def log_start_offset(self) -> int | None:
+        return self._int("log_start_offset")
+
+    @property
+    def high_watermark(self) -> int | None:
+        return self._int("high_watermark")
+
+
+# --- FAILED_PRECONDITION -------------------------------------------------------------------
+
+
+class NotLeaderError(ReplogError):
+    """This replica does not lead the partition; `leader_address` says who does, if known."""
+
+    code = "FAILED_PRECONDITION"
+    reason = "NOT_LEADER"
+    retriable = True
+
+    @property
+    def leader_id(self) -> int | None:
+        return self._int("leader_id")
+
+    @property
+    def leader_address(self) -> str | None:
+        return self.metadata.get("leader_address")
+
+
+class FencedEpochError(ReplogError):
+    """A request carried an epoch older than this replica's."""
+
+    code = "FAILED_PRECONDITION"
+    reason = "FENCED_EPOCH"
+    retriable = True
+
+    @property
+    def epoch(self) -> int | None:
+        return self._int("epoch")
+
+
+# --- UNAVAILABLE / DEADLINE_EXCEEDED -------------------------------------------------------
+
+
+class UnavailableError(ReplogError):
+    code = "UNAVAILABLE"
+    reason = "UNAVAILABLE"
+    retriable = True
+
+
+class NoQuorumError(UnavailableError):
+    reason = "NO_QUORUM"
+
+
+class LeaderUnknownError(UnavailableError):
+    reason = "LEADER_UNKNOWN"
+
+
+class ShuttingDownError(UnavailableError):
+    reason = "SHUTTING_DOWN"
+
+
+class AckTimeoutError(ReplogError):
+    """acks=all did not complete in time: the outcome is unknown (the batch may still commit)."""
+
+    code = "DEADLINE_EXCEEDED"
+    reason = "ACK_TIMEOUT"
+    retriable = True
+
+
+# --- storage -------------------------------------------------------------------------------
+
+
+class StorageFullError(ReplogError):
+    """The disk is full (ENOSPC/EDQUOT). Nothing was appended; retry once space returns."""
+
+    code = "RESOURCE_EXHAUSTED"
+    reason = "STORAGE_FULL"
+    retriable = True
+
+
+class CorruptDataError(ReplogError):
+    """Data read back from disk does not have the shape it was written with."""
+
+    code = "DATA_LOSS"
+    reason = "CORRUPT_DATA"
+
+
+class StorageError(ReplogError):
+    """Any other I/O failure of the storage layer."""
+
+    code = "INTERNAL"
+    reason = "STORAGE_ERROR"

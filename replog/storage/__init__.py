@@ -1,0 +1,22 @@
+"""Segment-log storage (seeds 003 + 001): synchronous, no grpc, no asyncio.
+
+Modules, bottom up: `replog.frames` (record frame codec), `index` (mmap'ed sparse index),
+`segment` (one .log + .idx), `segment_log` (a directory of segments), `partition_log` (LEO,
+high watermark, group commit), `registry` (topics and partitions under a data dir),
+`checkpoint` (atomic small files), `names` (topic names and the directory layout).
+"""
+
+from replog.storage.config import FlushPolicy, StorageConfig
+from replog.storage.names import partition_dir, validate_topic_name
+from replog.storage.partition_log import AppendResult, PartitionLog
+from replog.storage.registry import PartitionRegistry
+
+__all__ = [
+    "AppendResult",
+    "FlushPolicy",
+    "PartitionLog",
+    "PartitionRegistry",
+    "StorageConfig",
+    "partition_dir",
+    "validate_topic_name",
+]

@@ -1,0 +1,52 @@
+"""Storage-layer configuration: one frozen dataclass, validated on construction."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from replog.errors import InvalidConfigError
+from replog.frames import HEADER_BYTES, LENGTH_MASK
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+class FlushPolicy(enum.StrEnum):
+    """When appended bytes are fsynced ("flush"; never to be confused with "commit")."""
+
+    ALWAYS = "always"  # fsync every write group before it counts as written
+    INTERVAL = "interval"  # fsync in the background every `flush_interval_ms`
+    NEVER = "never"  # page cache only; durability comes from replication
+
+
+@dataclass(frozen=True, slots=True)
+class StorageConfig:
+    segment_bytes_max: int = 1 * MIB
+    index_interval_bytes: int = 4 * KIB
+    index_bytes_initial: int = 12 * KIB
+    record_bytes_max: int = 1 * MIB  # value bytes of one record
+    retention_bytes: int | None = None  # per partition; None keeps everything
+    retention_ms: int | None = None
+    flush: FlushPolicy = FlushPolicy.INTERVAL
+    flush_interval_ms: int = 1000
+    read_bytes_max: int = 4 * MIB  # upper bound on one read's byte budget
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, what: str) -> None:
+            if not ok:
+                raise InvalidConfigError(f"invalid storage config: {what}")
+
+        need(self.segment_bytes_max >= 2 * HEADER_BYTES, "segment_bytes_max must be >= 24")
+        need(self.segment_bytes_max <= 2**32 - 1, "segment_bytes_max must fit in u32 positions")
+        need(self.index_interval_bytes >= 1, "index_interval_bytes must be >= 1")
+        need(self.index_bytes_initial >= 12, "index_bytes_initial must hold one entry")
+        need(1 <= self.record_bytes_max <= LENGTH_MASK, "record_bytes_max must be in [1, 2^31)")
+        need(
+            self.retention_bytes is None or self.retention_bytes >= 0,
+            "retention_bytes must be >= 0",
+        )
+        need(self.retention_ms is None or self.retention_ms >= 0, "retention_ms must be >= 0")
+        need(self.flush_interval_ms >= 1, "flush_interval_ms must be >= 1")
+        need(self.read_bytes_max >= HEADER_BYTES, "read_bytes_max must be >= 12")
+        need(isinstance(self.flush, FlushPolicy), "flush must be a FlushPolicy")

@@ -1,0 +1,348 @@
+"""One partition replica's log: LEO, high watermark, group commit (seed 003's `LogManager`).
+
+Directory `{data_dir}/{topic}/partition_{N}/` holds the segment files and:
+
+* `high-watermark`: ASCII decimal + newline, written atomically (checkpoint.py). The high
+  watermark is **exclusive**: offsets `< HW` are committed. On open, HW = min(checkpoint, LEO).
+
+Appends are thread-safe and group-committed: concurrent callers queue their batches; one of
+them (the writer) takes the whole queue, assigns offsets in order, encodes everything into
+one buffer, writes it with one `write` per segment touched and, under `flush=always`, one
+`fdatasync` for the group before anyone is acknowledged. A failed group changes nothing.
+
+`read` serves committed records only (`[log_start_offset, HW)`); `read_uncommitted` serves up
+to LEO (replication). Both return raw frames, whole, never a partial one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from operator import sub
+from pathlib import Path
+
+from replog import frames
+from replog.errors import (
+    EmptyBatchError,
+    InvalidArgumentError,
+    InvalidFramesError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    ReplogError,
+    ShuttingDownError,
+    StorageError,
+)
+from replog.storage import checkpoint
+from replog.storage.config import FlushPolicy, StorageConfig
+from replog.storage.segment_log import SegmentLog, storage_error
+
+HW_FILE = "high-watermark"
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+
+    @property
+    def count(self) -> int:
+        return self.last_offset - self.base_offset + 1
+
+
+@dataclass(slots=True)
+class _Request:
+    values: Sequence[bytes] | None
+    raw: bytes | None
+    control: bool
+    waiter: threading.Event | None = None
+    result: AppendResult | None = None
+    error: BaseException | None = None
+    done: bool = field(default=False)
+
+
+class PartitionLog:
+    def __init__(self, directory: Path, topic: str, partition: int, config: StorageConfig) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.directory = directory
+        self.config = config
+        self._log = SegmentLog(directory, config)
+        self._lock = threading.Lock()  # the segment log
+        self._queue_lock = threading.Lock()  # the group-commit queue
+        self._queue: list[_Request] = []
+        self._writing = False
+        self._closed = False
+        self._leo = self._log.log_end_offset
+        self._flushed_offset = self._leo  # what recovery found is what the disk holds
+        checkpointed = checkpoint.read_int(directory / HW_FILE) or 0
+        self._hw = min(checkpointed, self._leo)
+        self._hw_checkpointed = checkpointed  # what the file says, which may exceed LEO
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw
+
+    @property
+    def flushed_offset(self) -> int:
+        """Every offset below this one has been fsynced."""
+        return self._flushed_offset
+
+    @property
+    def size_bytes(self) -> int:
+        with self._lock:
+            return self._log.size_bytes
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._log.segments)
+
+    def set_high_watermark(self, hw: int) -> None:
+        """Move HW (forward, or back only after a truncation; never past LEO)."""
+        if not 0 <= hw <= self._leo:
+            raise InvalidArgumentError(f"high watermark {hw} outside [0, {self._leo}]")
+        self._hw = hw
+
+    def checkpoint_high_watermark(self) -> None:
+        hw = self._hw
+        if hw != self._hw_checkpointed:
+            try:
+                checkpoint.write_int(self.directory / HW_FILE, hw)
+            except OSError as exc:
+                raise storage_error(exc, f"checkpoint {self.directory / HW_FILE}") from exc
+            self._hw_checkpointed = hw
+
+    # -- appends -------------------------------------------------------------------------
+
+    def append(self, values: Sequence[bytes], *, control: bool = False) -> AppendResult:
+        """Append records, assigning the next offsets. Blocks for fsync under flush=always."""
+        if not values:
+            raise EmptyBatchError("an append needs at least one record")
+        limit = self.config.record_bytes_max
+        if max(map(len, values)) > limit:
+            biggest = max(map(len, values))
+            raise RecordTooLargeError(
+                f"a record of {biggest} bytes exceeds record_bytes_max={limit}",
+                record_bytes=biggest,
+                record_bytes_max=limit,
+            )
+        return self._submit(_Request(values, None, control))
+
+    def append_frames(self, raw: bytes) -> AppendResult:
+        """Append raw frames as they are (followers): they must start at LEO, contiguous."""
+        if not raw:
+            raise EmptyBatchError("an append needs at least one frame")
+        return self._submit(_Request(None, raw, False))
+
+    def _submit(self, request: _Request) -> AppendResult:
+        with self._queue_lock:
+            if self._closed:
+                raise ShuttingDownError(f"partition {self.topic}/{self.partition} is closed")
+            self._queue.append(request)
+            lead = not self._writing
+            if lead:
+                self._writing = True
+            else:
+                request.waiter = threading.Event()
+        if lead:
+            self._drain()
+        elif request.waiter is not None:
+            request.waiter.wait()
+        if request.error is not None:
+            raise request.error
+        assert request.result is not None
+        return request.result
+
+    def _drain(self) -> None:
+        while True:
+            with self._queue_lock:
+                group = self._queue
+                self._queue = []
+                if not group:
+                    self._writing = False
+                    return
+            try:
+                self._write_group(group)
+            except BaseException as exc:  # every waiter must wake up, whatever happened
+                for req in group:
+                    if not req.done:
+                        req.error = exc
+                        req.done = True
+            finally:
+                for req in group:
+                    if req.waiter is not None:
+                        req.waiter.set()
+
+    def _write_group(self, group: list[_Request]) -> None:
+        with self._lock:
+            leo = self._leo
+            parts: list[bytes] = []
+            ends: list[int] = []
+            accepted: list[_Request] = []
+            size = 0
+            for req in group:
+                if req.values is not None:
+                    data = frames.encode(leo, req.values, control=req.control)
+                    rel_ends = frames.frame_ends(req.values)
+                else:
+                    assert req.raw is not None
+                    try:
+                        rel_ends = frames.scan(req.raw, leo)
+                    except frames.FrameError as exc:
+                        req.error = InvalidFramesError(
+                            f"frames do not continue the log at offset {leo}: {exc}",
+                            log_end_offset=leo,
+                            position=exc.position,
+                        )
+                        req.done = True
+                        continue
+                    try:
+                        self._check_frame_sizes(rel_ends)
+                    except RecordTooLargeError as exc:
+                        req.error = exc
+                        req.done = True
+                        continue
+                    data = req.raw
+                count = len(rel_ends)
+                req.result = AppendResult(leo, leo + count - 1)
+                accepted.append(req)
+                ends.extend([e + size for e in rel_ends] if size else rel_ends)
+                parts.append(data)
+                size += len(data)
+                leo += count
+            if not accepted:
+                return
+            buf = parts[0] if len(parts) == 1 else b"".join(parts)
+            self._log.append(buf, ends)
+            self._leo = leo
+            if self.config.flush is FlushPolicy.ALWAYS:
+                self._flush_locked()
+            for req in accepted:
+                req.done = True
+
+    def _check_frame_sizes(self, ends: list[int]) -> None:
+        widest = max(ends[0], max(map(sub, ends[1:], ends), default=0))
+        if widest - frames.HEADER_BYTES > self.config.record_bytes_max:
+            raise RecordTooLargeError(
+                f"a frame of {widest} bytes exceeds record_bytes_max",
+                record_bytes_max=self.config.record_bytes_max,
+            )
+
+    # -- flush, truncation, retention ------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync everything appended so far."""
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        self._log.flush()
+        self._flushed_offset = self._leo
+
+    @property
+    def needs_flush(self) -> bool:
+        return self._log.dirty
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every record at or above `offset`; HW drops with it if it was above."""
+        with self._lock:
+            if not self._log.log_start_offset <= offset <= self._leo:
+                raise self._out_of_range(offset, self._leo)
+            try:
+                self._log.truncate_to(offset)
+            except OSError as exc:
+                raise storage_error(exc, f"truncate {self.directory}") from exc
+            self._leo = offset
+            self._hw = min(self._hw, offset)
+            self._flushed_offset = min(self._flushed_offset, offset)
+            if self._hw_checkpointed > self._hw:
+                # A checkpoint above the new end would resurrect HW over records appended
+                # later in place of the truncated ones: rewrite it before anything else.
+                self.checkpoint_high_watermark()
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete whole closed segments past the retention limits, below HW. Returns how many."""
+        cfg = self.config
+        if cfg.retention_bytes is None and cfg.retention_ms is None:
+            return 0
+        with self._lock:
+            count = self._log.retention_candidates(
+                now_ms, self._hw, cfg.retention_bytes, cfg.retention_ms
+            )
+            if count:
+                self._log.delete_oldest(count)
+            return count
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, *, end_offset: int | None = None) -> bytes:
+        """Committed frames from `offset` (in [log_start_offset, HW]); b"" at HW."""
+        return self._read(offset, max_bytes, end_offset, self._hw)
+
+    def read_uncommitted(
+        self, offset: int, max_bytes: int, *, end_offset: int | None = None
+    ) -> bytes:
+        """Frames from `offset` up to LEO (replication)."""
+        return self._read(offset, max_bytes, end_offset, self._leo)
+
+    def _read(self, offset: int, max_bytes: int, end_offset: int | None, upper: int) -> bytes:
+        if max_bytes < 1:
+            raise InvalidArgumentError(f"max_bytes must be >= 1, got {max_bytes}")
+        max_bytes = min(max_bytes, self.config.read_bytes_max)
+        with self._lock:
+            if not self._log.log_start_offset <= offset <= upper:
+                raise self._out_of_range(offset, upper)
+            end = upper if end_offset is None else min(end_offset, upper)
+            try:
+                return self._log.read(offset, max_bytes, end)
+            except OSError as exc:
+                raise storage_error(exc, f"read {self.directory}") from exc
+
+    def _out_of_range(self, offset: int, upper: int) -> OffsetOutOfRangeError:
+        start = self._log.log_start_offset
+        return OffsetOutOfRangeError(
+            f"offset {offset} is outside [{start}, {upper}] of {self.topic}/{self.partition}",
+            offset=offset,
+            log_start_offset=start,
+            high_watermark=self._hw,
+            log_end_offset=self._leo,
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush, checkpoint HW, trim the indexes and close the files."""
+        with self._queue_lock:
+            if self._closed:
+                return
+            self._closed = True
+        with self._lock:
+            errors: list[ReplogError] = []
+            try:
+                self._flush_locked()
+                self.checkpoint_high_watermark()
+            except ReplogError as exc:
+                errors.append(exc)
+            self._log.close()
+        if errors:
+            raise errors[0]
+
+    def crash(self) -> None:
+        """Close the files as a crash would leave them (tests): no flush, no index trim."""
+        with self._queue_lock:
+            self._closed = True
+        with self._lock:
+            self._log.close(trim=False)
+
+
+__all__ = ["AppendResult", "PartitionLog", "StorageError"]

@@ -1,0 +1,151 @@
+"""A hypothesis state machine: the segment log against a plain list of records.
+
+Rules append (batch and single, mixed sizes including empty values), append raw frames,
+read at random offsets with random budgets, stream the whole log, move the high watermark,
+truncate, apply retention, reopen cleanly and crash (close without flushing or trimming the
+index). After every step the log must agree with the model.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from replog import frames
+from replog.errors import OffsetOutOfRangeError
+from replog.storage import FlushPolicy, PartitionLog, StorageConfig
+from tests.storage_helpers import read_all
+
+CONFIG = StorageConfig(
+    segment_bytes_max=256,
+    index_interval_bytes=64,
+    index_bytes_initial=24,
+    record_bytes_max=300,
+    retention_bytes=700,
+    flush=FlushPolicy.NEVER,
+)
+
+value_st = st.one_of(
+    st.binary(min_size=0, max_size=8),
+    st.binary(min_size=20, max_size=60),
+    st.binary(min_size=240, max_size=300),  # larger than what is left of any segment
+)
+
+
+class SegmentLogMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="replog-prop-"))
+        self.log = PartitionLog(self.dir, "t", 0, CONFIG)
+        self.start = 0
+        self.records: list[bytes] = []
+        self.hw = 0
+        self.checkpointed_hw = 0
+
+    def teardown(self) -> None:
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @property
+    def leo(self) -> int:
+        return self.start + len(self.records)
+
+    @rule(values=st.lists(value_st, min_size=1, max_size=12))
+    def append_batch(self, values: list[bytes]) -> None:
+        result = self.log.append(values)
+        assert result.base_offset == self.leo
+        self.records.extend(values)
+
+    @rule(value=value_st)
+    def append_single(self, value: bytes) -> None:
+        assert self.log.append([value]).base_offset == self.leo
+        self.records.append(value)
+
+    @rule(values=st.lists(value_st, min_size=1, max_size=6))
+    def append_frames_like_a_follower(self, values: list[bytes]) -> None:
+        result = self.log.append_frames(frames.encode(self.leo, values))
+        assert result.last_offset == self.leo + len(values) - 1
+        self.records.extend(values)
+
+    @rule(data=st.data(), budget=st.integers(min_value=1, max_value=2000))
+    def read_at_random_offset(self, data: st.DataObject, budget: int) -> None:
+        offset = data.draw(st.integers(min_value=self.start, max_value=self.leo))
+        decoded = frames.decode(self.log.read_uncommitted(offset, budget))
+        expected = self.records[offset - self.start :]
+        if offset == self.leo:
+            assert len(decoded) == 0
+            return
+        assert 1 <= len(decoded) <= len(expected)
+        assert decoded.offsets == list(range(offset, offset + len(decoded)))
+        assert decoded.values == expected[: len(decoded)]
+        if len(decoded) > 1:
+            assert sum(frames.HEADER_BYTES + len(v) for v in decoded.values) <= budget
+
+    @rule(data=st.data())
+    def committed_reads_stop_at_the_high_watermark(self, data: st.DataObject) -> None:
+        offset = data.draw(st.integers(min_value=self.start, max_value=self.leo + 2))
+        if offset > self.hw:
+            try:
+                self.log.read(offset, 10_000)
+            except OffsetOutOfRangeError:
+                return
+            raise AssertionError(f"read({offset}) above HW {self.hw} was served")
+        decoded = frames.decode(self.log.read(offset, 10_000))
+        assert all(o < self.hw for o in decoded.offsets)
+        assert (
+            decoded.values
+            == self.records[offset - self.start : self.hw - self.start][: len(decoded)]
+        )
+
+    @rule(chunk=st.integers(min_value=1, max_value=1500))
+    def stream_everything(self, chunk: int) -> None:
+        assert read_all(self.log, chunk=chunk) == self.records
+
+    @rule(data=st.data())
+    def move_high_watermark(self, data: st.DataObject) -> None:
+        self.hw = data.draw(st.integers(min_value=self.hw, max_value=self.leo))
+        self.log.set_high_watermark(self.hw)
+
+    @rule(data=st.data())
+    def truncate(self, data: st.DataObject) -> None:
+        offset = data.draw(st.integers(min_value=self.start, max_value=self.leo))
+        self.log.truncate_to(offset)
+        del self.records[offset - self.start :]
+        self.hw = min(self.hw, offset)
+        self.checkpointed_hw = min(self.checkpointed_hw, offset)
+
+    @rule()
+    def retention(self) -> None:
+        self.log.apply_retention(now_ms=0)
+        new_start = self.log.log_start_offset
+        assert self.start <= new_start <= max(self.hw, self.start)
+        del self.records[: new_start - self.start]
+        self.start = new_start
+
+    @rule()
+    def reopen(self) -> None:
+        self.log.close()
+        self.checkpointed_hw = self.hw
+        self.log = PartitionLog(self.dir, "t", 0, CONFIG)
+
+    @rule()
+    def crash(self) -> None:
+        self.log.crash()
+        self.log = PartitionLog(self.dir, "t", 0, CONFIG)
+        self.hw = min(self.checkpointed_hw, self.leo)
+
+    @invariant()
+    def offsets_agree(self) -> None:
+        assert self.log.log_start_offset == self.start
+        assert self.log.log_end_offset == self.leo
+        assert self.log.high_watermark == self.hw
+        for path in self.dir.glob("*.log"):
+            size = path.stat().st_size
+            assert size <= CONFIG.segment_bytes_max or size <= 312, "segments respect the limit"
+
+
+TestSegmentLog = SegmentLogMachine.TestCase

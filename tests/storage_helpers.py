@@ -1,0 +1,39 @@
+"""Shared helpers for storage tests: tiny configs and a whole-log reader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from replog import frames
+from replog.storage import FlushPolicy, PartitionLog, StorageConfig
+
+TINY = StorageConfig(
+    segment_bytes_max=256,
+    index_interval_bytes=64,
+    index_bytes_initial=24,
+    record_bytes_max=1000,
+    flush=FlushPolicy.NEVER,
+)
+
+
+def open_log(directory: Path, config: StorageConfig = TINY) -> PartitionLog:
+    return PartitionLog(directory, "t", 0, config)
+
+
+def read_all(log: PartitionLog, *, uncommitted: bool = True, chunk: int = 100) -> list[bytes]:
+    """Every value from log_start_offset, read in chunks of about `chunk` bytes."""
+    read = log.read_uncommitted if uncommitted else log.read
+    upper = log.log_end_offset if uncommitted else log.high_watermark
+    values: list[bytes] = []
+    offset = log.log_start_offset
+    while offset < upper:
+        batch = frames.decode(read(offset, chunk))
+        assert batch.offsets[0] == offset, "reads start exactly at the requested offset"
+        assert batch.offsets == list(range(offset, offset + len(batch))), "offsets are dense"
+        values.extend(batch.values)
+        offset += len(batch)
+    return values
+
+
+def segment_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.log"))
