@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: run test lint typecheck unit bench clean setup
+.PHONY: run test lint typecheck unit bench clean setup proto bench-e2e image
 
 setup: $(STAMP)
 
@@ -24,10 +24,22 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: lint typecheck
+	bash scripts/ensure-java.sh
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
 	$(PY) bench/storage.py
 
+# The node image (Dockerfile), built from wheels made here; starts a local engine if needed.
+image: $(STAMP)
+	VENV=$(VENV) bash scripts/build-image.sh
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# Regenerate replog/v1 from proto/ (commit the result; tests/unit/test_proto_generated.py checks it).
+proto: $(STAMP)
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. proto/replog/v1/*.proto
+
+bench-e2e: $(STAMP)
+	$(PY) bench/e2e.py

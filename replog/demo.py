@@ -1,58 +1,86 @@
-"""`make run` (storage stage): append, crash, recover and read back, printing what happens."""
+"""`make run`: a node on a temporary data dir, driven end to end through the `replog` CLI.
+
+Starts `replog serve` (port 0, a ready-file), creates a topic, produces a few thousand
+records through `replog produce`, consumes them back with `replog consume`, prints offsets
+and throughput, then stops the node with SIGTERM and checks that it exited cleanly.
+"""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from replog import frames
-from replog.storage import FlushPolicy, PartitionRegistry, StorageConfig
+RECORDS = 5000
+TOPIC = "demo"
+
+
+def replog(*args: str, stdin: bytes | None = None) -> bytes:
+    cmd = [sys.executable, "-m", "replog", *args]
+    result = subprocess.run(cmd, input=stdin, capture_output=True, timeout=120, check=False)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr.decode(errors="replace"))
+        raise SystemExit(f"`replog {' '.join(args)}` failed with exit code {result.returncode}")
+    return result.stdout
+
+
+def wait_ready(proc: subprocess.Popen[bytes], ready: Path) -> str:
+    deadline = time.monotonic() + 30
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("the node did not start")
+        time.sleep(0.02)
+    return ready.read_text().splitlines()[0]
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="replog-demo-") as tmp:
-        data_dir = Path(tmp)
-        config = StorageConfig(flush=FlushPolicy.ALWAYS, segment_bytes_max=64 * 1024)
-        registry = PartitionRegistry(data_dir, config)
-        registry.create_topic("demo", 1)
-        log = registry.get("demo", 0)
-        values = [f"record {i:06d} ".encode() * 4 for i in range(20_000)]
-        started = time.perf_counter()
-        for i in range(0, len(values), 1000):
-            log.append(values[i : i + 1000])
-        elapsed = time.perf_counter() - started
-        log.set_high_watermark(log.log_end_offset)
-        log.checkpoint_high_watermark()
-        print(
-            f"appended {len(values)} records in batches of 1000 (flush=always): "
-            f"{len(values) / elapsed:,.0f} records/s, LEO={log.log_end_offset}, "
-            f"{log.segment_count} segments"
-        )
-        segment = sorted(log.directory.glob("*.log"))[-1]
-        log.crash()
-        with segment.open("r+b") as f:  # a torn write: half a frame at the tail
-            f.seek(0, 2)
-            f.write(b"\x00\x00\x00\x00\x00\x00\x4e\x20\x00\x00\x00\x40half")
-        print(f"crashed without flushing the index; tore the tail of {segment.name}")
-        registry = PartitionRegistry(data_dir, config)
-        log = registry.get("demo", 0)
-        print(
-            f"recovered: LEO={log.log_end_offset} HW={log.high_watermark} "
-            f"(the torn frame was cut off)"
-        )
-        read, offset, started = 0, 0, time.perf_counter()
-        while offset < log.high_watermark:
-            batch = frames.decode(log.read(offset, 1 << 20))
-            assert batch.values == values[offset : offset + len(batch)]
-            read += len(batch)
-            offset = batch.offsets[-1] + 1
-        elapsed = time.perf_counter() - started
-        print(
-            f"read back {read} records, all equal to what was written: "
-            f"{read / elapsed:,.0f} records/s"
-        )
-        registry.close_all()
+        work = Path(tmp)
+        ready = work / "ready"
+        serve = [
+            sys.executable, "-m", "replog", "serve", "--data-dir", str(work / "data"),
+            "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+            "--ready-file", str(ready), "--flush", "always",
+        ]  # fmt: skip
+        log_file = (work / "server.log").open("wb")
+        proc = subprocess.Popen(serve, stdout=log_file, stderr=log_file)
+        try:
+            address = wait_ready(proc, ready)
+            metrics = ready.read_text().splitlines()[1].removeprefix("metrics=")
+            print(f"node serving on {address} (metrics http://{metrics}/metrics), flush=always")
+            a = ("--address", address)
+            print(replog("topic", "create", TOPIC, "--partitions", "2", *a).decode().strip())
+
+            lines = b"".join(b"record %06d from the demo\n" % i for i in range(RECORDS))
+            started = time.perf_counter()
+            out = replog("produce", TOPIC, *a, stdin=lines)
+            elapsed = time.perf_counter() - started
+            print(out.decode().strip())
+            print(f"  CLI round trip incl. process start: {RECORDS / elapsed:,.0f} records/s")
+
+            consumed = 0
+            started = time.perf_counter()
+            for p in (0, 1):
+                out = replog("consume", TOPIC, "--partition", str(p), *a)
+                consumed += len(out.splitlines())
+            elapsed = time.perf_counter() - started
+            print(f"consumed {consumed} records back ({consumed / elapsed:,.0f} records/s)")
+            assert consumed == RECORDS, f"expected {RECORDS} records, consumed {consumed}"
+            print(replog("offsets", TOPIC, *a).decode().rstrip())
+            print(replog("topic", "describe", TOPIC, *a).decode().rstrip())
+        finally:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+            code = proc.wait(60)
+            log_file.close()
+        print(f"node stopped with SIGTERM, exit code {code}")
+        if code != 0:
+            sys.stderr.write((work / "server.log").read_text())
+            raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -197,6 +197,19 @@ class AckTimeoutError(ReplogError):
     retriable = True
 
 
+class DeadlineExceededError(ReplogError):
+    """The client's deadline passed before the server answered: the outcome is unknown."""
+
+    code = "DEADLINE_EXCEEDED"
+    reason = "CLIENT_DEADLINE_EXCEEDED"
+
+
+class TransportError(ReplogError):
+    """A gRPC failure without replog error details (the client sets `grpc_code`)."""
+
+    reason = "TRANSPORT_ERROR"
+
+
 # --- storage -------------------------------------------------------------------------------
 
 

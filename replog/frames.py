@@ -13,16 +13,20 @@ three lines above. Normal records never set bit 31 (the record size limit is far
 markers written by replication) set it; consumers skip them.
 
 This module is pure (no I/O) and is shared by storage, client and the Spark source. The hot
-paths iterate in C (`map`, `zip`, `struct.iter_unpack`) instead of a Python loop per record.
+paths do no Python-level work per record: batches are encoded with numpy block copies, runs
+of equally sized frames are checked with strided slices and decoded by `struct.iter_unpack`.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, chain, repeat
+from functools import lru_cache
+from itertools import accumulate, repeat
 from operator import add, itemgetter
+
+import numpy as np
 
 HEADER = struct.Struct(">QI")
 HEADER_BYTES = HEADER.size  # 12
@@ -34,7 +38,8 @@ _pack_header = HEADER.pack
 _unpack_header = HEADER.unpack_from
 _first = itemgetter(0)
 _second = itemgetter(1)
-_third = itemgetter(2)
+_HEADER_DTYPE = np.dtype([("offset", ">u8"), ("length", ">u4")])
+_BE_U64 = np.dtype(">u8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,20 +49,32 @@ class Record:
     control: bool = False
 
 
-@dataclass(frozen=True, slots=True)
 class DecodedFrames:
-    """Columns of a run of frames: `offsets[i]`, `values[i]`, `control[i]`."""
+    """Columns of a decoded run of frames: `offsets[i]`, `values[i]`, `control[i]` (None:
+    no control record in the run). `rows` pairs them up on first use."""
 
-    offsets: list[int]
-    values: list[bytes]
-    control: list[bool] | None  # None: no control record in the run
+    __slots__ = ("_rows", "control", "offsets", "values")
+
+    def __init__(
+        self, offsets: list[int], values: list[bytes], control: list[bool] | None = None
+    ) -> None:
+        self.offsets = offsets
+        self.values = values
+        self.control = control
+        self._rows: list[tuple[int, bytes]] | None = None
+
+    @property
+    def rows(self) -> list[tuple[int, bytes]]:
+        if self._rows is None:
+            self._rows = list(zip(self.offsets, self.values, strict=True))
+        return self._rows
 
     def __len__(self) -> int:
         return len(self.offsets)
 
     def records(self, *, include_control: bool = False) -> list[Record]:
         if self.control is None:
-            return [Record(o, v) for o, v in zip(self.offsets, self.values, strict=True)]
+            return list(map(Record, self.offsets, self.values))
         return [
             Record(o, v, c)
             for o, v, c in zip(self.offsets, self.values, self.control, strict=True)
@@ -69,7 +86,7 @@ class DecodedFrames:
         if self.control is None:
             return self
         keep = [i for i, c in enumerate(self.control) if not c]
-        return DecodedFrames([self.offsets[i] for i in keep], [self.values[i] for i in keep], None)
+        return DecodedFrames([self.offsets[i] for i in keep], [self.values[i] for i in keep])
 
 
 class FrameError(ValueError):
@@ -80,18 +97,71 @@ class FrameError(ValueError):
         self.position = position
 
 
+_NUMPY_BATCH_MIN = 32  # below this, numpy's fixed cost per call exceeds its gain
+
+
 def encode(base_offset: int, values: Sequence[bytes], *, control: bool = False) -> bytes:
     """Frames for `values` at offsets `base_offset, base_offset + 1, ...` in one buffer."""
-    lengths: map[int] | list[int] = map(len, values)
-    if control:
-        lengths = [n | CONTROL_FLAG for n in map(len, values)]
-    headers = map(_pack_header, range(base_offset, base_offset + len(values)), lengths)
-    return b"".join(chain.from_iterable(zip(headers, values, strict=True)))
+    return encode_with_ends(base_offset, values, control=control)[0]
+
+
+def encode_with_ends(
+    base_offset: int, values: Sequence[bytes], *, control: bool = False
+) -> tuple[bytes, list[int]]:
+    """(frames, end position of each frame) for `values` from `base_offset`.
+
+    Batches are encoded with numpy (the headers as one structured array, the values as one
+    join, then two block copies): no Python-level work per record. Small batches take a
+    plain path whose fixed cost is lower.
+    """
+    n = len(values)
+    if n < _NUMPY_BATCH_MIN:
+        lengths = list(map(len, values))
+        flagged: Iterable[int] = [x | CONTROL_FLAG for x in lengths] if control else lengths
+        parts: list[bytes | None] = [None] * (2 * n)
+        parts[::2] = map(_pack_header, range(base_offset, base_offset + n), flagged)
+        parts[1::2] = values
+        buf = b"".join(parts)  # type: ignore[arg-type]
+        return buf, list(accumulate(map(add, lengths, repeat(HEADER_BYTES))))
+    lengths_np = np.fromiter(map(len, values), dtype=np.int64, count=n)
+    headers = np.empty(n, dtype=_HEADER_DTYPE)
+    headers["offset"] = np.arange(base_offset, base_offset + n, dtype=np.uint64)
+    headers["length"] = lengths_np | CONTROL_FLAG if control else lengths_np
+    data = np.frombuffer(b"".join(values), dtype=np.uint8)
+    first = int(lengths_np[0])
+    if int(lengths_np.min()) == int(lengths_np.max()):
+        grid = np.empty((n, HEADER_BYTES + first), dtype=np.uint8)
+        grid[:, :HEADER_BYTES] = headers.view(np.uint8).reshape(n, HEADER_BYTES)
+        grid[:, HEADER_BYTES:] = data.reshape(n, first)
+        size = HEADER_BYTES + first
+        return grid.tobytes(), list(range(size, n * size + 1, size))
+    ends = np.cumsum(lengths_np + HEADER_BYTES)
+    header_at = (ends - lengths_np - HEADER_BYTES)[:, None] + np.arange(HEADER_BYTES)
+    out = np.empty(int(ends[-1]), dtype=np.uint8)
+    is_value = np.ones(len(out), dtype=bool)
+    is_value[header_at.ravel()] = False
+    out[header_at.ravel()] = headers.view(np.uint8)
+    out[is_value] = data
+    return out.tobytes(), ends.tolist()
 
 
 def frame_ends(values: Sequence[bytes]) -> list[int]:
     """End position of each frame of `encode(_, values)`, relative to the buffer start."""
     return list(accumulate(map(add, map(len, values), repeat(HEADER_BYTES))))
+
+
+def _uniform(buf: bytes | memoryview, raw_len: int, size: int) -> bool:
+    """Whether every frame of `buf` (whole frames of `size` bytes) has length field `raw_len`:
+    four strided byte slices compared in C, no loop per frame."""
+    total = len(buf)
+    if total % size:
+        return False
+    count = total // size
+    if count == 1:
+        return True
+    mv = buf if isinstance(buf, bytes) else bytes(buf)
+    field = raw_len.to_bytes(4, "big")
+    return all(mv[8 + i :: size] == field[i : i + 1] * count for i in range(4))
 
 
 def scan(buf: bytes | memoryview, first_offset: int | None = None) -> list[int]:
@@ -111,13 +181,10 @@ def scan(buf: bytes | memoryview, first_offset: int | None = None) -> list[int]:
     length = raw_len & LENGTH_MASK
     frame = HEADER_BYTES + length
     # Fast path: a run of equally sized data frames is checked without a Python loop.
-    if raw_len == length and size % frame == 0:
+    if raw_len == length and _uniform(buf, raw_len, frame):
         count = size // frame
-        fmt = f">QI{length}x" if length else ">QI"
-        rows = list(struct.iter_unpack(fmt, buf))
-        if list(map(_second, rows)).count(length) == count and list(map(_first, rows)) == list(
-            range(first, first + count)
-        ):
+        last = int(_unpack_header(buf, size - frame)[0])
+        if last == first + count - 1 and (count < 3 or _dense(buf, first, frame, count)):
             return list(range(frame, size + 1, frame))
     ends: list[int] = []
     pos = 0
@@ -137,20 +204,54 @@ def scan(buf: bytes | memoryview, first_offset: int | None = None) -> list[int]:
     return ends
 
 
+def _dense(buf: bytes | memoryview, first: int, frame: int, count: int) -> bool:
+    """Whether frames of equal size `frame` carry offsets first, first + 1, ... (numpy)."""
+    rows = np.frombuffer(buf, dtype=np.uint8, count=count * frame).reshape(count, frame)
+    column = np.ascontiguousarray(rows[:, :8]).view(_BE_U64).ravel()
+    return bool((column == np.arange(first, first + count, dtype=np.uint64)).all())
+
+
+_DECODE_CHUNK = 256  # frames per cached Struct: few tuples, so little work for the GC
+
+
+@lru_cache(maxsize=256)
+def _chunk_struct(length: int, count: int) -> struct.Struct:
+    return struct.Struct(">" + f"Q4x{length}s" * count)
+
+
+def _decode_uniform(buf: bytes | memoryview, length: int) -> DecodedFrames:
+    """Equally sized data frames: one `unpack_from` per 256 frames gives a flat
+    (offset, value, offset, value, ...) tuple whose columns are two C-level slices."""
+    frame = HEADER_BYTES + length
+    count = len(buf) // frame
+    offsets: list[int] = []
+    values: list[bytes] = []
+    full, rest = divmod(count, _DECODE_CHUNK)
+    if full:
+        unpack = _chunk_struct(length, _DECODE_CHUNK).unpack_from
+        step = _DECODE_CHUNK * frame
+        for pos in range(0, full * step, step):
+            flat = unpack(buf, pos)
+            offsets += flat[0::2]
+            values += flat[1::2]
+    if rest:
+        flat = _chunk_struct(length, rest).unpack_from(buf, full * _DECODE_CHUNK * frame)
+        offsets += flat[0::2]
+        values += flat[1::2]
+    return DecodedFrames(offsets, values, None)
+
+
 def decode(buf: bytes | memoryview) -> DecodedFrames:
-    """Decode a run of complete frames into columns (no validation of offset order)."""
+    """Decode a run of complete frames (no check of offset order)."""
     size = len(buf)
     if size == 0:
-        return DecodedFrames([], [], None)
+        return DecodedFrames([], [])
     if size < HEADER_BYTES:
         raise FrameError("truncated frame header", 0)
     _, raw_len = _unpack_header(buf, 0)
     length = raw_len & LENGTH_MASK
-    frame = HEADER_BYTES + length
-    if raw_len == length and size % frame == 0:
-        rows = list(struct.iter_unpack(f">QI{length}s", buf))
-        if list(map(_second, rows)).count(length) == len(rows):
-            return DecodedFrames(list(map(_first, rows)), list(map(_third, rows)), None)
+    if raw_len == length and _uniform(buf, raw_len, HEADER_BYTES + length):
+        return _decode_uniform(buf, length)
     offsets: list[int] = []
     values: list[bytes] = []
     control: list[bool] = []
@@ -175,3 +276,14 @@ def last_offset(buf: bytes | memoryview, ends: Sequence[int]) -> int:
     """Offset of the last frame in `buf`, given its frame ends from `scan`."""
     start = ends[-2] if len(ends) > 1 else 0
     return int(_unpack_header(buf, start)[0])
+
+
+def next_offset(buf: bytes, offset: int) -> int:
+    """The offset after the last frame of `buf` (whole frames starting at `offset`)."""
+    if not buf:
+        return offset
+    raw_len = int(_unpack_header(buf, 0)[1])
+    size = HEADER_BYTES + (raw_len & LENGTH_MASK)
+    if _uniform(buf, raw_len, size):
+        return int(_unpack_header(buf, len(buf) - size)[0]) + 1
+    return last_offset(buf, scan(buf, offset)) + 1

@@ -59,6 +59,7 @@ class _Request:
     result: AppendResult | None = None
     error: BaseException | None = None
     done: bool = field(default=False)
+    promoted: bool = field(default=False)
 
 
 class PartitionLog:
@@ -129,8 +130,8 @@ class PartitionLog:
         if not values:
             raise EmptyBatchError("an append needs at least one record")
         limit = self.config.record_bytes_max
-        if max(map(len, values)) > limit:
-            biggest = max(map(len, values))
+        biggest = max(map(len, values))
+        if biggest > limit:
             raise RecordTooLargeError(
                 f"a record of {biggest} bytes exceeds record_bytes_max={limit}",
                 record_bytes=biggest,
@@ -155,33 +156,41 @@ class PartitionLog:
             else:
                 request.waiter = threading.Event()
         if lead:
-            self._drain()
+            self._write_next_group()
         elif request.waiter is not None:
             request.waiter.wait()
+            if request.promoted:  # the previous writer handed the queue to this thread
+                self._write_next_group()
         if request.error is not None:
             raise request.error
         assert request.result is not None
         return request.result
 
-    def _drain(self) -> None:
-        while True:
+    def _write_next_group(self) -> None:
+        """Write everything queued as one group, then hand the writer role to the oldest
+        request queued meanwhile (or give it up), so this caller returns at once."""
+        with self._queue_lock:
+            group = self._queue
+            self._queue = []
+        try:
+            self._write_group(group)
+        except BaseException as exc:  # every waiter must wake up, whatever happened
+            for req in group:
+                if not req.done:
+                    req.error = exc
+                    req.done = True
+        finally:
+            for req in group:
+                if req.waiter is not None:
+                    req.waiter.set()
             with self._queue_lock:
-                group = self._queue
-                self._queue = []
-                if not group:
+                if self._queue:
+                    successor = self._queue[0]
+                    successor.promoted = True
+                    assert successor.waiter is not None
+                    successor.waiter.set()
+                else:
                     self._writing = False
-                    return
-            try:
-                self._write_group(group)
-            except BaseException as exc:  # every waiter must wake up, whatever happened
-                for req in group:
-                    if not req.done:
-                        req.error = exc
-                        req.done = True
-            finally:
-                for req in group:
-                    if req.waiter is not None:
-                        req.waiter.set()
 
     def _write_group(self, group: list[_Request]) -> None:
         with self._lock:
@@ -192,8 +201,7 @@ class PartitionLog:
             size = 0
             for req in group:
                 if req.values is not None:
-                    data = frames.encode(leo, req.values, control=req.control)
-                    rel_ends = frames.frame_ends(req.values)
+                    data, rel_ends = frames.encode_with_ends(leo, req.values, control=req.control)
                 else:
                     assert req.raw is not None
                     try:

@@ -1,0 +1,342 @@
+"""End-to-end benchmark (issue 3): `python bench/e2e.py [--quick] [--write-docs]`.
+
+Prints one JSON object per line on stdout (see `bench/_common.py`); progress goes to stderr.
+A real `replog serve` process (flush=never, metrics off) and a CEILING process (a minimal
+grpc.aio server with the same `replog.v1.Log` service that does nothing: Append answers a
+constant reply, StreamFrom repeats one prebuilt batch of the same frames) run on 127.0.0.1;
+the same Python client code drives both, so the ratio isolates what replog adds.
+
+* `produce`: 100-byte random values, batches of 1000 sent with `Producer.send_batch`,
+  acks=leader, to `--partitions` partitions (one batch in flight per partition).
+* `consume`: `Consumer.batches()` (StreamFrom + `frames.decode`) from offset 0 over what
+  `produce` wrote.
+* `produce_latency_p50_ms` / `_p99_ms`: sequential `Client.append` of one record, acks=leader.
+* `produce_server_cpu_us_per_record` / `consume_server_cpu_us_per_record`: user+system CPU
+  of the replog server process over the phase divided by records (from /proc/PID/stat).
+
+Each bench runs `--repeats` times (median reported); replog and the ceiling alternate order.
+`--write-docs` rewrites the `## End to end (bench/e2e.py)` section of `docs/benchmarks.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+from _common import Result, bench_tmpdir, emit, log, machine_info, summarize
+from _common import write_section as write_docs_section
+
+from replog import frames
+from replog.client import Client, RetryPolicy
+from replog.v1 import log_pb2, log_pb2_grpc
+
+VALUE_BYTES = 100
+BATCH_RECORDS = 1000
+STREAM_BATCH_BYTES = 1024 * 1024
+SECTION = "## End to end (bench/e2e.py)"
+NOTES = [
+    "Targets (issue 3): produce >= 1,000,000 records/s, consume >= 2,000,000 records/s, "
+    "single-record produce p50 <= 1 ms. Reading the table:",
+    "",
+    "* produce: the do-nothing ceiling itself stays below 1M records/s here: one Python gRPC "
+    "client plus one grpc.aio server share the 2 cores (client: request build + serialize "
+    "~0.1 ms per 1000-record batch, plus gRPC call overhead; ceiling server ~0.7 us/record). "
+    "replog adds the storage append on the event loop (`PartitionLog.append`, ~0.67 "
+    "us/record measured in-process, about half of it in `frames.encode`'s join) and ~0.1 "
+    "us/record of its own (request to list, metrics). Sending `repeated bytes` and letting "
+    "the server encode frames was kept: a client-encoded frame buffer would need a "
+    "per-record offset rewrite on the server (offsets are assigned at append time).",
+    "* Raising in-flight batches (more partitions) did not raise either number here: both "
+    "processes are CPU-bound on 2 shared cores.",
+    "* consume: StreamFrom sends 1 MiB batches of raw frames as read from disk; the server "
+    "finds each batch's next offset in C (strided slices), so its CPU per record matches the "
+    "ceiling; the client's `frames.decode` dominates.",
+    "* The machine is shared with other work (see load average): ranges are wide; compare "
+    "value and ceiling within a run.",
+]
+
+
+# -- the ceiling server ----------------------------------------------------------------------
+
+
+class CeilingLog(log_pb2_grpc.LogServicer):  # type: ignore[misc]
+    """Accepts the same messages as replog and does nothing with them."""
+
+    def __init__(self) -> None:
+        values = [os.urandom(VALUE_BYTES) for _ in range(STREAM_BATCH_BYTES // 112)]
+        self.frames = frames.encode(0, values)
+        self.count = len(values)
+
+    async def Append(self, request: log_pb2.AppendRequest, context: object) -> object:
+        return log_pb2.AppendResponse(base_offset=0, last_offset=0, high_watermark=1)
+
+    async def StreamFrom(
+        self, request: log_pb2.StreamFromRequest, context: object
+    ) -> AsyncIterator[log_pb2.StreamBatch]:
+        offset = request.offset
+        while True:
+            offset += self.count
+            yield log_pb2.StreamBatch(frames=self.frames, high_watermark=offset, next_offset=offset)
+
+
+async def run_ceiling(ready_file: Path) -> None:
+    import grpc
+
+    server = grpc.aio.server()
+    log_pb2_grpc.add_LogServicer_to_server(CeilingLog(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    ready_file.write_text(f"127.0.0.1:{port}\npid={os.getpid()}\n")
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await server.stop(0)
+
+
+# -- processes -------------------------------------------------------------------------------
+
+
+class Proc:
+    def __init__(self, cmd: list[str], ready: Path) -> None:
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{cmd} did not start")
+            time.sleep(0.02)
+        self.address = ready.read_text().splitlines()[0]
+
+    def cpu_s(self) -> float:
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+# -- measurements ----------------------------------------------------------------------------
+
+
+def produce(client: Client, topic: str, records: int, partitions: int) -> float:
+    values = [os.urandom(VALUE_BYTES) for _ in range(BATCH_RECORDS)]
+    producer = client.producer(topic, acks="leader", partitions=partitions, in_flight_max=4)
+    try:
+        batches = records // BATCH_RECORDS
+        started = time.perf_counter()
+        futures = [producer.send_batch(values, i % partitions) for i in range(batches)]
+        for fut in futures:
+            fut.result()
+        elapsed = time.perf_counter() - started
+    finally:
+        producer.close()
+    return batches * BATCH_RECORDS / elapsed
+
+
+def consume(client: Client, topic: str, records: int) -> float:
+    consumer = client.consumer(topic, 0, 0)
+    got = 0
+    started = time.perf_counter()
+    for batch in consumer.batches():
+        got += len(batch)
+        if got >= records:
+            break
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return got / elapsed
+
+
+def latencies_ms(client: Client, topic: str, count: int) -> tuple[float, float]:
+    value = [os.urandom(VALUE_BYTES)]
+    for _ in range(min(100, count)):
+        client.append(topic, 0, value, acks="leader")
+    samples = []
+    for _ in range(count):
+        started = time.perf_counter()
+        client.append(topic, 0, value, acks="leader")
+        samples.append((time.perf_counter() - started) * 1000)
+    samples.sort()
+    return samples[len(samples) // 2], samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+
+
+def measured(proc: Proc, fn: Callable[[], float], records: int) -> tuple[float, float]:
+    cpu = proc.cpu_s()
+    value = fn()
+    return value, (proc.cpu_s() - cpu) / records * 1e6
+
+
+def run_repeat(
+    rep: int,
+    server: Proc,
+    ceiling: Proc,
+    rc: Client,
+    cc: Client,
+    records: int,
+    partitions: int,
+    samples_n: int,
+    add: Callable[[str, float], None],
+) -> None:
+    """One repeat of every bench; replog and the ceiling alternate which goes first."""
+    topic = f"bench-{rep}"
+    rc.create_topic(topic, partitions)
+    order = [0, 1] if rep % 2 == 0 else [1, 0]
+    per_partition = records // partitions
+    for which in order:
+        if which == 0:
+            value, cpu = measured(server, lambda: produce(rc, topic, records, partitions), records)
+            add("produce", value)
+            add("produce_server_cpu_us_per_record", cpu)
+        else:
+            value, cpu = measured(ceiling, lambda: produce(cc, topic, records, partitions), records)
+            add("produce_ceiling", value)
+            add("produce_server_cpu_us_per_record_ceiling", cpu)
+    for which in order:
+        if which == 0:
+            value, cpu = measured(server, lambda: consume(rc, topic, per_partition), per_partition)
+            add("consume", value)
+            add("consume_server_cpu_us_per_record", cpu)
+        else:
+            value, cpu = measured(ceiling, lambda: consume(cc, topic, per_partition), per_partition)
+            add("consume_ceiling", value)
+            add("consume_server_cpu_us_per_record_ceiling", cpu)
+    for which in order:
+        p50, p99 = latencies_ms(rc if which == 0 else cc, topic, samples_n)
+        suffix = "" if which == 0 else "_ceiling"
+        add("produce_latency_p50_ms" + suffix, p50)
+        add("produce_latency_p99_ms" + suffix, p99)
+    rc.delete_topic(topic)
+
+
+# -- main ------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a run of under 30 s")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--records", type=int, default=None, help="records per produce run")
+    parser.add_argument("--partitions", type=int, default=1)
+    parser.add_argument("--latency-samples", type=int, default=None)
+    parser.add_argument("--dir", type=Path, default=None, help="parent of the scratch data dir")
+    parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--ceiling-server", type=Path, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.ceiling_server is not None:
+        asyncio.run(run_ceiling(args.ceiling_server))
+        return 0
+    repeats = args.repeats or (2 if args.quick else 5)
+    records = args.records or (200_000 if args.quick else 2_000_000)
+    samples_n = args.latency_samples or (1000 if args.quick else 5000)
+
+    results: dict[str, list[float]] = {}
+
+    def add(name: str, value: float) -> None:
+        results.setdefault(name, []).append(value)
+
+    with bench_tmpdir(args.dir, prefix="bench-e2e-") as tmp:
+        info = machine_info(tmp)
+        replog_cmd = [
+            sys.executable, "-m", "replog", "serve", "--data-dir", str(tmp / "data"),
+            "--listen", "127.0.0.1:0", "--metrics-listen", "", "--flush", "never",
+            "--ready-file", str(tmp / "ready"), "--log-level", "WARNING",
+        ]  # fmt: skip
+        ceiling_cmd = [sys.executable, __file__, "--ceiling-server", str(tmp / "ceiling-ready")]
+        server = Proc(replog_cmd, tmp / "ready")
+        ceiling = Proc(ceiling_cmd, tmp / "ceiling-ready")
+        retry = RetryPolicy(attempts_max=1)
+        try:
+            with (
+                Client(server.address, retry=retry) as rc,
+                Client(ceiling.address, retry=retry) as cc,
+            ):
+                for rep in range(repeats):
+                    run_repeat(
+                        rep, server, ceiling, rc, cc, records, args.partitions, samples_n, add
+                    )
+                    log(
+                        f"repeat {rep}: produce {results['produce'][-1]:,.0f}/s "
+                        f"(ceiling {results['produce_ceiling'][-1]:,.0f}/s), "
+                        f"consume {results['consume'][-1]:,.0f}/s "
+                        f"(ceiling {results['consume_ceiling'][-1]:,.0f}/s), "
+                        f"p50 {results['produce_latency_p50_ms'][-1]:.3f} ms "
+                        f"(ceiling {results['produce_latency_p50_ms_ceiling'][-1]:.3f} ms)"
+                    )
+        finally:
+            server.stop()
+            ceiling.stop()
+
+    units = {
+        "produce": "records/s",
+        "consume": "records/s",
+        "produce_latency_p50_ms": "ms",
+        "produce_latency_p99_ms": "ms",
+        "produce_server_cpu_us_per_record": "us/record",
+        "consume_server_cpu_us_per_record": "us/record",
+    }
+    lines = []
+    for name, unit in units.items():
+        value = summarize(results[name]).median
+        ceiling_samples = results.get(name + "_ceiling")
+        ceiling = summarize(ceiling_samples).median if ceiling_samples else None
+        emit(Result(name, round(value, 4), unit, None if ceiling is None else round(ceiling, 4)))
+        lines.append((name, unit, results[name], ceiling_samples))
+    if args.write_docs:
+        write_docs(lines, info, argv, repeats, records, args.partitions, samples_n)
+    return 0
+
+
+def write_docs(
+    lines: list[tuple[str, str, list[float], list[float] | None]],
+    info: dict[str, str],
+    argv: list[str] | None,
+    repeats: int,
+    records: int,
+    partitions: int,
+    samples_n: int,
+) -> None:
+    command = "python bench/e2e.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    body = [
+        f"Command: `{command.strip()}` ({repeats} repeats, median; min..max in brackets).",
+        f"Produce: {records:,} records of {VALUE_BYTES} bytes per run, batches of "
+        f"{BATCH_RECORDS}, acks=leader, flush=never, {partitions} partition(s); consume reads "
+        "them back through StreamFrom; latency: "
+        f"{samples_n:,} sequential single-record Appends.",
+        "Ceiling: a do-nothing grpc.aio server with the same service, driven by the same "
+        "client code in the same run.",
+        "",
+        "| bench | value | ceiling | value / ceiling |",
+        "|---|---|---|---|",
+    ]
+    for name, unit, samples, ceiling_samples in lines:
+        s = summarize(samples)
+        value = f"{s.median:,.3f} {unit} [{s.low:,.3f}..{s.high:,.3f}]"
+        if ceiling_samples:
+            c = summarize(ceiling_samples)
+            ratio = f"{s.median / c.median:.2f}"
+            ceiling = f"{c.median:,.3f} {unit}"
+        else:
+            ceiling = ratio = "-"
+        body.append(f"| {name} | {value} | {ceiling} | {ratio} |")
+    body += ["", "Machine: " + "; ".join(f"{k}: {v}" for k, v in info.items()) + "."]
+    body += ["", *NOTES]
+    write_docs_section(SECTION, "\n".join(body))
+    log(f"wrote {SECTION!r} to docs/benchmarks.md")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,349 @@
+"""The `replog` command: run a node, manage topics, produce and consume records.
+
+    replog serve --data-dir DIR --listen 127.0.0.1:7070 [--ready-file F] [...]
+    replog topic create|list|describe|delete ...
+    replog produce TOPIC < records        (lines, or u32-big-endian length-prefixed values)
+    replog consume TOPIC [--from earliest|latest|N] [--follow] [--format text|hex|json]
+    replog offsets TOPIC
+
+Clients find the server with `--address` (env REPLOG_ADDRESS, default 127.0.0.1:7070).
+Exit codes: 0 success, 1 an error reported by the server or the connection, 2 bad usage or
+settings, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import struct
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, BinaryIO, TextIO
+
+from replog.errors import InvalidConfigError, ReplogError
+
+if TYPE_CHECKING:
+    from replog.client import AppendResult
+
+DEFAULT_ADDRESS = "127.0.0.1:7070"
+CHUNK_BYTES = 1 << 20
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+_LENGTH = struct.Struct(">I")
+
+
+class UsageError(Exception):
+    pass
+
+
+# -- parsing ------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from replog.server.settings import Settings
+
+    parser = argparse.ArgumentParser(
+        prog="replog", description="replog: a replicated commit-log service."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run a node", description="Run a replog node.")
+    Settings.add_arguments(serve)
+
+    def client_parser(
+        name: str, help_text: str, parent: argparse._SubParsersAction[argparse.ArgumentParser] = sub
+    ) -> argparse.ArgumentParser:
+        p = parent.add_parser(name, help=help_text, description=help_text)
+        p.add_argument(
+            "--address",
+            "-a",
+            default=os.environ.get("REPLOG_ADDRESS", DEFAULT_ADDRESS),
+            help="server host:port (env REPLOG_ADDRESS; default %(default)s)",
+        )
+        p.add_argument("--timeout", type=float, default=30.0, help="per-call timeout, seconds")
+        return p
+
+    topic = sub.add_parser("topic", help="manage topics", description="Manage topics.")
+    tsub = topic.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
+    create = client_parser("create", "create a topic", tsub)
+    create.add_argument("name")
+    create.add_argument("--partitions", "-p", type=int, default=1)
+    create.add_argument("--replication-factor", type=int, default=0)
+    client_parser("list", "list topics", tsub)
+    describe = client_parser("describe", "show a topic's partitions and offsets", tsub)
+    describe.add_argument("name")
+    delete = client_parser("delete", "delete a topic and its data", tsub)
+    delete.add_argument("name")
+
+    produce = client_parser("produce", "append records read from stdin")
+    produce.add_argument("topic")
+    produce.add_argument(
+        "--partition",
+        "-p",
+        type=int,
+        default=None,
+        help="default: by key, else round-robin batches",
+    )
+    produce.add_argument("--key", default=None, help="partition by crc32 of this key")
+    produce.add_argument(
+        "--format",
+        choices=["lines", "length-prefixed"],
+        default="lines",
+        help="lines: one record per line (newline removed); length-prefixed: u32 BE length + value",
+    )
+    produce.add_argument("--acks", choices=["none", "leader", "all"], default="all")
+    produce.add_argument("--batch-records", type=int, default=1000, help="records per Append")
+
+    consume = client_parser("consume", "print records of a partition")
+    consume.add_argument("topic")
+    consume.add_argument("--partition", "-p", type=int, default=0)
+    consume.add_argument(
+        "--from", dest="start", default="earliest", help="earliest, latest or an offset"
+    )
+    consume.add_argument("--follow", "-f", action="store_true", help="keep waiting for new records")
+    consume.add_argument("--format", choices=["text", "hex", "json"], default="text")
+    consume.add_argument("--max-records", "-n", type=int, default=None, help="stop after N records")
+
+    offsets = client_parser("offsets", "show earliest, committed (HW) and end offsets")
+    offsets.add_argument("topic")
+    return parser
+
+
+# -- commands -----------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from replog.server.node import serve
+    from replog.server.settings import Settings
+
+    settings = Settings.from_sources(vars(args))
+    return serve(settings)
+
+
+def cmd_topic(args: argparse.Namespace, out: TextIO) -> int:
+    from replog.client import Client
+
+    with Client(args.address, timeout_s=args.timeout) as client:
+        if args.topic_command == "create":
+            client.create_topic(args.name, args.partitions, args.replication_factor)
+            print(f"created topic {args.name} with {args.partitions} partition(s)", file=out)
+        elif args.topic_command == "list":
+            for name, count in sorted(client.list_topics().items()):
+                print(f"{name}\t{count}", file=out)
+        elif args.topic_command == "describe":
+            print("partition\tleader\treplicas\tlog_start\thw\tleo\tsegments\tbytes", file=out)
+            for p in client.describe_topic(args.name):
+                replicas = ",".join(map(str, p.replicas))
+                print(
+                    f"{p.partition}\t{p.leader_id}\t{replicas}\t{p.log_start_offset}\t"
+                    f"{p.high_watermark}\t{p.log_end_offset}\t{p.segment_count}\t{p.size_bytes}",
+                    file=out,
+                )
+        elif args.topic_command == "delete":
+            client.delete_topic(args.name)
+            print(f"deleted topic {args.name}", file=out)
+    return 0
+
+
+def read_lines(stream: BinaryIO) -> Iterator[list[bytes]]:
+    """Chunks of records, one per line (a final line without newline counts)."""
+    rest = b""
+    while chunk := stream.read(CHUNK_BYTES):
+        lines = (rest + chunk).split(b"\n")
+        rest = lines.pop()
+        if lines:
+            yield lines
+    if rest:
+        yield [rest]
+
+
+def read_length_prefixed(stream: BinaryIO) -> Iterator[list[bytes]]:
+    """Chunks of records framed as u32 big-endian length + value."""
+    buf = b""
+    while chunk := stream.read(CHUNK_BYTES):
+        buf += chunk
+        pos = 0
+        values: list[bytes] = []
+        while pos + 4 <= len(buf):
+            (n,) = _LENGTH.unpack_from(buf, pos)
+            if pos + 4 + n > len(buf):
+                break
+            values.append(buf[pos + 4 : pos + 4 + n])
+            pos += 4 + n
+        buf = buf[pos:]
+        if values:
+            yield values
+    if buf:
+        raise UsageError(f"stdin ends inside a length-prefixed record ({len(buf)} bytes left)")
+
+
+def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
+    from replog.client import Client, partition_for_key
+
+    if args.batch_records < 1:
+        raise UsageError("--batch-records must be >= 1")
+    reader = read_lines if args.format == "lines" else read_length_prefixed
+    progress = sys.stderr.isatty()
+    with Client(args.address, timeout_s=args.timeout) as client:
+        partitions = client.partition_count(args.topic)
+        partition = args.partition
+        if partition is None and args.key is not None:
+            partition = partition_for_key(args.key.encode(), partitions)
+        producer = client.producer(
+            args.topic, acks=args.acks, partitions=partitions, batch_records_max=args.batch_records
+        )
+        started = time.perf_counter()
+        count = 0
+        sent: list[tuple[int, Future[AppendResult]]] = []
+        last_shown = 0.0
+        try:
+            for values in reader(stdin):
+                for i in range(0, len(values), args.batch_records):
+                    batch = values[i : i + args.batch_records]
+                    p = partition if partition is not None else len(sent) % partitions
+                    sent.append((p, producer.send_batch(batch, p)))
+                    count += len(batch)
+                if progress and time.perf_counter() - last_shown > 0.25:
+                    last_shown = time.perf_counter()
+                    print(f"\rproduced {count:,} records", end="", file=sys.stderr)
+            producer.flush()
+        finally:
+            producer.close()
+        ranges: dict[int, list[int]] = {}
+        for p, fut in sent:
+            res = fut.result()
+            if res.base_offset < 0:
+                continue
+            span = ranges.setdefault(p, [res.base_offset, res.last_offset])
+            span[0] = min(span[0], res.base_offset)
+            span[1] = max(span[1], res.last_offset)
+        elapsed = time.perf_counter() - started
+        if progress:
+            print("", file=sys.stderr)
+        where = ", ".join(f"partition {p} offsets {a}..{b}" for p, (a, b) in sorted(ranges.items()))
+        rate = count / elapsed if elapsed > 0 else 0.0
+        if not where:
+            where = "no offsets (acks=none)" if count else "nothing to send"
+        print(
+            f"produced {count} records to {args.topic}: {where} ({rate:,.0f} records/s)",
+            file=out,
+        )
+    return 0
+
+
+def format_record(offset: int, value: bytes, fmt: str, partition: int) -> str:
+    if fmt == "hex":
+        return value.hex()
+    if fmt == "json":
+        body: dict[str, object] = {"partition": partition, "offset": offset}
+        try:
+            body["value"] = value.decode("utf-8")
+        except UnicodeDecodeError:
+            body["value_base64"] = base64.b64encode(value).decode()
+        return json.dumps(body)
+    return value.decode("utf-8", errors="replace")
+
+
+def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
+    from replog.client import Client
+
+    limit = args.max_records
+    if limit is not None and limit < 0:
+        raise UsageError("--max-records must be >= 0")
+    with Client(args.address, timeout_s=args.timeout) as client:
+        (offs,) = client.list_offsets(args.topic, [args.partition])
+        start: str = args.start
+        if start == "earliest":
+            offset = offs.earliest
+        elif start == "latest":
+            offset = offs.latest
+        elif start.isdigit():
+            offset = int(start)
+        else:
+            raise UsageError(f"--from must be earliest, latest or an offset, got {start!r}")
+        shown = 0
+        if limit == 0:
+            return 0
+        if args.follow:
+            consumer = client.consumer(args.topic, args.partition, offset)
+            try:
+                for batch in consumer.batches():
+                    for o, v in zip(batch.offsets, batch.values, strict=True):
+                        print(format_record(o, v, args.format, args.partition), file=out)
+                        shown += 1
+                        if limit is not None and shown >= limit:
+                            return 0
+                    out.flush()
+            finally:
+                consumer.close()
+            return 0
+        end = offs.latest  # without --follow: what is committed now
+        while offset < end:
+            res = client.fetch(args.topic, args.partition, offset)
+            for o, v in zip(res.records.offsets, res.records.values, strict=True):
+                if o >= end:
+                    return 0
+                print(format_record(o, v, args.format, args.partition), file=out)
+                shown += 1
+                if limit is not None and shown >= limit:
+                    return 0
+            if res.next_offset <= offset:
+                break
+            offset = res.next_offset
+    return 0
+
+
+def cmd_offsets(args: argparse.Namespace, out: TextIO) -> int:
+    from replog.client import Client
+
+    with Client(args.address, timeout_s=args.timeout) as client:
+        print("partition\tearliest\tlatest\tlog_end", file=out)
+        for o in client.list_offsets(args.topic):
+            print(f"{o.partition}\t{o.earliest}\t{o.latest}\t{o.log_end_offset}", file=out)
+    return 0
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    out = sys.stdout
+    try:
+        if args.command == "serve":
+            return cmd_serve(args)
+        if args.command == "topic":
+            return cmd_topic(args, out)
+        if args.command == "produce":
+            return cmd_produce(args, sys.stdin.buffer, out)
+        if args.command == "consume":
+            return cmd_consume(args, out)
+        if args.command == "offsets":
+            return cmd_offsets(args, out)
+        parser.error(f"unknown command {args.command}")
+    except InvalidConfigError as err:
+        print(f"replog: {err.message}", file=sys.stderr)
+        return EXIT_USAGE
+    except UsageError as err:
+        print(f"replog: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except ReplogError as err:
+        print(f"replog: error: {err.reason}: {err.message}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except OSError as err:  # e.g. a data dir that cannot be created or written
+        print(f"replog: error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    return 0
+
+
+def main() -> None:
+    sys.exit(run())

@@ -1,0 +1,330 @@
+"""The synchronous Python client: admin calls, appends, fetches, streams, with routing.
+
+`Client("127.0.0.1:7070")` opens one channel per node address. Produce and consume calls go
+to the partition's leader (from `GetMetadata`, cached); a `NOT_LEADER` answer updates the
+cache from the error's leader hint (or refetches metadata) before the retry. Every failure
+surfaces as the typed `ReplogError` the server raised (`replog.client.errors`). Only
+retriable errors are retried, with backoff (`RetryPolicy`).
+
+Note on retries of Append: without idempotent producers (planned), a retried Append whose
+first attempt did land (e.g. after a timeout) writes the batch twice.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+
+from replog import frames
+from replog.client.errors import from_rpc_error
+from replog.client.retry import RetryPolicy, call_with_retry
+from replog.errors import NotLeaderError, ReplogError
+from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
+
+T = TypeVar("T")
+MESSAGE_BYTES_MAX = 4 * 1024 * 1024
+ACKS = {"none": log_pb2.ACKS_NONE, "leader": log_pb2.ACKS_LEADER, "all": log_pb2.ACKS_ALL}
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int  # -1 with acks=none
+    last_offset: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    records: frames.DecodedFrames  # control records already removed
+    high_watermark: int
+    log_start_offset: int
+    next_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class RawFetch:
+    frames: bytes  # raw frames as stored, control records included
+    high_watermark: int
+    log_start_offset: int
+    next_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    leader_id: int | None
+    replicas: tuple[int, ...]
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    size_bytes: int
+    segment_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Offsets:
+    partition: int
+    earliest: int  # log start offset
+    latest: int  # high watermark (exclusive)
+    log_end_offset: int
+
+
+class _Node:
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.channel = grpc.insecure_channel(
+            address,
+            options=[
+                ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
+                ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
+            ],
+        )
+        self.log = log_pb2_grpc.LogStub(self.channel)  # type: ignore[no-untyped-call]
+        self.admin = admin_pb2_grpc.AdminStub(self.channel)  # type: ignore[no-untyped-call]
+
+
+class Client:
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout_s: float = 30.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.bootstrap = address
+        self.timeout_s = timeout_s
+        self.retry = retry or RetryPolicy()
+        self._lock = threading.Lock()
+        self._nodes: dict[str, _Node] = {}
+        self._leaders: dict[tuple[str, int], str] = {}  # (topic, partition) -> address
+        self._node(address)
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _node(self, address: str) -> _Node:
+        with self._lock:
+            node = self._nodes.get(address)
+            if node is None:
+                node = self._nodes[address] = _Node(address)
+            return node
+
+    def _leader(self, topic: str, partition: int) -> _Node:
+        address = self._leaders.get((topic, partition), self.bootstrap)
+        return self._node(address)
+
+    def _call(self, fn: Callable[[], T], topic: str | None = None, partition: int = 0) -> T:
+        def attempt() -> T:
+            try:
+                return fn()
+            except grpc.RpcError as exc:
+                raise from_rpc_error(exc) from None
+
+        def on_error(err: ReplogError) -> None:
+            if isinstance(err, NotLeaderError) and topic is not None:
+                self._on_not_leader(topic, partition, err)
+
+        return call_with_retry(attempt, self.retry, on_error)
+
+    def _on_not_leader(self, topic: str, partition: int, err: NotLeaderError) -> None:
+        if err.leader_address:
+            self._leaders[(topic, partition)] = err.leader_address
+        else:
+            self.refresh_metadata([topic])
+
+    def refresh_metadata(self, topics: Sequence[str] = ()) -> admin_pb2.Metadata:
+        """Fetch nodes and partition leaders; update the leader cache."""
+        meta: admin_pb2.Metadata = self._call(
+            lambda: self._node(self.bootstrap).admin.GetMetadata(
+                admin_pb2.GetMetadataRequest(topics=list(topics)), timeout=self.timeout_s
+            )
+        )
+        addresses = {n.id: n.address for n in meta.nodes}
+        for t in meta.topics:
+            for p in t.partitions:
+                if p.leader_id in addresses:
+                    self._leaders[(t.name, p.partition)] = addresses[p.leader_id]
+        return meta
+
+    def close(self) -> None:
+        with self._lock:
+            for node in self._nodes.values():
+                node.channel.close()
+            self._nodes.clear()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- admin ------------------------------------------------------------------------------
+
+    def _admin(self) -> Any:
+        return self._node(self.bootstrap).admin
+
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 0) -> None:
+        req = admin_pb2.CreateTopicRequest(
+            name=name, partitions=partitions, replication_factor=replication_factor
+        )
+        self._call(lambda: self._admin().CreateTopic(req, timeout=self.timeout_s))
+
+    def delete_topic(self, name: str) -> None:
+        req = admin_pb2.DeleteTopicRequest(name=name)
+        self._call(lambda: self._admin().DeleteTopic(req, timeout=self.timeout_s))
+
+    def list_topics(self) -> dict[str, int]:
+        resp = self._call(
+            lambda: self._admin().ListTopics(admin_pb2.ListTopicsRequest(), timeout=self.timeout_s)
+        )
+        return {t.name: t.partitions for t in resp.topics}
+
+    def describe_topic(self, name: str) -> list[PartitionInfo]:
+        req = admin_pb2.DescribeTopicRequest(name=name)
+        resp = self._call(lambda: self._admin().DescribeTopic(req, timeout=self.timeout_s))
+        return [
+            PartitionInfo(
+                partition=p.partition,
+                leader_id=None if p.leader_id < 0 else p.leader_id,
+                replicas=tuple(p.replicas),
+                log_start_offset=p.log_start_offset,
+                log_end_offset=p.log_end_offset,
+                high_watermark=p.high_watermark,
+                size_bytes=p.size_bytes,
+                segment_count=p.segment_count,
+            )
+            for p in resp.partitions
+        ]
+
+    def list_offsets(self, topic: str, partitions: Sequence[int] = ()) -> list[Offsets]:
+        req = admin_pb2.ListOffsetsRequest(topic=topic, partitions=list(partitions))
+        resp = self._call(lambda: self._admin().ListOffsets(req, timeout=self.timeout_s))
+        return [
+            Offsets(p.partition, p.earliest, p.latest, p.log_end_offset) for p in resp.partitions
+        ]
+
+    def partition_count(self, topic: str) -> int:
+        topics = self.list_topics()
+        if topic not in topics:
+            from replog.errors import TopicNotFoundError
+
+            raise TopicNotFoundError(f"topic {topic!r} does not exist", topic=topic)
+        return topics[topic]
+
+    # -- records ----------------------------------------------------------------------------
+
+    def append(
+        self, topic: str, partition: int, values: Sequence[bytes], *, acks: str = "all"
+    ) -> AppendResult:
+        """Append one batch (one RPC) and return its offsets."""
+        req = log_pb2.AppendRequest(
+            topic=topic, partition=partition, values=values, acks=ACKS[acks]
+        )
+
+        def call() -> AppendResult:
+            resp = self._leader(topic, partition).log.Append(req, timeout=self.timeout_s)
+            return AppendResult(resp.base_offset, resp.last_offset, resp.high_watermark)
+
+        return self._call(call, topic, partition)
+
+    def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int = 0,
+        max_wait_ms: int = 0,
+    ) -> FetchResult:
+        """Committed records from `offset` (long poll up to `max_wait_ms` at the HW)."""
+        req = log_pb2.FetchRequest(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            max_bytes=max_bytes,
+            max_wait_ms=max_wait_ms,
+        )
+        timeout_s = self.timeout_s + max_wait_ms / 1000
+
+        def call() -> FetchResult:
+            resp = self._leader(topic, partition).log.Fetch(req, timeout=timeout_s)
+            return FetchResult(
+                frames.decode(resp.frames).data_records(),
+                resp.high_watermark,
+                resp.log_start_offset,
+                resp.next_offset,
+            )
+
+        return self._call(call, topic, partition)
+
+    def fetch_raw(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int = 0,
+        max_wait_ms: int = 0,
+    ) -> RawFetch:
+        """Like `fetch`, but the frames stay raw bytes (control records included): for
+        columnar decoders such as the Spark source, which must not build an object per record."""
+        req = log_pb2.FetchRequest(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            max_bytes=max_bytes,
+            max_wait_ms=max_wait_ms,
+        )
+        timeout_s = self.timeout_s + max_wait_ms / 1000
+
+        def call() -> RawFetch:
+            resp = self._leader(topic, partition).log.Fetch(req, timeout=timeout_s)
+            return RawFetch(
+                resp.frames, resp.high_watermark, resp.log_start_offset, resp.next_offset
+            )
+
+        return self._call(call, topic, partition)
+
+    def stream(
+        self, topic: str, partition: int, offset: int, *, max_bytes: int = 0
+    ) -> Generator[log_pb2.StreamBatch, None, None]:
+        """Raw `StreamBatch`es from `offset`, following the HW; reconnects on retriable errors.
+
+        Closing the iterator cancels the stream.
+        """
+        attempt = 0
+        while True:
+            req = log_pb2.StreamFromRequest(
+                topic=topic, partition=partition, offset=offset, max_bytes=max_bytes
+            )
+            call = self._leader(topic, partition).log.StreamFrom(req)
+            try:
+                for batch in call:
+                    attempt = 0
+                    offset = batch.next_offset
+                    yield batch
+                return  # the server ended the stream normally
+            except grpc.RpcError as exc:
+                err = from_rpc_error(exc)
+                attempt += 1
+                if not err.retriable or attempt >= self.retry.attempts_max:
+                    raise err from None
+                if isinstance(err, NotLeaderError):
+                    self._on_not_leader(topic, partition, err)
+                time.sleep(self.retry.backoff_s(attempt))
+            finally:
+                call.cancel()
+
+    def consumer(self, topic: str, partition: int = 0, offset: int | str = "earliest") -> Consumer:
+        return Consumer(self, topic, partition, offset)
+
+    def producer(self, topic: str, **options: Any) -> Producer:
+        return Producer(self, topic, **options)
+
+
+from replog.client.consumer import Consumer  # noqa: E402
+from replog.client.producer import Producer  # noqa: E402

@@ -1,0 +1,215 @@
+"""A batching producer: records accumulate per partition and leave as one Append per batch.
+
+`send(value, key=None, partition=None)` returns an `OffsetFuture`; a batch is sent when it
+reaches `batch_bytes_max` / `batch_records_max`, or `linger_ms` after its first record.
+`send_batch(values, partition)` sends a ready-made batch (no per-record work) and returns a
+`concurrent.futures.Future[AppendResult]`.
+
+Partitioning: an explicit `partition`; else `crc32(key) % partitions` (stable across
+processes and languages, unlike Python's salted `hash()`); else round-robin per batch.
+Ordering: at most one batch per partition is in flight, so a partition's records land in
+the order they were sent, retries included. Different partitions are sent in parallel
+(up to `in_flight_max` batches).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import zlib
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from replog.errors import InvalidArgumentError, ShuttingDownError
+
+if TYPE_CHECKING:
+    from replog.client.client import AppendResult, Client
+
+
+def partition_for_key(key: bytes, partitions: int) -> int:
+    """The partition of `key`: crc32 (IEEE) of the key bytes modulo the partition count."""
+    return zlib.crc32(key) % partitions
+
+
+class OffsetFuture:
+    """The offset of one record sent with `Producer.send`, once its batch is acknowledged."""
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: Future[AppendResult], index: int) -> None:
+        self._batch = batch
+        self._index = index
+
+    def result(self, timeout: float | None = None) -> int:
+        res = self._batch.result(timeout)
+        return res.base_offset + self._index if res.base_offset >= 0 else -1
+
+    def done(self) -> bool:
+        return self._batch.done()
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        return self._batch.exception(timeout)
+
+
+class _Batch:
+    __slots__ = ("bytes", "created", "future", "partition", "values")
+
+    def __init__(self, partition: int, values: list[bytes] | None = None) -> None:
+        self.partition = partition
+        self.values: list[bytes] = values if values is not None else []
+        self.bytes = 0
+        self.created = time.monotonic()
+        self.future: Future[AppendResult] = Future()
+
+
+class Producer:
+    def __init__(
+        self,
+        client: Client,
+        topic: str,
+        *,
+        acks: str = "all",
+        linger_ms: int = 5,
+        batch_bytes_max: int = 1024 * 1024,
+        batch_records_max: int = 10_000,
+        in_flight_max: int = 4,
+        partitions: int | None = None,
+    ) -> None:
+        if linger_ms < 0 or batch_bytes_max < 1 or batch_records_max < 1 or in_flight_max < 1:
+            raise InvalidArgumentError("linger_ms >= 0; batch and in-flight limits >= 1")
+        self.client = client
+        self.topic = topic
+        self.acks = acks
+        self.linger_s = linger_ms / 1000
+        self.batch_bytes_max = batch_bytes_max
+        self.batch_records_max = batch_records_max
+        self.partitions = partitions if partitions is not None else client.partition_count(topic)
+        self._round_robin = itertools.cycle(range(self.partitions))
+        self._cond = threading.Condition()
+        self._open: dict[int, _Batch] = {}  # accumulating, per partition
+        self._ready: dict[int, deque[_Batch]] = {}  # full or lingered, per partition, in order
+        self._busy: set[int] = set()  # partitions with a batch in flight
+        self._closing = False
+        self._pool = ThreadPoolExecutor(in_flight_max, thread_name_prefix="replog-producer")
+        self._sender = threading.Thread(target=self._run, name="replog-producer", daemon=True)
+        self._sender.start()
+
+    # -- API --------------------------------------------------------------------------------
+
+    def send(
+        self, value: bytes, *, key: bytes | None = None, partition: int | None = None
+    ) -> OffsetFuture:
+        p = self._choose(key, partition)
+        with self._cond:
+            if self._closing:
+                raise ShuttingDownError("the producer is closed")
+            batch = self._open.get(p)
+            if batch is None:
+                batch = self._open[p] = _Batch(p)
+                self._cond.notify()  # the sender starts this batch's linger clock
+            index = len(batch.values)
+            batch.values.append(value)
+            batch.bytes += len(value)
+            if batch.bytes >= self.batch_bytes_max or index + 1 >= self.batch_records_max:
+                self._seal(p)
+            return OffsetFuture(batch.future, index)
+
+    def send_batch(
+        self, values: Sequence[bytes], partition: int | None = None
+    ) -> Future[AppendResult]:
+        """Send `values` as one Append (after anything already queued for the partition)."""
+        p = self._choose(None, partition)
+        batch = _Batch(p, list(values))
+        with self._cond:
+            if self._closing:
+                raise ShuttingDownError("the producer is closed")
+            self._seal(p)
+            self._ready.setdefault(p, deque()).append(batch)
+            self._cond.notify()
+        return batch.future
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued and wait until every batch is acknowledged (or failed)."""
+        with self._cond:
+            for p in list(self._open):
+                self._seal(p)
+            pending = [b.future for q in self._ready.values() for b in q]
+            self._cond.notify()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for fut in pending:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            fut.exception(remaining)
+        with self._cond:
+            while self._busy or any(self._ready.values()):
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+
+    def close(self) -> None:
+        self.flush()
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._sender.join()
+        self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _choose(self, key: bytes | None, partition: int | None) -> int:
+        if partition is not None:
+            if not 0 <= partition < self.partitions:
+                raise InvalidArgumentError(
+                    f"partition {partition} outside [0, {self.partitions})", partition=partition
+                )
+            return partition
+        if key is not None:
+            return partition_for_key(key, self.partitions)
+        return next(self._round_robin)
+
+    def _seal(self, p: int) -> None:
+        """Move partition p's open batch to its ready queue (caller holds the lock)."""
+        batch = self._open.pop(p, None)
+        if batch is not None and batch.values:
+            self._ready.setdefault(p, deque()).append(batch)
+            self._cond.notify()
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                wait_s: float | None = None
+                for p, batch in list(self._open.items()):
+                    due = batch.created + self.linger_s
+                    if due <= now:
+                        self._seal(p)
+                    else:
+                        wait_s = due - now if wait_s is None else min(wait_s, due - now)
+                for p, queue in self._ready.items():
+                    if queue and p not in self._busy:
+                        self._busy.add(p)
+                        self._pool.submit(self._send, queue.popleft())
+                if self._closing and not self._busy and not any(self._ready.values()):
+                    return
+                self._cond.wait(wait_s)
+
+    def _send(self, batch: _Batch) -> None:
+        try:
+            result = self.client.append(self.topic, batch.partition, batch.values, acks=self.acks)
+        except BaseException as exc:
+            batch.future.set_exception(exc)
+        else:
+            batch.future.set_result(result)
+        finally:
+            with self._cond:
+                self._busy.discard(batch.partition)
+                self._cond.notify_all()

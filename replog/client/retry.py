@@ -1,0 +1,55 @@
+"""Retries with exponential backoff and jitter, only for retriable `ReplogError`s."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from replog.errors import ReplogError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    attempts_max: int = 5
+    backoff_initial_ms: int = 50
+    backoff_max_ms: int = 2000
+    deadline_ms: int = 30_000  # total time budget across attempts
+
+    def backoff_s(self, attempt: int) -> float:
+        """Sleep before retry number `attempt` (1-based): full jitter on an exponential cap."""
+        cap_ms = min(self.backoff_max_ms, self.backoff_initial_ms * 2 ** (attempt - 1))
+        return random.uniform(cap_ms / 2, cap_ms) / 1000
+
+
+NO_RETRY = RetryPolicy(attempts_max=1)
+
+
+def call_with_retry(
+    fn: Callable[[], T],
+    policy: RetryPolicy,
+    on_error: Callable[[ReplogError], None] | None = None,
+) -> T:
+    """Call `fn` until it succeeds, fails with a non-retriable error, or the budget is spent.
+
+    `on_error` sees every retriable error before the retry (e.g. to refresh routing).
+    """
+    started = time.monotonic()
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return fn()
+        except ReplogError as err:
+            if not err.retriable or attempt >= policy.attempts_max:
+                raise
+            pause_s = policy.backoff_s(attempt)
+            if time.monotonic() - started + pause_s > policy.deadline_ms / 1000:
+                raise
+            if on_error is not None:
+                on_error(err)
+            time.sleep(pause_s)

@@ -1,0 +1,70 @@
+"""Structured logs: one event name plus key=value fields per line, or one JSON object.
+
+    ts=2026-11-22T08:00:00.123Z level=info event=server.serving address=127.0.0.1:7070
+
+Use `log(logger, "event.name", key=value, ...)`; `configure(fmt, level)` picks the format.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+_FIELDS = "replog_fields"
+
+
+def log(logger: logging.Logger, event: str, level: int = logging.INFO, **fields: Any) -> None:
+    if logger.isEnabledFor(level):
+        logger.log(level, event, extra={_FIELDS: fields})
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    ms = int(record.msecs)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{ms:03d}Z"
+
+
+def _quote(value: object) -> str:
+    text = str(value)
+    if text == "" or any(c in text for c in ' ="\n'):
+        return json.dumps(text)
+    return text
+
+
+class KeyValueFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        fields: dict[str, Any] = getattr(record, _FIELDS, {})
+        parts = [
+            f"ts={_timestamp(record)}",
+            f"level={record.levelname.lower()}",
+            f"logger={record.name}",
+            f"event={_quote(record.getMessage())}",
+        ]
+        parts.extend(f"{k}={_quote(v)}" for k, v in fields.items())
+        if record.exc_info:
+            parts.append(f"exc={_quote(self.formatException(record.exc_info))}")
+        return " ".join(parts)
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        body: dict[str, Any] = {
+            "ts": _timestamp(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "event": record.getMessage(),
+        }
+        body.update(getattr(record, _FIELDS, {}))
+        if record.exc_info:
+            body["exc"] = self.formatException(record.exc_info)
+        return json.dumps(body, default=str)
+
+
+def configure(fmt: str, level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else KeyValueFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())

@@ -1,0 +1,213 @@
+"""The node: composition root of one server process (storage, partition roles, services).
+
+`Node` owns the partition registry and one `Partition` role per partition (a `SoloLeader`
+on a single node; replication swaps in its roles here). `serve(settings)` runs the gRPC
+server until SIGTERM/SIGINT, then shuts down gracefully: health NOT_SERVING, long polls
+and streams ended (UNAVAILABLE SHUTTING_DOWN), in-flight calls finished (up to
+`shutdown_grace_ms`), every partition flushed, HW checkpointed, files closed.
+
+Ready file (`--ready-file`), written atomically once serving::
+
+    127.0.0.1:41234            line 1: the gRPC address clients use
+    metrics=127.0.0.1:41235    the metrics address (absent when metrics are off)
+    pid=12345
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from replog.errors import ShuttingDownError, UnavailableError
+from replog.server import logs
+from replog.server.admin_service import AdminService
+from replog.server.log_service import LogService
+from replog.server.logs import log
+from replog.server.metrics import Metrics
+from replog.server.partition import Partition, SoloLeader
+from replog.server.settings import Settings
+from replog.storage import PartitionLog, PartitionRegistry
+from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
+
+_log = logging.getLogger("replog.server")
+
+SERVICE_NAMES = (
+    log_pb2.DESCRIPTOR.services_by_name["Log"].full_name,
+    admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
+)
+
+
+class Node:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.node_id = settings.node_id
+        self.address = settings.advertised_address or settings.listen
+        self.registry = PartitionRegistry(settings.data_dir, settings.storage_config())
+        self.metrics = Metrics(self.registry.open_partitions)
+        self._partitions: dict[tuple[str, int], Partition] = {}
+        self._shutting_down = False
+
+    async def open(self) -> None:
+        """Open every partition; a cluster of one commits what its own log holds (HW = LEO)."""
+        for topic, count in self.registry.topics().items():
+            for p in range(count):
+                await self.partition_async(topic, p)
+
+    # -- partitions -------------------------------------------------------------------------
+
+    async def partition_async(self, topic: str, partition: int) -> Partition:
+        """The partition's role; raises UNKNOWN_TOPIC / UNKNOWN_PARTITION / SHUTTING_DOWN."""
+        part = self._partitions.get((topic, partition))
+        if part is not None and not part.closed:
+            return part
+        if self._shutting_down:
+            raise ShuttingDownError("the server is shutting down")
+        plog = await asyncio.to_thread(self.registry.get, topic, partition)  # may recover files
+        return self._wrap(plog)
+
+    def _wrap(self, plog: PartitionLog) -> Partition:
+        key = (plog.topic, plog.partition)
+        part = self._partitions.get(key)
+        if part is None or part.closed or part.log is not plog:
+            part = SoloLeader(plog, self.node_id)
+            self._partitions[key] = part
+        return part
+
+    def leader_of(self, topic: str, partition: int) -> int | None:
+        return self.node_id  # a cluster of one leads everything
+
+    def nodes(self) -> list[tuple[int, str]]:
+        return [(self.node_id, self.address)]
+
+    # -- topics -----------------------------------------------------------------------------
+
+    async def create_topic(self, name: str, partitions: int) -> None:
+        await asyncio.to_thread(self.registry.create_topic, name, partitions)
+        for p in range(partitions):
+            await self.partition_async(name, p)
+
+    async def delete_topic(self, name: str) -> None:
+        for key in [k for k in self._partitions if k[0] == name]:
+            self._partitions.pop(key).close()
+        await asyncio.to_thread(self.registry.delete_topic, name)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def begin_shutdown(self) -> None:
+        """Refuse new work and wake every long poll and stream."""
+        self._shutting_down = True
+        for part in self._partitions.values():
+            part.close()
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.registry.close_all)
+
+    async def run_retention(self) -> None:
+        interval_s = self.settings.retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            now_ms = int(time.time() * 1000)
+            for part in list(self._partitions.values()):
+                if part.closed:
+                    continue
+                with contextlib.suppress(Exception):
+                    deleted = await asyncio.to_thread(part.log.apply_retention, now_ms)
+                    if deleted:
+                        log(_log, "retention.deleted", topic=part.topic, segments=deleted)
+
+
+def write_ready_file(path: Path, address: str, metrics_address: str | None) -> None:
+    lines = [address]
+    if metrics_address:
+        lines.append(f"metrics={metrics_address}")
+    lines.append(f"pid={os.getpid()}")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
+
+
+def serve(settings: Settings) -> int:
+    """Run a node until SIGTERM/SIGINT; returns the process exit code."""
+    logs.configure(settings.log_format, settings.log_level)
+    return asyncio.run(_serve(settings))
+
+
+async def _serve(settings: Settings) -> int:
+    node = Node(settings)
+    await node.open()
+    limit = settings.message_bytes_max
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    log_pb2_grpc.add_LogServicer_to_server(LogService(node), server)  # type: ignore[no-untyped-call]
+    admin_pb2_grpc.add_AdminServicer_to_server(AdminService(node), server)  # type: ignore[no-untyped-call]
+    health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    try:
+        port = server.add_insecure_port(settings.listen)
+    except RuntimeError as exc:
+        await node.close()
+        raise UnavailableError(f"cannot listen on {settings.listen}: {exc}") from None
+    host = settings.listen.rpartition(":")[0]
+    bound = f"{host}:{port}"
+    if not settings.advertised_address:
+        node.address = bound
+    await server.start()
+    metrics_address = None
+    if settings.metrics_listen:
+        try:
+            metrics_address = node.metrics.serve(settings.metrics_listen)
+        except OSError as exc:
+            await server.stop(0)
+            await node.close()
+            raise UnavailableError(
+                f"cannot serve metrics on {settings.metrics_listen}: {exc}"
+            ) from None
+    for name in ("", *SERVICE_NAMES):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    if settings.ready_file is not None:
+        write_ready_file(settings.ready_file, node.address, metrics_address)
+    log(
+        _log,
+        "server.serving",
+        address=bound,
+        metrics=metrics_address,
+        data_dir=settings.data_dir,
+        flush=settings.flush,
+        node_id=settings.node_id,
+        topics=len(node.registry.topics()),
+    )
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    retention = asyncio.create_task(node.run_retention())
+    await stop.wait()
+
+    log(_log, "server.stopping", grace_ms=settings.shutdown_grace_ms)
+    await health_servicer.enter_graceful_shutdown()
+    node.begin_shutdown()
+    await server.stop(settings.shutdown_grace_ms / 1000)
+    retention.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await retention
+    await node.close()
+    log(_log, "server.stopped")
+    return 0

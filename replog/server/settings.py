@@ -1,0 +1,179 @@
+"""The server's one settings object: defaults, env vars `REPLOG_*`, CLI flags, validation.
+
+Every setting is a field of `Settings` below with its default and help text in one place.
+Precedence: command-line flag > environment variable `REPLOG_<NAME>` > default. Relations
+between values are checked once at start-up (`Settings.validate`), then fanned out into the
+per-layer frozen configs (`storage_config()`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from replog.errors import InvalidConfigError
+from replog.frames import HEADER_BYTES
+from replog.storage import FlushPolicy, StorageConfig
+
+KIB = 1024
+MIB = 1024 * KIB
+ENV_PREFIX = "REPLOG_"
+# Room for a reply's protobuf fields around its frames.
+REPLY_OVERHEAD_BYTES = 4 * KIB
+
+
+def _help(text: str) -> dict[str, Any]:
+    return {"help": text}
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    data_dir: Path = field(default=Path("data"), metadata=_help("data directory"))
+    listen: str = field(
+        default="127.0.0.1:7070", metadata=_help("gRPC address host:port (port 0: any free)")
+    )
+    advertised_address: str = field(
+        default="", metadata=_help("address clients are told to use (default: the bound one)")
+    )
+    metrics_listen: str = field(
+        default="127.0.0.1:9464",
+        metadata=_help("Prometheus metrics host:port (port 0: any free; empty: off)"),
+    )
+    ready_file: Path | None = field(
+        default=None,
+        metadata=_help("file that receives the bound address (line 1) and metrics=ADDR"),
+    )
+    node_id: int = field(default=0, metadata=_help("this node's id"))
+    log_format: str = field(default="text", metadata=_help("log format: text (key=value), json"))
+    log_level: str = field(default="INFO", metadata=_help("log level"))
+    flush: str = field(default="interval", metadata=_help("fsync policy: always|interval|never"))
+    flush_interval_ms: int = field(default=1000, metadata=_help("fsync period, flush=interval"))
+    segment_bytes_max: int = field(default=1 * MIB, metadata=_help("segment roll size"))
+    index_interval_bytes: int = field(default=4 * KIB, metadata=_help("bytes per index entry"))
+    record_bytes_max: int = field(default=1 * MIB, metadata=_help("largest record value"))
+    retention_bytes: int | None = field(
+        default=None, metadata=_help("per-partition size limit (default: keep all)")
+    )
+    retention_ms: int | None = field(
+        default=None, metadata=_help("age limit of closed segments (default: keep all)")
+    )
+    retention_check_interval_ms: int = field(
+        default=60_000, metadata=_help("how often retention runs")
+    )
+    fetch_bytes_max: int = field(
+        default=1 * MIB, metadata=_help("largest frames payload of one Fetch/StreamFrom reply")
+    )
+    fetch_wait_ms_max: int = field(default=30_000, metadata=_help("longest Fetch long poll"))
+    message_bytes_max: int = field(
+        default=4 * MIB, metadata=_help("gRPC message size limit (both directions)")
+    )
+    ack_timeout_ms: int = field(default=30_000, metadata=_help("acks=all wait limit"))
+    shutdown_grace_ms: int = field(
+        default=5_000, metadata=_help("how long SIGTERM waits for in-flight calls")
+    )
+
+    # -- construction -----------------------------------------------------------------------
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """One `--flag` per field; unset flags stay None so env and defaults apply."""
+        for f in dataclasses.fields(cls):
+            flag = "--" + f.name.replace("_", "-")
+            default = f.default
+            parser.add_argument(
+                flag,
+                dest=f.name,
+                default=None,
+                metavar=f.name.upper(),
+                help=f"{f.metadata['help']} (env {ENV_PREFIX}{f.name.upper()}; default {default})",
+            )
+
+    @classmethod
+    def from_sources(
+        cls, args: Mapping[str, object] | None = None, env: Mapping[str, str] | None = None
+    ) -> Settings:
+        """Build from flags (`args`, e.g. `vars(namespace)`) over env over defaults; validate."""
+        args = args or {}
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = args.get(f.name)
+            if raw is None:
+                raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is None:
+                continue
+            values[f.name] = _convert(f.name, str(f.type), raw)
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        def need(ok: bool, what: str) -> None:
+            if not ok:
+                raise InvalidConfigError(f"invalid settings: {what}")
+
+        need(self.flush in {p.value for p in FlushPolicy}, "flush must be always|interval|never")
+        need(self.log_format in ("text", "json"), "log_format must be text or json")
+        need(_is_address(self.listen), f"listen must be host:port, got {self.listen!r}")
+        need(
+            self.metrics_listen == "" or _is_address(self.metrics_listen),
+            f"metrics_listen must be host:port or empty, got {self.metrics_listen!r}",
+        )
+        need(self.node_id >= 0, "node_id must be >= 0")
+        need(self.message_bytes_max >= 64 * KIB, "message_bytes_max must be >= 64 KiB")
+        need(self.fetch_bytes_max >= HEADER_BYTES, "fetch_bytes_max must be >= 12")
+        # A reply holds up to fetch_bytes_max of frames, or one whole frame if it is larger.
+        reply = max(self.fetch_bytes_max, self.record_bytes_max + HEADER_BYTES)
+        need(
+            reply + REPLY_OVERHEAD_BYTES <= self.message_bytes_max,
+            "fetch_bytes_max and record_bytes_max + 12 must leave 4 KiB under message_bytes_max",
+        )
+        need(self.fetch_wait_ms_max >= 0, "fetch_wait_ms_max must be >= 0")
+        need(self.ack_timeout_ms >= 1, "ack_timeout_ms must be >= 1")
+        need(self.shutdown_grace_ms >= 0, "shutdown_grace_ms must be >= 0")
+        need(self.retention_check_interval_ms >= 1, "retention_check_interval_ms must be >= 1")
+        self.storage_config()  # the storage layer validates its own ranges
+
+    # -- fan-out ----------------------------------------------------------------------------
+
+    def storage_config(self) -> StorageConfig:
+        return StorageConfig(
+            segment_bytes_max=self.segment_bytes_max,
+            index_interval_bytes=self.index_interval_bytes,
+            record_bytes_max=self.record_bytes_max,
+            retention_bytes=self.retention_bytes,
+            retention_ms=self.retention_ms,
+            flush=FlushPolicy(self.flush),
+            flush_interval_ms=self.flush_interval_ms,
+            read_bytes_max=self.fetch_bytes_max,
+        )
+
+    @property
+    def flush_policy(self) -> FlushPolicy:
+        return FlushPolicy(self.flush)
+
+
+def _is_address(value: str) -> bool:
+    host, sep, port = value.rpartition(":")
+    return bool(sep and host and port.isdigit() and 0 <= int(port) <= 65535)
+
+
+def _convert(name: str, type_name: str, raw: object) -> object:
+    text = str(raw)
+    try:
+        if "Path" in type_name:
+            return Path(text) if text else None
+        if "int" in type_name:
+            if "None" in type_name and text.lower() in ("", "none"):
+                return None
+            return int(text.replace("_", ""))
+    except ValueError:
+        raise InvalidConfigError(
+            f"invalid settings: {name} must be an integer, got {text!r}"
+        ) from None
+    return text

@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC modules for `proto/replog/v1/*.proto` (do not edit; `make proto`)."""
