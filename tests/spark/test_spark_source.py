@@ -1,0 +1,162 @@
+"""Spark reads replog topics like Kafka topics: only committed records, offsets tracked by Spark."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from replog.client import Client
+from tests.integration.servers import ServerProcess
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def client(server: ServerProcess) -> Any:
+    with Client(server.address) as c:
+        yield c
+
+
+def new_topic(client: Client, partitions: int = 2) -> str:
+    name = f"spark{next(_names)}"
+    client.create_topic(name, partitions)
+    return name
+
+
+def produce(client: Client, topic: str, partition: int, values: list[bytes]) -> None:
+    for i in range(0, len(values), 500):
+        client.append(topic, partition, values[i : i + 500], acks="all")
+
+
+def rows(df: Any) -> list[tuple[int, int, bytes]]:
+    return sorted((r["partition"], r["offset"], bytes(r["value"])) for r in df.collect())
+
+
+def reader(spark: Any, server: ServerProcess, topic: str, **options: str) -> Any:
+    r = spark.read.format("replog").option("bootstrap", server.address).option("topic", topic)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def test_a_batch_read_returns_exactly_the_committed_records(
+    spark: Any, server: ServerProcess, client: Client
+) -> None:
+    topic = new_topic(client)
+    expected = []
+    for p in (0, 1):
+        values = [f"p{p}-{i}".encode() * (1 + i % 5) for i in range(1200)]
+        produce(client, topic, p, values)
+        expected += [(p, i, v) for i, v in enumerate(values)]
+    df = reader(spark, server, topic)
+    assert df.schema.simpleString() == (
+        "struct<value:binary,topic:string,partition:int,offset:bigint>"
+    )
+    assert rows(df) == sorted(expected)
+    assert {r["topic"] for r in df.select("topic").distinct().collect()} == {topic}
+
+
+def test_starting_and_ending_offsets_bound_the_read(
+    spark: Any, server: ServerProcess, client: Client
+) -> None:
+    topic = new_topic(client)
+    produce(client, topic, 0, [b"a%d" % i for i in range(100)])
+    produce(client, topic, 1, [b"b%d" % i for i in range(50)])
+    df = reader(
+        spark,
+        server,
+        topic,
+        startingOffsets=json.dumps({topic: {"0": 10, "1": -2}}),
+        endingOffsets=json.dumps({topic: {"0": 20, "1": -1}}),
+    )
+    got = rows(df)
+    assert [o for p, o, _ in got if p == 0] == list(range(10, 20))
+    assert [o for p, o, _ in got if p == 1] == list(range(50))
+    latest = reader(spark, server, topic, startingOffsets="latest")
+    assert latest.count() == 0
+
+
+def test_a_range_split_across_tasks_is_read_once(
+    spark: Any, server: ServerProcess, client: Client
+) -> None:
+    topic = new_topic(client, partitions=1)
+    produce(client, topic, 0, [b"%d" % i for i in range(3000)])
+    df = reader(spark, server, topic, maxRecordsPerTask="700")
+    assert df.rdd.getNumPartitions() == 5
+    assert [o for _, o, _ in rows(df)] == list(range(3000))
+
+
+def test_an_empty_topic_reads_as_no_rows(spark: Any, server: ServerProcess, client: Client) -> None:
+    topic = new_topic(client)
+    assert reader(spark, server, topic).count() == 0
+
+
+def test_missing_options_fail_with_a_clear_message(spark: Any, server: ServerProcess) -> None:
+    with pytest.raises(Exception, match="needs option 'topic'"):
+        spark.read.format("replog").option("bootstrap", server.address).load().collect()
+
+
+def stream_to_parquet(
+    spark: Any, server: ServerProcess, topic: str, out: Path, checkpoint: Path, **options: str
+) -> None:
+    stream = (
+        spark.readStream.format("replog")
+        .option("bootstrap", server.address)
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+    )
+    for k, v in options.items():
+        stream = stream.option(k, v)
+    query = (
+        stream.load()
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(300), "the AvailableNow query did not finish"
+    assert query.exception() is None
+
+
+def test_streaming_resumes_from_its_checkpoint_without_gaps_or_duplicates(
+    spark: Any, server: ServerProcess, client: Client, workdir: Path
+) -> None:
+    topic = new_topic(client)
+    out, checkpoint = workdir / "out", workdir / "checkpoint"
+    produce(client, topic, 0, [b"first-%d" % i for i in range(700)])
+    produce(client, topic, 1, [b"first-%d" % i for i in range(300)])
+    stream_to_parquet(spark, server, topic, out, checkpoint, maxRecordsPerTrigger="400")
+    assert spark.read.parquet(str(out)).count() == 1000
+    produce(client, topic, 0, [b"second-%d" % i for i in range(250)])
+    produce(client, topic, 1, [b"second-%d" % i for i in range(50)])
+    stream_to_parquet(spark, server, topic, out, checkpoint, maxRecordsPerTrigger="400")
+    got = sorted((r["partition"], r["offset"]) for r in spark.read.parquet(str(out)).collect())
+    assert got == sorted([(0, o) for o in range(950)] + [(1, o) for o in range(350)])
+    batches = sorted(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
+    assert len(batches) >= 4, "maxRecordsPerTrigger split the work into several micro-batches"
+    last = (checkpoint / "offsets" / str(batches[-1])).read_text().splitlines()[-1]
+    assert json.loads(last) == {topic: {"0": 950, "1": 350}}
+
+
+def test_the_sink_round_trips_values_through_a_topic(
+    spark: Any, server: ServerProcess, client: Client
+) -> None:
+    topic = new_topic(client, partitions=2)
+    source = spark.createDataFrame(
+        [(f"v{i}".encode(), i % 2) for i in range(500)], "value binary, partition int"
+    )
+    (
+        source.write.format("replog")
+        .option("bootstrap", server.address)
+        .option("topic", topic)
+        .mode("append")
+        .save()
+    )
+    got = reader(spark, server, topic).collect()
+    assert sorted(bytes(r["value"]) for r in got) == sorted(f"v{i}".encode() for i in range(500))
+    assert {(r["partition"], int(bytes(r["value"])[1:]) % 2) for r in got} == {(0, 0), (1, 1)}
