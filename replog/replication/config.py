@@ -1,0 +1,33 @@
+"""Configuration of one replica of the replication core (times in milliseconds)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaConfig:
+    """`flush_always`: the leader counts only its flushed offset toward HW and acks=leader
+    waits for the flush; followers fetch again only once their log is flushed."""
+
+    replica_id: int
+    voters: tuple[int, ...]
+    election_timeout_ms_min: int = 1000
+    election_timeout_ms_max: int = 2000
+    fetch_wait_ms_max: int = 500
+    fetch_retry_ms: int = 600
+    begin_epoch_retry_ms: int = 200
+    flush_always: bool = True
+
+    def __post_init__(self) -> None:
+        assert self.replica_id in self.voters, (self.replica_id, self.voters)
+        assert len(set(self.voters)) == len(self.voters), self.voters
+        assert 0 < self.election_timeout_ms_min < self.election_timeout_ms_max
+        assert 0 < self.fetch_wait_ms_max < self.fetch_retry_ms
+        # a leader must answer a parked fetch before the follower gives up on it
+        assert self.fetch_retry_ms < self.election_timeout_ms_min
+        assert 0 < self.begin_epoch_retry_ms < self.election_timeout_ms_min
+
+    @property
+    def majority(self) -> int:
+        return len(self.voters) // 2 + 1

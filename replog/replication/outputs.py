@@ -1,0 +1,123 @@
+"""What the core asks its driver to do. Every input returns a list of these, in order.
+
+The driver performs them **in list order**, and each `Persist*` and `TruncateTo` must be
+durable before the driver performs the next output (so a vote is on disk before the answer
+leaves, and the epoch history is on disk before the records it describes). Log appends need
+not be flushed before the next output: the driver reports flushes with `Replica.flushed`.
+
+| output                | the driver                                                       |
+|-----------------------|------------------------------------------------------------------|
+| PersistQuorumState    | writes `quorum-state` atomically                                 |
+| PersistEpochHistory   | writes `epoch-history` atomically (the whole list)               |
+| AppendRecords         | `PartitionLog.append(values)` (offsets must come out as given)   |
+| AppendControl         | encodes `marker` (LeaderEpochMarker) and appends it, control=True |
+| AppendFrames          | `PartitionLog.append_frames(records.frames)`                     |
+| TruncateTo            | `PartitionLog.truncate_to(offset)`                               |
+| SetHighWatermark      | `PartitionLog.set_high_watermark(offset)`; wakes consumers       |
+| Send                  | sends `message` to replica `to` (best effort)                    |
+| AckCompleted / Failed | completes the client's Append call `request_id`                  |
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from replog.replication.epochs import EpochStart
+from replog.replication.messages import Message, Records
+from replog.replication.state import QuorumState
+
+
+class Acks(enum.Enum):
+    NONE = "none"
+    LEADER = "leader"
+    ALL = "all"
+
+
+class AckFailure(enum.Enum):
+    """Why an Append failed. NOT_LEADER: nothing was appended (retry elsewhere is safe).
+    OUTCOME_UNKNOWN: the leader appended the batch, then lost leadership before it committed;
+    it may still commit (or be truncated)."""
+
+    NOT_LEADER = "NOT_LEADER"
+    OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderEpochMarker:
+    """Value of the control record a leader appends on election."""
+
+    epoch: int
+    leader_id: int
+    voters: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PersistQuorumState:
+    state: QuorumState
+
+
+@dataclass(frozen=True, slots=True)
+class PersistEpochHistory:
+    entries: tuple[EpochStart, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRecords:
+    base_offset: int
+    values: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendControl:
+    offset: int
+    marker: LeaderEpochMarker
+
+
+@dataclass(frozen=True, slots=True)
+class AppendFrames:
+    records: Records
+
+
+@dataclass(frozen=True, slots=True)
+class TruncateTo:
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class SetHighWatermark:
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    to: int
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class AckCompleted:
+    request_id: int
+    base_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class AckFailed:
+    request_id: int
+    failure: AckFailure
+    leader_id: int | None
+
+
+Output = (
+    PersistQuorumState
+    | PersistEpochHistory
+    | AppendRecords
+    | AppendControl
+    | AppendFrames
+    | TruncateTo
+    | SetHighWatermark
+    | Send
+    | AckCompleted
+    | AckFailed
+)

@@ -1,0 +1,532 @@
+"""The replication state machine of one partition replica (pull-based Raft, KIP-595 style).
+
+Pure logic in the style of etcd's raft: no I/O, no clock, no asyncio. The driver calls an
+input method and performs the returned outputs in order (see `outputs.py`):
+
+* `start()`: once, after construction from durable state (may persist repairs).
+* `tick(now_ms)`: time passed (timers: election, fetch retry, long-poll expiry,
+  BeginEpoch retry, check-quorum).
+* `receive(message, now_ms)`: a message from another replica.
+* `append(request_id, values, acks, now_ms)`: a client Append on this replica.
+* `flushed(offset, now_ms)`: every offset below `offset` is now fsynced.
+* `campaign(now_ms)`: start an election now (tests, leadership transfer, single node).
+
+The core owns the epoch history and a view of the log (LEO, flushed offset, HW); the records
+themselves stay with the driver. Randomness comes only from the injected `rng`.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from replog.replication.config import ReplicaConfig
+from replog.replication.epochs import EpochHistory, EpochStart
+from replog.replication.messages import (
+    BeginEpoch,
+    Diverging,
+    Fenced,
+    FetchRequest,
+    FetchResponse,
+    Message,
+    Records,
+    VoteRequest,
+    VoteResponse,
+)
+from replog.replication.outputs import (
+    AckCompleted,
+    AckFailed,
+    AckFailure,
+    Acks,
+    AppendControl,
+    AppendFrames,
+    AppendRecords,
+    LeaderEpochMarker,
+    Output,
+    PersistEpochHistory,
+    PersistQuorumState,
+    Send,
+    SetHighWatermark,
+    TruncateTo,
+)
+from replog.replication.quorum import next_high_watermark
+from replog.replication.state import QuorumState
+
+
+class Role(enum.Enum):
+    FOLLOWER = "follower"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+
+
+@dataclass(slots=True)
+class _Progress:
+    """The leader's view of one other voter in its epoch."""
+
+    match: int = 0
+    last_fetch_ms: int | None = None
+    hw_sent: int = -1
+    parked: FetchRequest | None = None
+    parked_since_ms: int = 0
+    begin_sent_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _PendingAck:
+    request_id: int
+    base_offset: int
+    last_offset: int
+
+
+class Replica:
+    """One replica of one partition. See the module docstring for the inputs."""
+
+    def __init__(
+        self,
+        config: ReplicaConfig,
+        rng: random.Random,
+        now_ms: int,
+        *,
+        state: QuorumState | None = None,
+        history: Iterable[EpochStart] = (),
+        log_end_offset: int = 0,
+        high_watermark: int = 0,
+    ) -> None:
+        self.config = config
+        self._rng = rng
+        self._out: list[Output] = []
+        self._state = state or QuorumState()
+        self._history = EpochHistory(history)
+        self._leo = log_end_offset
+        self._flushed = log_end_offset  # what recovery found is on disk
+        self._hw = min(high_watermark, log_end_offset)
+        self._role = Role.FOLLOWER
+        self._votes: set[int] = set()
+        self._election_deadline_ms = 0
+        # follower
+        self._fetch_sent_ms: int | None = None
+        # leader
+        self._progress: dict[int, _Progress] = {}
+        self._control_offset = -1
+        self._leader_since_ms = 0
+        self._pending_leader: deque[_PendingAck] = deque()
+        self._pending_all: deque[_PendingAck] = deque()
+        # Repairs of the durable state: the log may have lost an unflushed tail that the
+        # epoch history still describes; a restarted leader is no longer the leader.
+        if self._history.truncate_to(log_end_offset):
+            self._out.append(PersistEpochHistory(self._history.entries))
+        if self._state.leader_id == config.replica_id:
+            self._set_state(QuorumState(self._state.epoch, self._state.voted_for, None))
+        self._reset_election_timer(now_ms)
+        self._send_fetch(now_ms)
+
+    # -- read-only view ------------------------------------------------------------------
+
+    @property
+    def replica_id(self) -> int:
+        return self.config.replica_id
+
+    @property
+    def role(self) -> Role:
+        return self._role
+
+    @property
+    def epoch(self) -> int:
+        return self._state.epoch
+
+    @property
+    def leader_id(self) -> int | None:
+        return self._state.leader_id
+
+    @property
+    def quorum_state(self) -> QuorumState:
+        return self._state
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._flushed
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw
+
+    @property
+    def epoch_history(self) -> tuple[EpochStart, ...]:
+        return self._history.entries
+
+    def epoch_of(self, offset: int) -> int:
+        assert 0 <= offset < self._leo, (offset, self._leo)
+        return self._history.epoch_of(offset)
+
+    # -- inputs --------------------------------------------------------------------------
+
+    def start(self) -> list[Output]:
+        """Outputs of construction (repairs of the durable state, a first fetch)."""
+        return self._take()
+
+    def tick(self, now_ms: int) -> list[Output]:
+        if self._role is Role.LEADER:
+            self._tick_leader(now_ms)
+        else:
+            if now_ms >= self._election_deadline_ms:
+                self._start_election(now_ms)
+            elif (
+                self._role is Role.FOLLOWER
+                and self._fetch_sent_ms is not None
+                and now_ms - self._fetch_sent_ms >= self.config.fetch_retry_ms
+            ):
+                self._fetch_sent_ms = None
+                self._send_fetch(now_ms)
+        return self._take()
+
+    def campaign(self, now_ms: int) -> list[Output]:
+        """Start an election now (no-op on a leader)."""
+        if self._role is not Role.LEADER:
+            self._start_election(now_ms)
+        return self._take()
+
+    def receive(self, message: Message, now_ms: int) -> list[Output]:
+        if isinstance(message, FetchRequest):
+            self._on_fetch_request(message, now_ms)
+        elif isinstance(message, FetchResponse):
+            self._on_fetch_response(message, now_ms)
+        elif isinstance(message, VoteRequest):
+            self._on_vote_request(message, now_ms)
+        elif isinstance(message, VoteResponse):
+            self._on_vote_response(message, now_ms)
+        else:
+            self._on_begin_epoch(message, now_ms)
+        return self._take()
+
+    def append(
+        self, request_id: int, values: Sequence[bytes], acks: Acks, now_ms: int
+    ) -> list[Output]:
+        """A client Append. Completes (or fails) through `AckCompleted` / `AckFailed`."""
+        assert values, "an append needs at least one record"
+        if self._role is not Role.LEADER:
+            self._out.append(AckFailed(request_id, AckFailure.NOT_LEADER, self.leader_id))
+            return self._take()
+        base = self._leo
+        self._out.append(AppendRecords(base, tuple(values)))
+        self._leo += len(values)
+        ack = _PendingAck(request_id, base, self._leo - 1)
+        if acks is Acks.NONE or (acks is Acks.LEADER and not self.config.flush_always):
+            self._out.append(AckCompleted(request_id, base, ack.last_offset))
+        elif acks is Acks.LEADER:
+            self._pending_leader.append(ack)
+        else:
+            self._pending_all.append(ack)
+        self._update_high_watermark(now_ms)
+        self._answer_parked(now_ms, force=False)
+        return self._take()
+
+    def flushed(self, offset: int, now_ms: int) -> list[Output]:
+        """Log fact: every offset below `offset` is durable."""
+        assert offset <= self._leo, (offset, self._leo)
+        self._flushed = max(self._flushed, offset)
+        if self._role is Role.LEADER:
+            while self._pending_leader and self._pending_leader[0].last_offset < self._flushed:
+                ack = self._pending_leader.popleft()
+                self._out.append(AckCompleted(ack.request_id, ack.base_offset, ack.last_offset))
+            self._update_high_watermark(now_ms)
+        elif self._role is Role.FOLLOWER and self._fetch_sent_ms is None:
+            self._send_fetch(now_ms)
+        return self._take()
+
+    # -- state changes -------------------------------------------------------------------
+
+    def _take(self) -> list[Output]:
+        out, self._out = self._out, []
+        return out
+
+    def _set_state(self, state: QuorumState) -> None:
+        assert state.epoch >= self._state.epoch, (state, self._state)
+        if state != self._state:
+            self._state = state
+            self._out.append(PersistQuorumState(state))
+
+    def _reset_election_timer(self, now_ms: int) -> None:
+        cfg = self.config
+        timeout = self._rng.randint(cfg.election_timeout_ms_min, cfg.election_timeout_ms_max)
+        self._election_deadline_ms = now_ms + timeout
+
+    def _become_follower(self, epoch: int, leader_id: int | None, now_ms: int) -> None:
+        """Follow `leader_id` (None: unknown) in `epoch` (>= the current one)."""
+        if self._role is Role.LEADER:
+            self._fail_pending_acks()
+        voted_for = self._state.voted_for if epoch == self._state.epoch else None
+        self._set_state(QuorumState(epoch, voted_for, leader_id))
+        self._role = Role.FOLLOWER
+        self._votes = set()
+        self._progress = {}
+        self._fetch_sent_ms = None
+        self._reset_election_timer(now_ms)
+        self._send_fetch(now_ms)
+
+    def _fail_pending_acks(self) -> None:
+        for ack in (*self._pending_leader, *self._pending_all):
+            self._out.append(AckFailed(ack.request_id, AckFailure.OUTCOME_UNKNOWN, None))
+        self._pending_leader.clear()
+        self._pending_all.clear()
+
+    def _start_election(self, now_ms: int) -> None:
+        me = self.replica_id
+        self._role = Role.CANDIDATE
+        self._set_state(QuorumState(self._state.epoch + 1, me, None))
+        self._votes = {me}
+        self._fetch_sent_ms = None
+        self._reset_election_timer(now_ms)
+        if len(self._votes) >= self.config.majority:
+            self._become_leader(now_ms)
+            return
+        request = VoteRequest(self.epoch, me, self._history.last_epoch(self._leo), self._leo)
+        for voter in self.config.voters:
+            if voter != me:
+                self._out.append(Send(voter, request))
+
+    def _become_leader(self, now_ms: int) -> None:
+        me = self.replica_id
+        epoch = self.epoch
+        assert self._role is Role.CANDIDATE and self._state.voted_for == me
+        self._role = Role.LEADER
+        self._set_state(QuorumState(epoch, me, me))
+        self._history.append(epoch, self._leo)
+        self._out.append(PersistEpochHistory(self._history.entries))
+        self._control_offset = self._leo
+        marker = LeaderEpochMarker(epoch, me, self.config.voters)
+        self._out.append(AppendControl(self._control_offset, marker))
+        self._leo += 1
+        self._leader_since_ms = now_ms
+        self._progress = {v: _Progress() for v in self.config.voters if v != me}
+        for voter, progress in self._progress.items():
+            progress.begin_sent_ms = now_ms
+            self._out.append(Send(voter, BeginEpoch(epoch, me)))
+        self._update_high_watermark(now_ms)
+
+    # -- leader ----------------------------------------------------------------------------
+
+    def _tick_leader(self, now_ms: int) -> None:
+        cfg = self.config
+        alive = 1
+        for voter, progress in self._progress.items():
+            parked = progress.parked
+            if parked is not None and now_ms - progress.parked_since_ms >= cfg.fetch_wait_ms_max:
+                self._send_records(voter, parked)
+            last = progress.last_fetch_ms
+            if last is None:
+                sent = progress.begin_sent_ms
+                if sent is None or now_ms - sent >= cfg.begin_epoch_retry_ms:
+                    progress.begin_sent_ms = now_ms
+                    self._out.append(Send(voter, BeginEpoch(self.epoch, self.replica_id)))
+            elif now_ms - last < cfg.election_timeout_ms_max:
+                alive += 1
+        if now_ms - self._leader_since_ms >= cfg.election_timeout_ms_max and alive < cfg.majority:
+            # check quorum: a leader that cannot reach a majority stops taking writes
+            self._become_follower(self.epoch, None, now_ms)
+
+    def _own_match(self) -> int:
+        return self._flushed if self.config.flush_always else self._leo
+
+    def _update_high_watermark(self, now_ms: int) -> None:
+        matches = [self._own_match(), *(p.match for p in self._progress.values())]
+        hw = next_high_watermark(self._hw, matches, self.config.majority, self._control_offset)
+        assert hw >= self._hw, (hw, self._hw)
+        if hw == self._hw:
+            return
+        assert hw <= self._leo, (hw, self._leo)
+        self._hw = hw
+        self._out.append(SetHighWatermark(hw))
+        while self._pending_all and self._pending_all[0].last_offset < hw:
+            ack = self._pending_all.popleft()
+            self._out.append(AckCompleted(ack.request_id, ack.base_offset, ack.last_offset))
+        self._answer_parked(now_ms, force=False)
+
+    def _answer_parked(self, now_ms: int, *, force: bool) -> None:
+        for voter, progress in self._progress.items():
+            parked = progress.parked
+            if parked is not None and (
+                force or parked.fetch_offset < self._leo or progress.hw_sent != self._hw
+            ):
+                self._send_records(voter, parked)
+
+    def _send_records(self, voter: int, request: FetchRequest) -> None:
+        progress = self._progress[voter]
+        progress.parked = None
+        progress.hw_sent = self._hw
+        start, end = request.fetch_offset, self._leo
+        records = Records(start, end, self._history.boundaries(start, end), self._hw)
+        response = FetchResponse(
+            self.epoch, self.replica_id, start, request.last_fetched_epoch, records
+        )
+        self._out.append(Send(voter, response))
+
+    def _on_fetch_request(self, request: FetchRequest, now_ms: int) -> None:
+        sender = request.replica_id
+        if request.epoch < self.epoch:
+            fenced = Fenced(self.epoch, self.leader_id)
+            response = FetchResponse(
+                self.epoch,
+                self.replica_id,
+                request.fetch_offset,
+                request.last_fetched_epoch,
+                fenced,
+            )
+            self._out.append(Send(sender, response))
+            return
+        if request.epoch > self.epoch:
+            # the sender follows a newer leader than any this replica knows of
+            self._become_follower(request.epoch, None, now_ms)
+            return
+        if self._role is not Role.LEADER or sender not in self._progress:
+            return
+        epoch, end = self._history.end_offset_for(request.last_fetched_epoch, self._leo)
+        if epoch != request.last_fetched_epoch or request.fetch_offset > end:
+            response = FetchResponse(
+                self.epoch,
+                self.replica_id,
+                request.fetch_offset,
+                request.last_fetched_epoch,
+                Diverging(epoch, end),
+            )
+            self._out.append(Send(sender, response))
+            return
+        progress = self._progress[sender]
+        progress.last_fetch_ms = now_ms
+        # Offsets below fetch_offset are on the follower (flushed, under flush_always) and
+        # agree with this log; they stay so for the rest of this epoch, hence max().
+        progress.match = max(progress.match, request.fetch_offset)
+        progress.parked = None
+        self._update_high_watermark(now_ms)
+        if request.fetch_offset < self._leo or progress.hw_sent != self._hw:
+            self._send_records(sender, request)
+        else:
+            progress.parked = request  # long poll: answered on new data, new HW or expiry
+            progress.parked_since_ms = now_ms
+
+    # -- follower --------------------------------------------------------------------------
+
+    def _send_fetch(self, now_ms: int) -> None:
+        leader = self.leader_id
+        if (
+            self._role is not Role.FOLLOWER
+            or leader is None
+            or leader == self.replica_id
+            or self._fetch_sent_ms is not None
+            or (self.config.flush_always and self._flushed < self._leo)
+        ):
+            return
+        last_epoch = self._history.last_epoch(self._leo)
+        request = FetchRequest(self.epoch, self.replica_id, self._leo, last_epoch)
+        self._out.append(Send(leader, request))
+        self._fetch_sent_ms = now_ms
+
+    def _on_fetch_response(self, response: FetchResponse, now_ms: int) -> None:
+        result = response.result
+        if isinstance(result, Fenced):
+            if result.epoch > self.epoch or (
+                result.epoch == self.epoch
+                and self.leader_id is None
+                and result.leader_id is not None
+                and self._role is not Role.LEADER
+            ):
+                self._become_follower(result.epoch, result.leader_id, now_ms)
+            return
+        if response.epoch != self.epoch or self._role is not Role.FOLLOWER:
+            return
+        if self.leader_id != response.leader_id:
+            # only the leader this replica fetches from answers it with records
+            assert self.leader_id is None, ("two leaders in one epoch", response)
+            return
+        if (
+            self._fetch_sent_ms is None
+            or response.fetch_offset != self._leo
+            or response.last_fetched_epoch != self._history.last_epoch(self._leo)
+        ):
+            return  # a duplicate or an answer to a request of an older log state
+        self._fetch_sent_ms = None
+        self._reset_election_timer(now_ms)
+        if isinstance(result, Diverging):
+            self._truncate_diverging(result)
+        else:
+            self._append_records(result)
+        self._send_fetch(now_ms)
+
+    def _truncate_diverging(self, diverging: Diverging) -> None:
+        _, own_end = self._history.end_offset_for(diverging.epoch, self._leo)
+        offset = min(diverging.end_offset, own_end)
+        assert offset < self._leo, ("divergence must move back", offset, self._leo)
+        assert offset >= self._hw, f"truncation to {offset} below high watermark {self._hw}"
+        self._out.append(TruncateTo(offset))  # the log first: the history must cover it
+        self._leo = offset
+        self._flushed = min(self._flushed, offset)
+        if self._history.truncate_to(offset):
+            self._out.append(PersistEpochHistory(self._history.entries))
+
+    def _append_records(self, records: Records) -> None:
+        start, end = records.start_offset, records.end_offset
+        assert start == self._leo and start <= end, (records, self._leo)
+        if end > start:
+            changed = False
+            for boundary in records.boundaries:
+                if boundary.epoch == self._history.latest_epoch:
+                    continue
+                assert boundary.epoch > self._history.latest_epoch, (boundary, self._history)
+                assert start <= boundary.start_offset < end, (boundary, records)
+                self._history.append(boundary.epoch, boundary.start_offset)
+                changed = True
+            if changed:  # the history before the records it describes
+                self._out.append(PersistEpochHistory(self._history.entries))
+            self._out.append(AppendFrames(records))
+            self._leo = end
+        hw = max(self._hw, min(records.high_watermark, self._leo))
+        if hw != self._hw:
+            self._hw = hw
+            self._out.append(SetHighWatermark(hw))
+
+    # -- votes -----------------------------------------------------------------------------
+
+    def _on_vote_request(self, request: VoteRequest, now_ms: int) -> None:
+        me = self.replica_id
+        if request.epoch > self.epoch:
+            self._become_follower(request.epoch, None, now_ms)
+        granted = False
+        if request.epoch == self.epoch and self._role is Role.FOLLOWER:
+            mine = (self._history.last_epoch(self._leo), self._leo)
+            theirs = (request.last_epoch, request.log_end_offset)
+            if (
+                self.leader_id is None
+                and self._state.voted_for in (None, request.candidate_id)
+                and theirs >= mine
+            ):
+                granted = True
+                self._set_state(QuorumState(self.epoch, request.candidate_id, None))
+                self._reset_election_timer(now_ms)
+        # PersistQuorumState (if any) is already in the outputs, before this answer
+        self._out.append(Send(request.candidate_id, VoteResponse(self.epoch, me, granted)))
+
+    def _on_vote_response(self, response: VoteResponse, now_ms: int) -> None:
+        if response.epoch > self.epoch:
+            self._become_follower(response.epoch, None, now_ms)
+            return
+        if self._role is not Role.CANDIDATE or response.epoch != self.epoch:
+            return
+        if response.granted:
+            self._votes.add(response.voter_id)
+            if len(self._votes) >= self.config.majority:
+                self._become_leader(now_ms)
+
+    def _on_begin_epoch(self, message: BeginEpoch, now_ms: int) -> None:
+        if message.epoch > self.epoch:
+            self._become_follower(message.epoch, message.leader_id, now_ms)
+        elif message.epoch == self.epoch:
+            if self.leader_id is None and self._role is not Role.LEADER:
+                self._become_follower(message.epoch, message.leader_id, now_ms)
+            else:
+                assert self.leader_id == message.leader_id, ("two leaders in one epoch", message)

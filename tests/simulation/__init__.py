@@ -1,0 +1,1 @@
+"""Deterministic simulation of the replication core (see sim.py)."""

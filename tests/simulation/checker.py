@@ -1,0 +1,125 @@
+"""Invariants of the replicated log, checked by the simulator as it applies every output.
+
+* election safety: at most one leader per epoch, over the whole run;
+* log matching: two replicas that ever hold the same (offset, epoch) hold identical logs up
+  to it (a hash chain over (epoch, value, control) per offset, compared across all time);
+* leader completeness: every offset that was ever below any replica's HW, and every acked
+  acks=all record, is in every later leader's log at its offset, unchanged; no replica ever
+  truncates a committed record;
+* HW: monotonic on a leader within its epoch, never above LEO anywhere;
+* offsets: dense (appends start at LEO), a client value gets one offset, never re-assigned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class InvariantViolation(AssertionError):
+    """The simulated cluster broke one of the protocol's invariants."""
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise InvariantViolation(message)
+
+
+@dataclass(slots=True)
+class SimRecord:
+    value: bytes
+    control: bool
+    epoch: int
+    chain: int  # hash of (previous chain, epoch, value, control)
+
+
+@dataclass
+class Checker:
+    leaders: dict[int, int] = field(default_factory=dict)  # epoch -> leader id
+    seen: dict[tuple[int, int], int] = field(default_factory=dict)  # (offset, epoch) -> chain
+    committed: list[SimRecord] = field(default_factory=list)  # the committed prefix
+    assigned: dict[bytes, int] = field(default_factory=dict)  # client value -> offset
+    leader_hw: dict[int, tuple[int, int]] = field(default_factory=dict)  # node -> (epoch, hw)
+    acked_all: dict[int, bytes] = field(default_factory=dict)  # offset -> value
+    acked_leader: dict[int, bytes] = field(default_factory=dict)  # offset -> value
+
+    def record(self, log: list[SimRecord], value: bytes, control: bool, epoch: int) -> SimRecord:
+        previous = log[-1].chain if log else 0
+        return SimRecord(value, control, epoch, hash((previous, epoch, value, control)))
+
+    def on_append(
+        self, node: int, log: list[SimRecord], rec: SimRecord, *, assigned_here: bool
+    ) -> None:
+        offset = len(log)
+        if rec.epoch <= 0 or (log and rec.epoch < log[-1].epoch):
+            check(False, f"node {node}: record at {offset} has epoch {rec.epoch}")
+        key = (offset, rec.epoch)
+        known = self.seen.setdefault(key, rec.chain)
+        if known != rec.chain:
+            check(False, f"log matching: node {node} differs at (offset, epoch) {key}")
+        if not rec.control:
+            if assigned_here:
+                if rec.value in self.assigned:
+                    check(False, f"value {rec.value!r} assigned twice")
+                self.assigned[rec.value] = offset
+            elif self.assigned.get(rec.value) != offset:
+                where = self.assigned.get(rec.value)
+                check(False, f"node {node}: {rec.value!r} at {offset}, assigned at {where}")
+
+    def on_truncate(self, node: int, log: list[SimRecord], offset: int, hw: int) -> None:
+        check(offset >= hw, f"node {node}: truncation to {offset} below HW {hw}")
+        check(offset <= len(log), f"node {node}: truncation past LEO")
+        if offset < len(self.committed) and offset < len(log):
+            check(
+                log[offset].chain != self.committed[offset].chain,
+                f"node {node}: truncation to {offset} removes committed records",
+            )
+
+    def on_high_watermark(self, node: int, log: list[SimRecord], hw: int) -> None:
+        check(hw <= len(log), f"node {node}: HW {hw} above LEO {len(log)}")
+        if hw == 0:
+            return
+        known = len(self.committed)
+        if hw <= known:
+            check(
+                log[hw - 1].chain == self.committed[hw - 1].chain,
+                f"node {node}: HW {hw} over records that differ from the committed ones",
+            )
+            return
+        if known:
+            check(
+                log[known - 1].chain == self.committed[known - 1].chain,
+                f"node {node}: log differs from the committed prefix below {known}",
+            )
+        self.committed.extend(log[known:hw])
+
+    def on_leader(self, node: int, epoch: int, hw: int) -> None:
+        """`node` leads `epoch` with HW `hw` (called after every event)."""
+        holder = self.leaders.setdefault(epoch, node)
+        if holder != node:
+            check(False, f"election safety: epoch {epoch} led by {holder} and {node}")
+        previous = self.leader_hw.get(node)
+        if previous is not None and previous[0] == epoch and hw < previous[1]:
+            check(False, f"leader {node} HW went back {previous[1]} -> {hw}")
+        self.leader_hw[node] = (epoch, hw)
+
+    def on_new_leader(self, node: int, epoch: int, log: list[SimRecord]) -> None:
+        known = len(self.committed)
+        check(
+            len(log) >= known and (known == 0 or log[known - 1].chain == self.committed[-1].chain),
+            f"leader completeness: leader {node} of epoch {epoch} lacks committed records",
+        )
+        for offset, value in self.acked_all.items():
+            check(log[offset].value == value, f"leader {node} lost acked record at {offset}")
+
+    def on_ack_all(self, base: int, values: tuple[bytes, ...]) -> None:
+        for i, value in enumerate(values):
+            offset = base + i
+            check(
+                offset < len(self.committed) and self.committed[offset].value == value,
+                f"acks=all completed for {value!r} at {offset} before it committed",
+            )
+            self.acked_all[offset] = value
+
+    def on_ack_leader(self, base: int, values: tuple[bytes, ...]) -> None:
+        for i, value in enumerate(values):
+            self.acked_leader[base + i] = value

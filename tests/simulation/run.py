@@ -1,0 +1,26 @@
+"""Run one simulated schedule from the command line: the reproduction of a failing seed.
+
+python -m tests.simulation.run --seed 1234 --nodes 3 [--flush never]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from tests.simulation.sim import SimConfig, run_schedule
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--flush", choices=["always", "never"], default="always")
+    args = parser.parse_args()
+    config = SimConfig.random(args.seed, args.nodes, flush_always=args.flush == "always")
+    print(config)
+    outcome = run_schedule(config)
+    print(outcome)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,587 @@
+"""A seeded, deterministic simulator of N replicas of the replication core.
+
+Everything runs on one simulated clock driven by an event heap (time, sequence number), so a
+seed fully determines a schedule. The simulated pieces:
+
+* network: each message gets a random delay (reordering), may be lost or duplicated, and is
+  dropped at delivery time if sender and receiver are in different partition groups;
+* disks: a node's log is a list of records with a flushed prefix; a flush completes a short
+  random time after appends; `quorum-state` and `epoch-history` writes are durable at once
+  (the driver's contract). A crash loses the unflushed tail (power loss) under
+  flush_always, or nothing (process crash, page cache survives) otherwise;
+* the driver: it performs each node's outputs in order against its disk and the network,
+  filling `Records.frames` with real `replog.frames` bytes, clipped to a few records;
+* clients: appends with acks=all and acks=leader to the node that currently leads (or any).
+
+Invariants (checker.py) are checked as outputs are applied and after every event.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from replog import frames
+from replog.replication import (
+    AckCompleted,
+    AckFailed,
+    Acks,
+    AppendControl,
+    AppendFrames,
+    AppendRecords,
+    EpochHistory,
+    EpochStart,
+    FetchResponse,
+    Message,
+    Output,
+    PersistEpochHistory,
+    PersistQuorumState,
+    QuorumState,
+    Records,
+    Replica,
+    ReplicaConfig,
+    Role,
+    Send,
+    SetHighWatermark,
+    TruncateTo,
+)
+from tests.simulation.checker import Checker, InvariantViolation, SimRecord, check
+
+TICK_MS = 10
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    seed: int
+    nodes: int = 3
+    flush_always: bool = True
+    chaos_ms: int = 3000  # faults happen during this phase
+    liveness_ms: int = 10000  # after healing, a leader must commit a new append by then
+    loss: float = 0.05
+    duplication: float = 0.02
+    delay_ms_max: int = 20
+    flush_delay_ms_max: int = 15
+    crash_per_s: float = 0.3
+    partition_per_s: float = 0.3
+    appends_per_s: float = 40.0
+    fetch_records_max: int = 4
+    election_timeout_ms_min: int = 150
+    election_timeout_ms_max: int = 300
+
+    def repro(self) -> str:
+        flush = "" if self.flush_always else " --flush never"
+        return f"python -m tests.simulation.run --seed {self.seed} --nodes {self.nodes}{flush}"
+
+    @staticmethod
+    def random(seed: int, nodes: int, *, flush_always: bool = True) -> SimConfig:
+        """Fault rates drawn from the seed, so that seeds cover calm and hostile networks."""
+        rng = random.Random(f"config-{seed}-{nodes}")
+        return SimConfig(
+            seed=seed,
+            nodes=nodes,
+            flush_always=flush_always,
+            loss=rng.choice([0.0, 0.02, 0.1, 0.3]),
+            duplication=rng.choice([0.0, 0.02, 0.1]),
+            delay_ms_max=rng.choice([1, 5, 20, 60]),
+            flush_delay_ms_max=rng.choice([0, 10, 50]),
+            crash_per_s=rng.choice([0.0, 1.0, 4.0]),
+            partition_per_s=rng.choice([0.0, 0.5, 2.0]),
+            appends_per_s=rng.choice([10.0, 50.0, 200.0]),
+            fetch_records_max=rng.choice([2, 10, 100]),
+        )
+
+
+@dataclass
+class Node:
+    id: int
+    replica: Replica | None = None
+    log: list[SimRecord] = field(default_factory=list)
+    flushed: int = 0
+    quorum: QuorumState = field(default_factory=QuorumState)
+    history: EpochHistory = field(default_factory=EpochHistory)
+    hw: int = 0  # the driver's PartitionLog HW (volatile)
+    hw_checkpoint: int = 0  # the `high-watermark` file, written now and then
+    incarnation: int = 0
+    flush_pending: bool = False
+    was_leader_epoch: int = 0  # the epoch in which the checker last saw it lead
+
+
+@dataclass(frozen=True, slots=True)
+class _Delivery:
+    src: int
+    dst: int
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class _Flush:
+    node: int
+    incarnation: int
+
+
+@dataclass
+class ClientRequest:
+    node: int
+    values: tuple[bytes, ...]
+    acks: Acks
+    outcome: str = "pending"  # pending | acked | failed | unknown
+
+
+class Simulation:
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.rng = random.Random(f"sim-{config.seed}-{config.nodes}")
+        self.now = 0
+        self.checker = Checker()
+        self.voters = tuple(range(1, config.nodes + 1))
+        self.nodes = {i: Node(i) for i in self.voters}
+        self.groups: dict[int, int] = dict.fromkeys(self.voters, 0)
+        self.loss = config.loss
+        self.duplication = config.duplication
+        self.fetch_records_max = config.fetch_records_max
+        self.chaos = True
+        self._events: list[tuple[int, int, str, object]] = []
+        self._seq = 0
+        self.requests: dict[int, ClientRequest] = {}
+        self.values_sent = 0
+        self.events_run = 0
+        self.last_delivered: tuple[int, int, Message] | None = None
+        for i in self.voters:
+            self._start_node(i)
+            self._schedule(self.rng.randint(0, TICK_MS), "tick", i)
+        self._schedule(0, "chaos", None)
+
+    # -- event loop ----------------------------------------------------------------------
+
+    def _schedule(self, delay_ms: int, kind: str, payload: object) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (self.now + delay_ms, self._seq, kind, payload))
+
+    def run_until(self, until_ms: int, stop: Callable[[], bool] | None = None) -> bool:
+        """Run events up to `until_ms`; True if `stop()` became true first."""
+        while self._events and self._events[0][0] <= until_ms:
+            time, _, kind, payload = heapq.heappop(self._events)
+            self.now = time
+            self._handle(kind, payload)
+            self.events_run += 1
+            self.check_step()
+            if stop is not None and stop():
+                return True
+        self.now = max(self.now, until_ms)
+        return False
+
+    def _handle(self, kind: str, payload: object) -> None:
+        if kind == "tick":
+            assert isinstance(payload, int)
+            node = self.nodes[payload]
+            if node.replica is not None:
+                self.apply(node, node.replica.tick(self.now))
+            self._schedule(TICK_MS, "tick", payload)
+        elif kind == "msg":
+            assert isinstance(payload, _Delivery)
+            src, dst = payload.src, payload.dst
+            node = self.nodes[dst]
+            if node.replica is not None and self.groups[src] == self.groups[dst]:
+                self.last_delivered = (src, dst, payload.message)
+                self.apply(node, node.replica.receive(payload.message, self.now))
+        elif kind == "flush":
+            assert isinstance(payload, _Flush)
+            node = self.nodes[payload.node]
+            if node.replica is not None and node.incarnation == payload.incarnation:
+                node.flush_pending = False
+                node.flushed = len(node.log)
+                self.apply(node, node.replica.flushed(node.flushed, self.now))
+        elif kind == "restart":
+            assert isinstance(payload, int)
+            if self.nodes[payload].replica is None:
+                self._start_node(payload)
+        elif kind == "chaos":
+            if self.chaos:
+                self._chaos_step()
+                self._schedule(TICK_MS, "chaos", None)
+        else:  # pragma: no cover
+            raise AssertionError(kind)
+
+    def _chaos_step(self) -> None:
+        cfg = self.config
+        rng = self.rng
+        per_tick = TICK_MS / 1000
+        if rng.random() < cfg.appends_per_s * per_tick:
+            self.client_append(rng.choice([Acks.ALL, Acks.ALL, Acks.LEADER]))
+        if rng.random() < cfg.crash_per_s * per_tick:
+            up = [i for i, n in self.nodes.items() if n.replica is not None]
+            leader = self.leader()
+            if up:
+                # leaders are the interesting victims: target them half of the time
+                victims = [leader.id if leader and rng.random() < 0.5 else rng.choice(up)]
+                if rng.random() < 0.25:  # a correlated failure (one rack's power)
+                    victims.append(rng.choice(up))
+                for victim in victims:
+                    self.crash(victim)
+                    self._schedule(rng.randint(20, 800), "restart", victim)
+        if rng.random() < cfg.partition_per_s * per_tick:
+            leader = self.leader()
+            if rng.random() < 0.4:
+                self.heal()
+            elif leader is not None and rng.random() < 0.3:
+                self.partition({leader.id})  # the leader alone, the rest together
+            else:
+                self.partition(*self._random_groups())
+
+    def _random_groups(self) -> list[set[int]]:
+        nodes = list(self.voters)
+        self.rng.shuffle(nodes)
+        cut = self.rng.randint(1, len(nodes) - 1)
+        return [set(nodes[:cut]), set(nodes[cut:])]
+
+    # -- faults --------------------------------------------------------------------------
+
+    def partition(self, *groups: set[int]) -> None:
+        """Only nodes in the same group talk (nodes in no group form one more group)."""
+        self.groups = dict.fromkeys(self.voters, len(groups))
+        for index, group in enumerate(groups):
+            for node in group:
+                self.groups[node] = index
+
+    def heal(self) -> None:
+        self.groups = dict.fromkeys(self.voters, 0)
+
+    def crash(self, node_id: int) -> None:
+        node = self.nodes[node_id]
+        if node.replica is None:
+            return
+        node.replica = None
+        node.incarnation += 1
+        node.flush_pending = False
+        node.hw = 0
+        if self.config.flush_always:
+            del node.log[node.flushed :]  # power loss: the page cache is gone
+        node.flushed = len(node.log)
+        for request in self.requests.values():
+            if request.node == node_id and request.outcome == "pending":
+                request.outcome = "unknown"
+
+    def campaign(self, node_id: int) -> None:
+        replica = self.nodes[node_id].replica
+        assert replica is not None
+        self.apply(self.nodes[node_id], replica.campaign(self.now))
+
+    def run_for(self, duration_ms: int, stop: Callable[[], bool] | None = None) -> bool:
+        return self.run_until(self.now + duration_ms, stop)
+
+    def replica(self, node_id: int) -> Replica:
+        replica = self.nodes[node_id].replica
+        assert replica is not None, f"node {node_id} is down"
+        return replica
+
+    def restart(self, node_id: int) -> None:
+        self._start_node(node_id)
+
+    def _start_node(self, node_id: int) -> None:
+        cfg = self.config
+        node = self.nodes[node_id]
+        assert node.replica is None
+        config = ReplicaConfig(
+            replica_id=node_id,
+            voters=self.voters,
+            election_timeout_ms_min=cfg.election_timeout_ms_min,
+            election_timeout_ms_max=cfg.election_timeout_ms_max,
+            fetch_wait_ms_max=50,
+            fetch_retry_ms=100,
+            begin_epoch_retry_ms=50,
+            flush_always=cfg.flush_always,
+        )
+        rng = random.Random(f"replica-{cfg.seed}-{node_id}-{node.incarnation}")
+        replica = Replica(
+            config,
+            rng,
+            self.now,
+            state=node.quorum,
+            history=node.history.entries,
+            log_end_offset=len(node.log),
+            high_watermark=min(node.hw_checkpoint, len(node.log)),
+        )
+        node.replica = replica
+        node.flushed = len(node.log)
+        node.hw = replica.high_watermark
+        self.checker.on_high_watermark(node.id, node.log, node.hw)
+        self.apply(node, replica.start())
+        self._check_epochs(node)
+
+    def settle(self) -> None:
+        """End the chaos: heal the network, stop faults, restart every node."""
+        self.chaos = False
+        self.heal()
+        self.loss = 0.0
+        self.duplication = 0.0
+        self.fetch_records_max = 100  # a healthy network: normal max_bytes
+        for node_id, node in self.nodes.items():
+            if node.replica is None:
+                self.restart(node_id)
+
+    # -- clients -------------------------------------------------------------------------
+
+    def leader(self) -> Node | None:
+        leaders = [
+            n
+            for n in self.nodes.values()
+            if n.replica is not None and n.replica.role is Role.LEADER
+        ]
+        if not leaders:
+            return None
+        return max(leaders, key=lambda n: n.replica.epoch if n.replica else 0)
+
+    def client_append(self, acks: Acks, node_id: int | None = None, count: int = 0) -> int:
+        """Append `count` (1-3 if 0) fresh values; returns the request id (0: no node up)."""
+        if node_id is None:
+            leader = self.leader()
+            up = [n for n in self.nodes.values() if n.replica is not None]
+            if leader is not None and self.rng.random() < 0.9:
+                node_id = leader.id
+            elif up:
+                node_id = self.rng.choice(up).id
+            else:
+                return 0
+        node = self.nodes[node_id]
+        assert node.replica is not None
+        count = count or self.rng.randint(1, 3)
+        values = []
+        for _ in range(count):
+            self.values_sent += 1
+            values.append(f"s{self.config.seed}-v{self.values_sent}".encode())
+        request_id = self.values_sent
+        self.requests[request_id] = ClientRequest(node_id, tuple(values), acks)
+        self.apply(node, node.replica.append(request_id, values, acks, self.now))
+        return request_id
+
+    # -- the driver ----------------------------------------------------------------------
+
+    def apply(self, node: Node, outputs: list[Output]) -> None:
+        checker = self.checker
+        for out in outputs:
+            if isinstance(out, Send):
+                self._send(node, out.to, out.message)
+            elif isinstance(out, PersistQuorumState):
+                node.quorum = out.state
+            elif isinstance(out, PersistEpochHistory):
+                node.history = EpochHistory(out.entries)
+            elif isinstance(out, AppendRecords):
+                check(out.base_offset == len(node.log), f"node {node.id}: append not at LEO")
+                for value in out.values:
+                    self._append(node, value, control=False, assigned_here=True)
+            elif isinstance(out, AppendControl):
+                check(out.offset == len(node.log), f"node {node.id}: control not at LEO")
+                marker = out.marker
+                value = f"epoch={marker.epoch} leader={marker.leader_id}".encode()
+                self._append(node, value, control=True, assigned_here=False)
+            elif isinstance(out, AppendFrames):
+                self._append_frames(node, out.records)
+            elif isinstance(out, TruncateTo):
+                checker.on_truncate(node.id, node.log, out.offset, node.hw)
+                del node.log[out.offset :]
+                node.flushed = min(node.flushed, out.offset)
+            elif isinstance(out, SetHighWatermark):
+                checker.on_high_watermark(node.id, node.log, out.offset)
+                node.hw = out.offset
+                if self.rng.random() < 0.2:  # the driver checkpoints HW periodically
+                    node.hw_checkpoint = out.offset
+            elif isinstance(out, AckCompleted):
+                request = self.requests[out.request_id]
+                request.outcome = "acked"
+                check(
+                    out.last_offset - out.base_offset + 1 == len(request.values),
+                    "ack covers another number of records",
+                )
+                if request.acks is Acks.ALL:
+                    checker.on_ack_all(out.base_offset, request.values)
+                elif request.acks is Acks.LEADER:
+                    checker.on_ack_leader(out.base_offset, request.values)
+            elif isinstance(out, AckFailed):
+                self.requests[out.request_id].outcome = "failed"
+            else:  # pragma: no cover
+                raise AssertionError(out)
+
+    def _append(self, node: Node, value: bytes, *, control: bool, assigned_here: bool) -> None:
+        epoch = node.history.epoch_of(len(node.log))
+        rec = self.checker.record(node.log, value, control, epoch)
+        self.checker.on_append(node.id, node.log, rec, assigned_here=assigned_here)
+        node.log.append(rec)
+        if not node.flush_pending:
+            node.flush_pending = True
+            delay = self.rng.randint(0, self.config.flush_delay_ms_max)
+            self._schedule(delay, "flush", _Flush(node.id, node.incarnation))
+
+    def _append_frames(self, node: Node, records: Records) -> None:
+        decoded = frames.decode(records.frames)
+        check(
+            decoded.offsets == list(range(records.start_offset, records.end_offset)),
+            f"node {node.id}: frames do not match their range",
+        )
+        check(records.start_offset == len(node.log), f"node {node.id}: frames not at LEO")
+        controls = decoded.control or [False] * len(decoded)
+        for value, control in zip(decoded.values, controls, strict=True):
+            self._append(node, value, control=control, assigned_here=False)
+
+    def _read_frames(self, node: Node, start: int, end: int) -> bytes:
+        chunks = [
+            frames.encode(offset, [rec.value], control=rec.control)
+            for offset, rec in enumerate(node.log[start:end], start)
+        ]
+        return b"".join(chunks)
+
+    def _send(self, node: Node, to: int, message: Message) -> None:
+        if isinstance(message, FetchResponse) and isinstance(message.result, Records):
+            records = message.result
+            end = min(records.end_offset, records.start_offset + self.fetch_records_max)
+            data = self._read_frames(node, records.start_offset, end)
+            message = FetchResponse(
+                message.epoch,
+                message.leader_id,
+                message.fetch_offset,
+                message.last_fetched_epoch,
+                records.clipped(end, data),
+            )
+        if self.rng.random() < self.loss:
+            return
+        copies = 2 if self.rng.random() < self.duplication else 1
+        for _ in range(copies):
+            delay = self.rng.randint(1, self.config.delay_ms_max)
+            self._schedule(delay, "msg", _Delivery(node.id, to, message))
+
+    # -- invariants ----------------------------------------------------------------------
+
+    def check_step(self) -> None:
+        """Per-event checks (plain ifs: this runs after every event)."""
+        checker = self.checker
+        for node in self.nodes.values():
+            replica = node.replica
+            if replica is None:
+                continue
+            leo = replica.log_end_offset
+            hw = replica.high_watermark
+            if leo != len(node.log) or hw > leo or hw != node.hw:
+                check(
+                    False,
+                    f"node {node.id}: core LEO {leo} HW {hw}, log {len(node.log)} HW {node.hw}",
+                )
+            if replica.role is Role.LEADER:
+                epoch = replica.epoch
+                checker.on_leader(node.id, epoch, hw)
+                if node.was_leader_epoch != epoch:
+                    node.was_leader_epoch = epoch
+                    checker.on_new_leader(node.id, epoch, node.log)
+
+    def _check_epochs(self, node: Node) -> None:
+        """The core's epoch history describes the records the node really holds."""
+        replica = node.replica
+        assert replica is not None
+        for offset, rec in enumerate(node.log):
+            check(
+                replica.epoch_of(offset) == rec.epoch,
+                f"node {node.id}: core says epoch {replica.epoch_of(offset)} at {offset}, "
+                f"the record has {rec.epoch}",
+            )
+
+    def check_all_epochs(self) -> None:
+        for node in self.nodes.values():
+            if node.replica is not None:
+                self._check_epochs(node)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    config: SimConfig
+    events: int
+    leaders_elected: int
+    committed: int
+    acked_all: int
+    acked_leader_lost: int
+    liveness_ms: int
+
+
+class SimulationFailure(AssertionError):
+    pass
+
+
+def run_schedule(config: SimConfig) -> Outcome:
+    """One seeded schedule: chaos, then heal; check liveness. Raises with a repro line."""
+    sim = Simulation(config)
+    try:
+        sim.run_until(config.chaos_ms)
+        sim.check_all_epochs()
+        sim.settle()
+        healed_at = sim.now
+        deadline = healed_at + config.liveness_ms
+        committed_at = _wait_commit(sim, deadline)
+        check(
+            committed_at is not None,
+            f"liveness: no acks=all append committed within {config.liveness_ms} ms of healing",
+        )
+        _check_converged(sim, deadline)
+        sim.check_all_epochs()
+    except (InvariantViolation, AssertionError) as exc:
+        raise SimulationFailure(
+            f"{type(exc).__name__}: {exc} at t={sim.now} ms; reproduce: {config.repro()}"
+        ) from exc
+    assert committed_at is not None
+    lost = sum(
+        1
+        for offset, value in sim.checker.acked_leader.items()
+        if offset >= len(sim.checker.committed) or sim.checker.committed[offset].value != value
+    )
+    return Outcome(
+        config,
+        sim.events_run,
+        len(sim.checker.leaders),
+        len(sim.checker.committed),
+        len(sim.checker.acked_all),
+        lost,
+        committed_at - healed_at,
+    )
+
+
+def _check_converged(sim: Simulation, deadline: int) -> None:
+    """Healed and quiet, every follower ends with an exact copy of the leader's log."""
+
+    def converged() -> bool:
+        leader = sim.leader()
+        if leader is None or leader.replica is None:
+            return False
+        hw = leader.replica.high_watermark
+        return hw == len(leader.log) and all(
+            n.replica is not None and n.replica.high_watermark == hw for n in sim.nodes.values()
+        )
+
+    check(sim.run_until(deadline, converged), "followers did not converge after healing")
+    leader = sim.leader()
+    assert leader is not None
+    for node in sim.nodes.values():
+        check(
+            [(r.value, r.control) for r in node.log] == [(r.value, r.control) for r in leader.log],
+            f"node {node.id}'s log differs from leader {leader.id}'s after convergence",
+        )
+
+
+def _wait_commit(sim: Simulation, deadline: int) -> int | None:
+    """Append with acks=all to the leader until one append completes; when, or None."""
+    while sim.now < deadline:
+        if not sim.run_until(deadline, lambda: sim.leader() is not None):
+            return None
+        leader = sim.leader()
+        assert leader is not None
+        request_id = sim.client_append(Acks.ALL, leader.id, 1)
+        request = sim.requests[request_id]
+
+        def answered(request: ClientRequest = request) -> bool:
+            return request.outcome != "pending"
+
+        sim.run_until(deadline, answered)
+        if request.outcome == "acked":
+            return sim.now
+    return None
+
+
+def starting_history(entries: list[tuple[int, int]]) -> tuple[EpochStart, ...]:
+    return tuple(EpochStart(e, s) for e, s in entries)

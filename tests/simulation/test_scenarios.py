@@ -1,0 +1,187 @@
+"""Classic replication scenarios, scripted on the simulator (invariants checked throughout)."""
+
+from __future__ import annotations
+
+from replog.replication import Acks, FetchRequest, Role
+from tests.simulation.sim import ClientRequest, SimConfig, Simulation
+
+CALM = {
+    "loss": 0.0,
+    "duplication": 0.0,
+    "delay_ms_max": 1,
+    "flush_delay_ms_max": 0,
+    "crash_per_s": 0.0,
+    "partition_per_s": 0.0,
+    "appends_per_s": 0.0,
+}
+NO_TIMEOUTS = {"election_timeout_ms_min": 1_000_000, "election_timeout_ms_max": 2_000_000}
+
+
+def calm(nodes: int, **overrides: object) -> Simulation:
+    settings: dict[str, object] = {**CALM, **NO_TIMEOUTS, **overrides}
+    return Simulation(SimConfig(seed=0, nodes=nodes, **settings))  # type: ignore[arg-type]
+
+
+def elect(sim: Simulation, node: int, ms: int = 1000) -> None:
+    """Campaign until `node` leads (a rejected campaign still raises its epoch)."""
+    for _ in range(5):
+        sim.campaign(node)
+        if sim.run_for(ms, lambda: sim.replica(node).role is Role.LEADER):
+            return
+    raise AssertionError(f"node {node} did not win an election")
+
+
+def wait_replicated(sim: Simulation, leader: int, followers: list[int], ms: int = 2000) -> None:
+    def done() -> bool:
+        target = sim.replica(leader).log_end_offset
+        return all(sim.replica(f).log_end_offset == target for f in followers)
+
+    assert sim.run_for(ms, done), "followers did not catch up"
+
+
+def values_at(sim: Simulation, node: int) -> list[bytes]:
+    return [rec.value for rec in sim.nodes[node].log]
+
+
+def test_raft_figure_8_an_old_epoch_record_on_a_majority_is_not_committed_and_may_be_replaced() -> (
+    None
+):
+    sim = calm(5)
+    elect(sim, 1)
+    wait_replicated(sim, 1, [2, 3, 4, 5])
+    # (a) S1 leads epoch 1 and replicates x to S2 only
+    sim.partition({1, 2}, {3, 4, 5})
+    sim.client_append(Acks.LEADER, 1, 1)
+    x = values_at(sim, 1)[-1]
+    x_offset = len(values_at(sim, 1)) - 1
+    wait_replicated(sim, 1, [2])
+    # (b) S1 crashes; S5 wins epoch 2 with S3, S4 and writes at x's offset, only locally
+    sim.crash(1)
+    sim.partition({3, 4, 5}, {2})
+    elect(sim, 5)
+    sim.partition({5}, {2}, {3, 4})
+    sim.client_append(Acks.LEADER, 5, 1)
+    sim.run_for(5)  # S5 flushes its epoch-2 records
+    assert sim.checker.seen.get((x_offset, 2)) is not None
+    # (c) S5 crashes; S1 restarts, wins epoch 3 and copies x to S3: x is on a majority
+    sim.crash(5)
+    sim.restart(1)
+    sim.partition({1, 2, 3, 4}, {5})
+    sim.fetch_records_max = 1
+    elect(sim, 1)
+
+    def s3_fetched_past_x() -> bool:
+        last = sim.last_delivered
+        return (
+            last is not None
+            and last[:2] == (3, 1)
+            and isinstance(last[2], FetchRequest)
+            and last[2].fetch_offset > x_offset
+        )
+
+    assert sim.run_for(1000, s3_fetched_past_x)
+    assert [values_at(sim, n)[x_offset] for n in (1, 2, 3)] == [x, x, x]
+    # ... but x is of an older epoch: HW waits for epoch 3's control record, so x is not
+    # committed when S1 crashes
+    assert sim.replica(1).high_watermark <= x_offset
+    sim.partition({1}, {2, 3, 4}, {5})
+    sim.crash(1)
+    # (d) S5 returns and wins epoch 4 with S2, S3, S4 (its last epoch, 2, is newer than x's)
+    sim.restart(5)
+    sim.partition({2, 3, 4, 5}, {1})
+    sim.fetch_records_max = 100
+    elect(sim, 5)
+    wait_replicated(sim, 5, [2, 3, 4])
+    # x was overwritten everywhere it was: legal, because it was never committed
+    assert all(values_at(sim, n)[x_offset] != x for n in (2, 3, 4, 5))
+    assert len(sim.checker.committed) > x_offset
+
+
+def test_a_follower_with_a_longer_divergent_tail_truncates_it_and_copies_the_leader() -> None:
+    sim = calm(5)
+    elect(sim, 1)
+    committed = sim.client_append(Acks.ALL, 1, 2)
+    assert sim.run_for(1000, lambda: sim.requests[committed].outcome == "acked")
+    # S1 and S2 build a long tail in epoch 1 that a majority never sees
+    sim.partition({1, 2}, {3, 4, 5})
+    for _ in range(10):
+        sim.client_append(Acks.LEADER, 1, 2)
+    wait_replicated(sim, 1, [2])
+    tail = values_at(sim, 2)[-20:]
+    elect(sim, 3)
+    acked = [sim.client_append(Acks.ALL, 3, 1) for _ in range(3)]
+    assert sim.run_for(1000, lambda: all(sim.requests[r].outcome == "acked" for r in acked))
+    assert len(values_at(sim, 2)) > len(values_at(sim, 3))
+    sim.heal()
+    wait_replicated(sim, 3, [1, 2, 4, 5])
+    logs = {n: values_at(sim, n) for n in range(1, 6)}
+    assert all(log == logs[3] for log in logs.values())
+    assert not set(tail) & set(logs[3])
+    assert sim.replica(1).role is Role.FOLLOWER
+
+
+def test_back_to_back_failovers_lose_no_acks_all_record() -> None:
+    sim = calm(5, election_timeout_ms_min=150, election_timeout_ms_max=300)
+    acked: list[ClientRequest] = []
+    crashed: list[int] = []
+    for _ in range(6):
+        assert sim.run_for(3000, lambda: sim.leader() is not None)
+        leader = sim.leader()
+        assert leader is not None
+        request = sim.requests[sim.client_append(Acks.ALL, leader.id, 2)]
+
+        def answered(request: ClientRequest = request) -> bool:
+            return request.outcome != "pending"
+
+        if sim.run_for(1000, answered) and request.outcome == "acked":
+            acked.append(request)
+        # the leader dies; the one before it comes back (two down at most)
+        sim.crash(leader.id)
+        crashed.append(leader.id)
+        if len(crashed) > 1:
+            sim.restart(crashed.pop(0))
+        # and the next leader dies right after its election, before it commits anything
+        if sim.run_for(3000, lambda: sim.leader() is not None):
+            quick = sim.leader()
+            assert quick is not None
+            sim.crash(quick.id)
+            sim.restart(quick.id)
+    for node in crashed:
+        sim.restart(node)
+    assert sim.run_for(5000, lambda: sim.leader() is not None)
+    leader = sim.leader()
+    assert leader is not None
+    final = sim.client_append(Acks.ALL, leader.id, 1)
+    assert sim.run_for(5000, lambda: sim.requests[final].outcome == "acked")
+    log = values_at(sim, leader.id)
+    assert acked, "some appends were acknowledged"
+    for request in [*acked, sim.requests[final]]:
+        for value in request.values:
+            assert value in log
+
+
+def test_a_partitioned_leader_keeps_acking_acks_leader_writes_which_are_truncated_later() -> None:
+    sim = calm(3, election_timeout_ms_min=1000, election_timeout_ms_max=2000)
+    elect(sim, 1)
+    before = sim.client_append(Acks.ALL, 1, 2)
+    assert sim.run_for(1000, lambda: sim.requests[before].outcome == "acked")
+    sim.partition({1}, {2, 3})
+    doomed_leader = [sim.client_append(Acks.LEADER, 1, 1) for _ in range(5)]
+    doomed_all = [sim.client_append(Acks.ALL, 1, 1) for _ in range(2)]
+    sim.run_for(50)
+    assert all(sim.requests[r].outcome == "acked" for r in doomed_leader)
+    assert all(sim.requests[r].outcome == "pending" for r in doomed_all)
+    elect(sim, 2)
+    kept = [sim.client_append(Acks.ALL, 2, 1) for _ in range(3)]
+    assert sim.run_for(1000, lambda: all(sim.requests[r].outcome == "acked" for r in kept))
+    # check quorum: the old leader gives up, and says the pending acks=all are unknown
+    assert sim.run_for(3000, lambda: sim.replica(1).role is not Role.LEADER)
+    assert all(sim.requests[r].outcome == "failed" for r in doomed_all)
+    sim.heal()
+    wait_replicated(sim, 2, [1, 3])
+    for node in (1, 2, 3):
+        log = values_at(sim, node)
+        for request in doomed_leader + doomed_all:
+            assert sim.requests[request].values[0] not in log
+        for request in [before, *kept]:
+            assert all(value in log for value in sim.requests[request].values)

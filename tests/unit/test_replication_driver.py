@@ -1,0 +1,195 @@
+"""The replication driver runs the core against real segment logs (in-process network)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from replog import frames
+from replog.errors import NotLeaderError
+from replog.replication import Acks, Message, ReplicaConfig, Role
+from replog.replication.driver import ReplicaDriver
+from replog.storage import FlushPolicy, PartitionLog, StorageConfig
+
+VOTERS = (1, 2, 3)
+STORAGE = StorageConfig(segment_bytes_max=4096, index_interval_bytes=256, flush=FlushPolicy.ALWAYS)
+DEADLINE_S = 30.0
+
+
+class LocalNetwork:
+    """Delivers messages between drivers of one event loop, in order per destination;
+    `cut` nodes neither send nor receive."""
+
+    def __init__(self) -> None:
+        self.drivers: dict[int, ReplicaDriver] = {}
+        self.cut: set[int] = set()
+        self._queues: dict[int, asyncio.Queue[Message]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def transport(self, me: int) -> Transport:
+        return Transport(self, me)
+
+    def attach(self, node: int, driver: ReplicaDriver) -> None:
+        self.drivers[node] = driver
+        if node not in self._queues:
+            self._queues[node] = asyncio.Queue()
+            self._tasks.append(asyncio.create_task(self._pump(node)))
+
+    async def _pump(self, node: int) -> None:
+        while True:
+            message = await self._queues[node].get()
+            driver = self.drivers.get(node)
+            if driver is not None and node not in self.cut:
+                await driver.deliver(message)
+
+    def send(self, sender: int, to: int, message: Message) -> None:
+        if sender in self.cut or to in self.cut or to not in self._queues:
+            return
+        self._queues[to].put_nowait(message)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class Transport:
+    def __init__(self, network: LocalNetwork, me: int) -> None:
+        self.network, self.me = network, me
+
+    def send(self, to: int, message: Message) -> None:
+        self.network.send(self.me, to, message)
+
+
+class Cluster:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.network = LocalNetwork()
+        self.logs: dict[int, PartitionLog] = {}
+        self.drivers: dict[int, ReplicaDriver] = {}
+
+    async def start(self, node: int) -> None:
+        log = PartitionLog(self.root / f"node{node}", "t", 0, STORAGE)
+        config = ReplicaConfig(
+            node, VOTERS, election_timeout_ms_min=300, election_timeout_ms_max=600,
+            fetch_wait_ms_max=100, fetch_retry_ms=200, begin_epoch_retry_ms=100,
+        )  # fmt: skip
+        driver = ReplicaDriver(
+            log, config, self.network.transport(node), rng=random.Random(node), tick_ms=20
+        )
+        self.logs[node], self.drivers[node] = log, driver
+        self.network.attach(node, driver)
+        await driver.start()
+
+    async def crash(self, node: int) -> None:
+        driver = self.drivers.pop(node)
+        self.network.drivers.pop(node, None)
+        await driver.close()
+        self.logs.pop(node).crash()
+
+    async def leader(self) -> int:
+        return await wait_for(lambda: self._leader())
+
+    def _leader(self) -> int | None:
+        leaders = [n for n, d in self.drivers.items() if d.role is Role.LEADER]
+        return leaders[0] if len(leaders) == 1 and leaders[0] not in self.network.cut else None
+
+    async def close(self) -> None:
+        for node in list(self.drivers):
+            await self.crash(node)
+        await self.network.close()
+
+
+async def wait_for(condition: Callable[[], object]) -> object:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE_S
+    while not (value := condition()):
+        assert loop.time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+    return value
+
+
+def run(test: Callable[[Cluster], Awaitable[None]], root: Path) -> None:
+    async def main() -> None:
+        cluster = Cluster(root)
+        try:
+            for node in VOTERS:
+                await cluster.start(node)
+            await test(cluster)
+        finally:
+            await cluster.close()
+
+    asyncio.run(main())
+
+
+def data_values(log: PartitionLog, upto: int) -> list[bytes]:
+    values: list[bytes] = []
+    offset = log.log_start_offset
+    while offset < upto:
+        decoded = frames.decode(log.read_uncommitted(offset, 1 << 20, end_offset=upto))
+        values += decoded.data_records().values
+        offset = decoded.offsets[-1] + 1
+    return values
+
+
+def test_three_replicas_elect_a_leader_and_commit_on_a_majority(tmp_path: Path) -> None:
+    async def scenario(cluster: Cluster) -> None:
+        leader = await cluster.leader()
+        driver = cluster.drivers[leader]
+        base, last = await driver.append([b"a", b"b", b"c"], Acks.ALL, DEADLINE_S)
+        assert last - base == 2
+        assert cluster.logs[leader].high_watermark > last
+        await wait_for(lambda: all(log.log_end_offset > last for log in cluster.logs.values()))
+        for node, log in cluster.logs.items():
+            assert data_values(log, last + 1) == [b"a", b"b", b"c"], node
+        follower = next(n for n in VOTERS if n != leader)
+        with pytest.raises(NotLeaderError) as err:
+            await cluster.drivers[follower].append([b"x"], Acks.ALL, DEADLINE_S)
+        assert err.value.leader_id == leader
+
+    run(scenario, tmp_path)
+
+
+def test_a_new_leader_keeps_every_acknowledged_record_after_the_leader_crashes(
+    tmp_path: Path,
+) -> None:
+    async def scenario(cluster: Cluster) -> None:
+        first = await cluster.leader()
+        acked: list[bytes] = []
+        for i in range(20):
+            batch = [b"%d-%d" % (i, j) for j in range(50)]
+            await cluster.drivers[first].append(batch, Acks.ALL, DEADLINE_S)
+            acked += batch
+        await cluster.crash(first)
+        second = await cluster.leader()
+        assert second != first
+        assert cluster.drivers[second].epoch > 0
+        await cluster.drivers[second].append([b"after"], Acks.ALL, DEADLINE_S)
+        log = cluster.logs[second]
+        assert data_values(log, log.high_watermark) == [*acked, b"after"]
+        await cluster.start(first)  # the old leader rejoins as a follower and catches up
+        await wait_for(lambda: cluster.logs[first].log_end_offset == log.log_end_offset)
+        assert data_values(cluster.logs[first], log.log_end_offset) == [*acked, b"after"]
+
+    run(scenario, tmp_path)
+
+
+def test_a_cut_off_leader_steps_down_and_the_majority_moves_on(tmp_path: Path) -> None:
+    async def scenario(cluster: Cluster) -> None:
+        first = await cluster.leader()
+        await cluster.drivers[first].append([b"before"], Acks.ALL, DEADLINE_S)
+        cluster.network.cut.add(first)
+        await wait_for(lambda: cluster.drivers[first].role is not Role.LEADER)
+        second = await cluster.leader()
+        assert second != first
+        await cluster.drivers[second].append([b"during"], Acks.ALL, DEADLINE_S)
+        cluster.network.cut.clear()
+        leo = cluster.logs[second].log_end_offset
+        await wait_for(lambda: cluster.logs[first].log_end_offset >= leo)
+        assert data_values(cluster.logs[first], leo) == [b"before", b"during"]
+
+    run(scenario, tmp_path)

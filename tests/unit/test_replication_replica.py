@@ -1,0 +1,372 @@
+"""The replica state machine, input by input (no driver, no network)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import TypeVar
+
+import pytest
+
+from replog.replication import (
+    AckCompleted,
+    AckFailed,
+    AckFailure,
+    Acks,
+    AppendControl,
+    AppendFrames,
+    AppendRecords,
+    BeginEpoch,
+    Diverging,
+    EpochStart,
+    Fenced,
+    FetchRequest,
+    FetchResponse,
+    Output,
+    PersistEpochHistory,
+    PersistQuorumState,
+    QuorumState,
+    Records,
+    Replica,
+    ReplicaConfig,
+    Role,
+    Send,
+    SetHighWatermark,
+    TruncateTo,
+    VoteRequest,
+    VoteResponse,
+)
+
+T = TypeVar("T")
+VOTERS = (1, 2, 3)
+
+
+def config(replica_id: int = 1, voters: tuple[int, ...] = VOTERS) -> ReplicaConfig:
+    return ReplicaConfig(
+        replica_id=replica_id,
+        voters=voters,
+        election_timeout_ms_min=1000,
+        election_timeout_ms_max=2000,
+        fetch_wait_ms_max=100,
+        fetch_retry_ms=200,
+        begin_epoch_retry_ms=100,
+    )
+
+
+def replica(
+    replica_id: int = 1,
+    seed: int = 0,
+    *,
+    state: QuorumState | None = None,
+    history: Sequence[EpochStart] = (),
+    log_end_offset: int = 0,
+) -> Replica:
+    r = Replica(
+        config(replica_id),
+        random.Random(seed),
+        0,
+        state=state,
+        history=history,
+        log_end_offset=log_end_offset,
+    )
+    r.start()
+    return r
+
+
+def role(r: Replica) -> Role:
+    """The role now (a call, so that type checkers do not narrow it across inputs)."""
+    return r.role
+
+
+def of_type(outputs: list[Output], kind: type[T]) -> list[T]:
+    return [o for o in outputs if isinstance(o, kind)]
+
+
+def sent(outputs: list[Output], kind: type[T]) -> list[T]:
+    return [o.message for o in of_type(outputs, Send) if isinstance(o.message, kind)]
+
+
+def leader(
+    log_end_offset: int = 0,
+    *,
+    state: QuorumState | None = None,
+    history: Sequence[EpochStart] = (),
+) -> Replica:
+    """Replica 1, leader of epoch 1 (or of the epoch after `state`), control record flushed."""
+    r = replica(1, state=state, history=history, log_end_offset=log_end_offset)
+    r.campaign(0)
+    r.receive(VoteResponse(r.epoch, 2, True), 0)
+    assert role(r) is Role.LEADER
+    r.flushed(r.log_end_offset, 0)
+    return r
+
+
+def fetch(r: Replica, sender: int, offset: int, last_epoch: int, now: int = 0) -> list[Output]:
+    return r.receive(FetchRequest(r.epoch, sender, offset, last_epoch), now)
+
+
+# -- elections ------------------------------------------------------------------------------
+
+
+def test_a_follower_without_a_leader_becomes_candidate_after_its_election_timeout() -> None:
+    r = replica()
+    assert r.tick(999) == []
+    out = r.tick(2000)
+    assert role(r) is Role.CANDIDATE and r.epoch == 1
+    assert of_type(out, PersistQuorumState) == [PersistQuorumState(QuorumState(1, 1, None))]
+    assert sorted(s.to for s in of_type(out, Send)) == [2, 3]
+    assert sent(out, VoteRequest)[0] == VoteRequest(1, 1, 0, 0)
+
+
+def test_election_timeouts_come_from_the_injected_rng() -> None:
+    def timeout(seed: int) -> int:
+        r = replica(seed=seed)
+        return next(t for t in range(1000, 2001) if r.tick(t))
+
+    assert timeout(1) == timeout(1)
+    assert len({timeout(seed) for seed in range(10)}) > 1
+
+
+def test_a_voter_persists_its_vote_before_it_answers() -> None:
+    r = replica(2)
+    out = r.receive(VoteRequest(1, 1, 0, 0), 0)
+    assert out == [
+        PersistQuorumState(QuorumState(1, None, None)),
+        PersistQuorumState(QuorumState(1, 1, None)),
+        Send(1, VoteResponse(1, 2, True)),
+    ]
+
+
+def test_a_voter_grants_one_vote_per_epoch() -> None:
+    r = replica(2)
+    r.receive(VoteRequest(1, 1, 0, 0), 0)
+    out = r.receive(VoteRequest(1, 3, 0, 0), 0)
+    assert sent(out, VoteResponse) == [VoteResponse(1, 2, False)]
+    assert sent(r.receive(VoteRequest(1, 1, 0, 0), 0), VoteResponse)[0].granted
+
+
+def test_a_voter_compares_last_epoch_before_log_end_offset() -> None:
+    history = [EpochStart(1, 0), EpochStart(2, 4)]
+    r = replica(2, state=QuorumState(2), history=history, log_end_offset=6)
+    # a longer log of an older epoch loses; a shorter one of a newer epoch wins
+    assert not sent(r.receive(VoteRequest(3, 1, 1, 50), 0), VoteResponse)[0].granted
+    assert not sent(r.receive(VoteRequest(4, 1, 2, 5), 0), VoteResponse)[0].granted
+    assert sent(r.receive(VoteRequest(5, 3, 3, 1), 0), VoteResponse)[0].granted
+
+
+def test_a_candidate_with_a_majority_leads_and_appends_its_control_record() -> None:
+    r = replica(1, history=[EpochStart(1, 0)], log_end_offset=3, state=QuorumState(1))
+    r.campaign(0)
+    out = r.receive(VoteResponse(2, 2, True), 0)
+    assert role(r) is Role.LEADER and r.leader_id == 1
+    assert PersistEpochHistory((EpochStart(1, 0), EpochStart(2, 3))) in out
+    control = of_type(out, AppendControl)[0]
+    assert control.offset == 3 and control.marker.epoch == 2 and control.marker.voters == VOTERS
+    assert sorted(m.leader_id for m in sent(out, BeginEpoch)) == [1, 1]
+    assert r.log_end_offset == 4
+
+
+def test_a_single_voter_elects_itself_and_commits_alone() -> None:
+    r = Replica(config(1, (1,)), random.Random(0), 0)
+    r.start()
+    out = r.tick(2000)
+    assert role(r) is Role.LEADER and of_type(out, AppendControl)
+    out = r.flushed(1, 2000)
+    assert of_type(out, SetHighWatermark) == [SetHighWatermark(1)]
+
+
+def test_a_higher_epoch_in_a_vote_answer_turns_a_candidate_into_a_follower() -> None:
+    r = replica()
+    r.campaign(0)
+    r.receive(VoteResponse(5, 2, False), 0)
+    assert role(r) is Role.FOLLOWER and r.epoch == 5 and r.quorum_state.voted_for is None
+
+
+def test_begin_epoch_names_the_leader_and_starts_the_fetches() -> None:
+    r = replica(2)
+    out = r.receive(BeginEpoch(3, 1), 0)
+    assert r.leader_id == 1 and r.epoch == 3
+    assert sent(out, FetchRequest) == [FetchRequest(3, 2, 0, 0)]
+
+
+# -- the leader ------------------------------------------------------------------------------
+
+
+def test_a_leader_fences_a_fetch_of_an_older_epoch() -> None:
+    r = leader(state=QuorumState(4))
+    out = r.receive(FetchRequest(3, 2, 0, 0), 0)
+    assert sent(out, FetchResponse)[0].result == Fenced(5, 1)
+
+
+def test_a_leader_steps_down_on_a_fetch_of_a_newer_epoch() -> None:
+    r = leader()
+    r.receive(FetchRequest(7, 2, 0, 0), 0)
+    assert role(r) is Role.FOLLOWER and r.epoch == 7
+
+
+def test_a_leader_answers_diverging_when_the_follower_passed_the_end_of_its_epoch() -> None:
+    # the leader's history: epoch 1 on [0, 4), epoch 3 from 4; the follower holds 6
+    # records, its last one of epoch 2, which the leader never saw
+    history = [EpochStart(1, 0), EpochStart(3, 4)]
+    r = leader(state=QuorumState(3), history=history, log_end_offset=8)
+    out = fetch(r, 2, 6, 2)
+    assert sent(out, FetchResponse)[0].result == Diverging(1, 4)
+    out = fetch(r, 2, 6, 1)
+    assert sent(out, FetchResponse)[0].result == Diverging(1, 4)
+
+
+def test_a_leader_sends_records_with_epoch_boundaries_and_its_hw() -> None:
+    r = leader(history=[EpochStart(1, 0)], log_end_offset=3, state=QuorumState(1))
+    out = fetch(r, 2, 2, 1)
+    records = sent(out, FetchResponse)[0].result
+    assert records == Records(2, 4, (EpochStart(1, 2), EpochStart(2, 3)), 0)
+
+
+def test_hw_waits_until_a_majority_holds_this_epochs_control_record() -> None:
+    r = leader(history=[EpochStart(1, 0)], log_end_offset=3, state=QuorumState(1))
+    assert r.high_watermark == 0
+    assert not of_type(fetch(r, 2, 3, 1), SetHighWatermark)  # old records only
+    out = fetch(r, 2, 4, 2)
+    assert of_type(out, SetHighWatermark) == [SetHighWatermark(4)]
+
+
+def test_acks_all_completes_when_hw_passes_the_last_offset_of_the_batch() -> None:
+    r = leader()
+    out = r.append(7, [b"a", b"b"], Acks.ALL, 0)
+    assert of_type(out, AppendRecords) == [AppendRecords(1, (b"a", b"b"))]
+    r.flushed(3, 0)
+    assert not of_type(fetch(r, 2, 2, 1), AckCompleted)
+    out = fetch(r, 2, 3, 1)
+    assert of_type(out, AckCompleted) == [AckCompleted(7, 1, 2)]
+
+
+def test_acks_leader_completes_once_the_leader_flushed_the_batch() -> None:
+    r = leader()
+    assert not of_type(r.append(7, [b"a"], Acks.LEADER, 0), AckCompleted)
+    assert of_type(r.flushed(2, 0), AckCompleted) == [AckCompleted(7, 1, 1)]
+
+
+def test_an_append_on_a_follower_fails_with_not_leader_naming_the_leader() -> None:
+    r = replica(2)
+    r.receive(BeginEpoch(1, 3), 0)
+    out = r.append(9, [b"x"], Acks.ALL, 0)
+    assert out == [AckFailed(9, AckFailure.NOT_LEADER, 3)]
+
+
+def test_pending_acks_fail_with_outcome_unknown_when_the_leader_steps_down() -> None:
+    r = leader()
+    r.append(7, [b"a"], Acks.ALL, 0)
+    out = r.receive(VoteRequest(9, 2, 5, 50), 0)
+    assert of_type(out, AckFailed) == [AckFailed(7, AckFailure.OUTCOME_UNKNOWN, None)]
+    assert role(r) is Role.FOLLOWER
+
+
+def test_a_leader_without_majority_fetches_steps_down_after_the_election_timeout() -> None:
+    r = leader()
+    fetch(r, 2, 1, 1, now=500)
+    r.tick(1999)
+    assert role(r) is Role.LEADER
+    fetch(r, 2, 1, 1, now=2400)
+    r.tick(2500)
+    assert role(r) is Role.LEADER  # replica 2 fetched within the timeout
+    r.tick(4500)
+    assert role(r) is Role.FOLLOWER and r.leader_id is None
+
+
+def test_a_fetch_with_nothing_new_is_held_until_the_long_poll_expires() -> None:
+    r = leader()
+    assert sent(fetch(r, 2, 1, 1, now=0), FetchResponse)  # first answer carries the HW
+    assert not sent(fetch(r, 2, 1, 1, now=10), FetchResponse)
+    assert sent(r.tick(110), FetchResponse)
+
+
+# -- the follower -----------------------------------------------------------------------------
+
+
+def follower(log_end_offset: int = 0, history: tuple[EpochStart, ...] = ()) -> Replica:
+    """Replica 2, following replica 1 in epoch 5, a fetch outstanding."""
+    r = replica(2, history=history, log_end_offset=log_end_offset)
+    r.receive(BeginEpoch(5, 1), 0)
+    return r
+
+
+def answer(r: Replica, result: Records | Diverging) -> list[Output]:
+    last = r.epoch_history[-1].epoch if r.log_end_offset else 0
+    return r.receive(FetchResponse(5, 1, r.log_end_offset, last, result), 0)
+
+
+def test_a_follower_appends_records_that_start_at_its_log_end_and_adopts_their_epochs() -> None:
+    r = follower()
+    out = answer(r, Records(0, 3, (EpochStart(2, 0), EpochStart(5, 2)), 1))
+    assert of_type(out, PersistEpochHistory) == [
+        PersistEpochHistory((EpochStart(2, 0), EpochStart(5, 2)))
+    ]
+    assert len(of_type(out, AppendFrames)) == 1
+    assert r.log_end_offset == 3 and r.high_watermark == 1
+    assert out.index(of_type(out, PersistEpochHistory)[0]) < out.index(
+        of_type(out, AppendFrames)[0]
+    )
+
+
+def test_a_follower_ignores_records_that_do_not_start_at_its_log_end() -> None:
+    r = follower()
+    out = r.receive(FetchResponse(5, 1, 4, 2, Records(4, 6, (EpochStart(5, 4),), 0)), 0)
+    assert out == [] and r.log_end_offset == 0
+
+
+def test_a_follower_sets_hw_to_the_smaller_of_the_leader_hw_and_its_log_end() -> None:
+    r = follower()
+    answer(r, Records(0, 2, (EpochStart(5, 0),), 9))
+    assert r.high_watermark == 2
+
+
+def test_a_follower_fetches_again_only_once_its_records_are_flushed() -> None:
+    r = follower()
+    out = answer(r, Records(0, 2, (EpochStart(5, 0),), 0))
+    assert not sent(out, FetchRequest)
+    assert sent(r.flushed(2, 0), FetchRequest) == [FetchRequest(5, 2, 2, 5)]
+
+
+def test_a_diverging_follower_truncates_to_the_smaller_end_of_that_epoch() -> None:
+    # own log: epoch 1 on [0, 3), epoch 2 on [3, 10); the leader says epoch 2 ends at 6
+    history = (EpochStart(1, 0), EpochStart(2, 3))
+    r = follower(10, history)
+    out = answer(r, Diverging(2, 6))
+    assert of_type(out, TruncateTo) == [TruncateTo(6)]
+    assert sent(out, FetchRequest) == [FetchRequest(5, 2, 6, 2)]
+    # the leader knows epoch 1 only up to 8: the follower's own epoch 1 ends at 3
+    r = follower(10, history)
+    out = answer(r, Diverging(1, 8))
+    assert of_type(out, TruncateTo) == [TruncateTo(3)]
+    assert of_type(out, PersistEpochHistory) == [PersistEpochHistory((EpochStart(1, 0),))]
+
+
+def test_a_truncation_below_the_high_watermark_fails_loudly() -> None:
+    r = follower(10, (EpochStart(1, 0),))
+    r.receive(FetchResponse(5, 1, 10, 1, Records(10, 10, (), 8)), 0)
+    assert r.high_watermark == 8
+    r.tick(300)  # fetch retry, since the empty answer's follow-up was lost
+    with pytest.raises(AssertionError, match="below high watermark"):
+        answer(r, Diverging(1, 5))
+
+
+def test_a_fenced_answer_makes_the_follower_follow_the_newer_leader() -> None:
+    r = follower()
+    r.receive(FetchResponse(8, 3, 0, 0, Fenced(8, 3)), 0)
+    assert (r.epoch, r.leader_id) == (8, 3)
+
+
+def test_a_restart_forgets_epochs_past_the_recovered_log_and_persists_that_first() -> None:
+    history = [EpochStart(1, 0), EpochStart(3, 5)]
+    r = Replica(
+        config(2),
+        random.Random(0),
+        0,
+        state=QuorumState(3, 2, 2),
+        history=history,
+        log_end_offset=4,
+    )
+    out = r.start()
+    assert out[0] == PersistEpochHistory((EpochStart(1, 0),))
+    assert PersistQuorumState(QuorumState(3, 2, None)) in out
+    assert role(r) is Role.FOLLOWER
