@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
+from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from replog.errors import InvalidConfigError, ReplogError
@@ -111,6 +112,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     offsets = client_parser("offsets", "show earliest, committed (HW) and end offsets")
     offsets.add_argument("topic")
+
+    dev = sub.add_parser(
+        "dev-cluster",
+        help="run a local cluster of nodes (separate processes on 127.0.0.1)",
+        description="Run a local cluster of replog nodes on 127.0.0.1 until interrupted.",
+    )
+    dev.add_argument("--nodes", type=int, default=3, help="how many nodes (1-5)")
+    dev.add_argument("--data-dir", default="dev-data", help="parent of each node's data dir")
+    dev.add_argument("--flush", choices=["always", "interval", "never"], default="interval")
     return parser
 
 
@@ -308,6 +318,36 @@ def cmd_offsets(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_dev_cluster(args: argparse.Namespace, out: TextIO) -> int:
+    import signal
+    import threading
+
+    from replog.devcluster import DevCluster
+
+    if not 1 <= args.nodes <= 5:
+        raise UsageError("--nodes must be in [1, 5]")
+    cluster = DevCluster(Path(args.data_dir), args.nodes, extra_args=["--flush", args.flush])
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    cluster.start()
+    try:
+        for node_id, address in cluster.addresses.items():
+            print(
+                f"node {node_id}: {address}  (log: {cluster.members[node_id].log_file})", file=out
+            )
+        print(f"bootstrap: {cluster.bootstrap}   (Ctrl-C stops the cluster)", file=out, flush=True)
+        while not stop.wait(0.5):
+            for node in cluster.members.values():
+                if not node.running:
+                    print(f"node {node.node_id} exited; see {node.log_file}", file=out, flush=True)
+                    stop.set()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cluster.stop()
+    return 0
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -323,6 +363,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             return cmd_consume(args, out)
         if args.command == "offsets":
             return cmd_offsets(args, out)
+        if args.command == "dev-cluster":
+            return cmd_dev_cluster(args, out)
         parser.error(f"unknown command {args.command}")
     except InvalidConfigError as err:
         print(f"replog: {err.message}", file=sys.stderr)

@@ -1,86 +1,99 @@
-"""`make run`: a node on a temporary data dir, driven end to end through the `replog` CLI.
+"""`make run`: a local 3-node cluster, driven through the `replog` CLI and the Python client.
 
-Starts `replog serve` (port 0, a ready-file), creates a topic, produces a few thousand
-records through `replog produce`, consumes them back with `replog consume`, prints offsets
-and throughput, then stops the node with SIGTERM and checks that it exited cleanly.
+Starts `replog dev-cluster`'s nodes (separate processes on 127.0.0.1), creates a replicated
+topic, produces records through `replog produce`, kills the leader of partition 0 with
+SIGKILL, keeps producing (the client follows the new leader), shows who leads now, then
+consumes everything back through `replog consume` and checks that every acknowledged record
+is there, in order. Stops the nodes with SIGTERM.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from replog.client import Client
+from replog.devcluster import DevCluster
+
 RECORDS = 5000
 TOPIC = "demo"
 
 
-def replog(*args: str, stdin: bytes | None = None) -> bytes:
+def replog(*args: str, stdin: bytes | None = None) -> str:
     cmd = [sys.executable, "-m", "replog", *args]
     result = subprocess.run(cmd, input=stdin, capture_output=True, timeout=120, check=False)
     if result.returncode != 0:
         sys.stderr.write(result.stderr.decode(errors="replace"))
         raise SystemExit(f"`replog {' '.join(args)}` failed with exit code {result.returncode}")
-    return result.stdout
+    return result.stdout.decode()
 
 
-def wait_ready(proc: subprocess.Popen[bytes], ready: Path) -> str:
+def leader_of(client: Client, partition: int) -> int:
     deadline = time.monotonic() + 30
-    while not ready.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit("the node did not start")
-        time.sleep(0.02)
-    return ready.read_text().splitlines()[0]
+    while time.monotonic() < deadline:
+        meta = client.refresh_metadata([TOPIC])
+        leader = meta.topics[0].partitions[partition].leader_id
+        if leader > 0:
+            return int(leader)
+        time.sleep(0.1)
+    raise SystemExit("no leader was elected")
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="replog-demo-") as tmp:
-        work = Path(tmp)
-        ready = work / "ready"
-        serve = [
-            sys.executable, "-m", "replog", "serve", "--data-dir", str(work / "data"),
-            "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-            "--ready-file", str(ready), "--flush", "always",
-        ]  # fmt: skip
-        log_file = (work / "server.log").open("wb")
-        proc = subprocess.Popen(serve, stdout=log_file, stderr=log_file)
+        cluster = DevCluster(Path(tmp), 3)
+        print("starting 3 nodes (flush=interval) ...")
+        cluster.start()
         try:
-            address = wait_ready(proc, ready)
-            metrics = ready.read_text().splitlines()[1].removeprefix("metrics=")
-            print(f"node serving on {address} (metrics http://{metrics}/metrics), flush=always")
-            a = ("--address", address)
-            print(replog("topic", "create", TOPIC, "--partitions", "2", *a).decode().strip())
-
-            lines = b"".join(b"record %06d from the demo\n" % i for i in range(RECORDS))
-            started = time.perf_counter()
-            out = replog("produce", TOPIC, *a, stdin=lines)
-            elapsed = time.perf_counter() - started
-            print(out.decode().strip())
-            print(f"  CLI round trip incl. process start: {RECORDS / elapsed:,.0f} records/s")
-
-            consumed = 0
-            started = time.perf_counter()
-            for p in (0, 1):
-                out = replog("consume", TOPIC, "--partition", str(p), *a)
-                consumed += len(out.splitlines())
-            elapsed = time.perf_counter() - started
-            print(f"consumed {consumed} records back ({consumed / elapsed:,.0f} records/s)")
-            assert consumed == RECORDS, f"expected {RECORDS} records, consumed {consumed}"
-            print(replog("offsets", TOPIC, *a).decode().rstrip())
-            print(replog("topic", "describe", TOPIC, *a).decode().rstrip())
+            run(cluster)
         finally:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGTERM)
-            code = proc.wait(60)
-            log_file.close()
-        print(f"node stopped with SIGTERM, exit code {code}")
-        if code != 0:
-            sys.stderr.write((work / "server.log").read_text())
-            raise SystemExit(1)
+            cluster.stop()
+        print("nodes stopped with SIGTERM")
+
+
+def run(cluster: DevCluster) -> None:
+    for node_id, address in cluster.addresses.items():
+        print(f"  node {node_id}: {address}")
+    a = ("--address", cluster.bootstrap)
+    print(replog("topic", "create", TOPIC, "-p", "2", "--replication-factor", "3", *a).strip())
+
+    lines = b"".join(b"record %06d\n" % i for i in range(RECORDS))
+    started = time.perf_counter()
+    print(replog("produce", TOPIC, *a, stdin=lines).strip())
+    print(f"  {RECORDS:,} records through the CLI in {time.perf_counter() - started:.2f}s")
+    print(replog("topic", "describe", TOPIC, *a).rstrip())
+
+    with Client(cluster.bootstrap) as client:
+        victim = leader_of(client, 0)
+        print(f"killing node {victim}, the leader of partition 0, with SIGKILL")
+        cluster.members[victim].kill()
+        killed_at = time.perf_counter()
+        first_ack = None
+        acked = 0
+        for i in range(0, RECORDS, 500):
+            batch = [b"after-failover %06d" % n for n in range(i, i + 500)]
+            client.append(TOPIC, 0, batch, acks="all")
+            acked += len(batch)
+            if first_ack is None:
+                first_ack = time.perf_counter() - killed_at
+        print(f"  first acks=all append after the kill: {first_ack:.2f}s; {acked:,} more acked")
+        new_leader = leader_of(client, 0)
+        print(f"  partition 0 is now led by node {new_leader}")
+    print(replog("topic", "describe", TOPIC, *a).rstrip())
+
+    out = replog("consume", TOPIC, "-p", "0", "--format", "json", *a)
+    values = [line for line in out.splitlines() if line.strip()]
+    print(f"consumed {len(values):,} records of partition 0 back through the CLI")
+    expected_tail = [b"after-failover %06d" % n for n in range(RECORDS)]
+    import json
+
+    got = [json.loads(v)["value"].encode() for v in values]
+    assert got[-RECORDS:] == expected_tail, "every acknowledged record is there, in order"
+    print("  every record acknowledged after the failover is there, in order")
+    print(replog("offsets", TOPIC, *a).rstrip())
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import grpc
 from replog import frames
 from replog.client.errors import from_rpc_error
 from replog.client.retry import RetryPolicy, call_with_retry
-from replog.errors import NotLeaderError, ReplogError
+from replog.errors import NotLeaderError, ReplogError, UnavailableError
 from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
 
 T = TypeVar("T")
@@ -96,7 +96,10 @@ class Client:
         timeout_s: float = 30.0,
         retry: RetryPolicy | None = None,
     ) -> None:
-        self.bootstrap = address
+        # Several comma-separated bootstrap addresses: admin calls move to the next one when
+        # the current one is unreachable.
+        self.bootstraps = [a.strip() for a in address.split(",") if a.strip()]
+        self.bootstrap = self.bootstraps[0]
         self.timeout_s = timeout_s
         self.retry = retry or RetryPolicy()
         self._lock = threading.Lock()
@@ -127,8 +130,17 @@ class Client:
         def on_error(err: ReplogError) -> None:
             if isinstance(err, NotLeaderError) and topic is not None:
                 self._on_not_leader(topic, partition, err)
+            elif isinstance(err, UnavailableError) and len(self.bootstraps) > 1:
+                self._next_bootstrap(topic, partition)
 
         return call_with_retry(attempt, self.retry, on_error)
+
+    def _next_bootstrap(self, topic: str | None, partition: int) -> None:
+        """The current node is unreachable: forget it as a leader, use the next bootstrap."""
+        if topic is not None:
+            self._leaders.pop((topic, partition), None)
+        i = self.bootstraps.index(self.bootstrap) if self.bootstrap in self.bootstraps else -1
+        self.bootstrap = self.bootstraps[(i + 1) % len(self.bootstraps)]
 
     def _on_not_leader(self, topic: str, partition: int, err: NotLeaderError) -> None:
         if err.leader_address:
@@ -148,6 +160,9 @@ class Client:
             for p in t.partitions:
                 if p.leader_id in addresses:
                     self._leaders[(t.name, p.partition)] = addresses[p.leader_id]
+                elif p.replicas and p.replicas[0] in addresses:
+                    # The answering node holds no replica: a replica knows the leader.
+                    self._leaders[(t.name, p.partition)] = addresses[p.replicas[0]]
         return meta
 
     def close(self) -> None:

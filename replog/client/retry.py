@@ -15,9 +15,9 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    attempts_max: int = 5
+    attempts_max: int = 20  # with the backoff below: rides out a failover (several seconds)
     backoff_initial_ms: int = 50
-    backoff_max_ms: int = 2000
+    backoff_max_ms: int = 500
     deadline_ms: int = 30_000  # total time budget across attempts
 
     def backoff_s(self, attempt: int) -> float:

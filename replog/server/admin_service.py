@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from replog.errors import InvalidArgumentError
+from replog.errors import InvalidArgumentError, NotLeaderError
+from replog.server.cluster import FORWARDED, _remote
+from replog.server.partition import Partition
 from replog.server.rpc import Context, unary
 from replog.v1 import admin_pb2, admin_pb2_grpc
 
@@ -12,6 +14,13 @@ if TYPE_CHECKING:
     from replog.server.node import Node
 
 NO_LEADER = -1
+REMOTE_TIMEOUT_S = 10.0
+FORWARD = ((FORWARDED, "1"),)
+
+
+def _forwarded(context: Context) -> bool:
+    """Whether another node forwarded this call (it must not be forwarded again)."""
+    return any(key == FORWARDED for key, _ in (context.invocation_metadata() or ()))
 
 
 class AdminService(admin_pb2_grpc.AdminServicer):
@@ -29,7 +38,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 f"{len(self.node.nodes())} node(s) of the cluster",
                 replication_factor=request.replication_factor,
             )
-        await self.node.create_topic(request.name, request.partitions)
+        await self.node.create_topic(request.name, request.partitions, request.replication_factor)
         return admin_pb2.CreateTopicResponse()
 
     @unary("DeleteTopic")
@@ -43,19 +52,49 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ListTopics(
         self, request: admin_pb2.ListTopicsRequest, context: Context
     ) -> admin_pb2.ListTopicsResponse:
-        topics = self.node.registry.topics()
+        topics = self.node.topics()
         return admin_pb2.ListTopicsResponse(
             topics=[admin_pb2.TopicSummary(name=n, partitions=c) for n, c in sorted(topics.items())]
         )
+
+    async def _local(self, topic: str, p: int) -> Partition | None:
+        """This node's replica of `topic/p`, or None when it holds none (cluster mode)."""
+        try:
+            return await self.node.partition_async(topic, p)
+        except NotLeaderError:
+            if self.node.cluster is None:
+                raise
+            return None
+
+    async def _peer(self, topic: str, p: int) -> Any:
+        """An Admin stub of a node that holds a replica of `topic/p`."""
+        assert self.node.cluster is not None
+        replica = self.node.replicas_of(topic, p)[0]
+        return await self.node.cluster._forward(replica)
 
     @unary("DescribeTopic")
     async def DescribeTopic(
         self, request: admin_pb2.DescribeTopicRequest, context: Context
     ) -> admin_pb2.TopicDescription:
-        count = self.node.registry.partition_count(request.name)
+        count = self.node.partition_count(request.name)
         out = admin_pb2.TopicDescription(name=request.name)
+        remote: dict[int, admin_pb2.PartitionDescription] = {}
+        forwarded = _forwarded(context)
         for p in range(count):
-            part = await self.node.partition_async(request.name, p)
+            part = await self._local(request.name, p)
+            if part is None:
+                if forwarded:
+                    continue  # a forwarded call answers for its own replicas only
+                if p not in remote:
+                    stub = await self._peer(request.name, p)
+                    desc = await _remote(
+                        stub.DescribeTopic(request, timeout=REMOTE_TIMEOUT_S, metadata=FORWARD)
+                    )
+                    for d in desc.partitions:
+                        remote.setdefault(d.partition, d)
+                if p in remote:
+                    out.partitions.append(remote[p])
+                continue
             leader = part.leader
             plog = part.log
             out.partitions.append(
@@ -77,17 +116,27 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def GetMetadata(
         self, request: admin_pb2.GetMetadataRequest, context: Context
     ) -> admin_pb2.Metadata:
-        topics = self.node.registry.topics()
+        topics = self.node.topics()
         names = list(request.topics) or sorted(topics)
         out = admin_pb2.Metadata(
             node_id=self.node.node_id,
             nodes=[admin_pb2.Node(id=i, address=a) for i, a in self.node.nodes()],
         )
         for name in names:
-            count = self.node.registry.partition_count(name)  # UNKNOWN_TOPIC if absent
+            count = self.node.partition_count(name)  # UNKNOWN_TOPIC if absent
             tmeta = out.topics.add(name=name)
             for p in range(count):
-                leader = (await self.node.partition_async(name, p)).leader
+                part = await self._local(name, p)
+                if part is None:  # not a replica here: the replicas know the leader
+                    tmeta.partitions.append(
+                        admin_pb2.PartitionMetadata(
+                            partition=p,
+                            leader_id=NO_LEADER,
+                            replicas=self.node.replicas_of(name, p),
+                        )
+                    )
+                    continue
+                leader = part.leader
                 tmeta.partitions.append(
                     admin_pb2.PartitionMetadata(
                         partition=p,
@@ -102,11 +151,22 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ListOffsets(
         self, request: admin_pb2.ListOffsetsRequest, context: Context
     ) -> admin_pb2.ListOffsetsResponse:
-        count = self.node.registry.partition_count(request.topic)
+        count = self.node.partition_count(request.topic)
         wanted = list(request.partitions) or list(range(count))
         out = admin_pb2.ListOffsetsResponse()
         for p in wanted:
-            plog = (await self.node.partition_async(request.topic, p)).log
+            part = await self._local(request.topic, p)
+            if part is None:
+                if _forwarded(context):
+                    raise NotLeaderError(f"no replica of {request.topic}/{p} here")
+                stub = await self._peer(request.topic, p)
+                sub = admin_pb2.ListOffsetsRequest(topic=request.topic, partitions=[p])
+                reply = await _remote(
+                    stub.ListOffsets(sub, timeout=REMOTE_TIMEOUT_S, metadata=FORWARD)
+                )
+                out.partitions.extend(reply.partitions)
+                continue
+            plog = part.log
             out.partitions.append(
                 admin_pb2.PartitionOffsets(
                     partition=p,

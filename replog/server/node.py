@@ -30,13 +30,15 @@ from grpc_reflection.v1alpha import reflection
 from replog.errors import ShuttingDownError, UnavailableError
 from replog.server import logs
 from replog.server.admin_service import AdminService
+from replog.server.cluster import Cluster
 from replog.server.log_service import LogService
 from replog.server.logs import log
 from replog.server.metrics import Metrics
 from replog.server.partition import Partition, SoloLeader
+from replog.server.replication_transport import ReplicationService
 from replog.server.settings import Settings
 from replog.storage import PartitionLog, PartitionRegistry
-from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
+from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc, replication_pb2_grpc
 
 _log = logging.getLogger("replog.server")
 
@@ -55,9 +57,15 @@ class Node:
         self.metrics = Metrics(self.registry.open_partitions)
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._shutting_down = False
+        peers = settings.peer_map()
+        self.cluster: Cluster | None = Cluster(self, peers) if peers else None
 
     async def open(self) -> None:
-        """Open every partition; a cluster of one commits what its own log holds (HW = LEO)."""
+        """Open every partition; a cluster of one commits what its own log holds (HW = LEO).
+        In cluster mode, replaying the committed metadata log opens the hosted replicas."""
+        if self.cluster is not None:
+            await self.cluster.start()
+            return
         for topic, count in self.registry.topics().items():
             for p in range(count):
                 await self.partition_async(topic, p)
@@ -65,7 +73,12 @@ class Node:
     # -- partitions -------------------------------------------------------------------------
 
     async def partition_async(self, topic: str, partition: int) -> Partition:
-        """The partition's role; raises UNKNOWN_TOPIC / UNKNOWN_PARTITION / SHUTTING_DOWN."""
+        """The partition's role; raises UNKNOWN_TOPIC / UNKNOWN_PARTITION / SHUTTING_DOWN
+        (and NOT_LEADER, in cluster mode, for a partition this node holds no replica of)."""
+        if self.cluster is not None:
+            if self._shutting_down:
+                raise ShuttingDownError("the server is shutting down")
+            return self.cluster.partition(topic, partition)
         part = self._partitions.get((topic, partition))
         if part is not None and not part.closed:
             return part
@@ -82,20 +95,44 @@ class Node:
             self._partitions[key] = part
         return part
 
+    def topics(self) -> dict[str, int]:
+        """Topic name -> partition count (the cluster's, in cluster mode)."""
+        if self.cluster is not None:
+            return {name: meta.partitions for name, meta in self.cluster.topics.items()}
+        return self.registry.topics()
+
+    def partition_count(self, topic: str) -> int:
+        if self.cluster is not None:
+            return self.cluster.topic(topic).partitions
+        return self.registry.partition_count(topic)
+
+    def replicas_of(self, topic: str, partition: int) -> tuple[int, ...]:
+        if self.cluster is not None:
+            return self.cluster.topic(topic).assignment[partition]
+        return (self.node_id,)
+
     def leader_of(self, topic: str, partition: int) -> int | None:
         return self.node_id  # a cluster of one leads everything
 
     def nodes(self) -> list[tuple[int, str]]:
+        if self.cluster is not None:
+            return self.cluster.nodes()
         return [(self.node_id, self.address)]
 
     # -- topics -----------------------------------------------------------------------------
 
-    async def create_topic(self, name: str, partitions: int) -> None:
+    async def create_topic(self, name: str, partitions: int, replication_factor: int = 0) -> None:
+        if self.cluster is not None:
+            await self.cluster.create_topic(name, partitions, replication_factor)
+            return
         await asyncio.to_thread(self.registry.create_topic, name, partitions)
         for p in range(partitions):
             await self.partition_async(name, p)
 
     async def delete_topic(self, name: str) -> None:
+        if self.cluster is not None:
+            await self.cluster.delete_topic(name)
+            return
         for key in [k for k in self._partitions if k[0] == name]:
             self._partitions.pop(key).close()
         await asyncio.to_thread(self.registry.delete_topic, name)
@@ -107,8 +144,12 @@ class Node:
         self._shutting_down = True
         for part in self._partitions.values():
             part.close()
+        if self.cluster is not None:
+            self.cluster.begin_shutdown()
 
     async def close(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.close()
         await asyncio.to_thread(self.registry.close_all)
 
     async def run_retention(self) -> None:
@@ -116,7 +157,8 @@ class Node:
         while True:
             await asyncio.sleep(interval_s)
             now_ms = int(time.time() * 1000)
-            for part in list(self._partitions.values()):
+            parts = self.cluster.replicas.values() if self.cluster else self._partitions.values()
+            for part in list(parts):
                 if part.closed:
                     continue
                 with contextlib.suppress(Exception):
@@ -154,6 +196,10 @@ async def _serve(settings: Settings) -> int:
     )
     log_pb2_grpc.add_LogServicer_to_server(LogService(node), server)  # type: ignore[no-untyped-call]
     admin_pb2_grpc.add_AdminServicer_to_server(AdminService(node), server)  # type: ignore[no-untyped-call]
+    if node.cluster is not None:
+        replication_pb2_grpc.add_ReplicationServicer_to_server(  # type: ignore[no-untyped-call]
+            ReplicationService(node.cluster.route), server
+        )
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

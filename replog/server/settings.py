@@ -76,6 +76,23 @@ class Settings:
     shutdown_grace_ms: int = field(
         default=5_000, metadata=_help("how long SIGTERM waits for in-flight calls")
     )
+    peers: str = field(
+        default="",
+        metadata=_help(
+            "the cluster's nodes as id=host:port,... including this one (empty: a single "
+            "node that leads everything)"
+        ),
+    )
+    default_replication_factor: int = field(
+        default=3, metadata=_help("replicas of a topic created without one (capped by nodes)")
+    )
+    election_timeout_ms: int = field(
+        default=1000,
+        metadata=_help("follower patience before an election; randomised up to twice this"),
+    )
+    replica_fetch_wait_ms: int = field(
+        default=400, metadata=_help("how long a leader holds a follower's fetch with no news")
+    )
 
     # -- construction -----------------------------------------------------------------------
 
@@ -137,7 +154,30 @@ class Settings:
         need(self.ack_timeout_ms >= 1, "ack_timeout_ms must be >= 1")
         need(self.shutdown_grace_ms >= 0, "shutdown_grace_ms must be >= 0")
         need(self.retention_check_interval_ms >= 1, "retention_check_interval_ms must be >= 1")
+        need(self.election_timeout_ms >= 50, "election_timeout_ms must be >= 50")
+        need(
+            0 < self.replica_fetch_wait_ms < self.election_timeout_ms // 2,
+            "replica_fetch_wait_ms must be in (0, election_timeout_ms / 2)",
+        )
+        need(self.default_replication_factor >= 1, "default_replication_factor must be >= 1")
+        peers = self.peer_map()
+        if peers:
+            need(self.node_id in peers, f"node_id {self.node_id} is not in peers {self.peers!r}")
         self.storage_config()  # the storage layer validates its own ranges
+
+    def peer_map(self) -> dict[int, str]:
+        """`peers` parsed: node id -> host:port (empty for a single node)."""
+        out: dict[int, str] = {}
+        for item in filter(None, (x.strip() for x in self.peers.split(","))):
+            ident, sep, address = item.partition("=")
+            if not (sep and ident.strip().isdigit() and _is_address(address.strip())):
+                raise InvalidConfigError(
+                    f"invalid settings: peers must be id=host:port,..., got {item!r}"
+                )
+            if int(ident) in out:
+                raise InvalidConfigError(f"invalid settings: node {ident} listed twice in peers")
+            out[int(ident)] = address.strip()
+        return out
 
     # -- fan-out ----------------------------------------------------------------------------
 

@@ -6,23 +6,43 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
-class ReplicaFetchRequest(_message.Message):
-    __slots__ = ("topic", "partition", "replica_id", "epoch", "fetch_offset", "last_fetched_epoch", "max_bytes")
+class Envelope(_message.Message):
+    __slots__ = ("topic", "partition", "from_id", "fetch_request", "fetch_response", "vote_request", "vote_response", "begin_epoch")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
-    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
-    EPOCH_FIELD_NUMBER: _ClassVar[int]
-    FETCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
-    LAST_FETCHED_EPOCH_FIELD_NUMBER: _ClassVar[int]
-    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FROM_ID_FIELD_NUMBER: _ClassVar[int]
+    FETCH_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    FETCH_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    VOTE_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    VOTE_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_EPOCH_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
-    replica_id: int
+    from_id: int
+    fetch_request: ReplicaFetchRequest
+    fetch_response: ReplicaFetchResponse
+    vote_request: VoteRequest
+    vote_response: VoteResponse
+    begin_epoch: BeginEpoch
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., from_id: _Optional[int] = ..., fetch_request: _Optional[_Union[ReplicaFetchRequest, _Mapping]] = ..., fetch_response: _Optional[_Union[ReplicaFetchResponse, _Mapping]] = ..., vote_request: _Optional[_Union[VoteRequest, _Mapping]] = ..., vote_response: _Optional[_Union[VoteResponse, _Mapping]] = ..., begin_epoch: _Optional[_Union[BeginEpoch, _Mapping]] = ...) -> None: ...
+
+class ExchangeSummary(_message.Message):
+    __slots__ = ("envelopes",)
+    ENVELOPES_FIELD_NUMBER: _ClassVar[int]
+    envelopes: int
+    def __init__(self, envelopes: _Optional[int] = ...) -> None: ...
+
+class ReplicaFetchRequest(_message.Message):
+    __slots__ = ("epoch", "replica_id", "fetch_offset", "last_fetched_epoch")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    FETCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_FETCHED_EPOCH_FIELD_NUMBER: _ClassVar[int]
     epoch: int
+    replica_id: int
     fetch_offset: int
     last_fetched_epoch: int
-    max_bytes: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., replica_id: _Optional[int] = ..., epoch: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+    def __init__(self, epoch: _Optional[int] = ..., replica_id: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ...) -> None: ...
 
 class EpochBoundary(_message.Message):
     __slots__ = ("epoch", "start_offset")
@@ -33,16 +53,20 @@ class EpochBoundary(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., start_offset: _Optional[int] = ...) -> None: ...
 
 class ReplicaFetchResponse(_message.Message):
-    __slots__ = ("topic", "partition", "epoch", "leader_id", "records", "diverging", "fenced")
+    __slots__ = ("epoch", "leader_id", "fetch_offset", "last_fetched_epoch", "records", "diverging", "fenced")
     class Records(_message.Message):
-        __slots__ = ("frames", "epochs", "high_watermark")
-        FRAMES_FIELD_NUMBER: _ClassVar[int]
-        EPOCHS_FIELD_NUMBER: _ClassVar[int]
+        __slots__ = ("start_offset", "end_offset", "boundaries", "high_watermark", "frames")
+        START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+        END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+        BOUNDARIES_FIELD_NUMBER: _ClassVar[int]
         HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
-        frames: bytes
-        epochs: _containers.RepeatedCompositeFieldContainer[EpochBoundary]
+        FRAMES_FIELD_NUMBER: _ClassVar[int]
+        start_offset: int
+        end_offset: int
+        boundaries: _containers.RepeatedCompositeFieldContainer[EpochBoundary]
         high_watermark: int
-        def __init__(self, frames: _Optional[bytes] = ..., epochs: _Optional[_Iterable[_Union[EpochBoundary, _Mapping]]] = ..., high_watermark: _Optional[int] = ...) -> None: ...
+        frames: bytes
+        def __init__(self, start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., boundaries: _Optional[_Iterable[_Union[EpochBoundary, _Mapping]]] = ..., high_watermark: _Optional[int] = ..., frames: _Optional[bytes] = ...) -> None: ...
     class Diverging(_message.Message):
         __slots__ = ("epoch", "end_offset")
         EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -57,45 +81,51 @@ class ReplicaFetchResponse(_message.Message):
         epoch: int
         leader_id: int
         def __init__(self, epoch: _Optional[int] = ..., leader_id: _Optional[int] = ...) -> None: ...
-    TOPIC_FIELD_NUMBER: _ClassVar[int]
-    PARTITION_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    FETCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_FETCHED_EPOCH_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     DIVERGING_FIELD_NUMBER: _ClassVar[int]
     FENCED_FIELD_NUMBER: _ClassVar[int]
-    topic: str
-    partition: int
     epoch: int
     leader_id: int
+    fetch_offset: int
+    last_fetched_epoch: int
     records: ReplicaFetchResponse.Records
     diverging: ReplicaFetchResponse.Diverging
     fenced: ReplicaFetchResponse.Fenced
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., epoch: _Optional[int] = ..., leader_id: _Optional[int] = ..., records: _Optional[_Union[ReplicaFetchResponse.Records, _Mapping]] = ..., diverging: _Optional[_Union[ReplicaFetchResponse.Diverging, _Mapping]] = ..., fenced: _Optional[_Union[ReplicaFetchResponse.Fenced, _Mapping]] = ...) -> None: ...
+    def __init__(self, epoch: _Optional[int] = ..., leader_id: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ..., records: _Optional[_Union[ReplicaFetchResponse.Records, _Mapping]] = ..., diverging: _Optional[_Union[ReplicaFetchResponse.Diverging, _Mapping]] = ..., fenced: _Optional[_Union[ReplicaFetchResponse.Fenced, _Mapping]] = ...) -> None: ...
 
 class VoteRequest(_message.Message):
-    __slots__ = ("topic", "partition", "epoch", "candidate_id", "last_epoch", "log_end_offset")
-    TOPIC_FIELD_NUMBER: _ClassVar[int]
-    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("epoch", "candidate_id", "last_epoch", "log_end_offset")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_EPOCH_FIELD_NUMBER: _ClassVar[int]
     LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
-    topic: str
-    partition: int
     epoch: int
     candidate_id: int
     last_epoch: int
     log_end_offset: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., epoch: _Optional[int] = ..., candidate_id: _Optional[int] = ..., last_epoch: _Optional[int] = ..., log_end_offset: _Optional[int] = ...) -> None: ...
+    def __init__(self, epoch: _Optional[int] = ..., candidate_id: _Optional[int] = ..., last_epoch: _Optional[int] = ..., log_end_offset: _Optional[int] = ...) -> None: ...
 
 class VoteResponse(_message.Message):
-    __slots__ = ("epoch", "granted")
+    __slots__ = ("epoch", "voter_id", "granted")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    VOTER_ID_FIELD_NUMBER: _ClassVar[int]
     GRANTED_FIELD_NUMBER: _ClassVar[int]
     epoch: int
+    voter_id: int
     granted: bool
-    def __init__(self, epoch: _Optional[int] = ..., granted: _Optional[bool] = ...) -> None: ...
+    def __init__(self, epoch: _Optional[int] = ..., voter_id: _Optional[int] = ..., granted: _Optional[bool] = ...) -> None: ...
+
+class BeginEpoch(_message.Message):
+    __slots__ = ("epoch", "leader_id")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    leader_id: int
+    def __init__(self, epoch: _Optional[int] = ..., leader_id: _Optional[int] = ...) -> None: ...
 
 class LeaderEpochMarker(_message.Message):
     __slots__ = ("epoch", "leader_id", "voters")

@@ -34,29 +34,17 @@ class ReplicationStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.ReplicaFetch = channel.stream_stream(
-                '/replog.v1.Replication/ReplicaFetch',
-                request_serializer=replog_dot_v1_dot_replication__pb2.ReplicaFetchRequest.SerializeToString,
-                response_deserializer=replog_dot_v1_dot_replication__pb2.ReplicaFetchResponse.FromString,
-                _registered_method=True)
-        self.Vote = channel.unary_unary(
-                '/replog.v1.Replication/Vote',
-                request_serializer=replog_dot_v1_dot_replication__pb2.VoteRequest.SerializeToString,
-                response_deserializer=replog_dot_v1_dot_replication__pb2.VoteResponse.FromString,
+        self.Exchange = channel.stream_unary(
+                '/replog.v1.Replication/Exchange',
+                request_serializer=replog_dot_v1_dot_replication__pb2.Envelope.SerializeToString,
+                response_deserializer=replog_dot_v1_dot_replication__pb2.ExchangeSummary.FromString,
                 _registered_method=True)
 
 
 class ReplicationServicer:
     """Missing associated documentation comment in .proto file."""
 
-    def ReplicaFetch(self, request_iterator, context):
-        """A follower's long-lived pull: each request carries its new LEO (its acknowledgement).
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def Vote(self, request, context):
+    def Exchange(self, request_iterator, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -65,15 +53,10 @@ class ReplicationServicer:
 
 def add_ReplicationServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'ReplicaFetch': grpc.stream_stream_rpc_method_handler(
-                    servicer.ReplicaFetch,
-                    request_deserializer=replog_dot_v1_dot_replication__pb2.ReplicaFetchRequest.FromString,
-                    response_serializer=replog_dot_v1_dot_replication__pb2.ReplicaFetchResponse.SerializeToString,
-            ),
-            'Vote': grpc.unary_unary_rpc_method_handler(
-                    servicer.Vote,
-                    request_deserializer=replog_dot_v1_dot_replication__pb2.VoteRequest.FromString,
-                    response_serializer=replog_dot_v1_dot_replication__pb2.VoteResponse.SerializeToString,
+            'Exchange': grpc.stream_unary_rpc_method_handler(
+                    servicer.Exchange,
+                    request_deserializer=replog_dot_v1_dot_replication__pb2.Envelope.FromString,
+                    response_serializer=replog_dot_v1_dot_replication__pb2.ExchangeSummary.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -87,7 +70,7 @@ class Replication:
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
-    def ReplicaFetch(request_iterator,
+    def Exchange(request_iterator,
             target,
             options=(),
             channel_credentials=None,
@@ -97,39 +80,12 @@ class Replication:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.stream_stream(
+        return grpc.experimental.stream_unary(
             request_iterator,
             target,
-            '/replog.v1.Replication/ReplicaFetch',
-            replog_dot_v1_dot_replication__pb2.ReplicaFetchRequest.SerializeToString,
-            replog_dot_v1_dot_replication__pb2.ReplicaFetchResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def Vote(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/replog.v1.Replication/Vote',
-            replog_dot_v1_dot_replication__pb2.VoteRequest.SerializeToString,
-            replog_dot_v1_dot_replication__pb2.VoteResponse.FromString,
+            '/replog.v1.Replication/Exchange',
+            replog_dot_v1_dot_replication__pb2.Envelope.SerializeToString,
+            replog_dot_v1_dot_replication__pb2.ExchangeSummary.FromString,
             options,
             channel_credentials,
             insecure,

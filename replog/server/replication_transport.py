@@ -1,0 +1,140 @@
+"""The gRPC transport of replication: one outgoing `Exchange` stream per peer, and the
+`Replication` service that routes incoming envelopes to partition replicas.
+
+Outgoing (`PeerLinks`): `send(peer, envelope)` never blocks; each peer has a bounded queue
+drained by a task that keeps one client stream open (`Exchange`), reconnecting with backoff
+when it breaks. Messages queued while the peer is unreachable are dropped once the queue is
+full (best effort: the protocol's timers retry what matters).
+
+Incoming (`ReplicationService`): envelopes of one stream are delivered in order to the
+replica of `(topic, partition)` found by the router; envelopes for replicas this node does
+not host (yet) are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import grpc
+
+from replog.replication.messages import Message
+from replog.server.replication_codec import from_envelope, to_envelope
+from replog.v1 import replication_pb2 as pb
+from replog.v1 import replication_pb2_grpc
+
+_log = logging.getLogger("replog.replication")
+
+QUEUE_ENVELOPES_MAX = 10_000
+RECONNECT_BACKOFF_S = (0.05, 1.0)
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 8 * 1024 * 1024),
+    ("grpc.max_send_message_length", 8 * 1024 * 1024),
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+]
+
+Router = Callable[[str, int], Callable[[Message], Awaitable[None]] | None]
+
+
+class _Link:
+    def __init__(self, peer: int, address: str) -> None:
+        self.peer = peer
+        self.address = address
+        self.queue: asyncio.Queue[pb.Envelope] = asyncio.Queue(QUEUE_ENVELOPES_MAX)
+        self.task: asyncio.Task[None] | None = None
+        self.dropped = 0
+
+
+class PeerLinks:
+    """Outgoing streams to every peer (`peers`: node id -> host:port)."""
+
+    def __init__(self, node_id: int, peers: dict[int, str]) -> None:
+        self.node_id = node_id
+        self._links = {p: _Link(p, a) for p, a in peers.items() if p != node_id}
+        self._closed = False
+
+    def start(self) -> None:
+        for link in self._links.values():
+            link.task = asyncio.create_task(self._run(link), name=f"peer-{link.peer}")
+
+    def transport(self, topic: str, partition: int) -> PartitionTransport:
+        return PartitionTransport(self, topic, partition)
+
+    def send(self, peer: int, envelope: pb.Envelope) -> None:
+        link = self._links.get(peer)
+        if link is None or self._closed:
+            return
+        try:
+            link.queue.put_nowait(envelope)
+        except asyncio.QueueFull:
+            link.dropped += 1
+
+    async def _run(self, link: _Link) -> None:
+        backoff = RECONNECT_BACKOFF_S[0]
+        while not self._closed:
+            channel = grpc.aio.insecure_channel(link.address, options=CHANNEL_OPTIONS)
+            stub = replication_pb2_grpc.ReplicationStub(channel)  # type: ignore[no-untyped-call]
+            try:
+                await stub.Exchange(self._drain(link))
+            except grpc.aio.AioRpcError as exc:
+                _log.debug("replication stream to %s broke: %s", link.address, exc.code())
+            except asyncio.CancelledError:
+                await channel.close(None)
+                raise
+            finally:
+                with contextlib.suppress(Exception):
+                    await channel.close(None)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, RECONNECT_BACKOFF_S[1])
+
+    async def _drain(self, link: _Link) -> AsyncIterator[pb.Envelope]:
+        while True:
+            yield await link.queue.get()
+
+    async def close(self) -> None:
+        self._closed = True
+        tasks = [link.task for link in self._links.values() if link.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class PartitionTransport:
+    """The `Transport` one partition's driver sees."""
+
+    def __init__(self, links: PeerLinks, topic: str, partition: int) -> None:
+        self.links = links
+        self.topic = topic
+        self.partition = partition
+
+    def send(self, to: int, message: Message) -> None:
+        self.links.send(to, to_envelope(self.topic, self.partition, self.links.node_id, message))
+
+
+class ReplicationService(replication_pb2_grpc.ReplicationServicer):
+    def __init__(self, router: Router) -> None:
+        self.router = router
+
+    async def Exchange(
+        self,
+        request_iterator: AsyncIterator[pb.Envelope],
+        context: grpc.aio.ServicerContext[pb.Envelope, pb.ExchangeSummary],
+    ) -> pb.ExchangeSummary:
+        count = 0
+        async for envelope in request_iterator:
+            count += 1
+            deliver = self.router(envelope.topic, envelope.partition)
+            if deliver is None:
+                continue
+            try:
+                message = from_envelope(envelope)
+            except ValueError:
+                _log.warning("dropped a malformed replication envelope from %s", envelope.from_id)
+                continue
+            await deliver(message)
+        return pb.ExchangeSummary(envelopes=count)

@@ -1,0 +1,171 @@
+"""Three `replog serve` processes on 127.0.0.1: replication, failover, and no acknowledged loss.
+
+Every wait is on a condition with a generous deadline; nothing depends on wall-clock speed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from replog.client import Client, RetryPolicy
+from replog.devcluster import DevCluster
+from replog.errors import ReplogError
+from tests.integration.waiting import wait_until
+
+pytestmark = pytest.mark.slow
+
+PATIENT = RetryPolicy(attempts_max=40, backoff_max_ms=500, deadline_ms=60_000)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[DevCluster]:
+    c = DevCluster(tmp_path / "cluster", 3, extra_args=["--flush", "always"])
+    c.start()
+    yield c
+    c.kill_all()
+
+
+def leader_of(client: Client, topic: str, partition: int = 0) -> int:
+    def known() -> int | None:
+        try:
+            meta = client.refresh_metadata([topic])
+        except ReplogError:
+            return None
+        leader = meta.topics[0].partitions[partition].leader_id
+        return leader if leader > 0 else None
+
+    return wait_until(known, "a leader is known")
+
+
+def read_all(client: Client, topic: str, partition: int = 0) -> list[tuple[int, bytes]]:
+    out: list[tuple[int, bytes]] = []
+    offset = 0
+    hw = client.list_offsets(topic, [partition])[0].latest
+    while offset < hw:
+        fetched = client.fetch(topic, partition, offset, max_bytes=1 << 20)
+        assert fetched.high_watermark >= hw
+        out += list(zip(fetched.records.offsets, fetched.records.values, strict=True))
+        offset = fetched.next_offset
+    assert all(o < hw for o, _ in out), "consumers never see offsets at or above the HW"
+    return out
+
+
+class SteadyProducer:
+    """Appends batches with acks=all in a thread; remembers every acknowledged offset."""
+
+    def __init__(self, client: Client, topic: str) -> None:
+        self.client = client
+        self.topic = topic
+        self.acked: dict[int, bytes] = {}
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set() and n < 100_000:
+            batch = [b"v%06d" % (n + i) for i in range(20)]
+            try:
+                res = self.client.append(self.topic, 0, batch, acks="all")
+            except ReplogError as err:
+                self.errors.append(err.reason)
+                continue
+            for i, value in enumerate(batch):
+                assert res.base_offset + i not in self.acked, "an acked offset was reused"
+                self.acked[res.base_offset + i] = value
+            n += len(batch)
+
+    def __enter__(self) -> SteadyProducer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def wait_acked(self, count: int) -> None:
+        wait_until(lambda: len(self.acked) >= count or None, f"{count} records acked")
+
+
+def segments(node_dir: Path, topic: str) -> dict[str, bytes]:
+    part = node_dir / topic / "partition_0"
+    return {p.name: p.read_bytes() for p in sorted(part.glob("*.log"))}
+
+
+def test_a_killed_leader_is_replaced_and_no_acknowledged_record_is_lost(
+    cluster: DevCluster,
+) -> None:
+    with Client(cluster.bootstrap, retry=PATIENT) as client:
+        client.create_topic("orders", 1, 3)
+        first = leader_of(client, "orders")
+        with SteadyProducer(client, "orders") as producer:
+            producer.wait_acked(500)
+            cluster.members[first].kill()
+            acked_before = len(producer.acked)
+            producer.wait_acked(acked_before + 500)  # a new leader took over
+        second = leader_of(client, "orders")
+        assert second != first
+        records = dict(read_all(client, "orders"))
+        for offset, value in producer.acked.items():
+            assert records.get(offset) == value, f"acked offset {offset} lost or changed"
+
+        cluster.members[first].start()  # the old leader rejoins, truncates and catches up
+        leo = client.list_offsets("orders")[0].log_end_offset
+        dirs = {i: m.data_dir for i, m in cluster.members.items()}
+
+        def caught_up() -> bool:
+            sizes = {i: sum(map(len, segments(d, "orders").values())) for i, d in dirs.items()}
+            return len(set(sizes.values())) == 1 and all(s > 0 for s in sizes.values())
+
+        client.append("orders", 0, [b"sync"], acks="all")
+        wait_until(lambda: caught_up() or None, "every replica holds the same bytes")
+        assert leo > 0
+        files = [segments(d, "orders") for d in dirs.values()]
+        assert files[0] == files[1] == files[2], "replicas are byte-identical"
+
+
+def test_writes_continue_without_a_follower_and_stop_without_a_majority(
+    cluster: DevCluster,
+) -> None:
+    with Client(cluster.bootstrap, retry=PATIENT) as client:
+        client.create_topic("t", 1, 3)
+        leader = leader_of(client, "t")
+        followers = [i for i in cluster.members if i != leader]
+        client.append("t", 0, [b"all three"], acks="all")
+        cluster.members[followers[0]].kill()
+        client.append("t", 0, [b"two of three"], acks="all")
+        cluster.members[followers[1]].kill()
+        hasty = Client(
+            cluster.members[leader].address,
+            timeout_s=5,
+            retry=RetryPolicy(attempts_max=1),
+        )
+        with pytest.raises(ReplogError) as err:
+            hasty.append("t", 0, [b"no majority"], acks="all")
+        hasty.close()
+        assert err.value.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "FAILED_PRECONDITION")
+        for i in followers:
+            cluster.members[i].start()
+        client.append("t", 0, [b"majority back"], acks="all")
+        values = [v for _, v in read_all(client, "t")]
+        assert values[:2] == [b"all three", b"two of three"]
+        assert values[-1] == b"majority back"
+
+
+def test_a_rolling_restart_under_load_loses_nothing(cluster: DevCluster) -> None:
+    with Client(cluster.bootstrap, retry=PATIENT) as client:
+        client.create_topic("roll", 1, 3)
+        leader_of(client, "roll")
+        with SteadyProducer(client, "roll") as producer:
+            for node in cluster.members.values():
+                producer.wait_acked(len(producer.acked) + 200)
+                assert node.stop() == 0, node.log_tail()  # SIGTERM: graceful
+                node.start()
+            producer.wait_acked(len(producer.acked) + 200)
+        records = dict(read_all(client, "roll"))
+        missing = [o for o in producer.acked if records.get(o) != producer.acked[o]]
+        assert not missing, f"{len(missing)} acknowledged records lost"

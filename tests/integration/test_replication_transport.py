@@ -1,0 +1,132 @@
+"""Replication over real gRPC streams: three nodes (in one process) elect, commit, fail over."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import grpc
+
+from replog import frames
+from replog.replication import Acks, Message, ReplicaConfig, Role
+from replog.replication.driver import ReplicaDriver
+from replog.server.replication_transport import PeerLinks, ReplicationService
+from replog.storage import FlushPolicy, PartitionLog, StorageConfig
+from replog.v1 import replication_pb2_grpc
+
+VOTERS = (1, 2, 3)
+STORAGE = StorageConfig(segment_bytes_max=64 * 1024, flush=FlushPolicy.ALWAYS)
+DEADLINE_S = 30.0
+T = TypeVar("T")
+
+
+class Node:
+    def __init__(self, node_id: int, root: Path) -> None:
+        self.node_id = node_id
+        self.root = root
+        self.port = 0
+        self.server: grpc.aio.Server | None = None
+        self.driver: ReplicaDriver | None = None
+        self.links: PeerLinks | None = None
+        self.log: PartitionLog | None = None
+
+    def _route(self, topic: str, partition: int) -> Callable[[Message], Awaitable[None]] | None:
+        return self.driver.deliver if self.driver is not None and topic == "t" else None
+
+    async def listen(self) -> None:
+        self.server = grpc.aio.server()
+        replication_pb2_grpc.add_ReplicationServicer_to_server(  # type: ignore[no-untyped-call]
+            ReplicationService(self._route), self.server
+        )
+        self.port = self.server.add_insecure_port(f"127.0.0.1:{self.port}")
+        await self.server.start()
+
+    async def start(self, peers: dict[int, str]) -> None:
+        self.links = PeerLinks(self.node_id, peers)
+        self.links.start()
+        self.log = PartitionLog(self.root / f"node{self.node_id}", "t", 0, STORAGE)
+        config = ReplicaConfig(
+            self.node_id, VOTERS, election_timeout_ms_min=400, election_timeout_ms_max=800,
+            fetch_wait_ms_max=100, fetch_retry_ms=300, begin_epoch_retry_ms=100,
+        )  # fmt: skip
+        self.driver = ReplicaDriver(
+            self.log, config, self.links.transport("t", 0),
+            rng=random.Random(self.node_id), tick_ms=20,
+        )  # fmt: skip
+        await self.driver.start()
+
+    async def crash(self) -> None:
+        assert self.server and self.driver and self.links and self.log
+        await self.server.stop(None)
+        await self.driver.close()
+        await self.links.close()
+        self.log.crash()
+        self.server = self.driver = self.links = self.log = None
+
+
+async def wait_for(condition: Callable[[], T | None]) -> T:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE_S
+    while not (value := condition()):
+        assert loop.time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+    return value
+
+
+def leader_of(nodes: dict[int, Node]) -> int | None:
+    leaders = [n for n, node in nodes.items() if node.driver and node.driver.role is Role.LEADER]
+    return leaders[0] if len(leaders) == 1 else None
+
+
+def values_of(log: PartitionLog, upto: int) -> list[bytes]:
+    out: list[bytes] = []
+    offset = 0
+    while offset < upto:
+        decoded = frames.decode(log.read_uncommitted(offset, 1 << 20, end_offset=upto))
+        out += decoded.data_records().values
+        offset = decoded.offsets[-1] + 1
+    return out
+
+
+def test_three_nodes_replicate_over_grpc_and_survive_a_leader_crash(tmp_path: Path) -> None:
+    async def main() -> None:
+        nodes = {n: Node(n, tmp_path) for n in VOTERS}
+        for node in nodes.values():
+            await node.listen()
+        peers = {n: f"127.0.0.1:{node.port}" for n, node in nodes.items()}
+        for node in nodes.values():
+            await node.start(peers)
+        try:
+            first = await wait_for(lambda: leader_of(nodes))
+            acked: list[bytes] = []
+            for i in range(10):
+                batch = [b"%d-%d" % (i, j) for j in range(100)]
+                driver = nodes[first].driver
+                assert driver is not None
+                await driver.append(batch, Acks.ALL, DEADLINE_S)
+                acked += batch
+            await nodes[first].crash()
+            others = {n: v for n, v in nodes.items() if n != first}
+            second = await wait_for(lambda: leader_of(others))
+            survivor = nodes[second]
+            assert survivor.driver is not None and survivor.log is not None
+            await survivor.driver.append([b"after"], Acks.ALL, DEADLINE_S)
+            assert values_of(survivor.log, survivor.log.high_watermark) == [*acked, b"after"]
+            await nodes[first].listen()  # same port: the peers' streams reconnect
+            await nodes[first].start(peers)
+            rejoined = nodes[first]
+            leo = survivor.log.log_end_offset
+            await wait_for(
+                lambda: (rejoined.log is not None and rejoined.log.log_end_offset >= leo) or None
+            )
+            assert rejoined.log is not None
+            assert values_of(rejoined.log, leo) == [*acked, b"after"]
+        finally:
+            for node in nodes.values():
+                if node.server is not None:
+                    await node.crash()
+
+    asyncio.run(main())
