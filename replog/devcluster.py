@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,14 +105,20 @@ class DevCluster:
     nodes: int = 3
     host: str = "127.0.0.1"
     extra_args: Sequence[str] = ()
+    # How node `src` reaches node `dst` (default: directly); tests route it via a proxy.
+    peer_address: Callable[[int, int, str], str] | None = None
     members: dict[int, NodeProcess] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         ports = {i: free_port(self.host) for i in range(1, self.nodes + 1)}
-        peers = ",".join(f"{i}={self.host}:{port}" for i, port in ports.items())
+        real = {i: f"{self.host}:{port}" for i, port in ports.items()}
         for i, port in ports.items():
+            route = self.peer_address or (lambda _src, _dst, address: address)
+            peers = ",".join(
+                f"{j}={address if j == i else route(i, j, address)}" for j, address in real.items()
+            )
             data = self.data_dir / f"node{i}"
             args = [
                 "--node-id", str(i),

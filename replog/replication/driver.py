@@ -25,8 +25,9 @@ import json
 import random
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from replog import frames
 from replog.errors import AckTimeoutError, NotLeaderError, ReplogError, ShuttingDownError
@@ -50,8 +51,9 @@ from replog.replication.outputs import (
 )
 from replog.replication.replica import Replica, Role
 from replog.replication.state import QuorumState
-from replog.storage import PartitionLog, checkpoint
+from replog.storage import FlushPolicy, PartitionLog, checkpoint
 
+T = TypeVar("T")
 QUORUM_STATE_FILE = "quorum-state"
 EPOCH_HISTORY_FILE = "epoch-history"
 
@@ -244,17 +246,17 @@ class ReplicaDriver:
                     json.dumps(data_h).encode(),
                 )
             elif isinstance(out, AppendRecords):
-                result = await asyncio.to_thread(self.log.append, out.values)
+                result = await self._blocking(partial(self.log.append, out.values))
                 assert result.base_offset == out.base_offset, (result, out.base_offset)
                 queue += self._flush_progress()
             elif isinstance(out, AppendControl):
                 m = out.marker
                 value = encode_marker(m.epoch, m.leader_id, m.voters)
-                result = await asyncio.to_thread(self.log.append, [value], control=True)
+                result = await self._blocking(partial(self.log.append, [value], control=True))
                 assert result.base_offset == out.offset, (result, out.offset)
                 queue += self._flush_progress()
             elif isinstance(out, AppendFrames):
-                await asyncio.to_thread(self.log.append_frames, out.records.frames)
+                await self._blocking(partial(self.log.append_frames, out.records.frames))
                 queue += self._flush_progress()
             elif isinstance(out, TruncateTo):
                 await asyncio.to_thread(self.log.truncate_to, out.offset)
@@ -266,6 +268,13 @@ class ReplicaDriver:
                 self._resolve(out.request_id, (out.base_offset, out.last_offset), None)
             elif isinstance(out, AckFailed):
                 self._resolve(out.request_id, None, self._failure(out))
+
+    async def _blocking(self, fn: Callable[[], T]) -> T:
+        """Run a log write: inline when it only reaches the page cache (cheaper than a
+        thread hop), in a thread when it may fsync (flush=always)."""
+        if self.log.config.flush is FlushPolicy.ALWAYS:
+            return await asyncio.to_thread(fn)
+        return fn()
 
     def _fill(self, message: Message) -> Message:
         """Put the raw frames of `[start, end)` (as much as fits) into a Records answer."""

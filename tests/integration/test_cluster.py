@@ -14,6 +14,7 @@ import pytest
 from replog.client import Client, RetryPolicy
 from replog.devcluster import DevCluster
 from replog.errors import ReplogError
+from tests.integration.faults import ProxyMesh
 from tests.integration.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -169,3 +170,47 @@ def test_a_rolling_restart_under_load_loses_nothing(cluster: DevCluster) -> None
         records = dict(read_all(client, "roll"))
         missing = [o for o in producer.acked if records.get(o) != producer.acked[o]]
         assert not missing, f"{len(missing)} acknowledged records lost"
+
+
+def test_a_cut_off_leader_steps_down_and_the_majority_moves_on(tmp_path: Path) -> None:
+    mesh = ProxyMesh()
+    cluster = DevCluster(
+        tmp_path / "cluster", 3, extra_args=["--flush", "always"], peer_address=mesh.route
+    )
+    cluster.start()
+    try:
+        with Client(cluster.bootstrap, retry=PATIENT) as client:
+            client.create_topic("p", 1, 3)
+            old = leader_of(client, "p")
+            client.append("p", 0, [b"before the cut"], acks="all")
+            mesh.isolate(old)  # alive, but it can reach no peer and no peer can reach it
+            majority = ",".join(a for i, a in cluster.addresses.items() if i != old)
+            with Client(majority, retry=PATIENT) as survivors:
+                new = wait_until(
+                    lambda: ((leader := leader_of(survivors, "p")) != old and leader) or None,
+                    "the majority elects a new leader",
+                )
+                survivors.append("p", 0, [b"during the cut"], acks="all")
+            with Client(cluster.members[old].address, retry=RetryPolicy(attempts_max=1)) as alone:
+
+                def stepped_down() -> bool | None:
+                    meta = alone.refresh_metadata(["p"])
+                    return meta.topics[0].partitions[0].leader_id != old or None
+
+                wait_until(stepped_down, "the cut-off leader steps down")
+                with pytest.raises(ReplogError):
+                    alone.append("p", 0, [b"refused"], acks="all")
+            mesh.heal()
+            client.append("p", 0, [b"after the heal"], acks="all")
+            leo = client.list_offsets("p")[0].log_end_offset
+            dirs = [m.data_dir for m in cluster.members.values()]
+            wait_until(
+                lambda: len({sum(map(len, segments(d, "p").values())) for d in dirs}) == 1 or None,
+                "the old leader catches up",
+            )
+            values = [v for _, v in read_all(client, "p")]
+            assert values == [b"before the cut", b"during the cut", b"after the heal"]
+            assert new != old and leo > 0
+    finally:
+        cluster.kill_all()
+        mesh.close()
