@@ -146,12 +146,25 @@ def cmd_topic(args: argparse.Namespace, out: TextIO) -> int:
             for name, count in sorted(client.list_topics().items()):
                 print(f"{name}\t{count}", file=out)
         elif args.topic_command == "describe":
-            print("partition\tleader\treplicas\tlog_start\thw\tleo\tsegments\tbytes", file=out)
+            print(
+                "partition\tleader\tepoch\treplicas\tlog_start\thw\tleo\tsegments\tbytes"
+                "\treplica:leo/lag",
+                file=out,
+            )
             for p in client.describe_topic(args.name):
                 replicas = ",".join(map(str, p.replicas))
+                status = (
+                    ",".join(
+                        f"{r.replica_id}:{r.log_end_offset}/{r.lag_records}"
+                        for r in p.replica_status
+                    )
+                    or "-"
+                )
+                leader = "-" if p.leader_id is None else p.leader_id
                 print(
-                    f"{p.partition}\t{p.leader_id}\t{replicas}\t{p.log_start_offset}\t"
-                    f"{p.high_watermark}\t{p.log_end_offset}\t{p.segment_count}\t{p.size_bytes}",
+                    f"{p.partition}\t{leader}\t{p.epoch}\t{replicas}\t{p.log_start_offset}\t"
+                    f"{p.high_watermark}\t{p.log_end_offset}\t{p.segment_count}\t{p.size_bytes}"
+                    f"\t{status}",
                     file=out,
                 )
         elif args.topic_command == "delete":

@@ -23,7 +23,7 @@ import grpc
 from replog import frames
 from replog.client.errors import from_rpc_error
 from replog.client.retry import RetryPolicy, call_with_retry
-from replog.errors import NotLeaderError, ReplogError, UnavailableError
+from replog.errors import LeaderUnknownError, NotLeaderError, ReplogError, UnavailableError
 from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
 
 T = TypeVar("T")
@@ -55,6 +55,16 @@ class RawFetch:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaStatus:
+    """The leader's view of one replica."""
+
+    replica_id: int
+    log_end_offset: int
+    lag_records: int
+    last_fetch_ms_ago: int  # -1: not since this leader's election
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionInfo:
     partition: int
     leader_id: int | None
@@ -64,6 +74,8 @@ class PartitionInfo:
     high_watermark: int
     size_bytes: int
     segment_count: int
+    epoch: int = 0
+    replica_status: tuple[ReplicaStatus, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +142,11 @@ class Client:
         def on_error(err: ReplogError) -> None:
             if isinstance(err, NotLeaderError) and topic is not None:
                 self._on_not_leader(topic, partition, err)
+            elif isinstance(err, LeaderUnknownError) and topic is not None:
+                # This replica is between leaders; another node may already know the new one.
+                self._leaders.pop((topic, partition), None)
+                if len(self.bootstraps) > 1:
+                    self._next_bootstrap(topic, partition)
             elif isinstance(err, UnavailableError) and len(self.bootstraps) > 1:
                 self._next_bootstrap(topic, partition)
 
@@ -211,6 +228,13 @@ class Client:
                 high_watermark=p.high_watermark,
                 size_bytes=p.size_bytes,
                 segment_count=p.segment_count,
+                epoch=p.epoch,
+                replica_status=tuple(
+                    ReplicaStatus(
+                        r.replica_id, r.log_end_offset, r.lag_records, r.last_fetch_ms_ago
+                    )
+                    for r in p.replica_status
+                ),
             )
             for p in resp.partitions
         ]

@@ -110,6 +110,10 @@ class ReplicaDriver:
         self._closed = False
         self._rng = rng or random.Random()
         self.replica = self._new_replica()
+        # Counters for metrics: elections started, leaderships won, truncations performed.
+        self.elections = 0
+        self.leaderships = 0
+        self.truncations = 0
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -190,6 +194,18 @@ class ReplicaDriver:
     def leader_id(self) -> int | None:
         return self.replica.leader_id
 
+    def replica_status(self) -> list[tuple[int, int, int, int]]:
+        """Leader only (else empty): (replica id, its LEO as acknowledged, lag in records,
+        ms since its last fetch or -1), this replica included (lag 0, fetch age 0)."""
+        if self.replica.role is not Role.LEADER:
+            return []
+        now = self._now_ms()
+        leo = self.log.log_end_offset
+        out = [(self.config.replica_id, leo, 0, 0)]
+        for voter, (match, last) in sorted(self.replica.followers().items()):
+            out.append((voter, match, max(0, leo - match), -1 if last is None else now - last))
+        return sorted(out)
+
     # -- outputs -------------------------------------------------------------------------
 
     def _flush_progress(self) -> list[Output]:
@@ -199,6 +215,7 @@ class ReplicaDriver:
         return []
 
     async def _perform(self, outputs: list[Output]) -> None:
+        role = self.replica.role
         try:
             await self._perform_all(outputs)
         except ReplogError as exc:
@@ -209,6 +226,11 @@ class ReplicaDriver:
                     fut.set_exception(exc)
             self.replica = self._new_replica()
             await self._perform_all(self.replica.start())
+        if self.replica.role is not role:
+            if self.replica.role is Role.CANDIDATE:
+                self.elections += 1
+            elif self.replica.role is Role.LEADER:
+                self.leaderships += 1
 
     def _new_replica(self) -> Replica:
         directory = self.log.directory
@@ -259,6 +281,7 @@ class ReplicaDriver:
                 await self._blocking(partial(self.log.append_frames, out.records.frames))
                 queue += self._flush_progress()
             elif isinstance(out, TruncateTo):
+                self.truncations += 1
                 await asyncio.to_thread(self.log.truncate_to, out.offset)
             elif isinstance(out, SetHighWatermark):
                 self.log.set_high_watermark(out.offset)

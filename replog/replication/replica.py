@@ -161,6 +161,10 @@ class Replica:
     def epoch_history(self) -> tuple[EpochStart, ...]:
         return self._history.entries
 
+    def followers(self) -> dict[int, tuple[int, int | None]]:
+        """Leader only (else empty): voter -> (match offset, time of its last fetch in ms)."""
+        return {v: (p.match, p.last_fetch_ms) for v, p in self._progress.items()}
+
     def epoch_of(self, offset: int) -> int:
         assert 0 <= offset < self._leo, (offset, self._leo)
         return self._history.epoch_of(offset)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
-from replog.errors import InvalidArgumentError, NotLeaderError
+from replog.errors import InvalidArgumentError, NotLeaderError, ReplogError
 from replog.server.cluster import FORWARDED, _remote
 from replog.server.partition import Partition
+from replog.server.replicated import ReplicatedPartition
 from replog.server.rpc import Context, unary
 from replog.v1 import admin_pb2, admin_pb2_grpc
 
@@ -95,10 +97,30 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 if p in remote:
                     out.partitions.append(remote[p])
                 continue
+            if isinstance(part, ReplicatedPartition) and not part.is_leader and not forwarded:
+                leader_id = part.leader.leader_id
+                if leader_id is not None and leader_id != self.node.node_id:
+                    # The leader's answer carries every replica's progress.
+                    stub = await self.node.cluster._forward(leader_id)  # type: ignore[union-attr]
+                    with contextlib.suppress(ReplogError):
+                        desc = await _remote(
+                            stub.DescribeTopic(request, timeout=REMOTE_TIMEOUT_S, metadata=FORWARD)
+                        )
+                        found = [d for d in desc.partitions if d.partition == p]
+                        if found:
+                            out.partitions.append(found[0])
+                            continue
             leader = part.leader
             plog = part.log
+            status = part.driver.replica_status() if isinstance(part, ReplicatedPartition) else []
             out.partitions.append(
                 admin_pb2.PartitionDescription(
+                    replica_status=[
+                        admin_pb2.ReplicaStatus(
+                            replica_id=r, log_end_offset=leo, lag_records=lag, last_fetch_ms_ago=age
+                        )
+                        for r, leo, lag, age in status
+                    ],
                     partition=p,
                     replicas=leader.replicas,
                     leader_id=NO_LEADER if leader.leader_id is None else leader.leader_id,

@@ -111,6 +111,13 @@ class Cluster:
                 "clusters of more than five nodes need metadata observers (not supported yet)"
             )
 
+    def drivers(self) -> list[tuple[str, int, ReplicaDriver]]:
+        """Every replica this node hosts, the metadata partition included (for metrics)."""
+        out = [(t, p, part.driver) for (t, p), part in list(self.replicas.items())]
+        if self.meta is not None:
+            out.append((METADATA_TOPIC, 0, self.meta))
+        return out
+
     def replica_config(self, voters: tuple[int, ...]) -> ReplicaConfig:
         s = self.node.settings
         return ReplicaConfig(

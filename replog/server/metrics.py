@@ -11,9 +11,11 @@ from collections.abc import Callable, Iterable
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from replog.replication import Role
+from replog.replication.driver import ReplicaDriver
 from replog.storage import PartitionLog
 
 LATENCY_BUCKETS_S = (
@@ -45,6 +47,54 @@ class _PartitionCollector(Collector):
         yield from families.values()
 
 
+class _ReplicationCollector(Collector):
+    """Replication state of every replica this node hosts, read at scrape time."""
+
+    def __init__(self, replicas: Callable[[], Iterable[tuple[str, int, ReplicaDriver]]]) -> None:
+        self._replicas = replicas
+
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        labels = ["topic", "partition"]
+        role = GaugeMetricFamily(
+            "replog_replica_role", "1 for the replica's current role", labels=[*labels, "role"]
+        )
+        epoch = GaugeMetricFamily("replog_replica_epoch", "Leader epoch", labels=labels)
+        lag = GaugeMetricFamily(
+            "replog_follower_lag_records",
+            "Records a follower is behind the leader's log end (leader's view)",
+            labels=[*labels, "replica"],
+        )
+        age = GaugeMetricFamily(
+            "replog_follower_fetch_age_seconds",
+            "Seconds since a follower last fetched (leader's view)",
+            labels=[*labels, "replica"],
+        )
+        elections = CounterMetricFamily(
+            "replog_elections", "Elections this replica started", labels=labels
+        )
+        leaderships = CounterMetricFamily(
+            "replog_leaderships", "Elections this replica won", labels=labels
+        )
+        truncations = CounterMetricFamily(
+            "replog_truncations", "Divergent tails this replica truncated", labels=labels
+        )
+        for topic, partition, driver in self._replicas():
+            key = [topic, str(partition)]
+            for r in Role:
+                role.add_metric([*key, r.value], 1.0 if driver.role is r else 0.0)
+            epoch.add_metric(key, driver.epoch)
+            for replica, _leo, behind, ago_ms in driver.replica_status():
+                if replica == driver.config.replica_id:
+                    continue
+                lag.add_metric([*key, str(replica)], behind)
+                if ago_ms >= 0:
+                    age.add_metric([*key, str(replica)], ago_ms / 1000)
+            elections.add_metric(key, driver.elections)
+            leaderships.add_metric(key, driver.leaderships)
+            truncations.add_metric(key, driver.truncations)
+        yield from (role, epoch, lag, age, elections, leaderships, truncations)
+
+
 class Metrics:
     def __init__(self, partitions: Callable[[], Iterable[PartitionLog]]) -> None:
         self.registry = CollectorRegistry()
@@ -63,6 +113,12 @@ class Metrics:
         self.append_bytes = Counter("replog_append_bytes", "Value bytes appended", registry=r)
         self.read_bytes = Counter("replog_read_bytes", "Frame bytes served", registry=r)
         r.register(_PartitionCollector(partitions))
+
+    def watch_replicas(
+        self, replicas: Callable[[], Iterable[tuple[str, int, ReplicaDriver]]]
+    ) -> None:
+        """Export the replication state of the replicas `replicas()` lists (cluster mode)."""
+        self.registry.register(_ReplicationCollector(replicas))
 
     def serve(self, address: str) -> str:
         """Start the HTTP exporter; return its bound host:port."""

@@ -59,6 +59,8 @@ class Node:
         self._shutting_down = False
         peers = settings.peer_map()
         self.cluster: Cluster | None = Cluster(self, peers) if peers else None
+        if self.cluster is not None:
+            self.metrics.watch_replicas(self.cluster.drivers)
 
     async def open(self) -> None:
         """Open every partition; a cluster of one commits what its own log holds (HW = LEO).

@@ -55,7 +55,7 @@ class DescribeTopicRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class PartitionDescription(_message.Message):
-    __slots__ = ("partition", "replicas", "leader_id", "log_start_offset", "log_end_offset", "high_watermark", "size_bytes", "segment_count", "epoch")
+    __slots__ = ("partition", "replicas", "leader_id", "log_start_offset", "log_end_offset", "high_watermark", "size_bytes", "segment_count", "epoch", "replica_status")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +65,7 @@ class PartitionDescription(_message.Message):
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     SEGMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_STATUS_FIELD_NUMBER: _ClassVar[int]
     partition: int
     replicas: _containers.RepeatedScalarFieldContainer[int]
     leader_id: int
@@ -74,7 +75,20 @@ class PartitionDescription(_message.Message):
     size_bytes: int
     segment_count: int
     epoch: int
-    def __init__(self, partition: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., leader_id: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., size_bytes: _Optional[int] = ..., segment_count: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+    replica_status: _containers.RepeatedCompositeFieldContainer[ReplicaStatus]
+    def __init__(self, partition: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., leader_id: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., size_bytes: _Optional[int] = ..., segment_count: _Optional[int] = ..., epoch: _Optional[int] = ..., replica_status: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ...) -> None: ...
+
+class ReplicaStatus(_message.Message):
+    __slots__ = ("replica_id", "log_end_offset", "lag_records", "last_fetch_ms_ago")
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    LAST_FETCH_MS_AGO_FIELD_NUMBER: _ClassVar[int]
+    replica_id: int
+    log_end_offset: int
+    lag_records: int
+    last_fetch_ms_ago: int
+    def __init__(self, replica_id: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., lag_records: _Optional[int] = ..., last_fetch_ms_ago: _Optional[int] = ...) -> None: ...
 
 class TopicDescription(_message.Message):
     __slots__ = ("name", "partitions")
