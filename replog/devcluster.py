@@ -112,7 +112,14 @@ class DevCluster:
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        ports = {i: free_port(self.host) for i in range(1, self.nodes + 1)}
+        # Hold every node's port until the nodes start, so that nothing else picking a free
+        # port meanwhile (e.g. a test's proxies, built by `peer_address`) can take it.
+        self._reserved: list[socket.socket] = []
+        for _ in range(self.nodes):
+            s = socket.socket()
+            s.bind((self.host, 0))
+            self._reserved.append(s)
+        ports = {i + 1: int(s.getsockname()[1]) for i, s in enumerate(self._reserved)}
         real = {i: f"{self.host}:{port}" for i, port in ports.items()}
         for i, port in ports.items():
             route = self.peer_address or (lambda _src, _dst, address: address)
@@ -140,6 +147,9 @@ class DevCluster:
         return ",".join(self.addresses.values())
 
     def start(self) -> DevCluster:
+        for s in self._reserved:
+            s.close()
+        self._reserved.clear()
         for node in self.members.values():
             node.start(wait=False)
         for node in self.members.values():

@@ -78,7 +78,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def DescribeTopic(
         self, request: admin_pb2.DescribeTopicRequest, context: Context
     ) -> admin_pb2.TopicDescription:
-        count = self.node.partition_count(request.name)
+        count = await self.node.partition_count(request.name)
         out = admin_pb2.TopicDescription(name=request.name)
         remote: dict[int, admin_pb2.PartitionDescription] = {}
         forwarded = _forwarded(context)
@@ -145,7 +145,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             nodes=[admin_pb2.Node(id=i, address=a) for i, a in self.node.nodes()],
         )
         for name in names:
-            count = self.node.partition_count(name)  # UNKNOWN_TOPIC if absent
+            count = await self.node.partition_count(name)  # UNKNOWN_TOPIC if absent
             tmeta = out.topics.add(name=name)
             for p in range(count):
                 part = await self._local(name, p)
@@ -173,7 +173,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ListOffsets(
         self, request: admin_pb2.ListOffsetsRequest, context: Context
     ) -> admin_pb2.ListOffsetsResponse:
-        count = self.node.partition_count(request.topic)
+        count = await self.node.partition_count(request.topic)
         wanted = list(request.partitions) or list(range(count))
         out = admin_pb2.ListOffsetsResponse()
         for p in wanted:

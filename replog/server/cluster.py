@@ -286,6 +286,22 @@ class Cluster:
             leader_address=self.peers.get(hint),
         )
 
+    async def check_unknown(self, name: str) -> None:
+        """`name` is unknown here. If the metadata leader knows it, the create has simply not
+        reached this node yet: raise LEADER_UNKNOWN (retriable) instead of UNKNOWN_TOPIC."""
+        leader = self._meta_leader()  # LEADER_UNKNOWN (retriable) during an election
+        if leader == self.node_id:
+            return  # this node's metadata is the authority
+        stub = await self._forward(leader)
+        try:
+            reply = await stub.ListTopics(admin_pb2.ListTopicsRequest(), timeout=2.0)
+        except grpc.RpcError:
+            return
+        if any(t.name == name for t in reply.topics):
+            raise LeaderUnknownError(
+                f"topic {name!r} is still being created on node {self.node_id}", topic=name
+            )
+
     def nodes(self) -> list[tuple[int, str]]:
         return sorted(self.peers.items())
 

@@ -27,7 +27,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from replog.errors import ShuttingDownError, UnavailableError
+from replog.errors import ShuttingDownError, TopicNotFoundError, UnavailableError
 from replog.server import logs
 from replog.server.admin_service import AdminService
 from replog.server.cluster import Cluster
@@ -80,7 +80,11 @@ class Node:
         if self.cluster is not None:
             if self._shutting_down:
                 raise ShuttingDownError("the server is shutting down")
-            return self.cluster.partition(topic, partition)
+            try:
+                return self.cluster.partition(topic, partition)
+            except TopicNotFoundError:
+                await self.cluster.check_unknown(topic)
+                raise
         part = self._partitions.get((topic, partition))
         if part is not None and not part.closed:
             return part
@@ -103,9 +107,13 @@ class Node:
             return {name: meta.partitions for name, meta in self.cluster.topics.items()}
         return self.registry.topics()
 
-    def partition_count(self, topic: str) -> int:
+    async def partition_count(self, topic: str) -> int:
         if self.cluster is not None:
-            return self.cluster.topic(topic).partitions
+            try:
+                return self.cluster.topic(topic).partitions
+            except TopicNotFoundError:
+                await self.cluster.check_unknown(topic)
+                raise
         return self.registry.partition_count(topic)
 
     def replicas_of(self, topic: str, partition: int) -> tuple[int, ...]:
