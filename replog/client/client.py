@@ -280,25 +280,13 @@ class Client:
         max_wait_ms: int = 0,
     ) -> FetchResult:
         """Committed records from `offset` (long poll up to `max_wait_ms` at the HW)."""
-        req = log_pb2.FetchRequest(
-            topic=topic,
-            partition=partition,
-            offset=offset,
-            max_bytes=max_bytes,
-            max_wait_ms=max_wait_ms,
+        raw = self.fetch_raw(topic, partition, offset, max_bytes=max_bytes, max_wait_ms=max_wait_ms)
+        return FetchResult(
+            frames.decode(raw.frames).data_records(),
+            raw.high_watermark,
+            raw.log_start_offset,
+            raw.next_offset,
         )
-        timeout_s = self.timeout_s + max_wait_ms / 1000
-
-        def call() -> FetchResult:
-            resp = self._leader(topic, partition).log.Fetch(req, timeout=timeout_s)
-            return FetchResult(
-                frames.decode(resp.frames).data_records(),
-                resp.high_watermark,
-                resp.log_start_offset,
-                resp.next_offset,
-            )
-
-        return self._call(call, topic, partition)
 
     def fetch_raw(
         self,
