@@ -23,7 +23,13 @@ import grpc
 from replog import frames
 from replog.client.errors import from_rpc_error
 from replog.client.retry import RetryPolicy, call_with_retry
-from replog.errors import LeaderUnknownError, NotLeaderError, ReplogError, UnavailableError
+from replog.errors import (
+    LeaderUnknownError,
+    NotLeaderError,
+    ReplogError,
+    TopicExistsError,
+    UnavailableError,
+)
 from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
 
 T = TypeVar("T")
@@ -203,7 +209,20 @@ class Client:
         req = admin_pb2.CreateTopicRequest(
             name=name, partitions=partitions, replication_factor=replication_factor
         )
-        self._call(lambda: self._admin().CreateTopic(req, timeout=self.timeout_s))
+        attempts = 0
+
+        def call() -> None:
+            nonlocal attempts
+            attempts += 1
+            try:
+                self._admin().CreateTopic(req, timeout=self.timeout_s)
+            except grpc.RpcError as exc:
+                err = from_rpc_error(exc)
+                if attempts > 1 and isinstance(err, TopicExistsError):
+                    return  # an earlier attempt whose answer was lost created it
+                raise err from None
+
+        self._call(call)
 
     def delete_topic(self, name: str) -> None:
         req = admin_pb2.DeleteTopicRequest(name=name)

@@ -178,6 +178,22 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         out = admin_pb2.ListOffsetsResponse()
         for p in wanted:
             part = await self._local(request.topic, p)
+            if (
+                isinstance(part, ReplicatedPartition)
+                and not part.is_leader
+                and not _forwarded(context)
+                and part.leader.leader_id not in (None, self.node.node_id)
+            ):
+                # "latest" is the leader's HW; a follower's may lag behind it.
+                assert self.node.cluster is not None and part.leader.leader_id is not None
+                stub = await self.node.cluster._forward(part.leader.leader_id)
+                sub = admin_pb2.ListOffsetsRequest(topic=request.topic, partitions=[p])
+                with contextlib.suppress(ReplogError):
+                    reply = await _remote(
+                        stub.ListOffsets(sub, timeout=REMOTE_TIMEOUT_S, metadata=FORWARD)
+                    )
+                    out.partitions.extend(reply.partitions)
+                    continue
             if part is None:
                 if _forwarded(context):
                     raise NotLeaderError(f"no replica of {request.topic}/{p} here")
