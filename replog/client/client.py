@@ -145,16 +145,17 @@ class Client:
             except grpc.RpcError as exc:
                 raise from_rpc_error(exc) from None
 
-        def on_error(err: ReplogError) -> None:
+        def on_error(err: ReplogError) -> bool:
             if isinstance(err, NotLeaderError) and topic is not None:
-                self._on_not_leader(topic, partition, err)
-            elif isinstance(err, LeaderUnknownError) and topic is not None:
+                return self._on_not_leader(topic, partition, err)
+            if isinstance(err, LeaderUnknownError) and topic is not None:
                 # This replica is between leaders; another node may already know the new one.
                 self._leaders.pop((topic, partition), None)
                 if len(self.bootstraps) > 1:
                     self._next_bootstrap(topic, partition)
             elif isinstance(err, UnavailableError) and len(self.bootstraps) > 1:
                 self._next_bootstrap(topic, partition)
+            return False
 
         return call_with_retry(attempt, self.retry, on_error)
 
@@ -165,11 +166,15 @@ class Client:
         i = self.bootstraps.index(self.bootstrap) if self.bootstrap in self.bootstraps else -1
         self.bootstrap = self.bootstraps[(i + 1) % len(self.bootstraps)]
 
-    def _on_not_leader(self, topic: str, partition: int, err: NotLeaderError) -> None:
+    def _on_not_leader(self, topic: str, partition: int, err: NotLeaderError) -> bool:
+        """Route to the leader the error names (True: a new address, worth retrying at once)
+        or refetch metadata."""
         if err.leader_address:
+            before = self._leaders.get((topic, partition), self.bootstrap)
             self._leaders[(topic, partition)] = err.leader_address
-        else:
-            self.refresh_metadata([topic])
+            return err.leader_address != before
+        self.refresh_metadata([topic])
+        return False
 
     def refresh_metadata(self, topics: Sequence[str] = ()) -> admin_pb2.Metadata:
         """Fetch nodes and partition leaders; update the leader cache."""

@@ -32,14 +32,17 @@ NO_RETRY = RetryPolicy(attempts_max=1)
 def call_with_retry(
     fn: Callable[[], T],
     policy: RetryPolicy,
-    on_error: Callable[[ReplogError], None] | None = None,
+    on_error: Callable[[ReplogError], bool | None] | None = None,
 ) -> T:
     """Call `fn` until it succeeds, fails with a non-retriable error, or the budget is spent.
 
-    `on_error` sees every retriable error before the retry (e.g. to refresh routing).
+    `on_error` sees every retriable error before the retry (e.g. to refresh routing); when it
+    returns True (the call now goes somewhere else, e.g. to a newly named leader), the retry
+    happens at once, without backoff, once in a row: a second such answer backs off.
     """
     started = time.monotonic()
     attempt = 0
+    rerouted = False
     while True:
         attempt += 1
         try:
@@ -50,6 +53,9 @@ def call_with_retry(
             pause_s = policy.backoff_s(attempt)
             if time.monotonic() - started + pause_s > policy.deadline_ms / 1000:
                 raise
-            if on_error is not None:
-                on_error(err)
+            now = bool(on_error(err)) if on_error is not None else False
+            if now and not rerouted:
+                rerouted = True
+                continue
+            rerouted = False
             time.sleep(pause_s)

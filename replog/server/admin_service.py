@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from replog.errors import InvalidArgumentError, NotLeaderError, ReplogError
+from replog.errors import InvalidArgumentError, LeaderUnknownError, NotLeaderError, ReplogError
 from replog.server.cluster import FORWARDED, _remote
 from replog.server.partition import Partition
 from replog.server.replicated import ReplicatedPartition
@@ -178,22 +178,25 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         out = admin_pb2.ListOffsetsResponse()
         for p in wanted:
             part = await self._local(request.topic, p)
-            if (
-                isinstance(part, ReplicatedPartition)
-                and not part.is_leader
-                and not _forwarded(context)
-                and part.leader.leader_id not in (None, self.node.node_id)
-            ):
-                # "latest" is the leader's HW; a follower's may lag behind it.
-                assert self.node.cluster is not None and part.leader.leader_id is not None
-                stub = await self.node.cluster._forward(part.leader.leader_id)
-                sub = admin_pb2.ListOffsetsRequest(topic=request.topic, partitions=[p])
-                with contextlib.suppress(ReplogError):
-                    reply = await _remote(
-                        stub.ListOffsets(sub, timeout=REMOTE_TIMEOUT_S, metadata=FORWARD)
+            if isinstance(part, ReplicatedPartition) and not part.is_leader:
+                # "latest" is the leader's HW: a follower's may lag behind records already
+                # acknowledged with acks=all, so a follower never answers with its own.
+                leader_id = part.leader.leader_id
+                if _forwarded(context) or leader_id in (None, self.node.node_id):
+                    raise LeaderUnknownError(
+                        f"{request.topic}/{p}: this replica does not lead it and knows no "
+                        "leader; retry",
+                        topic=request.topic,
+                        partition=p,
                     )
-                    out.partitions.extend(reply.partitions)
-                    continue
+                assert self.node.cluster is not None and leader_id is not None
+                stub = await self.node.cluster._forward(leader_id)
+                sub = admin_pb2.ListOffsetsRequest(topic=request.topic, partitions=[p])
+                reply = await _remote(
+                    stub.ListOffsets(sub, timeout=REMOTE_TIMEOUT_S, metadata=FORWARD)
+                )
+                out.partitions.extend(reply.partitions)
+                continue
             if part is None:
                 if _forwarded(context):
                     raise NotLeaderError(f"no replica of {request.topic}/{p} here")

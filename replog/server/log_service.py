@@ -100,12 +100,12 @@ class LogService(log_pb2_grpc.LogServicer):
         offset = request.offset
         max_bytes = self._max_bytes(request.max_bytes)
         wait_s = min(request.max_wait_ms, self.settings.fetch_wait_ms_max) / 1000
-        if wait_s > 0 and offset == part.high_watermark:
+        if wait_s > 0 and _not_committed_yet(part, offset):
             with contextlib.suppress(ShuttingDownError):
                 await part.wait_high_watermark(offset, wait_s)
             if part.closed:  # deleted or shutting down while waiting: the lookup says which
                 part = await self.node.partition_async(request.topic, request.partition)
-        data = await asyncio.to_thread(part.log.read, offset, max_bytes)
+        data = await _read_committed(part, offset, max_bytes)
         self.metrics.read_bytes.inc(len(data))
         return log_pb2.FetchResponse(
             frames=data,
@@ -126,7 +126,7 @@ class LogService(log_pb2_grpc.LogServicer):
         offset = request.offset
         max_bytes = self._max_bytes(request.max_bytes)
         # Validate the start offset now (OUT_OF_RANGE) rather than after a wait.
-        data = await asyncio.to_thread(part.log.read, offset, max_bytes)
+        data = await _read_committed(part, offset, max_bytes)
         while True:
             if data:
                 nxt = frames.next_offset(data, offset)
@@ -147,3 +147,18 @@ class LogService(log_pb2_grpc.LogServicer):
                 await event.wait()
                 continue
             data = await asyncio.to_thread(part.log.read, offset, max_bytes)
+
+
+def _not_committed_yet(part: Partition, offset: int) -> bool:
+    """`offset` is at or past the HW but inside the log: its record may still commit. A
+    newly elected leader's HW reaches what its predecessor acknowledged only once its own
+    epoch commits, so a reader may briefly be ahead of it: it waits instead of failing."""
+    return part.high_watermark <= offset <= part.log.log_end_offset
+
+
+async def _read_committed(part: Partition, offset: int, max_bytes: int) -> bytes:
+    """Committed frames from `offset`; b"" while it is not committed yet; OUT_OF_RANGE
+    below the log start or past the LEO."""
+    if _not_committed_yet(part, offset):
+        return b""
+    return await asyncio.to_thread(part.log.read, offset, max_bytes)

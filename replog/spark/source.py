@@ -28,6 +28,7 @@ once per process and bootstrap address (`_client`).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -52,11 +53,13 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from replog.client import Client
-from replog.errors import InvalidArgumentError
+from replog.errors import InvalidArgumentError, UnavailableError
 from replog.spark import offsets as off
 from replog.spark.arrow import SPARK_SCHEMA_DDL, frames_to_record_batch
 
 FETCH_BYTES_DEFAULT = 3 * 1024 * 1024
+FETCH_WAIT_MS = 1000  # long poll when a range is planned below a HW the leader has not reached
+COMMIT_WAIT_S_MAX = 60.0
 RECORDS_PER_TASK_DEFAULT = 2_000_000
 
 _clients: dict[str, Client] = {}
@@ -146,15 +149,24 @@ def read_partition(part: InputPartition) -> Iterator[pa.RecordBatch]:
         return  # Spark runs one placeholder task when `partitions()` planned none
     client = _client(part.bootstrap)
     offset = part.start
+    deadline = time.monotonic() + COMMIT_WAIT_S_MAX
     while offset < part.end:
         fetched = client.fetch_raw(
-            part.topic, part.partition, offset, max_bytes=part.fetch_bytes_max
+            part.topic,
+            part.partition,
+            offset,
+            max_bytes=part.fetch_bytes_max,
+            max_wait_ms=FETCH_WAIT_MS,
         )
         if fetched.next_offset <= offset:
-            raise InvalidArgumentError(
-                f"{part.topic}/{part.partition}: offset {offset} is no longer readable "
-                f"(high watermark {fetched.high_watermark}, log start {fetched.log_start_offset})"
-            )
+            # Planned below the HW, yet nothing came: a newly elected leader whose HW has not
+            # caught up with its predecessor's. The server long-polls; ask again, within limits.
+            if time.monotonic() > deadline:
+                raise UnavailableError(
+                    f"{part.topic}/{part.partition}: offset {offset} stayed uncommitted for "
+                    f"{COMMIT_WAIT_S_MAX:.0f} s (high watermark {fetched.high_watermark})"
+                )
+            continue
         batch = frames_to_record_batch(fetched.frames, part.topic, part.partition)
         if fetched.next_offset > part.end:
             offsets = batch.column(3).to_numpy()

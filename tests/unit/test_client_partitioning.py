@@ -51,3 +51,25 @@ def test_retries_stop_after_the_attempt_budget() -> None:
     with pytest.raises(UnavailableError):
         call_with_retry(down, RetryPolicy(attempts_max=3, backoff_initial_ms=1, backoff_max_ms=1))
     assert len(calls) == 3
+
+
+def test_a_reroute_to_a_new_leader_retries_at_once_but_only_once_in_a_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import replog.client.retry as retry
+
+    sleeps: list[float] = []
+    monkeypatch.setattr(retry.time, "sleep", sleeps.append)
+    calls = []
+
+    def moving() -> str:
+        calls.append(1)
+        if len(calls) < 4:
+            raise UnavailableError("not here")
+        return "ok"
+
+    policy = RetryPolicy(attempts_max=10, backoff_initial_ms=1, backoff_max_ms=2)
+    assert call_with_retry(moving, policy, on_error=lambda err: True) == "ok"
+    # retries 1 and 3 went straight to the new address; retry 2 (a second reroute in a row,
+    # e.g. two nodes pointing at each other) backed off first
+    assert len(calls) == 4 and len(sleeps) == 1
