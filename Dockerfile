@@ -24,6 +24,6 @@ ENV PATH=/opt/replog/bin:$PATH \
 USER 10001:10001
 WORKDIR /var/lib/replog
 VOLUME ["/var/lib/replog"]
-EXPOSE 7070 9090
+EXPOSE 7070 9464
 # `replog serve` installs its own SIGTERM handler (graceful drain + flush), so it can be PID 1.
 ENTRYPOINT ["replog", "serve"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +95,20 @@ class Settings:
     replica_fetch_wait_ms: int = field(
         default=400, metadata=_help("how long a leader holds a follower's fetch with no news")
     )
+    cluster_size: int = field(
+        default=0,
+        metadata=_help(
+            "StatefulSet mode: the number of nodes named by peer_address_template (0: off)"
+        ),
+    )
+    peer_address_template: str = field(
+        default="",
+        metadata=_help(
+            "StatefulSet mode: host:port of the node with ordinal {ordinal}, e.g. "
+            "replog-{ordinal}.replog-headless.ns.svc.cluster.local:7070; peers become "
+            "1=<ordinal 0>,...; node_id, unless given, is 1 + the ordinal ending HOSTNAME"
+        ),
+    )
 
     # -- construction -----------------------------------------------------------------------
 
@@ -125,6 +141,7 @@ class Settings:
             if raw is None:
                 continue
             values[f.name] = _convert(f.name, str(f.type), raw)
+        _derive_cluster(values, env)
         settings = cls(**values)
         settings.validate()
         return settings
@@ -196,6 +213,36 @@ class Settings:
     @property
     def flush_policy(self) -> FlushPolicy:
         return FlushPolicy(self.flush)
+
+
+def _derive_cluster(values: dict[str, Any], env: Mapping[str, str]) -> None:
+    """StatefulSet identity: peers from `peer_address_template` x `cluster_size`, this node's
+    id from the ordinal ending its host name (`replog-2` -> node 3), and the advertised
+    address from its own peer entry. Fills `values` in place; a no-op when not configured."""
+    template = values.get("peer_address_template", "")
+    size = values.get("cluster_size", 0)
+    if not template and not size:
+        return
+    if not template or size < 1:
+        raise InvalidConfigError(
+            "invalid settings: cluster_size >= 1 and peer_address_template go together"
+        )
+    if "{ordinal}" not in template:
+        raise InvalidConfigError("invalid settings: peer_address_template needs {ordinal}")
+    if values.get("peers"):
+        raise InvalidConfigError("invalid settings: give peers or peer_address_template, not both")
+    addresses = {i + 1: template.replace("{ordinal}", str(i)) for i in range(size)}
+    values["peers"] = ",".join(f"{ident}={address}" for ident, address in addresses.items())
+    if "node_id" not in values:
+        hostname = env.get("HOSTNAME") or socket.gethostname()
+        match = re.search(r"-(\d+)$", hostname)
+        if match is None:
+            raise InvalidConfigError(
+                f"invalid settings: host name {hostname!r} does not end in -<ordinal>; set node_id"
+            )
+        values["node_id"] = int(match.group(1)) + 1
+    if not values.get("advertised_address") and values["node_id"] in addresses:
+        values["advertised_address"] = addresses[values["node_id"]]
 
 
 def _is_address(value: str) -> bool:

@@ -58,3 +58,43 @@ def test_settings_fan_out_into_the_storage_config() -> None:
 def test_invalid_settings_are_refused_at_start(argv: list[str]) -> None:
     with pytest.raises(InvalidConfigError):
         parse(argv)
+
+
+STATEFULSET_ENV = {
+    "REPLOG_CLUSTER_SIZE": "3",
+    "REPLOG_PEER_ADDRESS_TEMPLATE": "replog-{ordinal}.replog-headless.prod.svc.cluster.local:7070",
+    "REPLOG_LISTEN": "0.0.0.0:7070",
+}
+
+
+def test_a_statefulset_pod_derives_its_peers_and_its_id_from_its_ordinal() -> None:
+    s = parse([], {**STATEFULSET_ENV, "HOSTNAME": "replog-2"})
+    assert s.peer_map() == {
+        1: "replog-0.replog-headless.prod.svc.cluster.local:7070",
+        2: "replog-1.replog-headless.prod.svc.cluster.local:7070",
+        3: "replog-2.replog-headless.prod.svc.cluster.local:7070",
+    }
+    assert s.node_id == 3
+    # clients and peers are told the pod's DNS name, not the wildcard it listens on
+    assert s.advertised_address == "replog-2.replog-headless.prod.svc.cluster.local:7070"
+
+
+def test_an_explicit_node_id_wins_over_the_host_name() -> None:
+    s = parse(["--node-id", "1"], {**STATEFULSET_ENV, "HOSTNAME": "replog-2"})
+    assert s.node_id == 1
+    assert s.advertised_address.startswith("replog-0.")
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {**STATEFULSET_ENV, "HOSTNAME": "replog-3"},  # ordinal beyond cluster_size
+        {**STATEFULSET_ENV, "HOSTNAME": "replog"},  # no ordinal in the host name
+        {**STATEFULSET_ENV, "REPLOG_PEER_ADDRESS_TEMPLATE": "replog.svc:7070"},  # no {ordinal}
+        {**STATEFULSET_ENV, "REPLOG_CLUSTER_SIZE": "0", "HOSTNAME": "replog-0"},
+        {**STATEFULSET_ENV, "HOSTNAME": "replog-0", "REPLOG_PEERS": "1=a:1"},  # both ways
+    ],
+)
+def test_inconsistent_statefulset_identities_are_refused_at_start(env: dict[str, str]) -> None:
+    with pytest.raises(InvalidConfigError):
+        parse([], env)
