@@ -278,6 +278,23 @@ class PartitionLog:
                 # later in place of the truncated ones: rewrite it before anything else.
                 self.checkpoint_high_watermark()
 
+    def reset_to(self, offset: int) -> None:
+        """Discard the whole log and start it empty at `offset`, with HW = `offset`.
+
+        For a follower whose log ends below its leader's log start (retention deleted what it
+        would fetch next): every offset below the leader's log start is committed, so the
+        follower may consider them committed too, though it holds none of them.
+        """
+        if offset < 0:
+            raise InvalidArgumentError(f"offset must be >= 0, got {offset}")
+        with self._lock:
+            try:
+                self._log.reset_to(offset)
+            except OSError as exc:
+                raise storage_error(exc, f"reset {self.directory}") from exc
+            self._leo = self._flushed_offset = self._hw = offset
+            self.checkpoint_high_watermark()
+
     def apply_retention(self, now_ms: int) -> int:
         """Delete whole closed segments past the retention limits, below HW. Returns how many."""
         cfg = self.config

@@ -127,6 +127,17 @@ class SegmentLog:
         if self.log_end_offset > leo:
             self.active.truncate_to(leo)
 
+    def reset_to(self, offset: int) -> None:
+        """Drop every segment and start empty at `offset`. Oldest segments go first, so a crash
+        part-way leaves a contiguous suffix (or nothing: an empty log at 0)."""
+        assert offset >= 0
+        while self.segments:
+            seg = self.segments.pop(0)
+            self._bases.pop(0)
+            self._dirty.discard(seg)
+            seg.delete()
+        self._add(Segment(self.directory, offset, self.config, create=True))
+
     def truncate_to(self, offset: int) -> None:
         """Drop every record at or above `offset` (log_start_offset <= offset <= LEO)."""
         assert self.log_start_offset <= offset <= self.log_end_offset

@@ -2,8 +2,8 @@
 
 Rules append (batch and single, mixed sizes including empty values), append raw frames,
 read at random offsets with random budgets, stream the whole log, move the high watermark,
-truncate, apply retention, reopen cleanly and crash (close without flushing or trimming the
-index). After every step the log must agree with the model.
+truncate, apply retention, reset to an empty log further on, reopen cleanly and crash (close
+without flushing or trimming the index). After every step the log must agree with the model.
 """
 
 from __future__ import annotations
@@ -125,6 +125,13 @@ class SegmentLogMachine(RuleBasedStateMachine):
         assert self.start <= new_start <= max(self.hw, self.start)
         del self.records[: new_start - self.start]
         self.start = new_start
+
+    @rule(ahead=st.integers(min_value=0, max_value=40))
+    def reset_past_the_end_like_a_follower_behind_retention(self, ahead: int) -> None:
+        offset = self.leo + ahead
+        self.log.reset_to(offset)
+        self.start, self.records = offset, []
+        self.hw = self.checkpointed_hw = offset
 
     @rule()
     def reopen(self) -> None:

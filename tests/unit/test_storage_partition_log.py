@@ -172,3 +172,25 @@ def test_a_tiny_config_still_reads_everything_back(tmp_path: Path) -> None:
         log.append(vals[i : i + 3])
     log.set_high_watermark(200)
     assert read_all(log, uncommitted=False) == vals
+
+
+def test_a_reset_log_starts_empty_at_the_given_offset_and_stays_so_after_reopen(
+    tmp_path: Path,
+) -> None:
+    log = open_log(tmp_path)
+    for i in range(0, 30, 3):
+        log.append([b"x%02d" % (i + k) for k in range(3)])  # tiny segments: several files
+    assert log.segment_count > 1
+    log.reset_to(45)  # the leader's log starts at 45: nothing below it can be fetched
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (45, 45, 45)
+    assert log.segment_count == 1
+    assert sorted(p.name for p in tmp_path.glob("*.log")) == [f"{45:020d}.log"]
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(3, 100)
+    assert log.append([b"y"]).base_offset == 45
+    log.close()
+
+    log = open_log(tmp_path)
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (45, 46, 45)
+    assert frames.decode(log.read_uncommitted(45, 100)).values == [b"y"]
+    log.close()
