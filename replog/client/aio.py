@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 import grpc
 
 from replog import frames
-from replog.client.client import ACKS, MESSAGE_BYTES_MAX, AppendResult, FetchResult, Offsets
+from replog.client.client import ACKS, CHANNEL_OPTIONS, AppendResult, FetchResult, Offsets
 from replog.client.errors import from_rpc_error
 from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
 
@@ -23,10 +23,7 @@ class AsyncClient:
         self.timeout_s = timeout_s
         self._channel = grpc.aio.insecure_channel(
             address,
-            options=[
-                ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
-                ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
-            ],
+            options=CHANNEL_OPTIONS,
         )
         self._log = log_pb2_grpc.LogStub(self._channel)  # type: ignore[no-untyped-call]
         self._admin = admin_pb2_grpc.AdminStub(self._channel)  # type: ignore[no-untyped-call]

@@ -24,6 +24,7 @@ from replog import frames
 from replog.client.errors import from_rpc_error
 from replog.client.retry import RetryPolicy, call_with_retry
 from replog.errors import (
+    DeadlineExceededError,
     LeaderUnknownError,
     NotLeaderError,
     ReplogError,
@@ -34,6 +35,14 @@ from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
 
 T = TypeVar("T")
 MESSAGE_BYTES_MAX = 4 * 1024 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
+    ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
+    # A node that stops answering (paused, hung, cut off) fails open calls with UNAVAILABLE
+    # within ~15 s instead of at their deadline, so they are retried elsewhere.
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+]
 ACKS = {"none": log_pb2.ACKS_NONE, "leader": log_pb2.ACKS_LEADER, "all": log_pb2.ACKS_ALL}
 
 
@@ -92,15 +101,17 @@ class Offsets:
     log_end_offset: int
 
 
+def _timed_out(err: ReplogError) -> bool:
+    """A retriable stand-in for a read's client deadline (see `Client._call`)."""
+    return err.metadata.get("grpc_code") == "DEADLINE_EXCEEDED"
+
+
 class _Node:
     def __init__(self, address: str) -> None:
         self.address = address
         self.channel = grpc.insecure_channel(
             address,
-            options=[
-                ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
-                ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
-            ],
+            options=CHANNEL_OPTIONS,
         )
         self.log = log_pb2_grpc.LogStub(self.channel)  # type: ignore[no-untyped-call]
         self.admin = admin_pb2_grpc.AdminStub(self.channel)  # type: ignore[no-untyped-call]
@@ -138,12 +149,31 @@ class Client:
         address = self._leaders.get((topic, partition), self.bootstrap)
         return self._node(address)
 
-    def _call(self, fn: Callable[[], T], topic: str | None = None, partition: int = 0) -> T:
+    def _call(
+        self,
+        fn: Callable[[], T],
+        topic: str | None = None,
+        partition: int = 0,
+        *,
+        idempotent: bool = False,
+    ) -> T:
+        """`fn` with typed errors, retries and routing updates. A node that does not answer
+        before the deadline (hung, paused, cut off) is dropped from routing; an `idempotent`
+        call (a read) is then retried elsewhere, any other is raised: its outcome is unknown."""
+
         def attempt() -> T:
             try:
                 return fn()
             except grpc.RpcError as exc:
-                raise from_rpc_error(exc) from None
+                err = from_rpc_error(exc)
+                if isinstance(err, DeadlineExceededError):
+                    self._next_bootstrap(topic, partition)
+                    if idempotent:
+                        raise UnavailableError(
+                            f"no answer before the deadline; trying another node ({err})",
+                            grpc_code="DEADLINE_EXCEEDED",
+                        ) from None
+                raise err from None
 
         def on_error(err: ReplogError) -> bool:
             if isinstance(err, NotLeaderError) and topic is not None:
@@ -153,8 +183,8 @@ class Client:
                 self._leaders.pop((topic, partition), None)
                 if len(self.bootstraps) > 1:
                     self._next_bootstrap(topic, partition)
-            elif isinstance(err, UnavailableError) and len(self.bootstraps) > 1:
-                self._next_bootstrap(topic, partition)
+            elif isinstance(err, UnavailableError) and not _timed_out(err):
+                self._next_bootstrap(topic, partition)  # (a deadline has moved on already)
             return False
 
         return call_with_retry(attempt, self.retry, on_error)
@@ -163,6 +193,8 @@ class Client:
         """The current node is unreachable: forget it as a leader, use the next bootstrap."""
         if topic is not None:
             self._leaders.pop((topic, partition), None)
+        if len(self.bootstraps) < 2:
+            return
         i = self.bootstraps.index(self.bootstrap) if self.bootstrap in self.bootstraps else -1
         self.bootstrap = self.bootstraps[(i + 1) % len(self.bootstraps)]
 
@@ -181,7 +213,8 @@ class Client:
         meta: admin_pb2.Metadata = self._call(
             lambda: self._node(self.bootstrap).admin.GetMetadata(
                 admin_pb2.GetMetadataRequest(topics=list(topics)), timeout=self.timeout_s
-            )
+            ),
+            idempotent=True,
         )
         addresses = {n.id: n.address for n in meta.nodes}
         for t in meta.topics:
@@ -235,13 +268,16 @@ class Client:
 
     def list_topics(self) -> dict[str, int]:
         resp = self._call(
-            lambda: self._admin().ListTopics(admin_pb2.ListTopicsRequest(), timeout=self.timeout_s)
+            lambda: self._admin().ListTopics(admin_pb2.ListTopicsRequest(), timeout=self.timeout_s),
+            idempotent=True,
         )
         return {t.name: t.partitions for t in resp.topics}
 
     def describe_topic(self, name: str) -> list[PartitionInfo]:
         req = admin_pb2.DescribeTopicRequest(name=name)
-        resp = self._call(lambda: self._admin().DescribeTopic(req, timeout=self.timeout_s))
+        resp = self._call(
+            lambda: self._admin().DescribeTopic(req, timeout=self.timeout_s), idempotent=True
+        )
         return [
             PartitionInfo(
                 partition=p.partition,
@@ -265,7 +301,9 @@ class Client:
 
     def list_offsets(self, topic: str, partitions: Sequence[int] = ()) -> list[Offsets]:
         req = admin_pb2.ListOffsetsRequest(topic=topic, partitions=list(partitions))
-        resp = self._call(lambda: self._admin().ListOffsets(req, timeout=self.timeout_s))
+        resp = self._call(
+            lambda: self._admin().ListOffsets(req, timeout=self.timeout_s), idempotent=True
+        )
         return [
             Offsets(p.partition, p.earliest, p.latest, p.log_end_offset) for p in resp.partitions
         ]
@@ -338,7 +376,7 @@ class Client:
                 resp.frames, resp.high_watermark, resp.log_start_offset, resp.next_offset
             )
 
-        return self._call(call, topic, partition)
+        return self._call(call, topic, partition, idempotent=True)
 
     def stream(
         self, topic: str, partition: int, offset: int, *, max_bytes: int = 0

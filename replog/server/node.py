@@ -202,6 +202,10 @@ async def _serve(settings: Settings) -> int:
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
             ("grpc.so_reuseport", 0),
+            # Clients and peers send keepalive pings (every 10 s while a call is open) to
+            # notice a hung node; accept them even on a quiet long poll or stream.
+            ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+            ("grpc.http2.max_ping_strikes", 0),
         ]
     )
     log_pb2_grpc.add_LogServicer_to_server(LogService(node), server)  # type: ignore[no-untyped-call]
