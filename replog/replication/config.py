@@ -8,10 +8,15 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class ReplicaConfig:
     """`flush_always`: the leader counts only its flushed offset toward HW and acks=leader
-    waits for the flush; followers fetch again only once their log is flushed."""
+    waits for the flush; followers fetch again only once their log is flushed.
+
+    `observers` replicate the log like followers but never vote, never campaign and never
+    count toward the majority (KIP-595's observers); this replica is a voter or an observer.
+    """
 
     replica_id: int
     voters: tuple[int, ...]
+    observers: tuple[int, ...] = ()
     election_timeout_ms_min: int = 1000
     election_timeout_ms_max: int = 2000
     fetch_wait_ms_max: int = 500
@@ -20,8 +25,15 @@ class ReplicaConfig:
     flush_always: bool = True
 
     def __post_init__(self) -> None:
-        assert self.replica_id in self.voters, (self.replica_id, self.voters)
+        assert self.voters, "a partition needs at least one voter"
+        assert self.replica_id in self.voters or self.replica_id in self.observers, (
+            self.replica_id,
+            self.voters,
+            self.observers,
+        )
         assert len(set(self.voters)) == len(self.voters), self.voters
+        assert len(set(self.observers)) == len(self.observers), self.observers
+        assert not set(self.voters) & set(self.observers), (self.voters, self.observers)
         assert 0 < self.election_timeout_ms_min < self.election_timeout_ms_max
         assert 0 < self.fetch_wait_ms_max < self.fetch_retry_ms
         # a leader must answer a parked fetch before the follower gives up on it
@@ -31,3 +43,8 @@ class ReplicaConfig:
     @property
     def majority(self) -> int:
         return len(self.voters) // 2 + 1
+
+    @property
+    def is_voter(self) -> bool:
+        """Whether this replica votes (else it is an observer)."""
+        return self.replica_id in self.voters

@@ -11,6 +11,14 @@ input method and performs the returned outputs in order (see `outputs.py`):
 * `flushed(offset, now_ms)`: every offset below `offset` is now fsynced.
 * `campaign(now_ms)`: start an election now (tests, leadership transfer, single node).
 
+An **observer** (`config.observers`) is a follower that never votes and never campaigns: it
+fetches, appends, truncates and sets its HW like a follower, and its role stays FOLLOWER.
+When no leader answers it within its election timeout it forgets the leader (leader
+unknown) and waits: a leader keeps sending `BeginEpoch` to every observer that has not
+fetched in its epoch or has gone quiet for `election_timeout_ms_min`, and a `Fenced` answer
+also names the leader. The leader tracks observers' progress (long polls, BeginEpoch) but
+counts only voters toward HW and check-quorum.
+
 The core owns the epoch history and a view of the log (LEO, flushed offset, HW); the records
 themselves stay with the driver. Randomness comes only from the injected `rng`.
 """
@@ -64,8 +72,9 @@ class Role(enum.Enum):
 
 @dataclass(slots=True)
 class _Progress:
-    """The leader's view of one other voter in its epoch."""
+    """The leader's view of one other replica (voter or observer) in its epoch."""
 
+    voter: bool = True
     match: int = 0
     last_fetch_ms: int | None = None
     hw_sent: int = -1
@@ -161,8 +170,14 @@ class Replica:
     def epoch_history(self) -> tuple[EpochStart, ...]:
         return self._history.entries
 
+    @property
+    def is_voter(self) -> bool:
+        """Whether this replica votes (else it is an observer, never a candidate or leader)."""
+        return self.config.is_voter
+
     def followers(self) -> dict[int, tuple[int, int | None]]:
-        """Leader only (else empty): voter -> (match offset, time of its last fetch in ms)."""
+        """Leader only (else empty): replica (voters, then observers) -> (match offset, time
+        of its last fetch in ms)."""
         return {v: (p.match, p.last_fetch_ms) for v, p in self._progress.items()}
 
     def epoch_of(self, offset: int) -> int:
@@ -180,7 +195,10 @@ class Replica:
             self._tick_leader(now_ms)
         else:
             if now_ms >= self._election_deadline_ms:
-                self._start_election(now_ms)
+                if self.config.is_voter:
+                    self._start_election(now_ms)
+                else:
+                    self._lose_leader(now_ms)
             elif (
                 self._role is Role.FOLLOWER
                 and self._fetch_sent_ms is not None
@@ -191,8 +209,8 @@ class Replica:
         return self._take()
 
     def campaign(self, now_ms: int) -> list[Output]:
-        """Start an election now (no-op on a leader)."""
-        if self._role is not Role.LEADER:
+        """Start an election now (no-op on a leader and on an observer)."""
+        if self._role is not Role.LEADER and self.config.is_voter:
             self._start_election(now_ms)
         return self._take()
 
@@ -274,6 +292,15 @@ class Replica:
         self._reset_election_timer(now_ms)
         self._send_fetch(now_ms)
 
+    def _lose_leader(self, now_ms: int) -> None:
+        """Observer: nothing valid came from the leader within the election timeout. Forget
+        it and wait for a BeginEpoch (or a Fenced answer) instead of campaigning."""
+        assert not self.config.is_voter and self._role is Role.FOLLOWER
+        if self.leader_id is not None:
+            self._become_follower(self.epoch, None, now_ms)
+        else:
+            self._reset_election_timer(now_ms)
+
     def _fail_pending_acks(self) -> None:
         for ack in (*self._pending_leader, *self._pending_all):
             self._out.append(AckFailed(ack.request_id, AckFailure.OUTCOME_UNKNOWN, None))
@@ -282,6 +309,7 @@ class Replica:
 
     def _start_election(self, now_ms: int) -> None:
         me = self.replica_id
+        assert self.config.is_voter, "an observer never campaigns"
         self._role = Role.CANDIDATE
         self._set_state(QuorumState(self._state.epoch + 1, me, None))
         self._votes = {me}
@@ -309,9 +337,10 @@ class Replica:
         self._leo += 1
         self._leader_since_ms = now_ms
         self._progress = {v: _Progress() for v in self.config.voters if v != me}
-        for voter, progress in self._progress.items():
+        self._progress.update((o, _Progress(voter=False)) for o in self.config.observers)
+        for replica, progress in self._progress.items():
             progress.begin_sent_ms = now_ms
-            self._out.append(Send(voter, BeginEpoch(epoch, me)))
+            self._out.append(Send(replica, BeginEpoch(epoch, me)))
         self._update_high_watermark(now_ms)
 
     # -- leader ----------------------------------------------------------------------------
@@ -319,17 +348,21 @@ class Replica:
     def _tick_leader(self, now_ms: int) -> None:
         cfg = self.config
         alive = 1
-        for voter, progress in self._progress.items():
+        for replica, progress in self._progress.items():
             parked = progress.parked
             if parked is not None and now_ms - progress.parked_since_ms >= cfg.fetch_wait_ms_max:
-                self._send_records(voter, parked)
+                self._send_records(replica, parked)
             last = progress.last_fetch_ms
-            if last is None:
+            # Tell the leader again to a replica that has not fetched in this epoch, and to an
+            # observer that went quiet: it forgets a silent leader and does not campaign.
+            if last is None or (
+                not progress.voter and now_ms - last >= cfg.election_timeout_ms_min
+            ):
                 sent = progress.begin_sent_ms
                 if sent is None or now_ms - sent >= cfg.begin_epoch_retry_ms:
                     progress.begin_sent_ms = now_ms
-                    self._out.append(Send(voter, BeginEpoch(self.epoch, self.replica_id)))
-            elif now_ms - last < cfg.election_timeout_ms_max:
+                    self._out.append(Send(replica, BeginEpoch(self.epoch, self.replica_id)))
+            elif progress.voter and now_ms - last < cfg.election_timeout_ms_max:
                 alive += 1
         if now_ms - self._leader_since_ms >= cfg.election_timeout_ms_max and alive < cfg.majority:
             # check quorum: a leader that cannot reach a majority stops taking writes
@@ -339,7 +372,7 @@ class Replica:
         return self._flushed if self.config.flush_always else self._leo
 
     def _update_high_watermark(self, now_ms: int) -> None:
-        matches = [self._own_match(), *(p.match for p in self._progress.values())]
+        matches = [self._own_match(), *(p.match for p in self._progress.values() if p.voter)]
         hw = next_high_watermark(self._hw, matches, self.config.majority, self._control_offset)
         assert hw >= self._hw, (hw, self._hw)
         if hw == self._hw:
@@ -353,15 +386,15 @@ class Replica:
         self._answer_parked(now_ms, force=False)
 
     def _answer_parked(self, now_ms: int, *, force: bool) -> None:
-        for voter, progress in self._progress.items():
+        for replica, progress in self._progress.items():
             parked = progress.parked
             if parked is not None and (
                 force or parked.fetch_offset < self._leo or progress.hw_sent != self._hw
             ):
-                self._send_records(voter, parked)
+                self._send_records(replica, parked)
 
-    def _send_records(self, voter: int, request: FetchRequest) -> None:
-        progress = self._progress[voter]
+    def _send_records(self, replica: int, request: FetchRequest) -> None:
+        progress = self._progress[replica]
         progress.parked = None
         progress.hw_sent = self._hw
         start, end = request.fetch_offset, self._leo
@@ -369,7 +402,7 @@ class Replica:
         response = FetchResponse(
             self.epoch, self.replica_id, start, request.last_fetched_epoch, records
         )
-        self._out.append(Send(voter, response))
+        self._out.append(Send(replica, response))
 
     def _on_fetch_request(self, request: FetchRequest, now_ms: int) -> None:
         sender = request.replica_id
@@ -500,8 +533,8 @@ class Replica:
         me = self.replica_id
         if request.epoch > self.epoch:
             self._become_follower(request.epoch, None, now_ms)
-        granted = False
-        if request.epoch == self.epoch and self._role is Role.FOLLOWER:
+        granted = False  # an observer answers, but never grants
+        if request.epoch == self.epoch and self._role is Role.FOLLOWER and self.config.is_voter:
             mine = (self._history.last_epoch(self._leo), self._leo)
             theirs = (request.last_epoch, request.log_end_offset)
             if (

@@ -1,8 +1,9 @@
 """Cluster mode: the `__cluster` metadata partition, topic assignment, and replica lifecycles.
 
 Membership is static (`--peers id=host:port,...`). The cluster's topics live in one more
-replicated partition, `__cluster`, whose voters are the first five nodes by id. Its records
-are JSON commands::
+replicated partition, `__cluster`, whose voters are the first five nodes by id; any further
+nodes are its observers (they fetch and apply the log but never vote, and never count
+toward its majority). Its records are JSON commands::
 
     {"op": "create_topic", "name": "orders", "partitions": 3, "assignment": [[1,2,3], ...]}
     {"op": "delete_topic", "name": "orders"}
@@ -10,9 +11,10 @@ are JSON commands::
 Every node applies them in offset order once they are committed (below the `__cluster`
 HW), creating or removing the replicas assigned to it; on restart it replays the log, so
 the cluster's topics are a pure function of the committed metadata log. Admin calls go to
-the `__cluster` leader; another node forwards them. The leader decides the assignment:
-partition p gets `rf` consecutive nodes starting at `(p + seed) % n` (even spread; the first
-replica is the preferred leader).
+the `__cluster` leader; another node (voter or observer) forwards them. The leader decides
+the assignment: partition p gets `rf` consecutive nodes starting at `(p + seed) % n` (even
+spread over all nodes, observers of `__cluster` included; the first replica is the
+preferred leader).
 """
 
 from __future__ import annotations
@@ -90,39 +92,36 @@ class Cluster:
         self._admin_lock = asyncio.Lock()
         self._apply_task: asyncio.Task[None] | None = None
         self._channels: dict[str, grpc.aio.Channel] = {}
-        voters = tuple(sorted(peers))[:METADATA_VOTERS_MAX]
+        members = tuple(sorted(peers))
+        voters, observers = members[:METADATA_VOTERS_MAX], members[METADATA_VOTERS_MAX:]
         self.meta_log = PartitionLog(
             settings.data_dir / METADATA_TOPIC / "partition_0",
             METADATA_TOPIC,
             0,
             settings.storage_config(),
         )
-        self.meta: ReplicaDriver | None = None
-        if self.node_id in voters:
-            self.meta = ReplicaDriver(
-                self.meta_log,
-                self.replica_config(voters),
-                self.links.transport(METADATA_TOPIC, 0),
-                fetch_bytes_max=settings.fetch_bytes_max,
-                on_high_watermark=lambda _hw: self._apply_wanted.set(),
-            )
-        else:
-            raise InvalidArgumentError(
-                "clusters of more than five nodes need metadata observers (not supported yet)"
-            )
+        self.meta = ReplicaDriver(
+            self.meta_log,
+            self.replica_config(voters, observers),
+            self.links.transport(METADATA_TOPIC, 0),
+            fetch_bytes_max=settings.fetch_bytes_max,
+            on_high_watermark=lambda _hw: self._apply_wanted.set(),
+        )
 
     def drivers(self) -> list[tuple[str, int, ReplicaDriver]]:
         """Every replica this node hosts, the metadata partition included (for metrics)."""
         out = [(t, p, part.driver) for (t, p), part in list(self.replicas.items())]
-        if self.meta is not None:
-            out.append((METADATA_TOPIC, 0, self.meta))
+        out.append((METADATA_TOPIC, 0, self.meta))
         return out
 
-    def replica_config(self, voters: tuple[int, ...]) -> ReplicaConfig:
+    def replica_config(
+        self, voters: tuple[int, ...], observers: tuple[int, ...] = ()
+    ) -> ReplicaConfig:
         s = self.node.settings
         return ReplicaConfig(
             self.node_id,
             voters,
+            observers,
             election_timeout_ms_min=s.election_timeout_ms,
             election_timeout_ms_max=2 * s.election_timeout_ms,
             fetch_wait_ms_max=s.replica_fetch_wait_ms,
@@ -135,7 +134,6 @@ class Cluster:
 
     async def start(self) -> None:
         self.links.start()
-        assert self.meta is not None
         await self.meta.start()
         self._apply_wanted.set()  # replay what is already committed
         self._apply_task = asyncio.create_task(self._apply_loop(), name="cluster-apply")
@@ -147,8 +145,7 @@ class Cluster:
                 await self._apply_task
         for part in list(self.replicas.values()):
             await part.stop()
-        if self.meta is not None:
-            await self.meta.close()
+        await self.meta.close()
         await self.links.close()
         for channel in self._channels.values():
             await channel.close(None)
@@ -161,7 +158,7 @@ class Cluster:
     def route(self, topic: str, partition: int) -> Callable[[Message], Awaitable[None]] | None:
         """The replica an incoming replication message is for (None: not hosted here)."""
         if topic == METADATA_TOPIC:
-            return self.meta.deliver if self.meta is not None else None
+            return self.meta.deliver
         part = self.replicas.get((topic, partition))
         return part.driver.deliver if part is not None else None
 
@@ -308,7 +305,8 @@ class Cluster:
     # -- admin (on the __cluster leader; others forward) -------------------------------------
 
     def _meta_leader(self) -> int:
-        assert self.meta is not None
+        """The `__cluster` leader this node knows of (an observer knows it too, from the
+        BeginEpoch or the fetch answers of the leader); LEADER_UNKNOWN when none."""
         if self.meta.role is Role.LEADER:
             return self.node_id
         leader = self.meta.leader_id
@@ -376,7 +374,6 @@ class Cluster:
         return self.node.settings.ack_timeout_ms / 1000
 
     async def _commit(self, command: dict[str, Any]) -> None:
-        assert self.meta is not None
         value = json.dumps(command, sort_keys=True).encode()
         _, last = await self.meta.append([value], Acks.ALL, self._timeout_s())
         await self.wait_applied(last, self._timeout_s())

@@ -6,8 +6,15 @@
 * leader completeness: every offset that was ever below any replica's HW, and every acked
   acks=all record, is in every later leader's log at its offset, unchanged; no replica ever
   truncates a committed record;
-* HW: monotonic on a leader within its epoch, never above LEO anywhere;
+* HW: monotonic on a leader within its epoch, never above LEO anywhere; when a leader moves
+  it to X, a majority of the *voters* hold the leader's record at X - 1 (observers hold
+  copies too, but never count);
 * offsets: dense (appends start at LEO), a client value gets one offset, never re-assigned.
+
+Observers are checked like every replica (their records join the same hash chains, so
+their logs are prefix-consistent copies; their HW covers committed records only); the
+simulator also checks that an observer never campaigns, never grants a vote and never
+becomes a candidate or leader.
 """
 
 from __future__ import annotations
@@ -91,6 +98,23 @@ class Checker:
                 f"node {node}: log differs from the committed prefix below {known}",
             )
         self.committed.extend(log[known:hw])
+
+    def on_commit(
+        self, node: int, log: list[SimRecord], hw: int, voter_logs: list[list[SimRecord]]
+    ) -> None:
+        """Leader `node` moved its HW to `hw`: a majority of the voters (the leader among
+        them, crashed ones included: they keep what they acknowledged) hold its record at
+        `hw - 1`."""
+        if hw == 0:
+            return
+        chain = log[hw - 1].chain
+        holders = sum(1 for v in voter_logs if len(v) >= hw and v[hw - 1].chain == chain)
+        if holders < len(voter_logs) // 2 + 1:
+            check(
+                False,
+                f"leader {node}: HW {hw} with only {holders} of {len(voter_logs)} voters "
+                "holding the record",
+            )
 
     def on_leader(self, node: int, epoch: int, hw: int) -> None:
         """`node` leads `epoch` with HW `hw` (called after every event)."""

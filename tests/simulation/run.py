@@ -1,6 +1,6 @@
 """Run one simulated schedule from the command line: the reproduction of a failing seed.
 
-python -m tests.simulation.run --seed 1234 --nodes 3 [--flush never]
+python -m tests.simulation.run --seed 1234 --nodes 3 [--observers 1] [--flush never]
 """
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ from tests.simulation.sim import SimConfig, run_schedule
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--nodes", type=int, default=3, help="voters")
+    parser.add_argument("--observers", type=int, default=0, help="non-voting replicas")
     parser.add_argument("--flush", choices=["always", "never"], default="always")
     args = parser.parse_args()
-    config = SimConfig.random(args.seed, args.nodes, flush_always=args.flush == "always")
+    config = SimConfig.random(
+        args.seed, args.nodes, flush_always=args.flush == "always", observers=args.observers
+    )
     print(config)
     outcome = run_schedule(config)
     print(outcome)

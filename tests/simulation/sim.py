@@ -1,5 +1,9 @@
 """A seeded, deterministic simulator of N replicas of the replication core.
 
+Replicas 1..`nodes` are voters; `observers` more replicas (ids after the voters) follow the
+log without voting, as the nodes beyond the fifth do for `__cluster`. Faults hit observers
+like voters (crashes, partitions, lost messages); after healing they too must converge.
+
 Everything runs on one simulated clock driven by an event heap (time, sequence number), so a
 seed fully determines a schedule. The simulated pieces:
 
@@ -46,6 +50,8 @@ from replog.replication import (
     Send,
     SetHighWatermark,
     TruncateTo,
+    VoteRequest,
+    VoteResponse,
 )
 from tests.simulation.checker import Checker, InvariantViolation, SimRecord, check
 
@@ -55,7 +61,8 @@ TICK_MS = 10
 @dataclass(frozen=True)
 class SimConfig:
     seed: int
-    nodes: int = 3
+    nodes: int = 3  # voters
+    observers: int = 0
     flush_always: bool = True
     chaos_ms: int = 3000  # faults happen during this phase
     liveness_ms: int = 10000  # after healing, a leader must commit a new append by then
@@ -72,15 +79,29 @@ class SimConfig:
 
     def repro(self) -> str:
         flush = "" if self.flush_always else " --flush never"
-        return f"python -m tests.simulation.run --seed {self.seed} --nodes {self.nodes}{flush}"
+        observers = f" --observers {self.observers}" if self.observers else ""
+        return (
+            f"python -m tests.simulation.run --seed {self.seed} --nodes {self.nodes}"
+            f"{observers}{flush}"
+        )
+
+    @property
+    def shape(self) -> str:
+        """Names the cluster in seeds: `3`, or `5+2` with observers (voter-only runs keep
+        the seeds they always had)."""
+        return f"{self.nodes}+{self.observers}" if self.observers else str(self.nodes)
 
     @staticmethod
-    def random(seed: int, nodes: int, *, flush_always: bool = True) -> SimConfig:
+    def random(
+        seed: int, nodes: int, *, flush_always: bool = True, observers: int = 0
+    ) -> SimConfig:
         """Fault rates drawn from the seed, so that seeds cover calm and hostile networks."""
-        rng = random.Random(f"config-{seed}-{nodes}")
+        shape = f"{nodes}+{observers}" if observers else str(nodes)
+        rng = random.Random(f"config-{seed}-{shape}")
         return SimConfig(
             seed=seed,
             nodes=nodes,
+            observers=observers,
             flush_always=flush_always,
             loss=rng.choice([0.0, 0.02, 0.1, 0.3]),
             duplication=rng.choice([0.0, 0.02, 0.1]),
@@ -132,12 +153,14 @@ class ClientRequest:
 class Simulation:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
-        self.rng = random.Random(f"sim-{config.seed}-{config.nodes}")
+        self.rng = random.Random(f"sim-{config.seed}-{config.shape}")
         self.now = 0
         self.checker = Checker()
         self.voters = tuple(range(1, config.nodes + 1))
-        self.nodes = {i: Node(i) for i in self.voters}
-        self.groups: dict[int, int] = dict.fromkeys(self.voters, 0)
+        self.observers = tuple(range(config.nodes + 1, config.nodes + config.observers + 1))
+        self.ids = self.voters + self.observers
+        self.nodes = {i: Node(i) for i in self.ids}
+        self.groups: dict[int, int] = dict.fromkeys(self.ids, 0)
         self.loss = config.loss
         self.duplication = config.duplication
         self.fetch_records_max = config.fetch_records_max
@@ -148,7 +171,7 @@ class Simulation:
         self.values_sent = 0
         self.events_run = 0
         self.last_delivered: tuple[int, int, Message] | None = None
-        for i in self.voters:
+        for i in self.ids:
             self._start_node(i)
             self._schedule(self.rng.randint(0, TICK_MS), "tick", i)
         self._schedule(0, "chaos", None)
@@ -231,7 +254,7 @@ class Simulation:
                 self.partition(*self._random_groups())
 
     def _random_groups(self) -> list[set[int]]:
-        nodes = list(self.voters)
+        nodes = list(self.ids)
         self.rng.shuffle(nodes)
         cut = self.rng.randint(1, len(nodes) - 1)
         return [set(nodes[:cut]), set(nodes[cut:])]
@@ -240,13 +263,13 @@ class Simulation:
 
     def partition(self, *groups: set[int]) -> None:
         """Only nodes in the same group talk (nodes in no group form one more group)."""
-        self.groups = dict.fromkeys(self.voters, len(groups))
+        self.groups = dict.fromkeys(self.ids, len(groups))
         for index, group in enumerate(groups):
             for node in group:
                 self.groups[node] = index
 
     def heal(self) -> None:
-        self.groups = dict.fromkeys(self.voters, 0)
+        self.groups = dict.fromkeys(self.ids, 0)
 
     def crash(self, node_id: int) -> None:
         node = self.nodes[node_id]
@@ -286,6 +309,7 @@ class Simulation:
         config = ReplicaConfig(
             replica_id=node_id,
             voters=self.voters,
+            observers=self.observers,
             election_timeout_ms_min=cfg.election_timeout_ms_min,
             election_timeout_ms_max=cfg.election_timeout_ms_max,
             fetch_wait_ms_max=50,
@@ -384,6 +408,9 @@ class Simulation:
                 node.flushed = min(node.flushed, out.offset)
             elif isinstance(out, SetHighWatermark):
                 checker.on_high_watermark(node.id, node.log, out.offset)
+                if node.replica is not None and node.replica.role is Role.LEADER:
+                    voter_logs = [self.nodes[v].log for v in self.voters]
+                    checker.on_commit(node.id, node.log, out.offset, voter_logs)
                 node.hw = out.offset
                 if self.rng.random() < 0.2:  # the driver checkpoints HW periodically
                     node.hw_checkpoint = out.offset
@@ -432,6 +459,11 @@ class Simulation:
         return b"".join(chunks)
 
     def _send(self, node: Node, to: int, message: Message) -> None:
+        if node.id in self.observers and (
+            isinstance(message, VoteRequest)
+            or (isinstance(message, VoteResponse) and message.granted)
+        ):
+            check(False, f"observer {node.id} took part in an election: {message}")
         if isinstance(message, FetchResponse) and isinstance(message.result, Records):
             records = message.result
             end = min(records.end_offset, records.start_offset + self.fetch_records_max)
@@ -466,6 +498,8 @@ class Simulation:
                     False,
                     f"node {node.id}: core LEO {leo} HW {hw}, log {len(node.log)} HW {node.hw}",
                 )
+            if replica.role is not Role.FOLLOWER and node.id in self.observers:
+                check(False, f"observer {node.id} became {replica.role.value}")
             if replica.role is Role.LEADER:
                 epoch = replica.epoch
                 checker.on_leader(node.id, epoch, hw)

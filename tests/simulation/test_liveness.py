@@ -28,8 +28,24 @@ def test_after_a_hostile_network_heals_a_leader_commits_within_bounded_time(node
         assert outcome.leaders_elected >= 1
 
 
+@pytest.mark.parametrize("shape", [(3, 1), (5, 2)], ids=["3+1", "5+2"])
+def test_after_a_hostile_network_heals_the_observers_catch_up_with_the_leader_too(
+    shape: tuple[int, int],
+) -> None:
+    nodes, observers = shape
+    for seed in range(40):
+        config = dataclasses.replace(
+            SimConfig(seed=seed, nodes=nodes, observers=observers),
+            **HOSTILE,  # type: ignore[arg-type]
+        )
+        outcome = run_schedule(config)  # also raises unless every observer converged
+        assert outcome.liveness_ms <= config.liveness_ms
+
+
 def test_a_seed_replays_exactly_the_same_schedule() -> None:
     config = SimConfig.random(7, 5)
     first, second = run_schedule(config), run_schedule(config)
     assert first == second
     assert first.events > 1000
+    with_observers = SimConfig.random(7, 5, observers=2)
+    assert run_schedule(with_observers) == run_schedule(with_observers)

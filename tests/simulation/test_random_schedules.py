@@ -4,7 +4,8 @@ Each schedule runs 3 s of chaos with clients appending (acks=all and acks=leader
 heals the network and restarts every node: a leader must then commit a new acks=all append
 within 10 s of simulated time (liveness), and every follower must end with an exact copy of
 the leader's log. Every invariant of checker.py is checked after
-every event. A failure names the seed: `python -m tests.simulation.run --seed N --nodes M`.
+every event. A failure names the seed: `python -m tests.simulation.run --seed N --nodes M`
+(plus `--observers K` for the runs with non-voting replicas).
 The number of schedules is fixed (never a wall-clock budget), so CI runs the same ones.
 """
 
@@ -21,9 +22,9 @@ def _blocks(count: int) -> list[range]:
     return [range(start, start + BLOCK) for start in range(0, count, BLOCK)]
 
 
-def _run_block(seeds: range, nodes: int, *, flush_always: bool) -> None:
+def _run_block(seeds: range, nodes: int, *, flush_always: bool, observers: int = 0) -> None:
     for seed in seeds:
-        run_schedule(SimConfig.random(seed, nodes, flush_always=flush_always))
+        run_schedule(SimConfig.random(seed, nodes, flush_always=flush_always, observers=observers))
 
 
 @pytest.mark.slow
@@ -44,3 +45,23 @@ def test_five_replicas_with_flush_always_keep_every_invariant(seeds: range) -> N
 def test_replicas_with_flush_never_survive_process_crashes(seeds: range, nodes: int) -> None:
     # flush=never: a crash is a process crash (the page cache survives), not a power loss
     _run_block(seeds, nodes, flush_always=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seeds", _blocks(400), ids=lambda r: f"seeds{r.start}-{r.stop - 1}")
+@pytest.mark.parametrize("shape", [(3, 1), (5, 2)], ids=["3+1", "5+2"])
+def test_voters_with_observers_keep_every_invariant_and_observers_never_vote(
+    seeds: range, shape: tuple[int, int]
+) -> None:
+    nodes, observers = shape
+    _run_block(seeds, nodes, flush_always=True, observers=observers)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seeds", _blocks(100), ids=lambda r: f"seeds{r.start}-{r.stop - 1}")
+@pytest.mark.parametrize("shape", [(3, 1), (5, 2)], ids=["3+1", "5+2"])
+def test_voters_with_observers_and_flush_never_survive_process_crashes(
+    seeds: range, shape: tuple[int, int]
+) -> None:
+    nodes, observers = shape
+    _run_block(seeds, nodes, flush_always=False, observers=observers)

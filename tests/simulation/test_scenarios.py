@@ -185,3 +185,101 @@ def test_a_partitioned_leader_keeps_acking_acks_leader_writes_which_are_truncate
             assert sim.requests[request].values[0] not in log
         for request in [before, *kept]:
             assert all(value in log for value in sim.requests[request].values)
+
+
+# -- observers (non-voting replicas, as nodes beyond the fifth are for __cluster) ------------
+
+PATIENT = {"election_timeout_ms_min": 1000, "election_timeout_ms_max": 2000}
+
+
+def leader_id(sim: Simulation) -> int | None:
+    leader = sim.leader()
+    return None if leader is None else leader.id
+
+
+def test_a_leader_cut_off_from_the_other_voters_commits_nothing_though_observers_hold_copies() -> (
+    None
+):
+    sim = calm(3, observers=2, **PATIENT)  # voters 1-3, observers 4 and 5
+    elect(sim, 1)
+    before = sim.client_append(Acks.ALL, 1, 1)
+    assert sim.run_for(1000, lambda: sim.requests[before].outcome == "acked")
+    sim.partition({1, 4, 5}, {2, 3})
+    doomed = sim.client_append(Acks.ALL, 1, 1)
+    doomed_value = sim.requests[doomed].values[0]
+    wait_replicated(sim, 1, [4, 5])
+    # leader + two observers are three of five replicas, but only one of three voters
+    assert sim.requests[doomed].outcome == "pending"
+    assert sim.replica(1).high_watermark < sim.replica(1).log_end_offset
+    assert doomed_value in values_at(sim, 4) and doomed_value in values_at(sim, 5)
+    # check quorum counts voters only: the observers' fetches do not keep it leading
+    assert sim.run_for(3000, lambda: sim.replica(1).role is not Role.LEADER)
+    assert sim.requests[doomed].outcome == "failed"
+    assert sim.run_for(3000, lambda: leader_id(sim) in {2, 3})
+    sim.heal()
+    new = leader_id(sim)
+    assert new is not None
+    after = sim.client_append(Acks.ALL, new, 1)
+    assert sim.run_for(3000, lambda: sim.requests[after].outcome == "acked")
+    wait_replicated(sim, new, [1, 2, 3, 4, 5])
+    # the observers truncated the uncommitted record like any follower would
+    for node in range(1, 6):
+        assert doomed_value not in values_at(sim, node)
+        assert values_at(sim, node) == values_at(sim, new)
+    assert all(sim.replica(o).role is Role.FOLLOWER for o in (4, 5))
+
+
+def test_an_observer_cut_off_from_its_leader_forgets_it_without_campaigning_then_rejoins() -> None:
+    sim = calm(3, observers=1, **PATIENT)
+    elect(sim, 1)
+    wait_replicated(sim, 1, [2, 3, 4])
+    epoch = sim.replica(4).epoch
+    sim.partition({4}, {1, 2, 3})
+    assert sim.run_for(3000, lambda: sim.replica(4).leader_id is None)
+    assert (sim.replica(4).role, sim.replica(4).epoch) == (Role.FOLLOWER, epoch)
+    during = sim.client_append(Acks.ALL, 1, 2)  # the voters commit without the observer
+    assert sim.run_for(1000, lambda: sim.requests[during].outcome == "acked")
+    sim.run_for(5000)
+    assert sim.replica(4).leader_id is None and sim.replica(4).epoch == epoch
+    assert leader_id(sim) == 1
+    sim.heal()  # the leader tells it again (BeginEpoch), it fetches and catches up
+    assert sim.run_for(1000, lambda: sim.replica(4).leader_id == 1)
+    wait_replicated(sim, 1, [4])
+    assert sim.run_for(1000, lambda: sim.replica(4).high_watermark == sim.replica(1).high_watermark)
+
+
+def test_an_observer_that_restarts_without_knowing_the_leader_is_told_again_and_catches_up() -> (
+    None
+):
+    sim = calm(3, observers=1, **PATIENT)
+    elect(sim, 1)
+    wait_replicated(sim, 1, [2, 3, 4])
+    sim.partition({4}, {1, 2, 3})
+    assert sim.run_for(3000, lambda: sim.replica(4).leader_id is None)
+    sim.crash(4)
+    missed = sim.client_append(Acks.ALL, 1, 3)
+    assert sim.run_for(1000, lambda: sim.requests[missed].outcome == "acked")
+    sim.heal()
+    sim.restart(4)  # its durable quorum state names no leader: it waits to be told
+    assert sim.replica(4).leader_id is None
+    assert sim.run_for(1000, lambda: sim.replica(4).leader_id == 1)
+    wait_replicated(sim, 1, [4])
+    assert values_at(sim, 4) == values_at(sim, 1)
+
+
+def test_a_new_leader_tells_the_observers_and_they_follow_it() -> None:
+    sim = calm(3, observers=2, **PATIENT)
+    elect(sim, 1)
+    first = sim.client_append(Acks.ALL, 1, 2)
+    assert sim.run_for(1000, lambda: sim.requests[first].outcome == "acked")
+    wait_replicated(sim, 1, [4, 5])
+    sim.crash(1)
+    elect(sim, 2)
+    assert sim.run_for(1000, lambda: all(sim.replica(o).leader_id == 2 for o in (4, 5)))
+    second = sim.client_append(Acks.ALL, 2, 2)
+    assert sim.run_for(1000, lambda: sim.requests[second].outcome == "acked")
+    wait_replicated(sim, 2, [3, 4, 5])
+    assert all(sim.replica(o).epoch == sim.replica(2).epoch for o in (4, 5))
+    # an observer's append fails with NOT_LEADER naming the leader
+    sim.client_append(Acks.ALL, 4, 1)
+    assert all(r.outcome == "failed" for r in sim.requests.values() if r.node == 4)

@@ -39,12 +39,16 @@ from replog.replication import (
 
 T = TypeVar("T")
 VOTERS = (1, 2, 3)
+OBSERVERS = (4, 5)
 
 
-def config(replica_id: int = 1, voters: tuple[int, ...] = VOTERS) -> ReplicaConfig:
+def config(
+    replica_id: int = 1, voters: tuple[int, ...] = VOTERS, observers: tuple[int, ...] = ()
+) -> ReplicaConfig:
     return ReplicaConfig(
         replica_id=replica_id,
         voters=voters,
+        observers=observers,
         election_timeout_ms_min=1000,
         election_timeout_ms_max=2000,
         fetch_wait_ms_max=100,
@@ -60,9 +64,10 @@ def replica(
     state: QuorumState | None = None,
     history: Sequence[EpochStart] = (),
     log_end_offset: int = 0,
+    observers: tuple[int, ...] = (),
 ) -> Replica:
     r = Replica(
-        config(replica_id),
+        config(replica_id, observers=observers),
         random.Random(seed),
         0,
         state=state,
@@ -91,9 +96,10 @@ def leader(
     *,
     state: QuorumState | None = None,
     history: Sequence[EpochStart] = (),
+    observers: tuple[int, ...] = (),
 ) -> Replica:
     """Replica 1, leader of epoch 1 (or of the epoch after `state`), control record flushed."""
-    r = replica(1, state=state, history=history, log_end_offset=log_end_offset)
+    r = replica(1, state=state, history=history, log_end_offset=log_end_offset, observers=observers)
     r.campaign(0)
     r.receive(VoteResponse(r.epoch, 2, True), 0)
     assert role(r) is Role.LEADER
@@ -370,3 +376,182 @@ def test_a_restart_forgets_epochs_past_the_recovered_log_and_persists_that_first
     assert out[0] == PersistEpochHistory((EpochStart(1, 0),))
     assert PersistQuorumState(QuorumState(3, 2, None)) in out
     assert role(r) is Role.FOLLOWER
+
+
+# -- observers (non-voting replicas) --------------------------------------------------------
+
+
+def observer(
+    replica_id: int = 4,
+    *,
+    state: QuorumState | None = None,
+    history: Sequence[EpochStart] = (),
+    log_end_offset: int = 0,
+) -> Replica:
+    """An observer of voters 1-3 (observers 4 and 5), nothing heard yet."""
+    return replica(
+        replica_id,
+        state=state,
+        history=history,
+        log_end_offset=log_end_offset,
+        observers=OBSERVERS,
+    )
+
+
+def test_a_replica_is_a_voter_or_an_observer_and_only_voters_make_the_majority() -> None:
+    c = config(4, observers=OBSERVERS)
+    assert not c.is_voter and c.majority == 2
+    assert config(1, observers=OBSERVERS).is_voter
+    with pytest.raises(AssertionError):
+        config(6, observers=OBSERVERS)  # neither
+    with pytest.raises(AssertionError):
+        config(1, observers=(3, 4))  # 3 cannot be both
+
+
+def test_an_observer_never_campaigns_and_forgets_a_silent_leader_after_its_election_timeout() -> (
+    None
+):
+    r = observer()
+    r.receive(BeginEpoch(3, 1), 0)
+    assert r.leader_id == 1
+    out = r.tick(2000)
+    assert (role(r), r.epoch, r.leader_id) == (Role.FOLLOWER, 3, None)
+    assert out == [PersistQuorumState(QuorumState(3, None, None))]
+    for now in range(2000, 20_000, 100):  # leader unknown: it waits, silently
+        assert r.tick(now) == []
+    assert (role(r), r.epoch) == (Role.FOLLOWER, 3)
+
+
+def test_an_observer_without_any_leader_never_becomes_a_candidate() -> None:
+    r = observer()
+    assert all(r.tick(now) == [] for now in range(0, 20_000, 100))
+    assert r.campaign(20_000) == []
+    assert (role(r), r.epoch) == (Role.FOLLOWER, 0)
+
+
+def test_an_observer_never_grants_a_vote_but_learns_a_higher_epoch_from_the_request() -> None:
+    r = observer()
+    out = r.receive(VoteRequest(2, 1, 0, 0), 0)
+    assert out == [
+        PersistQuorumState(QuorumState(2, None, None)),
+        Send(1, VoteResponse(2, 4, False)),
+    ]
+    assert sent(r.receive(VoteRequest(2, 1, 9, 99), 0), VoteResponse) == [VoteResponse(2, 4, False)]
+    assert r.quorum_state.voted_for is None
+
+
+def test_an_observer_follows_begin_epoch_and_appends_records_like_a_follower() -> None:
+    r = observer()
+    out = r.receive(BeginEpoch(5, 1), 0)
+    assert out[-1] == Send(1, FetchRequest(5, 4, 0, 0))
+    out = r.receive(FetchResponse(5, 1, 0, 0, Records(0, 3, (EpochStart(5, 0),), 9)), 0)
+    assert len(of_type(out, AppendFrames)) == 1
+    assert r.log_end_offset == 3 and r.high_watermark == 3  # min(leader HW, own LEO)
+    assert sent(r.flushed(3, 0), FetchRequest) == [FetchRequest(5, 4, 3, 5)]
+
+
+def test_an_observer_truncates_a_divergent_tail_like_a_follower() -> None:
+    r = observer(history=[EpochStart(1, 0), EpochStart(2, 3)], log_end_offset=10)
+    r.receive(BeginEpoch(5, 1), 0)
+    out = r.receive(FetchResponse(5, 1, 10, 2, Diverging(2, 6)), 0)
+    assert of_type(out, TruncateTo) == [TruncateTo(6)]
+    assert sent(out, FetchRequest) == [FetchRequest(5, 4, 6, 2)]
+
+
+def test_an_append_on_an_observer_fails_with_not_leader_naming_the_leader() -> None:
+    r = observer()
+    r.receive(BeginEpoch(1, 2), 0)
+    assert r.append(9, [b"x"], Acks.ALL, 0) == [AckFailed(9, AckFailure.NOT_LEADER, 2)]
+
+
+def test_an_observer_learns_the_new_leader_from_a_fenced_answer() -> None:
+    r = observer()
+    r.receive(BeginEpoch(3, 1), 0)
+    out = r.receive(FetchResponse(4, 1, 0, 0, Fenced(4, 2)), 0)
+    assert (r.epoch, r.leader_id) == (4, 2)
+    assert sent(out, FetchRequest) == [FetchRequest(4, 4, 0, 0)]
+
+
+def test_an_observer_restarted_without_a_leader_waits_for_begin_epoch_then_fetches() -> None:
+    r = observer(state=QuorumState(3, None, None), history=[EpochStart(3, 0)], log_end_offset=2)
+    assert r.tick(100) == []
+    out = r.receive(BeginEpoch(3, 1), 100)
+    assert r.leader_id == 1
+    assert sent(out, FetchRequest) == [FetchRequest(3, 4, 2, 3)]
+
+
+def test_a_new_leader_sends_begin_epoch_to_voters_and_observers_and_names_only_voters() -> None:
+    r = replica(1, observers=OBSERVERS)
+    r.campaign(0)
+    out = r.receive(VoteResponse(1, 2, True), 0)
+    assert role(r) is Role.LEADER
+    assert sorted(s.to for s in of_type(out, Send)) == [2, 3, 4, 5]
+    assert of_type(out, AppendControl)[0].marker.voters == VOTERS
+    assert set(r.followers()) == {2, 3, 4, 5}
+
+
+def test_a_leader_serves_observers_but_counts_only_voters_toward_the_high_watermark() -> None:
+    r = leader(observers=OBSERVERS)
+    r.append(7, [b"a", b"b"], Acks.ALL, 0)
+    r.flushed(3, 0)
+    for obs in OBSERVERS:  # both observers hold everything: still no commit
+        out = fetch(r, obs, 3, 1)
+        assert not of_type(out, SetHighWatermark) and not of_type(out, AckCompleted)
+    assert r.high_watermark == 0
+    records = sent(fetch(r, 4, 0, 0), FetchResponse)[0].result
+    assert isinstance(records, Records) and (records.start_offset, records.end_offset) == (0, 3)
+    out = fetch(r, 2, 3, 1)
+    assert of_type(out, SetHighWatermark) == [SetHighWatermark(3)]
+    assert of_type(out, AckCompleted) == [AckCompleted(7, 1, 2)]
+    assert r.followers()[4][0] == 3  # the observer's progress is tracked all the same
+
+
+def test_a_leader_long_polls_an_observer_fetch_and_answers_it_on_new_data() -> None:
+    r = leader(observers=OBSERVERS)
+    assert sent(fetch(r, 4, 1, 1, now=0), FetchResponse)  # the first answer carries the HW
+    assert not sent(fetch(r, 4, 1, 1, now=10), FetchResponse)  # parked
+    out = r.append(7, [b"a"], Acks.LEADER, 20)
+    assert [s.to for s in of_type(out, Send)] == [4]
+
+
+def test_a_leader_whose_only_fetchers_are_observers_steps_down_after_the_election_timeout() -> None:
+    r = leader(observers=OBSERVERS)
+    now = 0
+    while role(r) is Role.LEADER and now < 10_000:
+        fetch(r, 4, 1, 1, now=now)
+        fetch(r, 5, 1, 1, now=now)
+        r.tick(now)
+        now += 100
+    assert now - 100 == 2000  # election_timeout_ms_max, as without observers
+    assert role(r) is Role.FOLLOWER and r.leader_id is None
+
+
+def test_a_leader_repeats_begin_epoch_to_observers_until_they_fetch() -> None:
+    r = leader(observers=OBSERVERS)
+    fetch(r, 2, 1, 1, now=50)
+    fetch(r, 3, 1, 1, now=50)
+    fetch(r, 5, 1, 1, now=50)
+    out = r.tick(100)
+    assert [(s.to, s.message) for s in of_type(out, Send)] == [(4, BeginEpoch(1, 1))]
+
+
+def test_a_leader_tells_an_observer_that_went_quiet_who_leads_so_it_finds_the_leader_again() -> (
+    None
+):
+    r = leader(observers=OBSERVERS)
+    o = observer()
+    o.receive(BeginEpoch(1, 1), 0)
+    for replica_id in (2, 3, 4, 5):
+        fetch(r, replica_id, 1, 1, now=0)
+    for now in range(100, 1000, 100):  # within the election timeout: nobody is told again
+        fetch(r, 2, 1, 1, now=now)
+        fetch(r, 5, 1, 1, now=now)
+        assert not sent(r.tick(now), BeginEpoch)
+    out = r.tick(1000)  # observer 4 has been quiet for election_timeout_ms_min; voter 3 too
+    assert [s.to for s in of_type(out, Send) if isinstance(s.message, BeginEpoch)] == [4]
+    o.tick(2000)
+    assert o.leader_id is None  # it forgot the leader meanwhile
+    begin = [s.message for s in of_type(r.tick(2000), Send) if s.to == 4]
+    assert begin == [BeginEpoch(1, 1)]
+    out = o.receive(begin[0], 2000)
+    assert o.leader_id == 1 and sent(out, FetchRequest) == [FetchRequest(1, 4, 0, 0)]
