@@ -45,6 +45,7 @@ from replog.replication.outputs import (
     Output,
     PersistEpochHistory,
     PersistQuorumState,
+    ResetLog,
     Send,
     SetHighWatermark,
     TruncateTo,
@@ -114,6 +115,7 @@ class ReplicaDriver:
         self.elections = 0
         self.leaderships = 0
         self.truncations = 0
+        self._seen = (self.replica.role, self.replica.epoch)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -155,6 +157,17 @@ class ReplicaDriver:
             return
         async with self._lock:
             await self._perform(self.replica.receive(message, self._now_ms()))
+
+    async def apply_retention(self, now_ms: int) -> int:
+        """Retention for this replica's log (below its HW), under the replica's lock so that
+        no fetch answer is being read from a segment as it goes; the core learns the new log
+        start (it sends followers that ask for less to it). Returns segments deleted."""
+        async with self._lock:
+            deleted = await asyncio.to_thread(self.log.apply_retention, now_ms)
+            if deleted:
+                start = self.log.log_start_offset
+                await self._perform(self.replica.log_start_advanced(start, self._now_ms()))
+            return deleted
 
     async def campaign(self) -> None:
         async with self._lock:
@@ -215,7 +228,6 @@ class ReplicaDriver:
         return []
 
     async def _perform(self, outputs: list[Output]) -> None:
-        role = self.replica.role
         try:
             await self._perform_all(outputs)
         except ReplogError as exc:
@@ -226,10 +238,16 @@ class ReplicaDriver:
                     fut.set_exception(exc)
             self.replica = self._new_replica()
             await self._perform_all(self.replica.start())
-        if self.replica.role is not role:
-            if self.replica.role is Role.CANDIDATE:
+        # The core changed role while computing `outputs`: compare with what was seen after
+        # the previous batch (the role now is already the new one). A candidate that tries
+        # again in a new epoch starts a new election.
+        seen = (self.replica.role, self.replica.epoch)
+        if seen != self._seen:
+            changed_role = seen[0] is not self._seen[0]
+            self._seen = seen
+            if seen[0] is Role.CANDIDATE:
                 self.elections += 1
-            elif self.replica.role is Role.LEADER:
+            elif seen[0] is Role.LEADER and changed_role:
                 self.leaderships += 1
 
     def _new_replica(self) -> Replica:
@@ -242,6 +260,7 @@ class ReplicaDriver:
             history=load_epoch_history(directory),
             log_end_offset=self.log.log_end_offset,
             high_watermark=self.log.high_watermark,
+            log_start_offset=self.log.log_start_offset,
         )
 
     async def _perform_all(self, outputs: list[Output]) -> None:
@@ -283,6 +302,8 @@ class ReplicaDriver:
             elif isinstance(out, TruncateTo):
                 self.truncations += 1
                 await asyncio.to_thread(self.log.truncate_to, out.offset)
+            elif isinstance(out, ResetLog):
+                await asyncio.to_thread(self.log.reset_to, out.offset)
             elif isinstance(out, SetHighWatermark):
                 self.log.set_high_watermark(out.offset)
                 if self._on_hw is not None:

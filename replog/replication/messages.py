@@ -61,6 +61,16 @@ class Fenced:
 
 
 @dataclass(frozen=True, slots=True)
+class StartAt:
+    """The request's fetch offset is below the leader's log start (retention deleted it):
+    start an empty log at `offset`, whose earlier epochs are `history` (every offset below
+    `offset` is committed)."""
+
+    offset: int
+    history: tuple[EpochStart, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class FetchResponse:
     """The answer to the `FetchRequest` whose offset and epoch it echoes."""
 
@@ -68,7 +78,7 @@ class FetchResponse:
     leader_id: int
     fetch_offset: int
     last_fetched_epoch: int
-    result: Records | Diverging | Fenced
+    result: Records | Diverging | Fenced | StartAt
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """What the core asks its driver to do. Every input returns a list of these, in order.
 
-The driver performs them **in list order**, and each `Persist*` and `TruncateTo` must be
+The driver performs them **in list order**, and each `Persist*`, `TruncateTo` and `ResetLog` must be
 durable before the driver performs the next output (so a vote is on disk before the answer
 leaves, and the epoch history is on disk before the records it describes). Log appends need
 not be flushed before the next output: the driver reports flushes with `Replica.flushed`.
@@ -13,6 +13,7 @@ not be flushed before the next output: the driver reports flushes with `Replica.
 | AppendControl         | encodes `marker` (LeaderEpochMarker) and appends it, control=True |
 | AppendFrames          | `PartitionLog.append_frames(records.frames)`                     |
 | TruncateTo            | `PartitionLog.truncate_to(offset)`                               |
+| ResetLog              | `PartitionLog.reset_to(offset)` (empty log from `offset` on)     |
 | SetHighWatermark      | `PartitionLog.set_high_watermark(offset)`; wakes consumers       |
 | Send                  | sends `message` to replica `to` (best effort)                    |
 | AckCompleted / Failed | completes the client's Append call `request_id`                  |
@@ -85,6 +86,14 @@ class TruncateTo:
 
 
 @dataclass(frozen=True, slots=True)
+class ResetLog:
+    """Discard the whole log and start it empty at `offset` (HW = `offset`): the leader's log
+    starts past this replica's end (`PartitionLog.reset_to`)."""
+
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class SetHighWatermark:
     offset: int
 
@@ -116,6 +125,7 @@ Output = (
     | AppendControl
     | AppendFrames
     | TruncateTo
+    | ResetLog
     | SetHighWatermark
     | Send
     | AckCompleted

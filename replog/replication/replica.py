@@ -9,6 +9,7 @@ input method and performs the returned outputs in order (see `outputs.py`):
 * `receive(message, now_ms)`: a message from another replica.
 * `append(request_id, values, acks, now_ms)`: a client Append on this replica.
 * `flushed(offset, now_ms)`: every offset below `offset` is now fsynced.
+* `log_start_advanced(offset, now_ms)`: retention deleted every offset below `offset`.
 * `campaign(now_ms)`: start an election now (tests, leadership transfer, single node).
 
 An **observer** (`config.observers`) is a follower that never votes and never campaigns: it
@@ -41,6 +42,7 @@ from replog.replication.messages import (
     FetchResponse,
     Message,
     Records,
+    StartAt,
     VoteRequest,
     VoteResponse,
 )
@@ -56,6 +58,7 @@ from replog.replication.outputs import (
     Output,
     PersistEpochHistory,
     PersistQuorumState,
+    ResetLog,
     Send,
     SetHighWatermark,
     TruncateTo,
@@ -103,6 +106,7 @@ class Replica:
         history: Iterable[EpochStart] = (),
         log_end_offset: int = 0,
         high_watermark: int = 0,
+        log_start_offset: int = 0,
     ) -> None:
         self.config = config
         self._rng = rng
@@ -111,7 +115,10 @@ class Replica:
         self._history = EpochHistory(history)
         self._leo = log_end_offset
         self._flushed = log_end_offset  # what recovery found is on disk
-        self._hw = min(high_watermark, log_end_offset)
+        assert 0 <= log_start_offset <= log_end_offset, (log_start_offset, log_end_offset)
+        # retention deletes committed records only: everything below the log start is
+        self._hw = max(min(high_watermark, log_end_offset), log_start_offset)
+        self._log_start = log_start_offset
         self._role = Role.FOLLOWER
         self._votes: set[int] = set()
         self._election_deadline_ms = 0
@@ -260,6 +267,13 @@ class Replica:
             self._update_high_watermark(now_ms)
         elif self._role is Role.FOLLOWER and self._fetch_sent_ms is None:
             self._send_fetch(now_ms)
+        return self._take()
+
+    def log_start_advanced(self, offset: int, now_ms: int) -> list[Output]:
+        """Log fact: retention deleted every offset below `offset` (never above the HW). A
+        follower that asks this leader for one of them is told to start at `offset`."""
+        assert self._log_start <= offset <= self._hw, (offset, self._log_start, self._hw)
+        self._log_start = offset
         return self._take()
 
     # -- state changes -------------------------------------------------------------------
@@ -423,6 +437,9 @@ class Replica:
             return
         if self._role is not Role.LEADER or sender not in self._progress:
             return
+        if request.fetch_offset < self._log_start:
+            self._send_start_at(sender, request, now_ms)
+            return
         epoch, end = self._history.end_offset_for(request.last_fetched_epoch, self._leo)
         if epoch != request.last_fetched_epoch or request.fetch_offset > end:
             response = FetchResponse(
@@ -446,6 +463,22 @@ class Replica:
         else:
             progress.parked = request  # long poll: answered on new data, new HW or expiry
             progress.parked_since_ms = now_ms
+
+    def _send_start_at(self, sender: int, request: FetchRequest, now_ms: int) -> None:
+        """Retention deleted what `sender` would fetch next: every offset below the log start
+        is committed, so it may start an empty log there (with the epochs before it) rather
+        than fetch records that are gone. Whatever its log holds (a divergent tail
+        included) lies below the log start, so no divergence check is needed first."""
+        progress = self._progress[sender]
+        progress.last_fetch_ms = now_ms  # it is alive (check-quorum), but matches nothing yet
+        progress.parked = None
+        before = EpochHistory(self._history.entries)
+        before.truncate_to(self._log_start)
+        start_at = StartAt(self._log_start, before.entries)
+        response = FetchResponse(
+            self.epoch, self.replica_id, request.fetch_offset, request.last_fetched_epoch, start_at
+        )
+        self._out.append(Send(sender, response))
 
     # -- follower --------------------------------------------------------------------------
 
@@ -491,6 +524,8 @@ class Replica:
         self._reset_election_timer(now_ms)
         if isinstance(result, Diverging):
             self._truncate_diverging(result)
+        elif isinstance(result, StartAt):
+            self._start_at(result)
         else:
             self._append_records(result)
         self._send_fetch(now_ms)
@@ -505,6 +540,20 @@ class Replica:
         self._flushed = min(self._flushed, offset)
         if self._history.truncate_to(offset):
             self._out.append(PersistEpochHistory(self._history.entries))
+
+    def _start_at(self, start_at: StartAt) -> None:
+        """Discard the log and start empty at the leader's log start (see `_send_start_at`).
+        The history goes first: after a crash between the two, the old log plus the new
+        history still fetch below the leader's log start and get the same answer again."""
+        offset = start_at.offset
+        assert offset > self._leo, ("a log start moves a follower forward", start_at, self._leo)
+        self._history = EpochHistory(start_at.history)
+        self._out.append(PersistEpochHistory(self._history.entries))
+        self._out.append(ResetLog(offset))
+        self._leo = self._flushed = self._log_start = offset
+        if offset > self._hw:  # every offset below the leader's log start is committed
+            self._hw = offset
+            self._out.append(SetHighWatermark(offset))
 
     def _append_records(self, records: Records) -> None:
         start, end = records.start_offset, records.end_offset

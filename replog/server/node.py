@@ -35,6 +35,7 @@ from replog.server.log_service import LogService
 from replog.server.logs import log
 from replog.server.metrics import Metrics
 from replog.server.partition import Partition, SoloLeader
+from replog.server.replicated import ReplicatedPartition
 from replog.server.replication_transport import ReplicationService
 from replog.server.settings import Settings
 from replog.storage import PartitionLog, PartitionRegistry
@@ -172,7 +173,10 @@ class Node:
                 if part.closed:
                     continue
                 with contextlib.suppress(Exception):
-                    deleted = await asyncio.to_thread(part.log.apply_retention, now_ms)
+                    if isinstance(part, ReplicatedPartition):  # the core must know its start
+                        deleted = await part.driver.apply_retention(now_ms)
+                    else:
+                        deleted = await asyncio.to_thread(part.log.apply_retention, now_ms)
                     if deleted:
                         log(_log, "retention.deleted", topic=part.topic, segments=deleted)
 

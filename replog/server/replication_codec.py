@@ -14,6 +14,7 @@ from replog.replication.messages import (
     FetchResponse,
     Message,
     Records,
+    StartAt,
     VoteRequest,
     VoteResponse,
 )
@@ -51,6 +52,11 @@ def to_envelope(topic: str, partition: int, from_id: int, message: Message) -> p
         elif isinstance(result, Diverging):
             resp.diverging.epoch = result.epoch
             resp.diverging.end_offset = result.end_offset
+        elif isinstance(result, StartAt):
+            resp.start_at.offset = result.offset
+            resp.start_at.history.extend(
+                pb.EpochBoundary(epoch=b.epoch, start_offset=b.start_offset) for b in result.history
+            )
         else:
             resp.fenced.epoch = result.epoch
             if result.leader_id is not None:
@@ -81,7 +87,7 @@ def from_envelope(env: pb.Envelope) -> Message:
     if kind == "fetch_response":
         f = env.fetch_response
         which = f.WhichOneof("result")
-        result: Records | Diverging | Fenced
+        result: Records | Diverging | Fenced | StartAt
         if which == "records":
             rec = f.records
             result = Records(
@@ -93,6 +99,11 @@ def from_envelope(env: pb.Envelope) -> Message:
             )
         elif which == "diverging":
             result = Diverging(f.diverging.epoch, f.diverging.end_offset)
+        elif which == "start_at":
+            result = StartAt(
+                f.start_at.offset,
+                tuple(EpochStart(b.epoch, b.start_offset) for b in f.start_at.history),
+            )
         elif which == "fenced":
             leader = f.fenced.leader_id if f.fenced.HasField("leader_id") else None
             result = Fenced(f.fenced.epoch, leader)

@@ -3,7 +3,8 @@
 Directory `{data_dir}/{topic}/partition_{N}/` holds the segment files and:
 
 * `high-watermark`: ASCII decimal + newline, written atomically (checkpoint.py). The high
-  watermark is **exclusive**: offsets `< HW` are committed. On open, HW = min(checkpoint, LEO).
+  watermark is **exclusive**: offsets `< HW` are committed. On open, HW = min(checkpoint, LEO),
+  raised to the log start (retention deletes committed records only).
 
 Appends are thread-safe and group-committed: concurrent callers queue their batches; one of
 them (the writer) takes the whole queue, assigns offsets in order, encodes everything into
@@ -77,7 +78,9 @@ class PartitionLog:
         self._leo = self._log.log_end_offset
         self._flushed_offset = self._leo  # what recovery found is what the disk holds
         checkpointed = checkpoint.read_int(directory / HW_FILE) or 0
-        self._hw = min(checkpointed, self._leo)
+        # Retention deletes committed records only, so everything below the log start is
+        # committed even if the checkpoint is older than the deletion.
+        self._hw = max(min(checkpointed, self._leo), self._log.log_start_offset)
         self._hw_checkpointed = checkpointed  # what the file says, which may exceed LEO
 
     # -- state ---------------------------------------------------------------------------

@@ -53,7 +53,7 @@ class EpochBoundary(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., start_offset: _Optional[int] = ...) -> None: ...
 
 class ReplicaFetchResponse(_message.Message):
-    __slots__ = ("epoch", "leader_id", "fetch_offset", "last_fetched_epoch", "records", "diverging", "fenced")
+    __slots__ = ("epoch", "leader_id", "fetch_offset", "last_fetched_epoch", "records", "diverging", "fenced", "start_at")
     class Records(_message.Message):
         __slots__ = ("start_offset", "end_offset", "boundaries", "high_watermark", "frames")
         START_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -74,6 +74,13 @@ class ReplicaFetchResponse(_message.Message):
         epoch: int
         end_offset: int
         def __init__(self, epoch: _Optional[int] = ..., end_offset: _Optional[int] = ...) -> None: ...
+    class StartAt(_message.Message):
+        __slots__ = ("offset", "history")
+        OFFSET_FIELD_NUMBER: _ClassVar[int]
+        HISTORY_FIELD_NUMBER: _ClassVar[int]
+        offset: int
+        history: _containers.RepeatedCompositeFieldContainer[EpochBoundary]
+        def __init__(self, offset: _Optional[int] = ..., history: _Optional[_Iterable[_Union[EpochBoundary, _Mapping]]] = ...) -> None: ...
     class Fenced(_message.Message):
         __slots__ = ("epoch", "leader_id")
         EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +95,7 @@ class ReplicaFetchResponse(_message.Message):
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     DIVERGING_FIELD_NUMBER: _ClassVar[int]
     FENCED_FIELD_NUMBER: _ClassVar[int]
+    START_AT_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     leader_id: int
     fetch_offset: int
@@ -95,7 +103,8 @@ class ReplicaFetchResponse(_message.Message):
     records: ReplicaFetchResponse.Records
     diverging: ReplicaFetchResponse.Diverging
     fenced: ReplicaFetchResponse.Fenced
-    def __init__(self, epoch: _Optional[int] = ..., leader_id: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ..., records: _Optional[_Union[ReplicaFetchResponse.Records, _Mapping]] = ..., diverging: _Optional[_Union[ReplicaFetchResponse.Diverging, _Mapping]] = ..., fenced: _Optional[_Union[ReplicaFetchResponse.Fenced, _Mapping]] = ...) -> None: ...
+    start_at: ReplicaFetchResponse.StartAt
+    def __init__(self, epoch: _Optional[int] = ..., leader_id: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ..., records: _Optional[_Union[ReplicaFetchResponse.Records, _Mapping]] = ..., diverging: _Optional[_Union[ReplicaFetchResponse.Diverging, _Mapping]] = ..., fenced: _Optional[_Union[ReplicaFetchResponse.Fenced, _Mapping]] = ..., start_at: _Optional[_Union[ReplicaFetchResponse.StartAt, _Mapping]] = ...) -> None: ...
 
 class VoteRequest(_message.Message):
     __slots__ = ("epoch", "candidate_id", "last_epoch", "log_end_offset")

@@ -143,7 +143,7 @@ class SegmentLogMachine(RuleBasedStateMachine):
     def crash(self) -> None:
         self.log.crash()
         self.log = PartitionLog(self.dir, "t", 0, CONFIG)
-        self.hw = min(self.checkpointed_hw, self.leo)
+        self.hw = max(min(self.checkpointed_hw, self.leo), self.start)
 
     @invariant()
     def offsets_agree(self) -> None:

@@ -12,7 +12,10 @@ seed fully determines a schedule. The simulated pieces:
 * disks: a node's log is a list of records with a flushed prefix; a flush completes a short
   random time after appends; `quorum-state` and `epoch-history` writes are durable at once
   (the driver's contract). A crash loses the unflushed tail (power loss) under
-  flush_always, or nothing (process crash, page cache survives) otherwise;
+  flush_always, or nothing (process crash, page cache survives) otherwise. Retention
+  deletes a prefix now and then (below the node's HW): offsets below `log_start` are gone,
+  and reading them for a fetch answer fails the run; a follower told to start at a leader's
+  log start keeps only the committed records below it as stand-ins for the checker;
 * the driver: it performs each node's outputs in order against its disk and the network,
   filling `Records.frames` with real `replog.frames` bytes, clipped to a few records;
 * clients: appends with acks=all and acks=leader to the node that currently leads (or any).
@@ -46,6 +49,7 @@ from replog.replication import (
     Records,
     Replica,
     ReplicaConfig,
+    ResetLog,
     Role,
     Send,
     SetHighWatermark,
@@ -73,6 +77,7 @@ class SimConfig:
     crash_per_s: float = 0.3
     partition_per_s: float = 0.3
     appends_per_s: float = 40.0
+    retention_per_s: float = 0.0
     fetch_records_max: int = 4
     election_timeout_ms_min: int = 150
     election_timeout_ms_max: int = 300
@@ -111,6 +116,7 @@ class SimConfig:
             partition_per_s=rng.choice([0.0, 0.5, 2.0]),
             appends_per_s=rng.choice([10.0, 50.0, 200.0]),
             fetch_records_max=rng.choice([2, 10, 100]),
+            retention_per_s=rng.choice([0.0, 0.0, 2.0, 10.0]),
         )
 
 
@@ -119,6 +125,7 @@ class Node:
     id: int
     replica: Replica | None = None
     log: list[SimRecord] = field(default_factory=list)
+    log_start: int = 0  # retention deleted log[:log_start]
     flushed: int = 0
     quorum: QuorumState = field(default_factory=QuorumState)
     history: EpochHistory = field(default_factory=EpochHistory)
@@ -244,6 +251,8 @@ class Simulation:
                 for victim in victims:
                     self.crash(victim)
                     self._schedule(rng.randint(20, 800), "restart", victim)
+        if cfg.retention_per_s and rng.random() < cfg.retention_per_s * per_tick:
+            self.retention(rng.choice(self.ids))
         if rng.random() < cfg.partition_per_s * per_tick:
             leader = self.leader()
             if rng.random() < 0.4:
@@ -286,6 +295,18 @@ class Simulation:
             if request.node == node_id and request.outcome == "pending":
                 request.outcome = "unknown"
 
+    def retention(self, node_id: int, offset: int | None = None) -> None:
+        """Delete a prefix of a node's log (as whole segments would go): never past its HW
+        nor its flushed offset; `offset` None picks one at random."""
+        node = self.nodes[node_id]
+        if node.replica is None:
+            return
+        upper = min(node.hw, node.flushed)
+        if upper <= node.log_start:
+            return
+        node.log_start = self.rng.randint(node.log_start, upper) if offset is None else offset
+        self.apply(node, node.replica.log_start_advanced(node.log_start, self.now))
+
     def campaign(self, node_id: int) -> None:
         replica = self.nodes[node_id].replica
         assert replica is not None
@@ -326,6 +347,7 @@ class Simulation:
             history=node.history.entries,
             log_end_offset=len(node.log),
             high_watermark=min(node.hw_checkpoint, len(node.log)),
+            log_start_offset=node.log_start,
         )
         node.replica = replica
         node.flushed = len(node.log)
@@ -406,6 +428,17 @@ class Simulation:
                 checker.on_truncate(node.id, node.log, out.offset, node.hw)
                 del node.log[out.offset :]
                 node.flushed = min(node.flushed, out.offset)
+            elif isinstance(out, ResetLog):
+                # Offsets below the leader's log start are committed; the node holds none of
+                # them, but the checker's committed records stand in for them (so the
+                # follower's later records chain onto the right hashes).
+                check(
+                    len(node.log) < out.offset <= len(checker.committed),
+                    f"node {node.id}: reset to {out.offset} (LEO {len(node.log)}, "
+                    f"committed {len(checker.committed)})",
+                )
+                node.log = list(checker.committed[: out.offset])
+                node.log_start = node.flushed = out.offset
             elif isinstance(out, SetHighWatermark):
                 checker.on_high_watermark(node.id, node.log, out.offset)
                 if node.replica is not None and node.replica.role is Role.LEADER:
@@ -452,6 +485,7 @@ class Simulation:
             self._append(node, value, control=control, assigned_here=False)
 
     def _read_frames(self, node: Node, start: int, end: int) -> bytes:
+        check(start >= node.log_start, f"node {node.id}: read at {start} < its log start")
         chunks = [
             frames.encode(offset, [rec.value], control=rec.control)
             for offset, rec in enumerate(node.log[start:end], start)

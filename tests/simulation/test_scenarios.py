@@ -283,3 +283,27 @@ def test_a_new_leader_tells_the_observers_and_they_follow_it() -> None:
     # an observer's append fails with NOT_LEADER naming the leader
     sim.client_append(Acks.ALL, 4, 1)
     assert all(r.outcome == "failed" for r in sim.requests.values() if r.node == 4)
+
+
+def test_a_follower_behind_the_leaders_retention_restarts_its_log_at_the_leaders_log_start() -> (
+    None
+):
+    sim = calm(3)
+    elect(sim, 1)
+    wait_replicated(sim, 1, [2, 3])
+    sim.crash(3)  # node 3 misses everything from here on
+    lagging_leo = len(sim.nodes[3].log)
+    for _ in range(10):
+        sim.client_append(Acks.ALL, 1, 3)
+    wait_replicated(sim, 1, [2])
+    assert sim.run_for(500, lambda: sim.replica(1).high_watermark == len(sim.nodes[1].log))
+    # retention on the leader deletes what node 3 would fetch next
+    start = sim.replica(1).high_watermark - 2
+    sim.retention(1, start)
+    assert start > lagging_leo
+    sim.restart(3)
+    wait_replicated(sim, 1, [3])
+    # node 3 holds nothing below the leader's log start, and everything from it on
+    assert sim.nodes[3].log_start == start
+    assert values_at(sim, 3)[start:] == values_at(sim, 1)[start:]
+    assert sim.replica(3).high_watermark == sim.replica(1).high_watermark

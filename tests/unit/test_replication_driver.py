@@ -193,3 +193,16 @@ def test_a_cut_off_leader_steps_down_and_the_majority_moves_on(tmp_path: Path) -
         assert data_values(cluster.logs[first], leo) == [b"before", b"during"]
 
     run(scenario, tmp_path)
+
+
+def test_elections_and_leaderships_are_counted_for_the_metrics(tmp_path: Path) -> None:
+    async def scenario(cluster: Cluster) -> None:
+        first = await cluster.leader()
+        assert cluster.drivers[first].leaderships == 1
+        assert cluster.drivers[first].elections >= 1  # it was a candidate first
+        await cluster.crash(first)
+        second = await cluster.leader()
+        assert cluster.drivers[second].leaderships == 1
+        assert sum(d.elections for d in cluster.drivers.values()) >= 1
+
+    run(scenario, tmp_path)

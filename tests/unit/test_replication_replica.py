@@ -29,9 +29,11 @@ from replog.replication import (
     Records,
     Replica,
     ReplicaConfig,
+    ResetLog,
     Role,
     Send,
     SetHighWatermark,
+    StartAt,
     TruncateTo,
     VoteRequest,
     VoteResponse,
@@ -555,3 +557,67 @@ def test_a_leader_tells_an_observer_that_went_quiet_who_leads_so_it_finds_the_le
     assert begin == [BeginEpoch(1, 1)]
     out = o.receive(begin[0], 2000)
     assert o.leader_id == 1 and sent(out, FetchRequest) == [FetchRequest(1, 4, 0, 0)]
+
+
+# -- retention: a follower behind the leader's log start --------------------------------------
+
+
+def committed_leader(log_end_offset: int) -> Replica:
+    """Leader of epoch 2 over `log_end_offset` records of epoch 1; follower 2 holds them all
+    and the control record, so HW = LEO."""
+    r = leader(history=[EpochStart(1, 0)], log_end_offset=log_end_offset, state=QuorumState(1))
+    fetch(r, 2, r.log_end_offset, 2)
+    assert r.high_watermark == r.log_end_offset
+    return r
+
+
+def test_a_leader_sends_a_follower_below_its_log_start_to_start_there() -> None:
+    r = committed_leader(10)  # epoch 1 on [0, 10), epoch 2 from 10
+    r.log_start_advanced(6, 0)
+    out = fetch(r, 3, 2, 1)
+    assert sent(out, FetchResponse)[0].result == StartAt(6, (EpochStart(1, 0),))
+    # at the log start itself, records as usual
+    out = fetch(r, 3, 6, 1)
+    assert isinstance(sent(out, FetchResponse)[0].result, Records)
+
+
+def test_a_leader_sends_the_epochs_before_its_log_start_only() -> None:
+    r = committed_leader(10)
+    r.log_start_advanced(11, 0)  # the control record of epoch 2 (offset 10) is gone too
+    out = fetch(r, 3, 0, 0)
+    assert sent(out, FetchResponse)[0].result == StartAt(11, (EpochStart(1, 0), EpochStart(2, 10)))
+
+
+def test_retention_never_passes_the_high_watermark() -> None:
+    r = leader(history=[EpochStart(1, 0)], log_end_offset=10, state=QuorumState(1))
+    with pytest.raises(AssertionError):
+        r.log_start_advanced(r.high_watermark + 1, 0)
+
+
+def test_a_follower_told_to_start_at_the_log_start_resets_its_log_and_fetches_from_there() -> None:
+    r = replica(2, history=[EpochStart(1, 0)], log_end_offset=2)
+    r.receive(BeginEpoch(2, 1), 0)
+    start_at = StartAt(6, (EpochStart(1, 0),))
+    out = r.receive(FetchResponse(2, 1, 2, 1, start_at), 0)
+    # the history first (a crash before the reset fetches below the log start again)
+    assert [type(o) for o in out if not isinstance(o, Send)] == [
+        PersistEpochHistory,
+        ResetLog,
+        SetHighWatermark,
+    ]
+    assert of_type(out, ResetLog) == [ResetLog(6)]
+    assert (r.log_end_offset, r.high_watermark, r.flushed_offset) == (6, 6, 6)
+    assert sent(out, FetchRequest) == [FetchRequest(2, 2, 6, 1)]
+
+
+def test_a_restarted_replica_counts_everything_below_its_log_start_as_committed() -> None:
+    r = Replica(
+        config(2),
+        random.Random(0),
+        0,
+        history=[EpochStart(1, 0)],
+        log_end_offset=9,
+        high_watermark=3,  # an older checkpoint than the last retention
+        log_start_offset=6,
+    )
+    assert r.high_watermark == 6
