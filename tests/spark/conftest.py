@@ -1,4 +1,5 @@
-"""The Spark layer: one SparkSession for the whole run, real replog servers in subprocesses.
+"""The Spark layer: one SparkSession for the whole run, real 3-node replog clusters in
+subprocesses.
 
 Spark starts before any gRPC activity in this process (a measured pitfall: starting a
 SparkSession after gRPC use once failed with JAVA_GATEWAY_EXITED).
@@ -14,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.servers import ServerProcess
+from replog.devcluster import DevCluster
+from tests.spark.replog_cluster import ReplogCluster
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -48,11 +50,10 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def server(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    work = tmp_path_factory.mktemp("replog")
-    proc = ServerProcess(work / "data", work, []).start()
-    yield proc
-    proc.kill()
+def server(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplogCluster]:
+    cluster = DevCluster(tmp_path_factory.mktemp("replog"), 3).start()
+    yield ReplogCluster(cluster)
+    cluster.kill_all()
 
 
 @pytest.fixture

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from replog.client import Client
-from tests.integration.servers import ServerProcess
+from tests.spark.replog_cluster import ReplogCluster
 
 _names = itertools.count()
 
 
 @pytest.fixture
-def client(server: ServerProcess) -> Any:
+def client(server: ReplogCluster) -> Any:
     with Client(server.address) as c:
         yield c
 
@@ -27,16 +27,21 @@ def new_topic(client: Client, partitions: int = 2) -> str:
     return name
 
 
-def produce(client: Client, topic: str, partition: int, values: list[bytes]) -> None:
+def produce(client: Client, topic: str, partition: int, values: list[bytes]) -> list[int]:
+    """Append with acks=all; the offsets the values got (a replicated partition starts with
+    its leader's control record, and a failover adds one: offsets are not simply 0..n-1)."""
+    offsets: list[int] = []
     for i in range(0, len(values), 500):
-        client.append(topic, partition, values[i : i + 500], acks="all")
+        res = client.append(topic, partition, values[i : i + 500], acks="all")
+        offsets += range(res.base_offset, res.last_offset + 1)
+    return offsets
 
 
 def rows(df: Any) -> list[tuple[int, int, bytes]]:
     return sorted((r["partition"], r["offset"], bytes(r["value"])) for r in df.collect())
 
 
-def reader(spark: Any, server: ServerProcess, topic: str, **options: str) -> Any:
+def reader(spark: Any, server: ReplogCluster, topic: str, **options: str) -> Any:
     r = spark.read.format("replog").option("bootstrap", server.address).option("topic", topic)
     for k, v in options.items():
         r = r.option(k, v)
@@ -44,14 +49,14 @@ def reader(spark: Any, server: ServerProcess, topic: str, **options: str) -> Any
 
 
 def test_a_batch_read_returns_exactly_the_committed_records(
-    spark: Any, server: ServerProcess, client: Client
+    spark: Any, server: ReplogCluster, client: Client
 ) -> None:
     topic = new_topic(client)
     expected = []
     for p in (0, 1):
         values = [f"p{p}-{i}".encode() * (1 + i % 5) for i in range(1200)]
-        produce(client, topic, p, values)
-        expected += [(p, i, v) for i, v in enumerate(values)]
+        offsets = produce(client, topic, p, values)
+        expected += [(p, o, v) for o, v in zip(offsets, values, strict=True)]
     df = reader(spark, server, topic)
     assert df.schema.simpleString() == (
         "struct<value:binary,topic:string,partition:int,offset:bigint>"
@@ -61,47 +66,48 @@ def test_a_batch_read_returns_exactly_the_committed_records(
 
 
 def test_starting_and_ending_offsets_bound_the_read(
-    spark: Any, server: ServerProcess, client: Client
+    spark: Any, server: ReplogCluster, client: Client
 ) -> None:
     topic = new_topic(client)
-    produce(client, topic, 0, [b"a%d" % i for i in range(100)])
-    produce(client, topic, 1, [b"b%d" % i for i in range(50)])
+    offsets0 = produce(client, topic, 0, [b"a%d" % i for i in range(100)])
+    offsets1 = produce(client, topic, 1, [b"b%d" % i for i in range(50)])
+    start, end = offsets0[10], offsets0[20]
     df = reader(
         spark,
         server,
         topic,
-        startingOffsets=json.dumps({topic: {"0": 10, "1": -2}}),
-        endingOffsets=json.dumps({topic: {"0": 20, "1": -1}}),
+        startingOffsets=json.dumps({topic: {"0": start, "1": -2}}),
+        endingOffsets=json.dumps({topic: {"0": end, "1": -1}}),
     )
     got = rows(df)
-    assert [o for p, o, _ in got if p == 0] == list(range(10, 20))
-    assert [o for p, o, _ in got if p == 1] == list(range(50))
+    assert [o for p, o, _ in got if p == 0] == offsets0[10:20]
+    assert [o for p, o, _ in got if p == 1] == offsets1
     latest = reader(spark, server, topic, startingOffsets="latest")
     assert latest.count() == 0
 
 
 def test_a_range_split_across_tasks_is_read_once(
-    spark: Any, server: ServerProcess, client: Client
+    spark: Any, server: ReplogCluster, client: Client
 ) -> None:
     topic = new_topic(client, partitions=1)
-    produce(client, topic, 0, [b"%d" % i for i in range(3000)])
+    offsets = produce(client, topic, 0, [b"%d" % i for i in range(3000)])
     df = reader(spark, server, topic, maxRecordsPerTask="700")
-    assert df.rdd.getNumPartitions() == 5
-    assert [o for _, o, _ in rows(df)] == list(range(3000))
+    assert df.rdd.getNumPartitions() == 5  # ~3,000 offsets in ranges of 700
+    assert [o for _, o, _ in rows(df)] == offsets
 
 
-def test_an_empty_topic_reads_as_no_rows(spark: Any, server: ServerProcess, client: Client) -> None:
+def test_an_empty_topic_reads_as_no_rows(spark: Any, server: ReplogCluster, client: Client) -> None:
     topic = new_topic(client)
     assert reader(spark, server, topic).count() == 0
 
 
-def test_missing_options_fail_with_a_clear_message(spark: Any, server: ServerProcess) -> None:
+def test_missing_options_fail_with_a_clear_message(spark: Any, server: ReplogCluster) -> None:
     with pytest.raises(Exception, match="needs option 'topic'"):
         spark.read.format("replog").option("bootstrap", server.address).load().collect()
 
 
 def stream_to_parquet(
-    spark: Any, server: ServerProcess, topic: str, out: Path, checkpoint: Path, **options: str
+    spark: Any, server: ReplogCluster, topic: str, out: Path, checkpoint: Path, **options: str
 ) -> None:
     stream = (
         spark.readStream.format("replog")
@@ -124,27 +130,29 @@ def stream_to_parquet(
 
 
 def test_streaming_resumes_from_its_checkpoint_without_gaps_or_duplicates(
-    spark: Any, server: ServerProcess, client: Client, workdir: Path
+    spark: Any, server: ReplogCluster, client: Client, workdir: Path
 ) -> None:
     topic = new_topic(client)
     out, checkpoint = workdir / "out", workdir / "checkpoint"
-    produce(client, topic, 0, [b"first-%d" % i for i in range(700)])
-    produce(client, topic, 1, [b"first-%d" % i for i in range(300)])
+    offsets = {
+        0: produce(client, topic, 0, [b"first-%d" % i for i in range(700)]),
+        1: produce(client, topic, 1, [b"first-%d" % i for i in range(300)]),
+    }
     stream_to_parquet(spark, server, topic, out, checkpoint, maxRecordsPerTrigger="400")
     assert spark.read.parquet(str(out)).count() == 1000
-    produce(client, topic, 0, [b"second-%d" % i for i in range(250)])
-    produce(client, topic, 1, [b"second-%d" % i for i in range(50)])
+    offsets[0] += produce(client, topic, 0, [b"second-%d" % i for i in range(250)])
+    offsets[1] += produce(client, topic, 1, [b"second-%d" % i for i in range(50)])
     stream_to_parquet(spark, server, topic, out, checkpoint, maxRecordsPerTrigger="400")
     got = sorted((r["partition"], r["offset"]) for r in spark.read.parquet(str(out)).collect())
-    assert got == sorted([(0, o) for o in range(950)] + [(1, o) for o in range(350)])
+    assert got == sorted((p, o) for p, os in offsets.items() for o in os)
     batches = sorted(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
     assert len(batches) >= 4, "maxRecordsPerTrigger split the work into several micro-batches"
     last = (checkpoint / "offsets" / str(batches[-1])).read_text().splitlines()[-1]
-    assert json.loads(last) == {topic: {"0": 950, "1": 350}}
+    assert json.loads(last) == {topic: {"0": offsets[0][-1] + 1, "1": offsets[1][-1] + 1}}
 
 
 def test_the_sink_round_trips_values_through_a_topic(
-    spark: Any, server: ServerProcess, client: Client
+    spark: Any, server: ReplogCluster, client: Client
 ) -> None:
     topic = new_topic(client, partitions=2)
     source = spark.createDataFrame(
