@@ -25,6 +25,7 @@ typecheck: $(STAMP)
 
 test: lint typecheck
 	bash scripts/ensure-java.sh
+	bash scripts/ensure-kubectl.sh
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
