@@ -198,6 +198,12 @@ def serve(settings: Settings) -> int:
 
 
 async def _serve(settings: Settings) -> int:
+    # Handlers first: a SIGTERM that arrives while the node recovers its logs, or right after
+    # the ready file appears, must drain and exit 0, not kill the process mid-write.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     node = Node(settings)
     await node.open()
     limit = settings.message_bytes_max
@@ -258,10 +264,6 @@ async def _serve(settings: Settings) -> int:
         topics=len(node.registry.topics()),
     )
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     retention = asyncio.create_task(node.run_retention())
     await stop.wait()
 

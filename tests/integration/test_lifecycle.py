@@ -98,7 +98,7 @@ def test_sigterm_ends_streams_flushes_and_exits_cleanly(server_factory: Factory)
 def test_a_stopped_server_is_reported_as_unavailable(server_factory: Factory) -> None:
     server = server_factory().start()
     address = server.address
-    assert server.terminate() == 0
+    assert server.terminate() == 0, server.log_text()
     client = Client(address, timeout_s=5, retry=RetryPolicy(attempts_max=2))
     with client, pytest.raises(UnavailableError):
         client.list_topics()
