@@ -83,17 +83,24 @@ class FetchResponse:
 
 @dataclass(frozen=True, slots=True)
 class VoteRequest:
+    """A vote for `candidate_id` in `epoch`. With `pre_vote`, only a question (KIP-996,
+    Raft thesis 9.6): would you vote for me in `epoch`? The voter changes nothing."""
+
     epoch: int
     candidate_id: int
     last_epoch: int
     log_end_offset: int
+    pre_vote: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class VoteResponse:
+    """`epoch`: the one asked about when granted, else the voter's own."""
+
     epoch: int
     voter_id: int
     granted: bool
+    pre_vote: bool = False
 
 
 @dataclass(frozen=True, slots=True)

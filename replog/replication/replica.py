@@ -12,6 +12,14 @@ input method and performs the returned outputs in order (see `outputs.py`):
 * `log_start_advanced(offset, now_ms)`: retention deleted every offset below `offset`.
 * `campaign(now_ms)`: start an election now (tests, leadership transfer, single node).
 
+**Pre-vote** (Raft thesis 9.6, KIP-996): when its election timeout passes, a voter first
+asks the others whether they *would* vote for it in the next epoch (`VoteRequest.pre_vote`),
+changing nothing; it increments its epoch and campaigns only once a majority said yes. A
+voter says yes only if it has not heard from a live leader within `election_timeout_ms_min`
+and the asker's log is at least as up to date. So a node that was cut off (or lost its
+state) does not depose a healthy leader when it comes back; a leader asked by one of its
+voters answers with `BeginEpoch` too, so that a voter that lost track of it finds it again.
+
 An **observer** (`config.observers`) is a follower that never votes and never campaigns: it
 fetches, appends, truncates and sets its HW like a follower, and its role stays FOLLOWER.
 When no leader answers it within its election timeout it forgets the leader (leader
@@ -121,6 +129,8 @@ class Replica:
         self._log_start = log_start_offset
         self._role = Role.FOLLOWER
         self._votes: set[int] = set()
+        self._prevotes: set[int] | None = None  # a pre-vote round is under way
+        self._leader_contact_ms: int | None = None  # last word from this epoch's leader
         self._election_deadline_ms = 0
         # follower
         self._fetch_sent_ms: int | None = None
@@ -203,7 +213,7 @@ class Replica:
         else:
             if now_ms >= self._election_deadline_ms:
                 if self.config.is_voter:
-                    self._start_election(now_ms)
+                    self._start_prevote(now_ms)
                 else:
                     self._lose_leader(now_ms)
             elif (
@@ -301,6 +311,8 @@ class Replica:
         self._set_state(QuorumState(epoch, voted_for, leader_id))
         self._role = Role.FOLLOWER
         self._votes = set()
+        self._prevotes = None
+        self._leader_contact_ms = now_ms if leader_id is not None else None
         self._progress = {}
         self._fetch_sent_ms = None
         self._reset_election_timer(now_ms)
@@ -321,9 +333,24 @@ class Replica:
         self._pending_leader.clear()
         self._pending_all.clear()
 
+    def _start_prevote(self, now_ms: int) -> None:
+        """Ask the voters whether they would vote for this replica in the next epoch."""
+        me = self.replica_id
+        self._prevotes = {me}
+        self._reset_election_timer(now_ms)
+        if len(self._prevotes) >= self.config.majority:
+            self._start_election(now_ms)
+            return
+        last_epoch = self._history.last_epoch(self._leo)
+        request = VoteRequest(self.epoch + 1, me, last_epoch, self._leo, pre_vote=True)
+        for voter in self.config.voters:
+            if voter != me:
+                self._out.append(Send(voter, request))
+
     def _start_election(self, now_ms: int) -> None:
         me = self.replica_id
         assert self.config.is_voter, "an observer never campaigns"
+        self._prevotes = None
         self._role = Role.CANDIDATE
         self._set_state(QuorumState(self._state.epoch + 1, me, None))
         self._votes = {me}
@@ -522,6 +549,8 @@ class Replica:
             return  # a duplicate or an answer to a request of an older log state
         self._fetch_sent_ms = None
         self._reset_election_timer(now_ms)
+        self._leader_contact_ms = now_ms
+        self._prevotes = None
         if isinstance(result, Diverging):
             self._truncate_diverging(result)
         elif isinstance(result, StartAt):
@@ -578,7 +607,36 @@ class Replica:
 
     # -- votes -----------------------------------------------------------------------------
 
+    def _on_pre_vote_request(self, request: VoteRequest, now_ms: int) -> None:
+        """Would this replica vote for the asker in `request.epoch`? Changes nothing, except
+        that an asker already in a newer epoch than this one's (it is at `epoch - 1`) shows
+        that this replica is behind: it adopts that epoch first, as on any newer epoch."""
+        me = self.replica_id
+        if request.epoch - 1 > self.epoch:
+            self._become_follower(request.epoch - 1, None, now_ms)
+        leader_alive = self._role is Role.LEADER or (
+            self._leader_contact_ms is not None
+            and now_ms - self._leader_contact_ms < self.config.election_timeout_ms_min
+        )
+        mine = (self._history.last_epoch(self._leo), self._leo)
+        theirs = (request.last_epoch, request.log_end_offset)
+        granted = (
+            self.config.is_voter
+            and request.epoch > self.epoch
+            and not leader_alive
+            and theirs >= mine
+        )
+        epoch = request.epoch if granted else self.epoch
+        self._out.append(Send(request.candidate_id, VoteResponse(epoch, me, granted, True)))
+        if self._role is Role.LEADER and request.candidate_id in self._progress:
+            # one of this leader's replicas lost track of it (restarted without its state,
+            # or cut off for a while): tell it who leads
+            self._out.append(Send(request.candidate_id, BeginEpoch(self.epoch, me)))
+
     def _on_vote_request(self, request: VoteRequest, now_ms: int) -> None:
+        if request.pre_vote:
+            self._on_pre_vote_request(request, now_ms)
+            return
         me = self.replica_id
         if request.epoch > self.epoch:
             self._become_follower(request.epoch, None, now_ms)
@@ -598,6 +656,18 @@ class Replica:
         self._out.append(Send(request.candidate_id, VoteResponse(self.epoch, me, granted)))
 
     def _on_vote_response(self, response: VoteResponse, now_ms: int) -> None:
+        if response.pre_vote:
+            if not response.granted:
+                if response.epoch > self.epoch:
+                    self._become_follower(response.epoch, None, now_ms)
+                return
+            if self._prevotes is None or response.epoch != self.epoch + 1:
+                return  # a round that ended, or an answer about another epoch
+            assert self._role is not Role.LEADER and self.config.is_voter
+            self._prevotes.add(response.voter_id)
+            if len(self._prevotes) >= self.config.majority:
+                self._start_election(now_ms)
+            return
         if response.epoch > self.epoch:
             self._become_follower(response.epoch, None, now_ms)
             return

@@ -68,11 +68,17 @@ def to_envelope(topic: str, partition: int, from_id: int, message: Message) -> p
                 candidate_id=message.candidate_id,
                 last_epoch=message.last_epoch,
                 log_end_offset=message.log_end_offset,
+                pre_vote=message.pre_vote,
             )
         )
     elif isinstance(message, VoteResponse):
         env.vote_response.CopyFrom(
-            pb.VoteResponse(epoch=message.epoch, voter_id=message.voter_id, granted=message.granted)
+            pb.VoteResponse(
+                epoch=message.epoch,
+                voter_id=message.voter_id,
+                granted=message.granted,
+                pre_vote=message.pre_vote,
+            )
         )
     else:
         env.begin_epoch.CopyFrom(pb.BeginEpoch(epoch=message.epoch, leader_id=message.leader_id))
@@ -112,11 +118,10 @@ def from_envelope(env: pb.Envelope) -> Message:
         return FetchResponse(f.epoch, f.leader_id, f.fetch_offset, f.last_fetched_epoch, result)
     if kind == "vote_request":
         v = env.vote_request
-        return VoteRequest(v.epoch, v.candidate_id, v.last_epoch, v.log_end_offset)
+        return VoteRequest(v.epoch, v.candidate_id, v.last_epoch, v.log_end_offset, v.pre_vote)
     if kind == "vote_response":
-        return VoteResponse(
-            env.vote_response.epoch, env.vote_response.voter_id, env.vote_response.granted
-        )
+        answer = env.vote_response
+        return VoteResponse(answer.epoch, answer.voter_id, answer.granted, answer.pre_vote)
     if kind == "begin_epoch":
         return BeginEpoch(env.begin_epoch.epoch, env.begin_epoch.leader_id)
     raise ValueError(f"an Envelope without a message ({kind})")

@@ -307,3 +307,21 @@ def test_a_follower_behind_the_leaders_retention_restarts_its_log_at_the_leaders
     assert sim.nodes[3].log_start == start
     assert values_at(sim, 3)[start:] == values_at(sim, 1)[start:]
     assert sim.replica(3).high_watermark == sim.replica(1).high_watermark
+
+
+def test_a_node_cut_off_for_many_election_timeouts_rejoins_without_deposing_the_leader() -> None:
+    sim = calm(3, election_timeout_ms_min=150, election_timeout_ms_max=300)
+    assert sim.run_for(5000, lambda: sim.leader() is not None)
+    leader = sim.leader()
+    assert leader is not None and leader.replica is not None
+    epoch = leader.replica.epoch
+    loner = next(i for i in (1, 2, 3) if i != leader.id)
+    sim.partition({loner})
+    sim.run_for(3000)  # ten and more election timeouts: only pre-votes, all unanswered
+    assert sim.replica(loner).epoch == epoch, "pre-votes never raise the epoch"
+    sim.client_append(Acks.ALL, leader.id, 2)
+    sim.heal()
+    others = [i for i in (1, 2, 3) if i != leader.id]
+    wait_replicated(sim, leader.id, others)
+    assert sim.leader() is leader and sim.replica(leader.id).epoch == epoch
+    assert all(sim.replica(i).leader_id == leader.id for i in others)

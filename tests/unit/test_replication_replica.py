@@ -116,14 +116,73 @@ def fetch(r: Replica, sender: int, offset: int, last_epoch: int, now: int = 0) -
 # -- elections ------------------------------------------------------------------------------
 
 
-def test_a_follower_without_a_leader_becomes_candidate_after_its_election_timeout() -> None:
+def test_a_follower_without_a_leader_asks_for_pre_votes_after_its_election_timeout() -> None:
     r = replica()
     assert r.tick(999) == []
     out = r.tick(2000)
+    # a pre-vote changes nothing: same role, same epoch, nothing persisted
+    assert role(r) is Role.FOLLOWER and r.epoch == 0
+    assert of_type(out, PersistQuorumState) == []
+    assert sorted(s.to for s in of_type(out, Send)) == [2, 3]
+    assert sent(out, VoteRequest)[0] == VoteRequest(1, 1, 0, 0, pre_vote=True)
+
+
+def test_a_majority_of_pre_votes_starts_the_real_election() -> None:
+    r = replica()
+    r.tick(2000)
+    out = r.receive(VoteResponse(1, 2, True, pre_vote=True), 2000)
     assert role(r) is Role.CANDIDATE and r.epoch == 1
     assert of_type(out, PersistQuorumState) == [PersistQuorumState(QuorumState(1, 1, None))]
-    assert sorted(s.to for s in of_type(out, Send)) == [2, 3]
     assert sent(out, VoteRequest)[0] == VoteRequest(1, 1, 0, 0)
+
+
+def test_refused_pre_votes_leave_the_epoch_alone_and_are_asked_again_later() -> None:
+    r = replica()
+    r.tick(2000)
+    r.receive(VoteResponse(0, 2, False, pre_vote=True), 2000)
+    r.receive(VoteResponse(0, 3, False, pre_vote=True), 2000)
+    assert role(r) is Role.FOLLOWER and r.epoch == 0
+    out = r.tick(4001)  # the next timeout: a new round
+    assert sent(out, VoteRequest) == [VoteRequest(1, 1, 0, 0, pre_vote=True)] * 2
+
+
+def test_a_refused_pre_vote_from_a_newer_epoch_teaches_that_epoch() -> None:
+    r = replica()
+    r.tick(2000)
+    r.receive(VoteResponse(5, 2, False, pre_vote=True), 2000)
+    assert role(r) is Role.FOLLOWER and r.epoch == 5 and r.leader_id is None
+
+
+def test_a_follower_that_hears_from_its_leader_refuses_pre_votes() -> None:
+    r = replica(2)
+    r.receive(BeginEpoch(3, 1), 0)
+    out = r.receive(VoteRequest(4, 3, 3, 10, pre_vote=True), 500)
+    assert sent(out, VoteResponse) == [VoteResponse(3, 2, False, pre_vote=True)]
+    assert r.epoch == 3 and r.leader_id == 1, "a pre-vote changes nothing"
+    # silence from the leader for election_timeout_ms_min: now it would vote
+    out = r.receive(VoteRequest(4, 3, 3, 10, pre_vote=True), 1000)
+    assert sent(out, VoteResponse) == [VoteResponse(4, 2, True, pre_vote=True)]
+    assert r.epoch == 3 and of_type(out, PersistQuorumState) == []
+
+
+def test_a_pre_vote_needs_a_log_at_least_as_up_to_date() -> None:
+    r = replica(2, history=[EpochStart(2, 0)], log_end_offset=5, state=QuorumState(2))
+    out = r.receive(VoteRequest(3, 3, 1, 9, pre_vote=True), 5000)
+    assert sent(out, VoteResponse) == [VoteResponse(2, 2, False, pre_vote=True)]
+
+
+def test_a_leader_refuses_a_pre_vote_and_tells_its_lost_replica_who_leads() -> None:
+    r = leader()
+    out = r.receive(VoteRequest(1, 3, 0, 0, pre_vote=True), 0)  # e.g. a wiped node, epoch 0
+    assert sent(out, VoteResponse) == [VoteResponse(r.epoch, 1, False, pre_vote=True)]
+    assert sent(out, BeginEpoch) == [BeginEpoch(r.epoch, 1)]
+    assert role(r) is Role.LEADER
+
+
+def test_a_pre_vote_from_a_newer_epoch_still_moves_the_receiver_to_it() -> None:
+    r = leader()  # epoch 1
+    r.receive(VoteRequest(4, 3, 0, 0, pre_vote=True), 0)  # the asker is at epoch 3
+    assert role(r) is Role.FOLLOWER and r.epoch == 3
 
 
 def test_election_timeouts_come_from_the_injected_rng() -> None:
