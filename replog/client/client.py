@@ -175,19 +175,23 @@ class Client:
                         ) from None
                 raise err from None
 
-        def on_error(err: ReplogError) -> bool:
-            if isinstance(err, NotLeaderError) and topic is not None:
-                return self._on_not_leader(topic, partition, err)
-            if isinstance(err, LeaderUnknownError) and topic is not None:
-                # This replica is between leaders; another node may already know the new one.
-                self._leaders.pop((topic, partition), None)
-                if len(self.bootstraps) > 1:
-                    self._next_bootstrap(topic, partition)
-            elif isinstance(err, UnavailableError) and not _timed_out(err):
-                self._next_bootstrap(topic, partition)  # (a deadline has moved on already)
-            return False
+        return call_with_retry(
+            attempt, self.retry, lambda err: self._reroute(err, topic, partition)
+        )
 
-        return call_with_retry(attempt, self.retry, on_error)
+    def _reroute(self, err: ReplogError, topic: str | None, partition: int) -> bool:
+        """Update routing after a retriable error; True when the retry goes to a newly named
+        leader (worth trying at once)."""
+        if isinstance(err, NotLeaderError) and topic is not None:
+            return self._on_not_leader(topic, partition, err)
+        if isinstance(err, LeaderUnknownError) and topic is not None:
+            # This replica is between leaders; another node may already know the new one.
+            self._leaders.pop((topic, partition), None)
+            if len(self.bootstraps) > 1:
+                self._next_bootstrap(topic, partition)
+        elif isinstance(err, UnavailableError) and not _timed_out(err):
+            self._next_bootstrap(topic, partition)  # (a deadline has moved on already)
+        return False
 
     def _next_bootstrap(self, topic: str | None, partition: int) -> None:
         """The current node is unreachable: forget it as a leader, use the next bootstrap."""
@@ -386,6 +390,7 @@ class Client:
         Closing the iterator cancels the stream.
         """
         attempt = 0
+        rerouted = False
         while True:
             req = log_pb2.StreamFromRequest(
                 topic=topic, partition=partition, offset=offset, max_bytes=max_bytes
@@ -402,9 +407,10 @@ class Client:
                 attempt += 1
                 if not err.retriable or attempt >= self.retry.attempts_max:
                     raise err from None
-                if isinstance(err, NotLeaderError):
-                    self._on_not_leader(topic, partition, err)
-                time.sleep(self.retry.backoff_s(attempt))
+                # at once after a redirect to a new leader, once in a row (as `_call` does)
+                rerouted = self._reroute(err, topic, partition) and not rerouted
+                if not rerouted:
+                    time.sleep(self.retry.backoff_s(attempt))
             finally:
                 call.cancel()
 
