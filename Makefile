@@ -24,8 +24,8 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: lint typecheck
-	bash scripts/ensure-java.sh
-	bash scripts/ensure-kubectl.sh
+	bash scripts/ensure-command.sh java openjdk-17-jre-headless
+	bash scripts/ensure-command.sh kubectl kubectl kubernetes-client
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
