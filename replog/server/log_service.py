@@ -18,6 +18,7 @@ from replog.errors import (
     EmptyBatchError,
     InvalidArgumentError,
     RecordTooLargeError,
+    ReplogError,
     ShuttingDownError,
 )
 from replog.server.logs import log
@@ -36,7 +37,7 @@ class LogService(log_pb2_grpc.LogServicer):
         self.node = node
         self.metrics = node.metrics
         self.settings = node.settings
-        self._background: set[asyncio.Task[object]] = set()
+        self.supervisor = node.supervisor
 
     def _max_bytes(self, requested: int) -> int:
         limit = self.settings.fetch_bytes_max
@@ -66,9 +67,7 @@ class LogService(log_pb2_grpc.LogServicer):
                     record_bytes=biggest,
                     record_bytes_max=limit,
                 )
-            task: asyncio.Task[object] = asyncio.create_task(self._append(part, values, acks))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self.supervisor.spawn(self._append(part, values, acks), "append-acks-none")
             return log_pb2.AppendResponse(
                 base_offset=-1, last_offset=-1, high_watermark=part.high_watermark
             )
@@ -81,15 +80,14 @@ class LogService(log_pb2_grpc.LogServicer):
             high_watermark=part.high_watermark,
         )
 
-    async def _append(self, part: Partition, values: list[bytes], acks: Acks) -> object:
+    async def _append(self, part: Partition, values: list[bytes], acks: Acks) -> None:
         try:
             await part.append(values, acks, self.settings.ack_timeout_ms / 1000)
-        except Exception as exc:  # acks=none: nobody waits for the outcome; log it
+        except ReplogError as exc:  # acks=none: nobody waits for the outcome; log it
             log(_log, "append.dropped", logging.WARNING, topic=part.topic, error=repr(exc))
-            return None
+            return
         self.metrics.append_records.inc(len(values))
         self.metrics.append_bytes.inc(sum(map(len, values)))
-        return None
 
     # -- Fetch ------------------------------------------------------------------------------
 

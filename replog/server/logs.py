@@ -16,9 +16,16 @@ from typing import Any
 _FIELDS = "replog_fields"
 
 
-def log(logger: logging.Logger, event: str, level: int = logging.INFO, **fields: Any) -> None:
+def log(
+    logger: logging.Logger,
+    event: str,
+    level: int = logging.INFO,
+    *,
+    exc_info: BaseException | tuple[Any, Any, Any] | None = None,
+    **fields: Any,
+) -> None:
     if logger.isEnabledFor(level):
-        logger.log(level, event, extra={_FIELDS: fields})
+        logger.log(level, event, exc_info=exc_info, extra={_FIELDS: fields})
 
 
 def _timestamp(record: logging.LogRecord) -> str:

@@ -27,7 +27,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from replog.errors import ShuttingDownError, TopicNotFoundError, UnavailableError
+from replog.errors import ReplogError, ShuttingDownError, TopicNotFoundError, UnavailableError
 from replog.server import logs
 from replog.server.admin_service import AdminService
 from replog.server.cluster import Cluster
@@ -38,11 +38,13 @@ from replog.server.partition import Partition, SoloLeader
 from replog.server.replicated import ReplicatedPartition
 from replog.server.replication_transport import ReplicationService
 from replog.server.settings import Settings
+from replog.server.supervisor import EXIT_TASK_FAILED, Supervisor
 from replog.storage import PartitionLog, PartitionRegistry
 from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc, replication_pb2_grpc
 
 _log = logging.getLogger("replog.server")
 
+FAILED_CLOSE_TIMEOUT_S = 5.0
 SERVICE_NAMES = (
     log_pb2.DESCRIPTOR.services_by_name["Log"].full_name,
     admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
@@ -50,8 +52,9 @@ SERVICE_NAMES = (
 
 
 class Node:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, supervisor: Supervisor) -> None:
         self.settings = settings
+        self.supervisor = supervisor
         self.node_id = settings.node_id
         self.address = settings.advertised_address or settings.listen
         self.registry = PartitionRegistry(settings.data_dir, settings.storage_config())
@@ -172,7 +175,7 @@ class Node:
             for part in list(parts):
                 if part.closed:
                     continue
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(ReplogError):  # e.g. a disk error; a bug ends the node
                     if isinstance(part, ReplicatedPartition):  # the core must know its start
                         deleted = await part.driver.apply_retention(now_ms)
                     else:
@@ -204,7 +207,9 @@ async def _serve(settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    node = Node(settings)
+    # A background task that dies of a bug stops the node too, and the exit code says so.
+    supervisor = Supervisor(on_fatal=lambda _exc: stop.set())
+    node = Node(settings, supervisor)
     await node.open()
     limit = settings.message_bytes_max
     server = grpc.aio.server(
@@ -264,16 +269,31 @@ async def _serve(settings: Settings) -> int:
         topics=len(node.registry.topics()),
     )
 
-    retention = asyncio.create_task(node.run_retention())
+    supervisor.spawn(node.run_retention(), "retention")
     await stop.wait()
+
+    if supervisor.failure is not None:
+        # A bug: stop serving at once, keep what is on disk consistent if that still works,
+        # and exit non-zero (Kubernetes restarts the pod; recovery trusts only the disk).
+        log(_log, "server.failed", logging.CRITICAL, error=repr(supervisor.failure))
+        await health_servicer.enter_graceful_shutdown()
+        node.begin_shutdown()
+        await server.stop(0)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(_close(node, supervisor), FAILED_CLOSE_TIMEOUT_S)
+        return EXIT_TASK_FAILED
 
     log(_log, "server.stopping", grace_ms=settings.shutdown_grace_ms)
     await health_servicer.enter_graceful_shutdown()
     node.begin_shutdown()
     await server.stop(settings.shutdown_grace_ms / 1000)
-    retention.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await retention
-    await node.close()
+    await _close(node, supervisor)
+    if supervisor.failure is not None:  # a task failed during the drain
+        return EXIT_TASK_FAILED
     log(_log, "server.stopped")
     return 0
+
+
+async def _close(node: Node, supervisor: Supervisor) -> None:
+    await supervisor.close()  # background work ends before the logs close under it
+    await node.close()

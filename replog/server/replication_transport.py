@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any
 
 import grpc
 
@@ -39,6 +40,7 @@ CHANNEL_OPTIONS = [
 ]
 
 Router = Callable[[str, int], Callable[[Message], Awaitable[None]] | None]
+Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
 
 
 class _Link:
@@ -58,9 +60,12 @@ class PeerLinks:
         self._links = {p: _Link(p, a) for p, a in peers.items() if p != node_id}
         self._closed = False
 
-    def start(self) -> None:
+    def start(self, spawn: Spawn | None = None) -> None:
+        """Start one sender task per peer through `spawn` (the node's supervisor; tests of
+        the transport alone may leave it out)."""
         for link in self._links.values():
-            link.task = asyncio.create_task(self._run(link), name=f"peer-{link.peer}")
+            coro, name = self._run(link), f"peer-{link.peer}"
+            link.task = spawn(coro, name) if spawn else asyncio.create_task(coro, name=name)
 
     def transport(self, topic: str, partition: int) -> PartitionTransport:
         return PartitionTransport(self, topic, partition)

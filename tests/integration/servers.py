@@ -26,6 +26,7 @@ class ServerProcess:
     proc: subprocess.Popen[bytes] | None = None
     address: str = ""
     metrics_address: str = ""
+    module: str = "replog"  # what `python -m` runs; tests may run a wrapper with a fault
 
     @property
     def ready_file(self) -> Path:
@@ -41,7 +42,7 @@ class ServerProcess:
         cmd = [
             sys.executable,
             "-m",
-            "replog",
+            self.module,
             "serve",
             "--data-dir",
             str(self.data_dir),
