@@ -1,15 +1,17 @@
 """The replog Python client (sync): `Client`, its `Producer` and `Consumer`.
 
 Modules: `client` (channels, routing, admin and record calls), `producer` (batching,
-partitioning, futures), `consumer` (iterate a partition via StreamFrom), `aio` (the thin
-asyncio twin), `errors` (gRPC status back to typed `ReplogError`s, in one place), `retry`
-(backoff policy).
+partitioning, futures), `consumer` (iterate a partition via StreamFrom), `results` (the
+values calls return), `aio` (the thin asyncio twin), `retry` (backoff policy). gRPC status
+back to typed `ReplogError`s happens in one place shared with the server,
+`replog.rpc_errors` (`errors` here re-exports it).
 """
 
 from replog.client.aio import AsyncClient
-from replog.client.client import AppendResult, Client, FetchResult, Offsets, PartitionInfo
+from replog.client.client import Client
 from replog.client.consumer import Consumer
 from replog.client.producer import OffsetFuture, Producer, partition_for_key
+from replog.client.results import AppendResult, FetchResult, Offsets, PartitionInfo
 from replog.client.retry import RetryPolicy
 
 __all__ = [

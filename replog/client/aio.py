@@ -1,7 +1,7 @@
 """The asyncio twin of `Client` (thin): the same calls, awaited, over a `grpc.aio` channel.
 
 No producer batching or routing cache here: each call goes to the one address given, and
-errors come back as the same typed `ReplogError`s (`replog.client.errors`). Retries: none;
+errors come back as the same typed `ReplogError`s (`replog.rpc_errors`). Retries: none;
 wrap calls yourself if you need them.
 """
 
@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator, Sequence
 import grpc
 
 from replog import frames
-from replog.client.client import ACKS, CHANNEL_OPTIONS, AppendResult, FetchResult, Offsets
-from replog.client.errors import from_rpc_error
+from replog.client.client import ACKS, CHANNEL_OPTIONS
+from replog.client.results import AppendResult, FetchResult, Offsets
+from replog.rpc_errors import from_rpc_error
 from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
 
 

@@ -3,7 +3,7 @@
 `Client("127.0.0.1:7070")` opens one channel per node address. Produce and consume calls go
 to the partition's leader (from `GetMetadata`, cached); a `NOT_LEADER` answer updates the
 cache from the error's leader hint (or refetches metadata) before the retry. Every failure
-surfaces as the typed `ReplogError` the server raised (`replog.client.errors`). Only
+surfaces as the typed `ReplogError` the server raised (`replog.rpc_errors`). Only
 retriable errors are retried, with backoff (`RetryPolicy`).
 
 Note on retries of Append: without idempotent producers (planned), a retried Append whose
@@ -15,13 +15,21 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
 
 from replog import frames
-from replog.client.errors import from_rpc_error
+from replog.client.consumer import Consumer
+from replog.client.producer import Producer
+from replog.client.results import (
+    AppendResult,
+    FetchResult,
+    Offsets,
+    PartitionInfo,
+    RawFetch,
+    ReplicaStatus,
+)
 from replog.client.retry import RetryPolicy, call_with_retry
 from replog.errors import (
     DeadlineExceededError,
@@ -31,6 +39,7 @@ from replog.errors import (
     TopicExistsError,
     UnavailableError,
 )
+from replog.rpc_errors import from_rpc_error
 from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
 
 T = TypeVar("T")
@@ -44,61 +53,6 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_timeout_ms", 5_000),
 ]
 ACKS = {"none": log_pb2.ACKS_NONE, "leader": log_pb2.ACKS_LEADER, "all": log_pb2.ACKS_ALL}
-
-
-@dataclass(frozen=True, slots=True)
-class AppendResult:
-    base_offset: int  # -1 with acks=none
-    last_offset: int
-    high_watermark: int
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    records: frames.DecodedFrames  # control records already removed
-    high_watermark: int
-    log_start_offset: int
-    next_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class RawFetch:
-    frames: bytes  # raw frames as stored, control records included
-    high_watermark: int
-    log_start_offset: int
-    next_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaStatus:
-    """The leader's view of one replica."""
-
-    replica_id: int
-    log_end_offset: int
-    lag_records: int
-    last_fetch_ms_ago: int  # -1: not since this leader's election
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionInfo:
-    partition: int
-    leader_id: int | None
-    replicas: tuple[int, ...]
-    log_start_offset: int
-    log_end_offset: int
-    high_watermark: int
-    size_bytes: int
-    segment_count: int
-    epoch: int = 0
-    replica_status: tuple[ReplicaStatus, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Offsets:
-    partition: int
-    earliest: int  # log start offset
-    latest: int  # high watermark (exclusive)
-    log_end_offset: int
 
 
 def _timed_out(err: ReplogError) -> bool:
@@ -419,7 +373,3 @@ class Client:
 
     def producer(self, topic: str, **options: Any) -> Producer:
         return Producer(self, topic, **options)
-
-
-from replog.client.consumer import Consumer  # noqa: E402
-from replog.client.producer import Producer  # noqa: E402

@@ -7,19 +7,38 @@ throughput matters; iterating the consumer yields `frames.Record`s.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Generator, Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from replog import frames
 from replog.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from replog.client.client import Client
+    from replog.client.results import Offsets
+    from replog.v1 import log_pb2
+
+
+class ConsumerClient(Protocol):
+    """What a `Consumer` needs from its client; `replog.client.Client` is one.
+
+    Declared here, not imported from `client.py`, because `Client.consumer()` builds
+    consumers: `client.py` imports this module, never the other way round.
+    """
+
+    def list_offsets(self, topic: str, partitions: Sequence[int] = ()) -> list[Offsets]: ...
+
+    def stream(
+        self, topic: str, partition: int, offset: int, *, max_bytes: int = 0
+    ) -> Generator[log_pb2.StreamBatch, None, None]: ...
 
 
 class Consumer:
     def __init__(
-        self, client: Client, topic: str, partition: int = 0, offset: int | str = "earliest"
+        self,
+        client: ConsumerClient,
+        topic: str,
+        partition: int = 0,
+        offset: int | str = "earliest",
     ) -> None:
         self.client = client
         self.topic = topic
@@ -27,7 +46,7 @@ class Consumer:
         self._start = offset
         self.position: int | None = None  # the next offset to read, once resolved
         self.high_watermark: int | None = None
-        self._stream: Generator[object, None, None] | None = None
+        self._stream: Generator[log_pb2.StreamBatch, None, None] | None = None
 
     def _resolve(self) -> int:
         if isinstance(self._start, int) and not isinstance(self._start, bool):

@@ -21,17 +21,29 @@ import zlib
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from replog.client.results import AppendResult
 from replog.errors import InvalidArgumentError, ShuttingDownError
-
-if TYPE_CHECKING:
-    from replog.client.client import AppendResult, Client
 
 
 def partition_for_key(key: bytes, partitions: int) -> int:
     """The partition of `key`: crc32 (IEEE) of the key bytes modulo the partition count."""
     return zlib.crc32(key) % partitions
+
+
+class ProducerClient(Protocol):
+    """What a `Producer` needs from its client; `replog.client.Client` is one.
+
+    Declared here, not imported from `client.py`, because `Client.producer()` builds
+    producers: `client.py` imports this module, never the other way round.
+    """
+
+    def partition_count(self, topic: str) -> int: ...
+
+    def append(
+        self, topic: str, partition: int, values: Sequence[bytes], *, acks: str = "all"
+    ) -> AppendResult: ...
 
 
 class OffsetFuture:
@@ -68,7 +80,7 @@ class _Batch:
 class Producer:
     def __init__(
         self,
-        client: Client,
+        client: ProducerClient,
         topic: str,
         *,
         acks: str = "all",

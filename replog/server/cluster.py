@@ -381,7 +381,7 @@ class Cluster:
 
 async def _remote(call: Awaitable[Any]) -> Any:
     """Await a forwarded call, turning its failure back into the typed error."""
-    from replog.client.errors import from_rpc_error
+    from replog.rpc_errors import from_rpc_error
 
     try:
         return await call

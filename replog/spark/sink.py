@@ -26,6 +26,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from replog.errors import InvalidArgumentError
+from replog.spark.clients import client_for
 
 ACKS_DEFAULT = "all"
 
@@ -61,9 +62,7 @@ class _Writer:
         self.has_key = "key" in names
 
     def _write(self, rows: Iterator[Row]) -> ReplogCommit:
-        from replog.spark.source import _client
-
-        producer = _client(self.bootstrap).producer(self.topic, acks=self.acks, linger_ms=20)
+        producer = client_for(self.bootstrap).producer(self.topic, acks=self.acks, linger_ms=20)
         count = 0
         futures = []
         try:

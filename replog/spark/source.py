@@ -23,12 +23,11 @@ are ever read, so a replayed range `[start, end)` always yields the same rows.
 
 Where code runs: options are parsed on the driver; `read()` runs in executor processes with
 a freshly unpickled `ReplogPartition` (plain fields only) and opens its gRPC channel lazily,
-once per process and bootstrap address (`_client`).
+once per process and bootstrap address (`replog.spark.clients`).
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -52,25 +51,14 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from replog.client import Client
 from replog.errors import InvalidArgumentError
 from replog.spark import offsets as off
 from replog.spark.arrow import SPARK_SCHEMA_DDL, frames_to_record_batch
+from replog.spark.clients import client_for, close_client
+from replog.spark.sink import ReplogStreamWriter, ReplogWriter
 
 FETCH_BYTES_DEFAULT = 3 * 1024 * 1024
 RECORDS_PER_TASK_DEFAULT = 2_000_000
-
-_clients: dict[str, Client] = {}
-_clients_lock = threading.Lock()
-
-
-def _client(bootstrap: str) -> Client:
-    """One client (and channel pool) per executor process and bootstrap address."""
-    with _clients_lock:
-        client = _clients.get(bootstrap)
-        if client is None:
-            client = _clients[bootstrap] = Client(bootstrap)
-        return client
 
 
 @dataclass(frozen=True)
@@ -124,7 +112,7 @@ class Options:
         )
 
     def bounds(self) -> dict[int, off.PartitionBounds]:
-        listed = _client(self.bootstrap).list_offsets(self.topic)
+        listed = client_for(self.bootstrap).list_offsets(self.topic)
         return {o.partition: off.PartitionBounds(o.partition, o.earliest, o.latest) for o in listed}
 
 
@@ -151,7 +139,7 @@ def read_partition(part: InputPartition) -> Iterator[pa.RecordBatch]:
     """
     if not isinstance(part, ReplogPartition) or part.start >= part.end:
         return  # Spark runs one placeholder task when `partitions()` planned none
-    client = _client(part.bootstrap)
+    client = client_for(part.bootstrap)
     stream = client.stream(part.topic, part.partition, part.start, max_bytes=part.fetch_bytes_max)
     try:
         for reply in stream:
@@ -273,10 +261,7 @@ class ReplogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to do: replog keeps no consumer positions; Spark's checkpoint holds them."""
 
     def stop(self) -> None:
-        with _clients_lock:
-            client = _clients.pop(self.options.bootstrap, None)
-        if client is not None:
-            client.close()
+        close_client(self.options.bootstrap)
 
 
 class ReplogDataSource(DataSource):
@@ -296,11 +281,7 @@ class ReplogDataSource(DataSource):
         return ReplogStreamReader(Options.parse(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from replog.spark.sink import ReplogWriter
-
         return ReplogWriter(self.options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from replog.spark.sink import ReplogStreamWriter
-
         return ReplogStreamWriter(self.options, schema)

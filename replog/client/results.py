@@ -1,0 +1,66 @@
+"""What the client's calls return: plain, frozen values (no gRPC types).
+
+Its own module so that `Client`, `AsyncClient`, `Consumer` and `Producer` share them without
+importing each other (no import cycle inside `replog.client`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from replog import frames
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int  # -1 with acks=none
+    last_offset: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    records: frames.DecodedFrames  # control records already removed
+    high_watermark: int
+    log_start_offset: int
+    next_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class RawFetch:
+    frames: bytes  # raw frames as stored, control records included
+    high_watermark: int
+    log_start_offset: int
+    next_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaStatus:
+    """The leader's view of one replica."""
+
+    replica_id: int
+    log_end_offset: int
+    lag_records: int
+    last_fetch_ms_ago: int  # -1: not since this leader's election
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    leader_id: int | None
+    replicas: tuple[int, ...]
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    size_bytes: int
+    segment_count: int
+    epoch: int = 0
+    replica_status: tuple[ReplicaStatus, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Offsets:
+    partition: int
+    earliest: int  # log start offset
+    latest: int  # high watermark (exclusive)
+    log_end_offset: int
