@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: run test lint typecheck unit bench clean setup proto bench-e2e image
+.PHONY: run test lint typecheck unit bench clean setup proto bench-e2e image dist
 
 setup: $(STAMP)
 
@@ -35,6 +35,11 @@ bench: $(STAMP)
 # The node image (Dockerfile), built from wheels made here; starts a local engine if needed.
 image: $(STAMP)
 	VENV=$(VENV) bash scripts/build-image.sh
+
+# A wheel and an sdist in dist/ (the wheel is built from the sdist, which checks it is whole).
+dist: $(STAMP)
+	rm -f dist/replog-*.whl dist/replog-*.tar.gz
+	$(PY) -m build --outdir dist .
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

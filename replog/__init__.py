@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+# The one place the version is written: pyproject.toml reads it ([tool.setuptools.dynamic]),
+# so the wheel's metadata, `replog --version` and `replog.__version__` always agree.
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:

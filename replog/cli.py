@@ -5,6 +5,7 @@
     replog produce TOPIC < records        (lines, or u32-big-endian length-prefixed values)
     replog consume TOPIC [--from earliest|latest|N] [--follow] [--format text|hex|json]
     replog offsets TOPIC
+    replog --version
 
 Clients find the server with `--address` (env REPLOG_ADDRESS, default 127.0.0.1:7070).
 Exit codes: 0 success, 1 an error reported by the server or the connection, 2 bad usage or
@@ -25,6 +26,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
+from replog import __version__
 from replog.errors import InvalidConfigError, ReplogError
 
 if TYPE_CHECKING:
@@ -51,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="replog", description="replog: a replicated commit-log service."
     )
+    parser.add_argument("--version", action="version", version=f"replog {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run a node", description="Run a replog node.")
