@@ -31,6 +31,7 @@ class StorageConfig:
     flush: FlushPolicy = FlushPolicy.INTERVAL
     flush_interval_ms: int = 1000
     read_bytes_max: int = 4 * MIB  # upper bound on one read's byte budget
+    checksum_chunk_bytes: int = 16 * KIB  # CRC32C block size of new segments' `.crc` sidecars
 
     def __post_init__(self) -> None:
         def need(ok: bool, what: str) -> None:
@@ -50,3 +51,4 @@ class StorageConfig:
         need(self.flush_interval_ms >= 1, "flush_interval_ms must be >= 1")
         need(self.read_bytes_max >= HEADER_BYTES, "read_bytes_max must be >= 12")
         need(isinstance(self.flush, FlushPolicy), "flush must be a FlushPolicy")
+        need(1 <= self.checksum_chunk_bytes <= 2**31, "checksum_chunk_bytes must be in [1, 2^31]")

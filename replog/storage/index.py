@@ -45,11 +45,13 @@ class SparseIndex:
             raise
         self.relative_offsets: list[int] = []
         self.positions: list[int] = []
+        self.dropped_entries = 0  # non-zero entries after the valid ones (damage, stale)
         self._load(min(file_size, self._capacity), log_size)
 
     def _load(self, size: int, log_size: int) -> None:
         rels, poss = self.relative_offsets, self.positions
-        for rel, pos in ENTRY.iter_unpack(self._mmap[: size - size % ENTRY_BYTES]):
+        raw = self._mmap[: size - size % ENTRY_BYTES]
+        for rel, pos in ENTRY.iter_unpack(raw):
             if rels:
                 if rel <= rels[-1] or pos <= poss[-1]:
                     break
@@ -59,6 +61,10 @@ class SparseIndex:
                 break
             rels.append(rel)
             poss.append(pos)
+        rest = raw[len(poss) * ENTRY_BYTES :]
+        if rest.strip(b"\0"):
+            entries = (rest[i : i + ENTRY_BYTES] for i in range(0, len(rest), ENTRY_BYTES))
+            self.dropped_entries = sum(1 for e in entries if e.strip(b"\0"))
 
     def __len__(self) -> int:
         return len(self.positions)

@@ -12,7 +12,11 @@ one buffer, writes it with one `write` per segment touched and, under `flush=alw
 `fdatasync` for the group before anyone is acknowledged. A failed group changes nothing.
 
 `read` serves committed records only (`[log_start_offset, HW)`); `read_uncommitted` serves up
-to LEO (replication). Both return raw frames, whole, never a partial one.
+to LEO (replication). Both return raw frames, whole, never a partial one, and both verify
+what they read against the segments' CRC32C sidecars (`checksums.py`): a corrupt range
+raises `CorruptDataError` (DATA_LOSS, `CORRUPT_DATA`) and is never served.
+`integrity_issues()` / `corrupt_ranges()` say what recovery, reads and the scrubber found;
+`scrub_step()` is the unit of work of the background scrubber (`scrub.py`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from replog.errors import (
 )
 from replog.storage import checkpoint
 from replog.storage.config import FlushPolicy, StorageConfig
+from replog.storage.integrity import CORRUPT, IntegrityIssue
 from replog.storage.segment_log import SegmentLog, storage_error
 
 HW_FILE = "high-watermark"
@@ -345,6 +350,34 @@ class PartitionLog:
             high_watermark=self._hw,
             log_end_offset=self._leo,
         )
+
+    # -- integrity -----------------------------------------------------------------------
+
+    def integrity_issues(self) -> list[IntegrityIssue]:
+        """Everything found so far: corruption, torn tails cut, indexes rebuilt, damaged
+        sidecars, unverified (pre-checksum) segments. See `replog.storage.integrity`."""
+        with self._lock:
+            return self._log.issues()
+
+    def corrupt_ranges(self) -> list[IntegrityIssue]:
+        """The ranges that are never served (reads touching them raise CorruptDataError)."""
+        return [i for i in self.integrity_issues() if i.kind == CORRUPT]
+
+    def scrub_step(
+        self, cursor: tuple[int, int] | None, max_bytes: int
+    ) -> tuple[tuple[int, int] | None, int]:
+        """Verify about `max_bytes` of segment bytes from `cursor` ((base_offset, position);
+        None: the start), holding the partition lock only for that. Returns (the next cursor
+        or None when the whole log is done, bytes verified)."""
+        with self._lock:
+            if self._closed:
+                return None, 0
+            if cursor is None:
+                cursor = (self._log.log_start_offset, 0)
+            try:
+                return self._log.scrub(cursor[0], cursor[1], max_bytes)
+            except OSError as exc:
+                raise storage_error(exc, f"scrub {self.directory}") from exc
 
     # -- lifecycle -----------------------------------------------------------------------
 

@@ -1,31 +1,59 @@
-"""One segment: `{base_offset:020d}.log` (frames, see `replog.frames`) + its sparse index.
+"""One segment: `{base_offset:020d}.log` (frames, see `replog.frames`), its sparse index
+(`.idx`, see `index.py`) and its CRC32C sidecar (`.crc`, see `checksums.py`).
 
 The `.log` file holds frames for offsets `base_offset .. next_offset - 1`, back to back, with
 nothing else: its size is the write position. Appends are one `write` per call (callers pass
-a whole pre-encoded batch); reads are one `pread` of the needed byte range, located through
-the index, then a short in-memory scan (at most one index interval).
+a whole pre-encoded batch) followed by one `write` of the sidecar's entries for it; reads
+are one `pread` of the needed byte range, located through the index, then a short
+in-memory scan (at most one index interval).
 
-Recovery (`create=False`) never trusts the index's size nor the log's tail: it checks that the
-last index entry points at a frame with the offset it claims (dropping entries until one
-does), scans forward from there, and stops at the first frame whose offset is not the next
-one, or that is cut short. The log is truncated there, index entries past it are dropped and
-missing ones rebuilt. The seed format has no checksum: damage that leaves frame headers
-intact (bytes changed inside a value) cannot be detected; damage to headers or a torn tail
-always is.
+Reads verify: every block of `chunk_bytes` that the returned range touches is checked
+against its CRC32C as a whole (the bytes of the first and last block outside the range are
+read too), with one C call per block, none per record. A mismatch marks the block corrupt
+and raises `CorruptDataError`; a corrupt block is never served again by this process. The
+index is checked against the frames it points at on a segment's first read and rebuilt from
+the log if it disagrees.
+
+Recovery (`create=False`) trusts neither the index's size nor the log's tail. With a
+sidecar, it first verifies every block from the newest flushed position (and from the last
+index entry) to the end of the coverage: a failing block at or past the flushed position is
+a torn write, cut at the newest entry end in it that still verifies (else at the last whole
+frame before the block); a failing block below it is corruption, marked and kept. Then it
+scans frames from the last good index entry, up to the verified end, and stops at the first
+frame whose offset is not the next one or that is cut short (inside a corrupt block it
+searches for the next frame instead of cutting committed data). The log is truncated there,
+the sidecar rewritten to match, index entries past it dropped and missing ones rebuilt.
+
+A segment without a `.crc` (written before checksums existed) opens and reads unverified
+and is reported (`unverified`); the log rolls to a new, checksummed segment before
+appending to it. Its recovery is the structural one above without the checksum steps.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from pathlib import Path
 
 from replog.errors import CorruptDataError
 from replog.frames import HEADER, HEADER_BYTES, LENGTH_MASK
+from replog.storage import integrity
+from replog.storage.checksums import (
+    Coverage,
+    Sidecar,
+    SidecarHeaderError,
+    checksum_file_name,
+    crc32c_extend,
+    crc32c_value,
+)
 from replog.storage.config import StorageConfig
 from replog.storage.index import SparseIndex
+from replog.storage.integrity import IntegrityIssue
 
 _unpack_header = HEADER.unpack_from
+_RESYNC_OFFSETS_MAX = 16  # frames a damaged header may hide before recovery gives up
+_RESYNC_TRIES_MAX = 64
 
 
 def log_file_name(base_offset: int) -> str:
@@ -46,6 +74,12 @@ class Segment:
         self._interval = config.index_interval_bytes
         self.log_path = directory / log_file_name(base_offset)
         self.index_path = directory / index_file_name(base_offset)
+        self.checksum_path = directory / checksum_file_name(base_offset)
+        self.sidecar: Sidecar | None = None
+        self._bad: set[int] = set()  # blocks known corrupt (never served)
+        self._unreadable = False  # the whole segment is corrupt (its sidecar header is)
+        self._issues: list[tuple[str, int, int, str, tuple[int, int] | None]] = []
+        self._index_checked = create
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | (os.O_EXCL if create else 0)
         if create:
             # A stale index of a segment deleted earlier must not be mistaken for this one's.
@@ -54,67 +88,232 @@ class Segment:
         try:
             log_size = os.fstat(self._fd).st_size
             self.index = SparseIndex(self.index_path, config.index_bytes_initial, log_size)
+            coverage = self._open_sidecar(config, log_size, create=create)
         except BaseException:
             os.close(self._fd)
             if create:
                 self.log_path.unlink(missing_ok=True)
+                self.checksum_path.unlink(missing_ok=True)
             raise
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
         if not create:
-            self._recover(log_size)
+            try:
+                self._recover(log_size, coverage)
+            except BaseException:
+                self.close(trim=False)
+                raise
+
+    def _open_sidecar(
+        self, config: StorageConfig, log_size: int, *, create: bool
+    ) -> Coverage | None:
+        if create or (log_size == 0 and not self._sidecar_usable()):
+            self.sidecar = Sidecar.create(self.checksum_path, config.checksum_chunk_bytes)
+            return None
+        if not self.checksum_path.exists():
+            self._note(integrity.UNVERIFIED, 0, log_size, "no .crc: written before checksums")
+            return None
+        try:
+            self.sidecar, coverage = Sidecar.open(self.checksum_path)
+        except SidecarHeaderError as exc:
+            self._unreadable = True
+            self._note(integrity.CORRUPT, 0, log_size, f"{self.checksum_path.name}: {exc}")
+            return None
+        return coverage
+
+    def _sidecar_usable(self) -> bool:
+        try:
+            Sidecar.open(self.checksum_path)[0].close()
+        except (OSError, SidecarHeaderError):
+            return False
+        return True
+
+    @property
+    def checksummed(self) -> bool:
+        """Whether appends to this segment get checksums (False: legacy or damaged sidecar)."""
+        return self.sidecar is not None
+
+    @property
+    def chunk_bytes(self) -> int:
+        return self.sidecar.chunk_bytes if self.sidecar is not None else 0
+
+    # -- findings ------------------------------------------------------------------------
+
+    def _note(
+        self, kind: str, lo: int, hi: int, detail: str, offsets: tuple[int, int] | None = None
+    ) -> None:
+        self._issues.append((kind, lo, hi, detail, offsets))
+
+    def _mark_bad(self, block: int, detail: str) -> None:
+        if block in self._bad:
+            return
+        self._bad.add(block)
+        c = self.chunk_bytes
+        self._note(integrity.CORRUPT, block * c, (block + 1) * c, detail)
+
+    def issues(self) -> list[IntegrityIssue]:
+        out = []
+        for kind, lo, hi, detail, offsets in self._issues:
+            hi = min(hi, max(self.size, lo))
+            first, end = offsets if offsets is not None else self.offsets_between(lo, hi)
+            out.append(IntegrityIssue(kind, self.log_path.name, lo, hi, first, end, detail))
+        return out
+
+    def corrupt_blocks(self) -> list[int]:
+        return sorted(self._bad)
+
+    def offsets_between(self, lo: int, hi: int) -> tuple[int, int]:
+        """Offsets of the records that may have a byte in `[lo, hi)` (index granularity)."""
+        index = self.index
+        if not len(index) or lo >= self.size:
+            return self.next_offset, self.next_offset
+        rel, _ = index.floor_by_position(lo)
+        j = bisect_left(index.positions, hi)
+        end = self.base_offset + index.relative_offsets[j] if j < len(index) else self.next_offset
+        return self.base_offset + rel, max(end, self.base_offset + rel + 1)
 
     # -- recovery ------------------------------------------------------------------------
 
-    def _recover(self, log_size: int) -> None:
+    def _recover(self, log_size: int, coverage: Coverage | None) -> None:
         index = self.index
+        sidecar = self.sidecar
+        limit = log_size
+        if sidecar is not None and coverage is not None:
+            limit = min(log_size, coverage.covered_end)
+            if coverage.damaged:
+                kind = integrity.TORN_TAIL if coverage.torn_tail else integrity.SIDECAR_DAMAGED
+                what = f"{self.checksum_path.name}: entries {coverage.damaged[:8]} invalid"
+                self._note(kind, 0, 0, what, (self.base_offset, self.base_offset))
+            if index.dropped_entries:
+                self._note(
+                    integrity.INDEX_REBUILT,
+                    0,
+                    0,
+                    f"{index.dropped_entries} index entries were invalid: rebuilt from the log",
+                    (self.base_offset, self.base_offset),
+                )
+            for k in coverage.lost_blocks:
+                self._mark_bad(k, "checksum lost (sidecar entry damaged)")
+        index.drop_from_position(limit)
         while len(index):
             rel, pos = index.relative_offsets[-1], index.positions[-1]
             header = os.pread(self._fd, HEADER_BYTES, pos)
             if len(header) == HEADER_BYTES and _unpack_header(header)[0] == self.base_offset + rel:
                 break
             index.truncate_entries(len(index) - 1)
+            index.dropped_entries += 1
         if len(index):
             start_pos, expected = index.positions[-1], self.base_offset + index.relative_offsets[-1]
         else:
             start_pos, expected = 0, self.base_offset
-        buf = os.pread(self._fd, log_size - start_pos, start_pos)
-        size = len(buf)
-        pos = 0
-        last_indexed = index.positions[-1] if len(index) else None
-        while pos + HEADER_BYTES <= size:
-            offset, raw_len = _unpack_header(buf, pos)
-            if offset != expected:
-                break
-            end = pos + HEADER_BYTES + (raw_len & LENGTH_MASK)
-            if end > size:
-                break
-            record_pos = start_pos + pos
-            if last_indexed is None or record_pos - last_indexed >= self._interval:
-                if last_indexed is None or record_pos > last_indexed:
-                    index.reserve(1)
-                    index.append(offset - self.base_offset, record_pos)
-                last_indexed = record_pos
-            pos = end
-            expected += 1
+        verified_end = limit
+        if sidecar is not None and coverage is not None:
+            verified_end = self._verify_tail(coverage, log_size, start_pos)
+        buf = os.pread(self._fd, verified_end - start_pos, start_pos)
+        pos, expected = self._scan_frames(buf, start_pos, expected)
         valid_end = start_pos + pos
         index.drop_from_position(valid_end)
+        if sidecar is not None and valid_end < sidecar.covered_end:
+            self._truncate_sidecar(valid_end, coverage)
         if valid_end < log_size:
+            self._note(
+                integrity.TORN_TAIL,
+                valid_end,
+                valid_end,
+                f"recovery cut {log_size - valid_end} bytes at position {valid_end}",
+                (expected, expected),
+            )
             os.ftruncate(self._fd, valid_end)
         self.size = valid_end
         self.next_offset = expected
+
+    def _verify_tail(self, cov: Coverage, log_size: int, scan_start: int) -> int:
+        """Verify blocks from the flushed position (or `scan_start`) on; return the end of the
+        verified bytes: a torn tail is left out, corruption below the flushed position is
+        marked and kept."""
+        c = cov.chunk_bytes
+        end = cov.covered_end
+        # Below `flushed` a failing block is corruption; at or past it, a torn write. Without
+        # a flushed entry (flush=never, or none yet) only the last index interval may be torn.
+        flushed = min(cov.flushed_position, end) if cov.flushed_position else scan_start
+        limit = min(log_size, end)
+        first = min(flushed, scan_start) // c
+        base = first * c
+        if base >= end:
+            return limit
+        buf = os.pread(self._fd, limit - base, base)
+        ends = [e for e, _ in cov.history]
+        for k in range(first, (end - 1) // c + 1):
+            lo, hi = k * c, min((k + 1) * c, end)
+            crc = cov.crcs[k]
+            if crc is not None and hi <= limit and crc32c_value(buf[lo - base : hi - base]) == crc:
+                continue
+            if hi <= flushed:  # durable bytes changed: corruption, kept and reported
+                self._mark_bad(k, "checksum mismatch in flushed data (found by recovery)")
+                continue
+            # A torn write: the newest entry end in this block that still verifies.
+            i = bisect_right(ends, min(hi, limit))
+            while i > 0 and ends[i - 1] > lo and ends[i - 1] >= flushed:
+                i -= 1
+                e, e_crc = cov.history[i]
+                if crc32c_value(buf[lo - base : e - base]) == e_crc:
+                    return e
+            if lo < flushed:  # the flushed part of this block fails too: keep it, marked
+                self._mark_bad(k, "checksum mismatch in flushed data (found by recovery)")
+                return flushed
+            return lo
+        return limit
+
+    def _scan_frames(self, buf: bytes, start_pos: int, expected: int) -> tuple[int, int]:
+        """Walk frames of `buf` (log bytes from `start_pos`), adding index entries; return
+        (end of the last good frame within `buf`, the offset after it)."""
+        index = self.index
+        size = len(buf)
+        pos = 0
+        last_indexed = index.positions[-1] if len(index) else None
+        c = self.chunk_bytes
+        while True:
+            while pos + HEADER_BYTES <= size:
+                offset, raw_len = _unpack_header(buf, pos)
+                if offset != expected:
+                    break
+                end = pos + HEADER_BYTES + (raw_len & LENGTH_MASK)
+                if end > size:
+                    break
+                record_pos = start_pos + pos
+                if last_indexed is None or record_pos - last_indexed >= self._interval:
+                    if last_indexed is None or record_pos > last_indexed:
+                        index.reserve(1)
+                        index.append(offset - self.base_offset, record_pos)
+                    last_indexed = record_pos
+                pos = end
+                expected += 1
+            if pos >= size or not c or (start_pos + pos) // c not in self._bad:
+                return pos, expected
+            found = _resync(buf, pos, expected, size)
+            if found is None:
+                self._note(
+                    integrity.CORRUPT,
+                    start_pos + pos,
+                    start_pos + size,
+                    "recovery could not find frames past a damaged header: cut",
+                    (expected, expected),
+                )
+                return pos, expected
+            pos, expected = found
 
     # -- writes --------------------------------------------------------------------------
 
     def append(
         self, chunk: memoryview, first_offset: int, ends: list[int], lo: int, hi: int, bias: int
     ) -> None:
-        """Append the frames `lo..hi-1` of a batch in one write.
+        """Append the frames `lo..hi-1` of a batch in one write (plus one sidecar write).
 
         `chunk` holds exactly those frames; `ends[i] - bias` is frame i's end within `chunk`.
-        On an OSError the file is cut back and nothing changes.
+        On an OSError the files are cut back and nothing changes.
         """
         assert first_offset == self.next_offset, "frames must continue the segment"
+        assert self.sidecar is not None, "appends go to checksummed segments only"
         base_pos = self.size
         entries: list[tuple[int, int]] = []
         index = self.index
@@ -140,6 +339,7 @@ class Segment:
             written = 0
             while written < total:
                 written += os.write(self._fd, chunk[written:])
+            self.sidecar.append(base_pos, chunk)
         except OSError:
             os.ftruncate(self._fd, base_pos)
             raise
@@ -152,13 +352,42 @@ class Segment:
         """Drop every record at or above `offset` (base_offset <= offset <= next_offset)."""
         assert self.base_offset <= offset <= self.next_offset
         pos = self.position_of(offset)
+        if self.sidecar is not None and pos < self.sidecar.covered_end:
+            self._truncate_sidecar(pos, None)  # first: a crash then leaves log bytes uncovered
         os.ftruncate(self._fd, pos)
         self.index.drop_from_position(pos)
         self.size = pos
         self.next_offset = offset
+        c = self.chunk_bytes
+        self._bad = {k for k in self._bad if k * c < pos}
+
+    def _truncate_sidecar(self, pos: int, coverage: Coverage | None) -> None:
+        """Rewrite the sidecar to cover `[0, pos)`; the CRC of the block cut at `pos` is
+        recomputed from the log after its known-good bytes are verified."""
+        sidecar = self.sidecar
+        assert sidecar is not None
+        c = sidecar.chunk_bytes
+        crcs = list(sidecar.crcs)
+        k, inside = divmod(pos, c)
+        if inside and k not in self._bad:
+            ref_end, ref_crc = min((k + 1) * c, sidecar.covered_end), crcs[k]
+            if coverage is not None:  # recovery: the newest history entry at or past `pos`
+                i = bisect_left([e for e, _ in coverage.history], pos)
+                if i < len(coverage.history) and (coverage.history[i][0] - 1) // c == k:
+                    ref_end, ref_crc = coverage.history[i]
+            data = os.pread(self._fd, ref_end - k * c, k * c)
+            if ref_crc is not None and crc32c_value(data) == ref_crc:
+                crcs[k] = crc32c_value(data[:inside])
+            else:
+                self._mark_bad(k, "checksum mismatch in a block cut by truncation")
+                crcs[k] = None
+        sidecar.reset(pos, crcs, sidecar.flushed_position)
 
     def flush(self) -> None:
         os.fdatasync(self._fd)
+        if self.sidecar is not None:
+            self.sidecar.sync()
+            self.sidecar.mark_flushed(self.size)
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -167,6 +396,8 @@ class Segment:
         if offset >= self.next_offset:
             assert offset == self.next_offset
             return self.size
+        if not self._index_checked:
+            self.check_index()
         entry, rel, pos = self.index.floor_by_offset(offset - self.base_offset)
         expected = self.base_offset + rel
         if expected == offset:
@@ -182,21 +413,21 @@ class Segment:
                 return pos + p
             p += HEADER_BYTES + (raw_len & LENGTH_MASK)
             expected += 1
-        raise CorruptDataError(
-            f"offset {offset} not found in segment {self.log_path.name} near position {pos}",
-            offset=offset,
-            segment=self.log_path.name,
-        )
+        self._verify_range(pos, stop)  # raises if the bytes are corrupt, which explains it
+        raise self._corrupt(offset, pos, stop, "frame headers do not lead to the offset")
 
     def read(
         self, offset: int, max_bytes: int, end_offset: int, *, first: bool
     ) -> tuple[bytes, bool]:
         """Whole frames from `offset`, at most `max_bytes` (at least one frame if `first`),
-        stopping before `end_offset`. Returns (frames, reached the segment's or range's end)."""
+        stopping before `end_offset`. Returns (frames, reached the segment's or range's end).
+        Raises CorruptDataError if any byte of them fails its checksum."""
         start = self.position_of(offset)
         stop = self.size if end_offset >= self.next_offset else self.position_of(end_offset)
         if stop - start <= max_bytes:
-            return os.pread(self._fd, stop - start, start), True
+            data = self._read_verified(start, stop)
+            self._check_first(data, offset, start)
+            return data, True
         limit = start + max_bytes
         _, q = self.index.floor_by_position(limit)
         buf = os.pread(self._fd, max_bytes, start)
@@ -211,9 +442,145 @@ class Segment:
             if not first:
                 return b"", False
             length = _unpack_header(os.pread(self._fd, HEADER_BYTES, start))[1] & LENGTH_MASK
-            frame = os.pread(self._fd, HEADER_BYTES + length, start)
+            frame = self._read_verified(start, min(start + HEADER_BYTES + length, self.size))
+            self._check_first(frame, offset, start)
             return frame, start + len(frame) >= stop
-        return buf[:p], False
+        data = buf[:p]
+        self._verify_buffer(start, data)
+        self._check_first(data, offset, start)
+        return data, False
+
+    def _check_first(self, data: bytes, offset: int, start: int) -> None:
+        if len(data) < HEADER_BYTES or _unpack_header(data)[0] != offset:
+            raise self._corrupt(offset, start, start + len(data), "no frame of the offset here")
+
+    def _corrupt(self, offset: int, lo: int, hi: int, why: str) -> CorruptDataError:
+        return CorruptDataError(
+            f"corrupt data in {self.log_path} bytes [{lo}, {hi}) near offset {offset}: {why}",
+            offset=offset,
+            segment=self.log_path.name,
+            start_position=lo,
+            end_position=hi,
+        )
+
+    def _read_verified(self, start: int, stop: int) -> bytes:
+        """`pread` of `[start, stop)`, every block it touches verified as a whole."""
+        sidecar = self.sidecar
+        if sidecar is None or stop <= start:
+            if self._unreadable:
+                raise self._corrupt(self.base_offset, 0, self.size, "its .crc header is damaged")
+            return os.pread(self._fd, stop - start, start)
+        c = sidecar.chunk_bytes
+        if stop - start < 4 * c:  # small: one pread of the covering blocks, then a slice
+            lo, hi = start // c * c, min(((stop - 1) // c + 1) * c, sidecar.covered_end)
+            buf = os.pread(self._fd, hi - lo, lo)
+            self._verify_buffer(lo, buf)
+            return buf[start - lo : stop - lo]
+        data = os.pread(self._fd, stop - start, start)
+        self._verify_buffer(start, data)
+        return data
+
+    def _verify_buffer(self, at: int, buf: bytes) -> None:
+        """Verify every block touched by `buf` (log bytes from `at`): the bytes of the first
+        and last block outside it are read separately, so `buf` is never copied."""
+        sidecar = self.sidecar
+        if sidecar is None or not buf:
+            if self._unreadable:
+                raise self._corrupt(self.base_offset, 0, self.size, "its .crc header is damaged")
+            return
+        c = sidecar.chunk_bytes
+        stop = at + len(buf)
+        k0, k1 = at // c, (stop - 1) // c
+        lo, hi = k0 * c, min((k1 + 1) * c, sidecar.covered_end)
+        head = os.pread(self._fd, at - lo, lo) if at > lo else b""
+        tail = os.pread(self._fd, hi - stop, stop) if hi > stop else b""
+        if len(head) != at - lo or len(tail) != max(hi - stop, 0):
+            self._check_blocks(k0, [-1] * (k1 - k0 + 1))
+        mv = buf  # google-crc32c takes bytes only: slices copy (~1 us per 16 KiB block)
+        value, extend = crc32c_value, crc32c_extend
+        if k0 == k1:
+            computed = [extend(extend(value(head), mv), tail)]
+        else:
+            first_end = lo + c - at
+            last_start = k1 * c - at
+            computed = [extend(value(head), mv[:first_end])]
+            starts = range(first_end, last_start, c)
+            cuts = map(slice, starts, range(first_end + c, last_start + 1, c))
+            computed += map(value, map(mv.__getitem__, cuts))
+            computed.append(extend(value(mv[last_start:]), tail))
+        self._check_blocks(k0, computed)
+
+    def _check_blocks(self, first: int, computed: list[int]) -> None:
+        sidecar = self.sidecar
+        assert sidecar is not None
+        stored = sidecar.crcs[first : first + len(computed)]
+        if computed == stored and not (
+            self._bad and self._bad.intersection(range(first, first + len(computed)))
+        ):
+            return
+        c = sidecar.chunk_bytes
+        for k, (got, want) in enumerate(zip(computed, stored, strict=False), first):
+            if k in self._bad:
+                continue
+            if want is None:
+                self._mark_bad(k, "checksum lost (sidecar entry damaged)")
+            elif got != want:
+                got &= 0xFFFF_FFFF
+                self._mark_bad(k, f"CRC32C mismatch: stored {want:08x}, computed {got:08x}")
+        for k in range(first + len(stored), first + len(computed)):
+            self._mark_bad(k, "no checksum for these bytes")
+        bad = sorted(self._bad.intersection(range(first, first + len(computed))))
+        lo, hi = bad[0] * c, min((bad[-1] + 1) * c, self.size)
+        offset = self.offsets_between(lo, hi)[0]
+        raise self._corrupt(offset, lo, hi, "checksum mismatch")
+
+    def _verify_range(self, lo: int, hi: int) -> None:
+        if self.sidecar is not None and hi > lo:
+            self._verify_buffer(lo, os.pread(self._fd, hi - lo, lo))
+
+    def check_index(self) -> None:
+        """Check every index entry against the frame header it points at; rebuild the index
+        from the log if one disagrees (the log is the truth, the index derived from it)."""
+        self._index_checked = True
+        index = self.index
+        base = self.base_offset
+        read = os.pread
+        fd = self._fd
+        for rel, pos in zip(index.relative_offsets, index.positions, strict=True):
+            header = read(fd, HEADER_BYTES, pos)
+            if len(header) < HEADER_BYTES or _unpack_header(header)[0] != base + rel:
+                break
+        else:
+            if not len(index) or index.positions[0] == 0:
+                return
+        self.rebuild_index()
+
+    def rebuild_index(self) -> None:
+        index = self.index
+        index.truncate_entries(0)
+        buf = os.pread(self._fd, self.size, 0)
+        pos, expected = self._scan_frames(buf, 0, self.base_offset)
+        self._note(integrity.INDEX_REBUILT, 0, self.size, "index disagreed with the log: rebuilt")
+        if pos < self.size or expected != self.next_offset:
+            self._verify_range(pos, self.size)
+            self._note(
+                integrity.CORRUPT, pos, self.size, "frames end early while rebuilding the index"
+            )
+
+    def scrub(self, position: int, max_bytes: int) -> int:
+        """Verify the blocks from the one holding `position`, about `max_bytes` of them;
+        return where to continue (`size` when done). Corrupt blocks are marked, not raised."""
+        if not self._index_checked:
+            self.check_index()
+        sidecar = self.sidecar
+        if sidecar is None or position >= self.size:
+            return self.size
+        c = sidecar.chunk_bytes
+        lo = position // c * c
+        hi = min(self.size, lo + max(c, max_bytes // c * c))
+        with contextlib.suppress(CorruptDataError):  # marked; reads will refuse it
+            self._verify_buffer(lo, os.pread(self._fd, hi - lo, lo))
+        return hi
 
     def modified_ms(self) -> int:
         return int(os.fstat(self._fd).st_mtime * 1000)
@@ -225,6 +592,8 @@ class Segment:
             return
         try:
             self.index.close(trim=trim)
+            if self.sidecar is not None:
+                self.sidecar.close()
         finally:
             os.close(self._fd)
             self._fd = -1
@@ -233,3 +602,26 @@ class Segment:
         self.close(trim=False)
         self.log_path.unlink(missing_ok=True)
         self.index_path.unlink(missing_ok=True)
+        self.checksum_path.unlink(missing_ok=True)
+
+
+def _resync(buf: bytes, pos: int, expected: int, size: int) -> tuple[int, int] | None:
+    """After a damaged header at `pos`: the position and offset of the next frame whose chain
+    of consecutive offsets runs to the end of `buf` (None if there is none)."""
+    tries = 0
+    for skip in range(1, _RESYNC_OFFSETS_MAX + 1):
+        needle = (expected + skip).to_bytes(8, "big")
+        at = buf.find(needle, pos + 1)
+        while at >= 0 and tries < _RESYNC_TRIES_MAX:
+            tries += 1
+            p, want = at, expected + skip
+            while p + HEADER_BYTES <= size:
+                offset, raw_len = _unpack_header(buf, p)
+                end = p + HEADER_BYTES + (raw_len & LENGTH_MASK)
+                if offset != want or end > size:
+                    break
+                p, want = end, want + 1
+            if p == size:
+                return at, expected + skip
+            at = buf.find(needle, at + 1)
+    return None

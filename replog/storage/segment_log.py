@@ -1,11 +1,13 @@
 """A partition's ordered list of segments in one directory (seed 003's `Log`).
 
-Files: `{base_offset:020d}.log` / `.idx` pairs; the segment with the highest base offset is
-the active one. Segments are contiguous: each one's base offset is the previous one's next
+Files: `{base_offset:020d}.log` / `.idx` / `.crc` triples; the segment with the highest base
+offset is the active one. Segments are contiguous: each one's base offset is the previous one's next
 offset. Rotation follows seed 001's rule: roll to a new segment *before* a write that would
 push the active segment past `segment_bytes_max`, so a segment never exceeds it unless a
 single record alone is larger. A batch may span segments; it costs one `write` per segment
-it touches, and on any I/O error the whole batch is rolled back (nothing partial remains).
+it touches (plus one write of its checksums), and on any I/O error the whole batch is rolled
+back (nothing partial remains). A segment without checksums (written by an older version)
+is never appended to: the log rolls first, so every new byte is checksummed.
 
 Not thread-safe: `PartitionLog` serialises access.
 """
@@ -19,10 +21,11 @@ from pathlib import Path
 
 from replog.errors import StorageError, StorageFullError
 from replog.storage.config import StorageConfig
+from replog.storage.integrity import IntegrityIssue
 from replog.storage.segment import Segment
 
 _LOG_NAME = re.compile(r"(\d{20})\.log")
-_INDEX_NAME = re.compile(r"(\d{20})\.idx")
+_SIDE_NAME = re.compile(r"(\d{20})\.(?:idx|crc)")
 
 
 def storage_error(exc: OSError, what: str) -> StorageError | StorageFullError:
@@ -42,8 +45,8 @@ class SegmentLog:
         bases = sorted(
             int(m.group(1)) for p in directory.iterdir() if (m := _LOG_NAME.fullmatch(p.name))
         )
-        for p in directory.iterdir():  # an index whose log is gone is a leftover
-            m = _INDEX_NAME.fullmatch(p.name)
+        for p in directory.iterdir():  # an index or sidecar whose log is gone is a leftover
+            m = _SIDE_NAME.fullmatch(p.name)
             if m and int(m.group(1)) not in bases:
                 p.unlink()
         try:
@@ -100,7 +103,7 @@ class SegmentLog:
             while i < n:
                 seg = self.active
                 k = bisect_right(ends, pos + (limit - seg.size), i, n)
-                if k == i:
+                if k == i or not seg.checksummed:
                     if seg.size > 0:
                         self._roll()
                         continue
@@ -212,6 +215,33 @@ class SegmentLog:
                 break
             offset = seg.next_offset
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    # -- integrity -----------------------------------------------------------------------
+
+    def issues(self) -> list[IntegrityIssue]:
+        return [issue for seg in self.segments for issue in seg.issues()]
+
+    def scrub(
+        self, base_offset: int, position: int, max_bytes: int
+    ) -> tuple[tuple[int, int] | None, int]:
+        """Verify about `max_bytes` from `position` of the segment at `base_offset` (or from
+        the start of the first one after it, if it is gone). Returns (the cursor to continue
+        from, or None once the last segment is done; bytes verified)."""
+        i = bisect_right(self._bases, base_offset) - 1
+        if i < 0 or self._bases[i] != base_offset:
+            i += 1
+            position = 0
+        if i >= len(self.segments):
+            return None, 0
+        seg = self.segments[i]
+        start = min(position, seg.size)
+        position = seg.scrub(start, max_bytes)
+        verified = position - start
+        if position < seg.size:
+            return (seg.base_offset, position), verified
+        if i + 1 < len(self.segments):
+            return (self.segments[i + 1].base_offset, 0), verified
+        return None, verified
 
     # -- lifecycle -----------------------------------------------------------------------
 

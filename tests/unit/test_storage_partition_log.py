@@ -106,7 +106,7 @@ def test_flush_always_fsyncs_before_acknowledging(
     real = os.fdatasync
     monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(fd), real(fd))[1])
     log.append([b"a"])
-    assert len(synced) == 1
+    assert len(synced) == 2, "the segment and its checksum sidecar, once each"
     assert log.flushed_offset == 1
 
 
@@ -119,7 +119,7 @@ def test_flush_never_leaves_fsync_to_the_caller(
     log.append([b"a"])
     assert synced == [] and log.flushed_offset == 0 and log.needs_flush
     log.flush()
-    assert len(synced) == 1 and log.flushed_offset == 1 and not log.needs_flush
+    assert len(synced) == 2 and log.flushed_offset == 1 and not log.needs_flush
 
 
 def test_concurrent_appenders_are_group_committed(

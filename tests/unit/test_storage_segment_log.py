@@ -52,21 +52,24 @@ def test_segment_files_are_named_by_base_offset(tmp_path: Path) -> None:
     assert all((tmp_path / f"{b:020d}.idx").exists() for b in bases)
 
 
-def test_a_batch_costs_one_write_per_segment_it_touches(
+def test_a_batch_costs_one_write_per_segment_it_touches_plus_one_for_its_checksums(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = open_log(tmp_path)
-    calls: list[int] = []
+    calls: list[tuple[str, int]] = []
     real_write = os.write
 
     def counting_write(fd: int, data: bytes) -> int:
-        calls.append(len(data))
+        calls.append((Path(os.readlink(f"/proc/self/fd/{fd}")).suffix, len(data)))
         return real_write(fd, data)
 
     monkeypatch.setattr(os, "write", counting_write)
     log.append(values_of(40))  # 40 * 32 bytes = 1280 bytes: 5 segments of 8 records
-    assert len(calls) == log.segment_count == 5
-    assert sum(calls) == 40 * 32
+    log_writes = [n for suffix, n in calls if suffix == ".log"]
+    assert len(log_writes) == log.segment_count == 5
+    assert sum(log_writes) == 40 * 32
+    crc_writes = [n for suffix, n in calls if suffix == ".crc"]
+    assert len(crc_writes) == 5 + 4, "one per segment written, plus a header per new segment"
 
 
 def test_reads_cross_segment_boundaries_and_respect_the_byte_budget(tmp_path: Path) -> None:
