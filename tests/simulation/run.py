@@ -1,6 +1,7 @@
 """Run one simulated schedule from the command line: the reproduction of a failing seed.
 
 python -m tests.simulation.run --seed 1234 --nodes 3 [--observers 1] [--flush never]
+    [--interrupts]
 """
 
 from __future__ import annotations
@@ -16,9 +17,16 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=3, help="voters")
     parser.add_argument("--observers", type=int, default=0, help="non-voting replicas")
     parser.add_argument("--flush", choices=["always", "never"], default="always")
+    parser.add_argument(
+        "--interrupts", action="store_true", help="owner model with cancelled callers"
+    )
     args = parser.parse_args()
     config = SimConfig.random(
-        args.seed, args.nodes, flush_always=args.flush == "always", observers=args.observers
+        args.seed,
+        args.nodes,
+        flush_always=args.flush == "always",
+        observers=args.observers,
+        interrupts=args.interrupts,
     )
     print(config)
     outcome = run_schedule(config)

@@ -17,7 +17,14 @@ seed fully determines a schedule. The simulated pieces:
   and reading them for a fetch answer fails the run; a follower told to start at a leader's
   log start keeps only the committed records below it as stand-ins for the checker;
 * the driver: it performs each node's outputs in order against its disk and the network,
-  filling `Records.frames` with real `replog.frames` bytes, clipped to a few records;
+  filling `Records.frames` with real `replog.frames` bytes, clipped to a few records.
+  With `owner=True` it is modelled as the real driver's owner task: inputs wait in an
+  inbox while a previous input's outputs are performed, every disk output takes a little
+  simulated time (other events run in between), and a crash can strike between any two
+  outputs. `interrupts_per_s` then cancels the caller of a node's in-flight input (what
+  gRPC does to a handler whose client went away): under the owner rule the client only
+  stops waiting (its append's outcome becomes unknown); `interrupt_drops_outputs` models
+  the old driver, where the cancellation also dropped the input's remaining outputs;
 * clients: appends with acks=all and acks=leader to the node that currently leads (or any).
 
 Invariants (checker.py) are checked as outputs are applied and after every event.
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -81,13 +89,17 @@ class SimConfig:
     fetch_records_max: int = 4
     election_timeout_ms_min: int = 150
     election_timeout_ms_max: int = 300
+    owner: bool = False  # model the driver's owner task (inbox, outputs over time)
+    interrupts_per_s: float = 0.0  # cancelled callers of in-flight inputs (owner only)
+    interrupt_drops_outputs: bool = False  # the old driver: a cancel drops outputs
 
     def repro(self) -> str:
         flush = "" if self.flush_always else " --flush never"
         observers = f" --observers {self.observers}" if self.observers else ""
+        owner = " --interrupts" if self.owner else ""
         return (
             f"python -m tests.simulation.run --seed {self.seed} --nodes {self.nodes}"
-            f"{observers}{flush}"
+            f"{observers}{flush}{owner}"
         )
 
     @property
@@ -98,12 +110,22 @@ class SimConfig:
 
     @staticmethod
     def random(
-        seed: int, nodes: int, *, flush_always: bool = True, observers: int = 0
+        seed: int,
+        nodes: int,
+        *,
+        flush_always: bool = True,
+        observers: int = 0,
+        interrupts: bool = False,
     ) -> SimConfig:
-        """Fault rates drawn from the seed, so that seeds cover calm and hostile networks."""
+        """Fault rates drawn from the seed, so that seeds cover calm and hostile networks.
+        `interrupts`: the owner model with cancelled callers (a rate drawn separately, so
+        the other draws of a seed stay what they were)."""
         shape = f"{nodes}+{observers}" if observers else str(nodes)
         rng = random.Random(f"config-{seed}-{shape}")
+        owner_rate = random.Random(f"interrupts-{seed}-{shape}").choice([2.0, 10.0, 40.0])
         return SimConfig(
+            owner=interrupts,
+            interrupts_per_s=owner_rate if interrupts else 0.0,
             seed=seed,
             nodes=nodes,
             observers=observers,
@@ -134,6 +156,15 @@ class Node:
     incarnation: int = 0
     flush_pending: bool = False
     was_leader_epoch: int = 0  # the epoch in which the checker last saw it lead
+    # the owner model: outputs still to perform, inputs waiting, the append being performed
+    busy: deque[Output] = field(default_factory=deque)
+    inbox: deque[Callable[[Replica], list[Output]]] = field(default_factory=deque)
+    caller: int | None = None  # request id of the client append whose outputs run now
+    perform_scheduled: bool = False
+
+    @property
+    def idle(self) -> bool:
+        return not self.busy and not self.inbox
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +178,19 @@ class _Delivery:
 class _Flush:
     node: int
     incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Wake:
+    """The owner of `node` goes on performing after a disk output (owner model)."""
+
+    node: int
+    incarnation: int
+
+
+# Outputs the driver performs with an await (disk I/O): other events may run after them.
+_DISK = (PersistQuorumState, PersistEpochHistory, AppendRecords, AppendControl, AppendFrames,
+         TruncateTo, ResetLog)  # fmt: skip
 
 
 @dataclass
@@ -206,8 +250,7 @@ class Simulation:
         if kind == "tick":
             assert isinstance(payload, int)
             node = self.nodes[payload]
-            if node.replica is not None:
-                self.apply(node, node.replica.tick(self.now))
+            self._input(node, lambda r: r.tick(self.now))
             self._schedule(TICK_MS, "tick", payload)
         elif kind == "msg":
             assert isinstance(payload, _Delivery)
@@ -215,14 +258,22 @@ class Simulation:
             node = self.nodes[dst]
             if node.replica is not None and self.groups[src] == self.groups[dst]:
                 self.last_delivered = (src, dst, payload.message)
-                self.apply(node, node.replica.receive(payload.message, self.now))
+                message = payload.message
+                self._input(node, lambda r: r.receive(message, self.now))
         elif kind == "flush":
             assert isinstance(payload, _Flush)
             node = self.nodes[payload.node]
             if node.replica is not None and node.incarnation == payload.incarnation:
                 node.flush_pending = False
                 node.flushed = len(node.log)
-                self.apply(node, node.replica.flushed(node.flushed, self.now))
+                # read when handled: a truncation in between lowers what is flushed
+                self._input(node, lambda r: r.flushed(node.flushed, self.now))
+        elif kind == "perform":
+            assert isinstance(payload, _Wake)
+            node = self.nodes[payload.node]
+            if node.replica is not None and node.incarnation == payload.incarnation:
+                node.perform_scheduled = False
+                self._continue(node)
         elif kind == "restart":
             assert isinstance(payload, int)
             if self.nodes[payload].replica is None:
@@ -253,6 +304,10 @@ class Simulation:
                     self._schedule(rng.randint(20, 800), "restart", victim)
         if cfg.retention_per_s and rng.random() < cfg.retention_per_s * per_tick:
             self.retention(rng.choice(self.ids))
+        if cfg.interrupts_per_s and rng.random() < cfg.interrupts_per_s * per_tick:
+            busy = [n for n in self.nodes.values() if n.replica is not None and not n.idle]
+            if busy:
+                self.interrupt(rng.choice(busy).id)
         if rng.random() < cfg.partition_per_s * per_tick:
             leader = self.leader()
             if rng.random() < 0.4:
@@ -280,11 +335,28 @@ class Simulation:
     def heal(self) -> None:
         self.groups = dict.fromkeys(self.ids, 0)
 
+    def interrupt(self, node_id: int) -> None:
+        """Cancel the caller of the node's in-flight input (a gRPC handler whose client went
+        away). The client stops waiting; the owner goes on, unless the old rule is modelled,
+        where the remaining outputs of that input were dropped."""
+        node = self.nodes[node_id]
+        if node.caller is not None:
+            request = self.requests[node.caller]
+            if request.outcome == "pending":
+                request.outcome = "unknown"
+        if self.config.interrupt_drops_outputs:
+            node.busy.clear()
+            node.caller = None
+
     def crash(self, node_id: int) -> None:
         node = self.nodes[node_id]
         if node.replica is None:
             return
         node.replica = None
+        node.busy.clear()  # the process died between two outputs: the rest never happen
+        node.inbox.clear()
+        node.caller = None
+        node.perform_scheduled = False
         node.incarnation += 1
         node.flush_pending = False
         node.hw = 0
@@ -301,16 +373,20 @@ class Simulation:
         node = self.nodes[node_id]
         if node.replica is None:
             return
-        upper = min(node.hw, node.flushed)
-        if upper <= node.log_start:
-            return
-        node.log_start = self.rng.randint(node.log_start, upper) if offset is None else offset
-        self.apply(node, node.replica.log_start_advanced(node.log_start, self.now))
+
+        def call(replica: Replica) -> list[Output]:
+            upper = min(node.hw, node.flushed)
+            if upper <= node.log_start:
+                return []
+            start = self.rng.randint(node.log_start, upper) if offset is None else offset
+            node.log_start = start
+            return replica.log_start_advanced(start, self.now)
+
+        self._input(node, call)
 
     def campaign(self, node_id: int) -> None:
-        replica = self.nodes[node_id].replica
-        assert replica is not None
-        self.apply(self.nodes[node_id], replica.campaign(self.now))
+        assert self.nodes[node_id].replica is not None
+        self._input(self.nodes[node_id], lambda r: r.campaign(self.now))
 
     def run_for(self, duration_ms: int, stop: Callable[[], bool] | None = None) -> bool:
         return self.run_until(self.now + duration_ms, stop)
@@ -353,7 +429,7 @@ class Simulation:
         node.flushed = len(node.log)
         node.hw = replica.high_watermark
         self.checker.on_high_watermark(node.id, node.log, node.hw)
-        self.apply(node, replica.start())
+        self._input(node, lambda r: r.start())
         self._check_epochs(node)
 
     def settle(self) -> None:
@@ -399,8 +475,47 @@ class Simulation:
             values.append(f"s{self.config.seed}-v{self.values_sent}".encode())
         request_id = self.values_sent
         self.requests[request_id] = ClientRequest(node_id, tuple(values), acks)
-        self.apply(node, node.replica.append(request_id, values, acks, self.now))
+        self._input(node, lambda r: r.append(request_id, values, acks, self.now), request_id)
         return request_id
+
+    # -- the owner model -------------------------------------------------------------------
+
+    def _input(
+        self, node: Node, call: Callable[[Replica], list[Output]], request_id: int | None = None
+    ) -> None:
+        """An input for the node's core. Without the owner model it is handled and its
+        outputs performed at once; with it, it waits behind the outputs in flight."""
+        if node.replica is None:
+            return
+        if not self.config.owner:
+            self.apply(node, call(node.replica))
+            return
+
+        def tagged(replica: Replica) -> list[Output]:
+            node.caller = request_id
+            return call(replica)
+
+        node.inbox.append(tagged)
+        if not node.perform_scheduled and len(node.inbox) == 1 and not node.busy:
+            self._continue(node)
+
+    def _continue(self, node: Node) -> None:
+        """Perform outputs (and take inputs) until a disk output has to wait."""
+        while node.replica is not None:
+            if node.busy:
+                out = node.busy.popleft()
+                self.apply(node, [out])
+                if isinstance(out, _DISK):
+                    node.perform_scheduled = True
+                    delay = self.rng.randint(0, 3)
+                    self._schedule(delay, "perform", _Wake(node.id, node.incarnation))
+                    return
+            elif node.inbox:
+                node.caller = None
+                node.busy.extend(node.inbox.popleft()(node.replica))
+            else:
+                node.caller = None
+                return
 
     # -- the driver ----------------------------------------------------------------------
 
@@ -527,7 +642,7 @@ class Simulation:
                 continue
             leo = replica.log_end_offset
             hw = replica.high_watermark
-            if leo != len(node.log) or hw > leo or hw != node.hw:
+            if hw > leo or (node.idle and (leo != len(node.log) or hw != node.hw)):
                 check(
                     False,
                     f"node {node.id}: core LEO {leo} HW {hw}, log {len(node.log)} HW {node.hw}",
@@ -619,7 +734,8 @@ def _check_converged(sim: Simulation, deadline: int) -> None:
             return False
         hw = leader.replica.high_watermark
         return hw == len(leader.log) and all(
-            n.replica is not None and n.replica.high_watermark == hw for n in sim.nodes.values()
+            n.replica is not None and n.idle and n.replica.high_watermark == hw
+            for n in sim.nodes.values()
         )
 
     check(sim.run_until(deadline, converged), "followers did not converge after healing")

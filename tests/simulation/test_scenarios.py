@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from replog.replication import Acks, FetchRequest, Role
-from tests.simulation.sim import ClientRequest, SimConfig, Simulation
+from tests.simulation.sim import (
+    ClientRequest,
+    SimConfig,
+    Simulation,
+    SimulationFailure,
+    run_schedule,
+)
 
 CALM = {
     "loss": 0.0,
@@ -325,3 +333,19 @@ def test_a_node_cut_off_for_many_election_timeouts_rejoins_without_deposing_the_
     wait_replicated(sim, leader.id, others)
     assert sim.leader() is leader and sim.replica(leader.id).epoch == epoch
     assert all(sim.replica(i).leader_id == leader.id for i in others)
+
+
+def test_the_old_driver_rule_where_a_cancel_dropped_outputs_breaks_the_invariants() -> None:
+    """The simulator finds the field bug of issue 9 when it models the old driver (a
+    cancelled handler dropped the rest of its input's outputs), and the same schedules
+    pass under the owner rule."""
+    failures = 0
+    for seed in range(40):
+        config = SimConfig.random(seed, 3, interrupts=True)
+        run_schedule(config)
+        try:
+            run_schedule(dataclasses.replace(config, interrupt_drops_outputs=True))
+        except SimulationFailure as exc:
+            failures += 1
+            assert "core LEO" in str(exc) or "not at LEO" in str(exc) or "differs" in str(exc)
+    assert failures >= 5, failures
