@@ -27,6 +27,7 @@ typecheck: $(STAMP)
 test: lint typecheck
 	bash scripts/ensure-command.sh java openjdk-17-jre-headless
 	bash scripts/ensure-command.sh kubectl kubectl kubernetes-client
+	bash scripts/ensure-command.sh promtool prometheus
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

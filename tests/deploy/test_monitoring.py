@@ -1,0 +1,236 @@
+"""The Grafana dashboard and the Prometheus alerts in deploy/monitoring.
+
+`promtool` (Debian's `prometheus` package; `make test` installs it through
+scripts/ensure-command.sh) checks the rules and runs their unit tests
+(monitoring/replog-alerts.test.yml: series that fire each alert and series that do not).
+The dashboard's queries go through promtool's PromQL parser too. Every metric name the
+dashboard and the rules use must be one that a running 3-node cluster exports, so a renamed
+metric breaks this test rather than a dashboard nobody looks at until an incident.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from replog.client import Client
+from replog.devcluster import DevCluster
+
+REPO = Path(__file__).resolve().parents[2]
+MONITORING = REPO / "deploy" / "monitoring"
+RULES = MONITORING / "replog-alerts.yml"
+DASHBOARD = MONITORING / "replog-dashboard.json"
+RULE_TESTS = Path(__file__).parent / "monitoring" / "replog-alerts.test.yml"
+STATEFULSET = REPO / "deploy" / "k8s" / "statefulset.yaml"
+EXPORT_TIMEOUT_S = 60.0
+
+# What a dashboard query may contain besides PromQL: Grafana's variables, as Grafana would
+# substitute them.
+GRAFANA_VARIABLES = {"$topic": ".*", "$__rate_interval": "1m"}
+PROMQL_WORDS = {
+    "by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless",
+    "bool", "offset", "inf", "nan",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        pytest.fail(
+            "promtool is not installed: the monitoring tests check deploy/monitoring with it; "
+            "`bash scripts/ensure-command.sh promtool prometheus` installs it",
+            pytrace=False,
+        )
+    return found
+
+
+def run_promtool(promtool: str, *args: str | Path) -> str:
+    done = subprocess.run(
+        [promtool, *(str(a) for a in args)], capture_output=True, text=True, timeout=120
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    return output
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return [rule for group in groups for rule in group["rules"]]
+
+
+def dashboard() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return loaded
+
+
+def dashboard_queries() -> list[str]:
+    """Every PromQL query of the dashboard, Grafana variables substituted."""
+    queries = [
+        target["expr"] for panel in dashboard()["panels"] for target in panel.get("targets", [])
+    ]
+    for variable in dashboard()["templating"]["list"]:
+        if variable["type"] == "query":
+            found = re.fullmatch(r"label_values\((\w+),\s*\w+\)", variable["definition"])
+            assert found, f"unexpected variable query {variable['definition']!r}"
+            queries.append(found.group(1))
+    for i, query in enumerate(queries):
+        for name, value in GRAFANA_VARIABLES.items():
+            query = query.replace(name, value)
+        assert "$" not in query, f"unknown Grafana variable in {query!r}"
+        queries[i] = query
+    return queries
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression selects (not functions, labels or keywords)."""
+    expr = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # string literals
+    expr = re.sub(r"\{[^}]*\}", "", expr)  # label matchers
+    expr = re.sub(r"\[[^\]]*\]", "", expr)  # ranges and subqueries
+    expr = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
+    names = set()
+    for found in re.finditer(r"(?<![\w.])[A-Za-z_:][\w:]*(?!\w)(\s*\()?", expr):
+        name, call = found.group(0).split("(")[0].strip(), found.group(1)
+        if call is None and name not in PROMQL_WORDS:
+            names.add(name)
+    return names
+
+
+def used_metric_names() -> dict[str, set[str]]:
+    """Metric name -> where it is used ('alert X' or 'dashboard')."""
+    used: dict[str, set[str]] = {}
+    for rule in alert_rules():
+        for name in metric_names(rule["expr"]):
+            used.setdefault(name, set()).add(f"alert {rule['alert']}")
+    for query in dashboard_queries():
+        for name in metric_names(query):
+            used.setdefault(name, set()).add("dashboard")
+    return used
+
+
+def test_the_alert_rules_pass_promtool_check(promtool: str) -> None:
+    out = run_promtool(promtool, "check", "rules", RULES)
+    assert f"SUCCESS: {len(alert_rules())} rules found" in out
+
+
+def test_each_alert_fires_on_its_test_series_and_stays_quiet_on_the_others(
+    promtool: str,
+) -> None:
+    out = run_promtool(promtool, "test", "rules", RULE_TESTS)
+    assert "SUCCESS" in out
+
+
+def test_every_alert_has_a_case_where_it_fires_and_one_where_it_does_not() -> None:
+    tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    cases = [case for test in tests for case in test.get("alert_rule_test", [])]
+    for rule in alert_rules():
+        mine = [case for case in cases if case["alertname"] == rule["alert"]]
+        assert any(case["exp_alerts"] for case in mine), f"{rule['alert']} never fires"
+        assert any(not case["exp_alerts"] for case in mine), f"{rule['alert']} is never quiet"
+
+
+def test_every_alert_says_what_to_look_at(promtool: str) -> None:
+    for rule in alert_rules():
+        assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+
+
+def test_every_dashboard_query_is_valid_promql(promtool: str, tmp_path: Path) -> None:
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [
+                    {"record": f"dashboard:query_{i}", "expr": query}
+                    for i, query in enumerate(dashboard_queries())
+                ],
+            }
+        ]
+    }
+    path = tmp_path / "dashboard-queries.yml"
+    path.write_text(yaml.safe_dump(rules))
+    out = run_promtool(promtool, "check", "rules", path)
+    assert f"SUCCESS: {len(dashboard_queries())} rules found" in out
+
+
+def test_the_dashboard_panels_have_unique_ids_and_use_the_datasource_variable() -> None:
+    panels = dashboard()["panels"]
+    ids = [panel["id"] for panel in panels]
+    assert len(ids) == len(set(ids))
+    for panel in panels:
+        for target in panel.get("targets", []):
+            assert target["datasource"]["uid"] == "${datasource}", panel["title"]
+    titles = " ".join(panel["title"] for panel in panels)
+    for topic in ("leader", "lag", "latency", "bytes", "Elections", "Consumer-group lag"):
+        assert topic in titles
+
+
+def test_the_disk_alert_threshold_is_85_percent_of_the_volume_claim() -> None:
+    docs = list(yaml.safe_load_all(STATEFULSET.read_text()))
+    (sts,) = [d for d in docs if d and d.get("kind") == "StatefulSet"]
+    (claim,) = [c for c in sts["spec"]["volumeClaimTemplates"] if c["metadata"]["name"] == "data"]
+    size = claim["spec"]["resources"]["requests"]["storage"]
+    found = re.fullmatch(r"(\d+)Gi", size)
+    assert found, f"the claim is {size!r}: update the rule and this test together"
+    (rule,) = [r for r in alert_rules() if r["alert"] == "ReplogDiskAlmostFull"]
+    assert f"> 0.85 * {int(found.group(1)) * 2**30}" in rule["expr"]
+    assert f"{found.group(1)}GiB claim" in rule["annotations"]["description"]
+
+
+def test_the_metric_name_reader_sees_metrics_and_nothing_else() -> None:
+    expr = (
+        'count by (topic) (a_metric{code="x y", le=~"1"} > 30 or (b:rule unless on (r) c))'
+        " - histogram_quantile(0.9, rate(d_bucket[5m] offset 1h)) * 1e9 + e offset 5m"
+    )
+    assert metric_names(expr) == {"a_metric", "b:rule", "c", "d_bucket", "e"}
+
+
+def exported_metric_names(metrics_text: str) -> set[str]:
+    names = set()
+    for line in metrics_text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            names.add(name)
+            if kind == "counter":
+                names.add(name.removesuffix("_total") + "_total")
+            if kind == "histogram":
+                names.update(f"{name}_{suffix}" for suffix in ("bucket", "sum", "count"))
+        elif line and not line.startswith("#"):
+            names.add(re.split(r"[{ ]", line, maxsplit=1)[0])
+    return names
+
+
+def test_every_metric_the_dashboard_and_alerts_use_is_exported_by_a_running_cluster(
+    tmp_path: Path,
+) -> None:
+    used = used_metric_names()
+    assert {"replog_replica_role", "replog_follower_lag_records", "replog_log_bytes"} <= set(used)
+    assert all(name.startswith("replog_") for name in used), sorted(used)
+    with DevCluster(tmp_path / "cluster", 3) as cluster:
+        client = Client(cluster.bootstrap)
+        with client:
+            client.create_topic("monitored", partitions=2, replication_factor=3)
+            for partition in (0, 1):
+                client.append("monitored", partition, [b"a", b"b", b"c"])
+                client.fetch("monitored", partition, 0)
+            deadline = time.monotonic() + EXPORT_TIMEOUT_S
+            while True:
+                exported: set[str] = set()
+                for node in cluster.members.values():
+                    url = f"http://{node.metrics_address}/metrics"
+                    with urllib.request.urlopen(url, timeout=10) as reply:
+                        exported |= exported_metric_names(reply.read().decode())
+                missing = {name: where for name, where in used.items() if name not in exported}
+                if not missing or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+    assert not missing, f"used but not exported by a running node: {missing}"
