@@ -148,11 +148,14 @@ def parse(data: bytes) -> Coverage:
     unpack = ENTRY.unpack_from
     unpack_crc = HEADER_CRC.unpack_from
     last_valid = -1
+    garbage = []  # damaged entries that are not what a torn append leaves (zeros)
     for i in range(n):
         at = HEADER_BYTES + i * ENTRY_BYTES
         body = data[at : at + 12]
         if unpack_crc(data, at + 12)[0] != value(body):
             cov.damaged.append(i)
+            if data[at : at + ENTRY_BYTES].strip(b"\0"):
+                garbage.append(i)
             continue
         kind, end, crc = unpack(data, at)
         if data[at + 1 : at + 4] != b"\0\0\0":
@@ -171,7 +174,9 @@ def parse(data: bytes) -> Coverage:
     partial = (len(data) - HEADER_BYTES) % ENTRY_BYTES
     if partial:
         cov.damaged.append(n)
-    cov.torn_tail = all(i > last_valid for i in cov.damaged)
+    # An append is one sector-aligned 16-byte write: a crash leaves it whole, missing, cut
+    # short or zeros. A whole non-zero entry failing its CRC is damage, even at the end.
+    cov.torn_tail = all(i > last_valid for i in cov.damaged) and not garbage
     cov.valid_bytes = HEADER_BYTES + (last_valid + 1) * ENTRY_BYTES
     return cov
 

@@ -131,7 +131,8 @@ class Segment:
     @property
     def checksummed(self) -> bool:
         """Whether appends to this segment get checksums (False: legacy or damaged sidecar)."""
-        return self.sidecar is not None
+        sidecar = self.sidecar
+        return sidecar is not None and not (sidecar.crcs and sidecar.crcs[-1] is None)
 
     @property
     def chunk_bytes(self) -> int:
@@ -192,23 +193,29 @@ class Segment:
                     f"{index.dropped_entries} index entries were invalid: rebuilt from the log",
                     (self.base_offset, self.base_offset),
                 )
-            for k in coverage.lost_blocks:
+            flushed = min(coverage.flushed_position, log_size)
+            if flushed > coverage.covered_end and sidecar.chunk_bytes:
+                # Flushed bytes past the coverage: their entries were lost, not torn off.
+                c = sidecar.chunk_bytes
+                for k in range(coverage.covered_end // c, -(-flushed // c)):
+                    coverage.accept_chunk(min((k + 1) * c, flushed), 0)
+                    coverage.crcs[k] = None
+                    coverage.lost_blocks.append(k)
+                coverage.history = [h for h in coverage.history if h[0] <= sidecar.covered_end]
+                sidecar.crcs = list(coverage.crcs)
+                sidecar.covered_end = coverage.covered_end
+                sidecar.flushed_position = flushed
+                limit = min(log_size, coverage.covered_end)
+            for k in sorted(set(coverage.lost_blocks)):
                 self._mark_bad(k, "checksum lost (sidecar entry damaged)")
-        index.drop_from_position(limit)
-        while len(index):
-            rel, pos = index.relative_offsets[-1], index.positions[-1]
-            header = os.pread(self._fd, HEADER_BYTES, pos)
-            if len(header) == HEADER_BYTES and _unpack_header(header)[0] == self.base_offset + rel:
-                break
-            index.truncate_entries(len(index) - 1)
-            index.dropped_entries += 1
-        if len(index):
-            start_pos, expected = index.positions[-1], self.base_offset + index.relative_offsets[-1]
-        else:
-            start_pos, expected = 0, self.base_offset
         verified_end = limit
-        if sidecar is not None and coverage is not None:
+        while True:
+            start_pos, expected = self._last_good_index_entry(verified_end)
+            if sidecar is None or coverage is None:
+                break
             verified_end = self._verify_tail(coverage, log_size, start_pos)
+            if verified_end >= start_pos:
+                break  # else the torn part reaches below the last index entry: again
         buf = os.pread(self._fd, verified_end - start_pos, start_pos)
         pos, expected = self._scan_frames(buf, start_pos, expected)
         valid_end = start_pos + pos
@@ -226,6 +233,20 @@ class Segment:
             os.ftruncate(self._fd, valid_end)
         self.size = valid_end
         self.next_offset = expected
+
+    def _last_good_index_entry(self, limit: int) -> tuple[int, int]:
+        """Drop index entries at or past `limit` and those that do not point at the frame they
+        name, from the end; return (position, offset) of the last one left (or the start)."""
+        index = self.index
+        index.drop_from_position(limit)
+        while len(index):
+            rel, pos = index.relative_offsets[-1], index.positions[-1]
+            header = os.pread(self._fd, HEADER_BYTES, pos)
+            if len(header) == HEADER_BYTES and _unpack_header(header)[0] == self.base_offset + rel:
+                return pos, self.base_offset + rel
+            index.truncate_entries(len(index) - 1)
+            index.dropped_entries += 1
+        return 0, self.base_offset
 
     def _verify_tail(self, cov: Coverage, log_size: int, scan_start: int) -> int:
         """Verify blocks from the flushed position (or `scan_start`) on; return the end of the
