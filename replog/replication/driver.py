@@ -358,9 +358,7 @@ class ReplicaDriver:
             elif isinstance(item, _Append):
                 outputs += self.replica.append(item.request_id, item.values, item.acks, now)
             elif isinstance(item, _Start):
-                outputs += self.replica.start()
-                if self.config.voters == (self.config.replica_id,):  # nobody to wait for
-                    outputs += self.replica.campaign(now)
+                outputs += self._start_outputs(now)
             elif isinstance(item, _Campaign):
                 outputs += self.replica.campaign(now)
             answers.append((item, None))
@@ -368,6 +366,12 @@ class ReplicaDriver:
         for item, value in answers:
             if item.done is not None and not item.done.done():
                 item.done.set_result(value)
+
+    def _start_outputs(self, now: int) -> list[Output]:
+        outputs = self.replica.start()
+        if self.config.voters == (self.config.replica_id,):  # nobody to wait for
+            outputs += self.replica.campaign(now)
+        return outputs
 
     def _fail_waiting(self, exc: Exception) -> None:
         for item in self._inbox:
@@ -434,6 +438,9 @@ class ReplicaDriver:
                     fut.set_exception(exc)
             self.rebuilds += 1
             self.replica = self._new_replica()
+            # No campaign here even in a replica set of one: its election timer starts one
+            # later, so a disk that stays full costs a rebuild per election timeout, not a
+            # busy loop. Should the start-up repairs fail too, the owner ends (loudly).
             await self._perform_all(self.replica.start())
         self._check_in_step()
 

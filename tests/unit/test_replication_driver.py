@@ -6,11 +6,12 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from replog import frames
-from replog.errors import NotLeaderError
+from replog.errors import NotLeaderError, ShuttingDownError, StorageFullError
 from replog.replication import Acks, Message, ReplicaConfig, Role
 from replog.replication.driver import ReplicaDriver
 from replog.storage import FlushPolicy, PartitionLog, StorageConfig
@@ -206,3 +207,100 @@ def test_elections_and_leaderships_are_counted_for_the_metrics(tmp_path: Path) -
         assert sum(d.elections for d in cluster.drivers.values()) >= 1
 
     run(scenario, tmp_path)
+
+
+def _single_voter(tmp_path: Path, flush: FlushPolicy) -> tuple[PartitionLog, ReplicaDriver]:
+    storage = StorageConfig(segment_bytes_max=4096, index_interval_bytes=256, flush=flush)
+    log = PartitionLog(tmp_path / "solo", "t", 0, storage)
+    config = ReplicaConfig(1, (1,), flush_always=flush is FlushPolicy.ALWAYS)
+    return log, ReplicaDriver(log, config, Transport(LocalNetwork(), 1), rng=random.Random(1))
+
+
+@pytest.mark.parametrize("flush", [FlushPolicy.ALWAYS, FlushPolicy.INTERVAL], ids=str)
+def test_a_failed_log_write_fails_the_waiting_appends_and_rebuilds_the_core_from_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flush: FlushPolicy
+) -> None:
+    async def main() -> None:
+        log, driver = _single_voter(tmp_path, flush)
+        await driver.start()
+        try:
+            await wait_for(lambda: driver.role is Role.LEADER)
+            await driver.append([b"before"], Acks.ALL, DEADLINE_S)
+            real = log.append
+
+            def full(values: object, **kwargs: object) -> object:
+                raise StorageFullError("no space left on device")
+
+            monkeypatch.setattr(log, "append", full)
+            with pytest.raises(StorageFullError):
+                await driver.append([b"lost"], Acks.ALL, DEADLINE_S)
+            assert driver.rebuilds == 1
+            assert driver.replica.log_end_offset == log.log_end_offset  # not ahead of disk
+            monkeypatch.setattr(log, "append", real)
+            await wait_for(lambda: driver.role is Role.LEADER)  # the rebuilt core leads again
+            base, _ = await driver.append([b"after"], Acks.ALL, DEADLINE_S)
+            assert data_values(log, base + 1) == [b"before", b"after"]
+        finally:
+            await driver.close()
+            log.close()
+
+    asyncio.run(main())
+
+
+def test_a_broken_invariant_ends_the_owner_loudly_and_callers_get_shutting_down(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def main() -> None:
+        log, driver = _single_voter(tmp_path, FlushPolicy.ALWAYS)
+        died: list[BaseException] = []
+
+        def spawn(coro: Any, name: str) -> asyncio.Task[None]:
+            task = asyncio.get_running_loop().create_task(coro, name=name)
+            task.add_done_callback(
+                lambda t: died.append(t.exception()) if not t.cancelled() else None
+            )
+            return task
+
+        driver._spawn = spawn
+        await driver.start()
+        try:
+            await wait_for(lambda: driver.role is Role.LEADER)
+
+            def bug(*args: object, **kwargs: object) -> list[object]:
+                raise AssertionError("a broken invariant")
+
+            monkeypatch.setattr(driver.replica, "append", bug)
+            with pytest.raises(ShuttingDownError):
+                await driver.append([b"x"], Acks.ALL, DEADLINE_S)
+            await wait_for(lambda: died)
+            assert isinstance(died[0], AssertionError)  # the supervisor sees the bug
+            with pytest.raises(ShuttingDownError, match="broken invariant"):
+                await driver.append([b"y"], Acks.ALL, DEADLINE_S)
+        finally:
+            await driver.close()
+            log.close()
+
+    asyncio.run(main())
+
+
+def test_an_append_whose_caller_gives_up_is_still_performed_and_nothing_is_left_unobserved(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        log, driver = _single_voter(tmp_path, FlushPolicy.ALWAYS)
+        await driver.start()
+        try:
+            await wait_for(lambda: driver.role is Role.LEADER)
+            task = asyncio.create_task(driver.append([b"abandoned"], Acks.ALL, DEADLINE_S))
+            await asyncio.sleep(0)  # submitted
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await wait_for(lambda: driver.idle)
+            assert not driver._acks, "the abandoned waiter was cleaned up"
+            await driver.append([b"next"], Acks.ALL, DEADLINE_S)
+            assert data_values(log, log.high_watermark) == [b"abandoned", b"next"]
+        finally:
+            await driver.close()
+            log.close()
+
+    asyncio.run(main())
