@@ -7,12 +7,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
-import tomllib
 from typing import Any
 
 import kubernetes_validate
 import pytest
 
+import replog
 from replog.server.node import SERVICE_NAMES
 from replog.server.settings import Settings
 from tests.deploy.conftest import REPO
@@ -400,7 +400,7 @@ def test_pods_run_as_the_image_user_with_a_read_only_root_and_no_privileges(
 def test_the_image_is_the_project_version_and_is_not_pulled_when_present(
     rendered: list[Obj],
 ) -> None:
-    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    version = replog.__version__  # the one place the version is written (pyproject reads it)
     c = container(rendered)
     assert c["image"] == f"replog:{version}"
     assert c["imagePullPolicy"] == "IfNotPresent"
