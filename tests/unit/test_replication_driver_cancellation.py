@@ -209,10 +209,13 @@ async def scenario(cluster: Cluster) -> None:
     # the old leader comes back, truncates its divergent tail and catches up; retention
     # and a restart run through the owner too
     await wait_for(lambda: cluster.drivers[first].role is not Role.LEADER)
+    await wait_for(lambda: cluster.drivers[first].truncations > 0)
     await cluster.stop(second)
     await cluster.start(second)
     third = await cluster.wait_leader()
-    await cluster.drivers[third].apply_retention(0)
+    retention = asyncio.create_task(cluster.drivers[third].apply_retention(0))
+    cluster.harness.track(third, retention)
+    await asyncio.wait([retention])
     await cluster.check_in_step()
 
 
@@ -257,7 +260,9 @@ def data_values_of(log: PartitionLog, upto: int) -> set[bytes]:
     return values
 
 
-STRIDE = 3
+# (stride, phase): cancel at the await points whose index is `phase` modulo `stride`, so an
+# input is cancelled at its first, second or third await; stride 1 cancels at every one.
+SCHEDULES = [(3, 0), (3, 1), (3, 2), (1, 0)]
 
 
 @pytest.mark.parametrize("flush", [FlushPolicy.ALWAYS, FlushPolicy.INTERVAL], ids=str)
@@ -265,11 +270,11 @@ def test_cancelling_callers_at_every_await_keeps_every_replica_in_step_with_its_
     tmp_path: Path, flush: FlushPolicy
 ) -> None:
     hits: Counter[tuple[str, str]] = Counter()
-    for phase in range(STRIDE):
+    for stride, phase in SCHEDULES:
 
-        async def main(phase: int = phase) -> None:
-            harness = Harness(STRIDE, phase)
-            cluster = Cluster(tmp_path / f"{flush.value}-{phase}", flush, harness)
+        async def main(stride: int = stride, phase: int = phase) -> None:
+            harness = Harness(stride, phase)
+            cluster = Cluster(tmp_path / f"{flush.value}-{stride}-{phase}", flush, harness)
             try:
                 await scenario(cluster)
                 await finish(cluster)
@@ -282,7 +287,15 @@ def test_cancelling_callers_at_every_await_keeps_every_replica_in_step_with_its_
         asyncio.run(main())
     kinds = {kind for kind, _role in hits}
     # every output path that awaits was hit with a cancellation at least once
-    for kind in ("append", "append_frames", "control", "quorum-state", "epoch-history"):
+    for kind in (
+        "append",
+        "append_frames",
+        "control",
+        "quorum-state",
+        "epoch-history",
+        "truncate_to",
+        "apply_retention",
+    ):
         assert kind in kinds, (kind, hits)
     assert any(role == "leader" for _kind, role in hits), hits
     assert any(role == "follower" for _kind, role in hits), hits
