@@ -43,7 +43,7 @@ dist: $(STAMP)
 	$(PY) -m build --outdir dist .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .grimp_cache .import_linter_cache
 
 # Regenerate replog/v1 from proto/ (commit the result; tests/unit/test_proto_generated.py checks it).
 proto: $(STAMP)
