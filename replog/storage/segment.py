@@ -185,14 +185,6 @@ class Segment:
                 kind = integrity.TORN_TAIL if coverage.torn_tail else integrity.SIDECAR_DAMAGED
                 what = f"{self.checksum_path.name}: entries {coverage.damaged[:8]} invalid"
                 self._note(kind, 0, 0, what, (self.base_offset, self.base_offset))
-            if index.dropped_entries:
-                self._note(
-                    integrity.INDEX_REBUILT,
-                    0,
-                    0,
-                    f"{index.dropped_entries} index entries were invalid: rebuilt from the log",
-                    (self.base_offset, self.base_offset),
-                )
             flushed = min(coverage.flushed_position, log_size)
             if flushed > coverage.covered_end and sidecar.chunk_bytes:
                 # Flushed bytes past the coverage: their entries were lost, not torn off.
@@ -233,6 +225,14 @@ class Segment:
             os.ftruncate(self._fd, valid_end)
         self.size = valid_end
         self.next_offset = expected
+        if index.dropped_entries:
+            self._note(
+                integrity.INDEX_REBUILT,
+                0,
+                0,
+                f"{index.dropped_entries} index entries were invalid: rebuilt from the log",
+                (self.base_offset, self.base_offset),
+            )
 
     def _last_good_index_entry(self, limit: int) -> tuple[int, int]:
         """Drop index entries at or past `limit` and those that do not point at the frame they
@@ -287,12 +287,19 @@ class Segment:
 
     def _scan_frames(self, buf: bytes, start_pos: int, expected: int) -> tuple[int, int]:
         """Walk frames of `buf` (log bytes from `start_pos`), adding index entries; return
-        (end of the last good frame within `buf`, the offset after it)."""
+        (end of the last good frame within `buf`, the offset after it).
+
+        Where the walk breaks inside corrupt blocks (a damaged header), it goes back to the
+        first frame that touched them and searches for the next frame (`_resync`) instead of
+        cutting there: damaged frames stay in place, marked, and are never served."""
         index = self.index
         size = len(buf)
         pos = 0
         last_indexed = index.positions[-1] if len(index) else None
         c = self.chunk_bytes
+        bad = self._bad
+        suspect: tuple[int, int, int] | None = None  # first frame touching a corrupt block
+        last_touching = (0, expected, len(index))  # the last one (pos, offset, index entries)
         while True:
             while pos + HEADER_BYTES <= size:
                 offset, raw_len = _unpack_header(buf, pos)
@@ -302,6 +309,14 @@ class Segment:
                 if end > size:
                     break
                 record_pos = start_pos + pos
+                if bad:
+                    blocks = range(record_pos // c, (start_pos + end - 1) // c + 1)
+                    if any(k in bad for k in blocks):
+                        last_touching = pos, expected, len(index)
+                        if suspect is None:
+                            suspect = last_touching
+                    else:
+                        suspect = None
                 if last_indexed is None or record_pos - last_indexed >= self._interval:
                     if last_indexed is None or record_pos > last_indexed:
                         index.reserve(1)
@@ -309,9 +324,33 @@ class Segment:
                     last_indexed = record_pos
                 pos = end
                 expected += 1
-            if pos >= size or not c or (start_pos + pos) // c not in self._bad:
+            at = start_pos + pos
+            header_bad = bool(bad) and any(
+                k in bad for k in range(at // c, (at + HEADER_BYTES - 1) // c + 1)
+            )
+            if pos >= size or not (header_bad or suspect is not None):
                 return pos, expected
             found = _resync(buf, pos, expected, size)
+            if found is None and pos + HEADER_BYTES <= size:
+                if _unpack_header(buf, pos)[0] == expected or _frame_ends_at(buf, pos, size):
+                    # This frame's length (or offset) is damaged and no frame follows it.
+                    found = size, expected + 1
+                elif suspect is not None:  # no frame here: a damaged length led here
+                    back, back_expected, entries = suspect
+                    found = _resync(buf, back, back_expected, size)
+                    if found is None:  # the last frame parsed is the damaged one
+                        back, back_expected, entries = last_touching
+                        found = size, back_expected + 1
+                    index.truncate_entries(entries)
+                    last_indexed = index.positions[-1] if len(index) else None
+                else:
+                    found = size, expected + 1
+            elif found is None and suspect is not None:  # a damaged length led to the end
+                back, back_expected, entries = last_touching
+                found = size, back_expected + 1
+                index.truncate_entries(entries)
+                last_indexed = index.positions[-1] if len(index) else None
+            suspect = None
             if found is None:
                 self._note(
                     integrity.CORRUPT,
@@ -561,29 +600,37 @@ class Segment:
 
     def check_index(self) -> None:
         """Check every index entry against the frame header it points at; rebuild the index
-        from the log if one disagrees (the log is the truth, the index derived from it)."""
+        from the log if one disagrees while the data there is intact (the log is the truth,
+        the index derived from it)."""
         self._index_checked = True
         index = self.index
         base = self.base_offset
         read = os.pread
         fd = self._fd
+        wrong = []
         for rel, pos in zip(index.relative_offsets, index.positions, strict=True):
             header = read(fd, HEADER_BYTES, pos)
             if len(header) < HEADER_BYTES or _unpack_header(header)[0] != base + rel:
-                break
-        else:
-            if not len(index) or index.positions[0] == 0:
-                return
+                wrong.append(pos)
+        if not wrong and (not len(index) or index.positions[0] == 0):
+            return
+        with contextlib.suppress(CorruptDataError):  # marks the damaged blocks, if any
+            self._verify_range(0, self.size)
+        c = self.chunk_bytes
+        if wrong and c and all({p // c, (p + HEADER_BYTES - 1) // c} & self._bad for p in wrong):
+            return  # the frames are damaged, not the index
         self.rebuild_index()
 
     def rebuild_index(self) -> None:
         index = self.index
         index.truncate_entries(0)
+        index.reserve(1)
+        if self.size:
+            index.append(0, 0)  # the first frame starts the segment, readable or not
         buf = os.pread(self._fd, self.size, 0)
         pos, expected = self._scan_frames(buf, 0, self.base_offset)
         self._note(integrity.INDEX_REBUILT, 0, self.size, "index disagreed with the log: rebuilt")
         if pos < self.size or expected != self.next_offset:
-            self._verify_range(pos, self.size)
             self._note(
                 integrity.CORRUPT, pos, self.size, "frames end early while rebuilding the index"
             )
@@ -624,6 +671,14 @@ class Segment:
         self.log_path.unlink(missing_ok=True)
         self.index_path.unlink(missing_ok=True)
         self.checksum_path.unlink(missing_ok=True)
+
+
+def _frame_ends_at(buf: bytes, pos: int, size: int) -> bool:
+    """Whether the bytes at `pos` read as one frame header whose frame ends exactly at `size`."""
+    if pos + HEADER_BYTES > size:
+        return False
+    length: int = _unpack_header(buf, pos)[1] & LENGTH_MASK
+    return pos + HEADER_BYTES + length == size
 
 
 def _resync(buf: bytes, pos: int, expected: int, size: int) -> tuple[int, int] | None:

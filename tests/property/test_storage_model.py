@@ -3,7 +3,9 @@
 Rules append (batch and single, mixed sizes including empty values), append raw frames,
 read at random offsets with random budgets, stream the whole log, move the high watermark,
 truncate, apply retention, reset to an empty log further on, reopen cleanly and crash (close
-without flushing or trimming the index). After every step the log must agree with the model.
+without flushing or trimming the index). After every step the log must agree with the model,
+every segment's `.crc` sidecar must cover exactly its `.log` (with checksums that match, as
+`replog verify` checks after every reopen), and nothing may be reported corrupt.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from replog import frames
 from replog.errors import OffsetOutOfRangeError
-from replog.storage import FlushPolicy, PartitionLog, StorageConfig
+from replog.storage import FlushPolicy, PartitionLog, StorageConfig, checksums
+from replog.storage.verify import VerifyReport, verify_partition
 from tests.storage_helpers import read_all
 
 CONFIG = StorageConfig(
@@ -27,6 +30,7 @@ CONFIG = StorageConfig(
     record_bytes_max=300,
     retention_bytes=700,
     flush=FlushPolicy.NEVER,
+    checksum_chunk_bytes=48,
 )
 
 value_st = st.one_of(
@@ -137,13 +141,33 @@ class SegmentLogMachine(RuleBasedStateMachine):
     def reopen(self) -> None:
         self.log.close()
         self.checkpointed_hw = self.hw
+        self.verify_offline()
         self.log = PartitionLog(self.dir, "t", 0, CONFIG)
 
     @rule()
     def crash(self) -> None:
         self.log.crash()
+        self.verify_offline()
         self.log = PartitionLog(self.dir, "t", 0, CONFIG)
         self.hw = max(min(self.checkpointed_hw, self.leo), self.start)
+
+    def verify_offline(self) -> None:
+        report = VerifyReport()
+        verify_partition(self.dir, report)
+        assert report.ok, [str(f) for f in report.findings]
+        assert report.records == len(self.records)
+
+    @invariant()
+    def every_segment_has_a_sidecar_covering_it_and_nothing_is_corrupt(self) -> None:
+        for path in self.dir.glob("*.log"):
+            sidecar = path.with_suffix(".crc").read_bytes()
+            coverage = checksums.parse(sidecar)
+            assert coverage.covered_end == path.stat().st_size
+            assert not coverage.damaged and not coverage.lost_blocks
+        assert sorted(p.stem for p in self.dir.glob("*.crc")) == sorted(
+            p.stem for p in self.dir.glob("*.log")
+        )
+        assert self.log.integrity_issues() == []
 
     @invariant()
     def offsets_agree(self) -> None:
