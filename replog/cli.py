@@ -6,7 +6,13 @@
     replog consume TOPIC [--from earliest|latest|N] [--follow] [--format text|hex|json]
     replog offsets TOPIC
     replog verify DATA_DIR [...]          (offline check of a stopped node's files)
+    replog completion bash|zsh            (prints a shell completion script)
     replog --version
+
+Read-only commands (topic list, topic describe, offsets, verify) take `--output json`
+(`-o json`): one JSON document on stdout with the keys listed in each command's help.
+`produce` and `consume` show progress on stderr when it is a terminal (or with
+`--progress`); stdout carries only the command's output.
 
 Clients find the server with `--address` (env REPLOG_ADDRESS, default 127.0.0.1:7070).
 Exit codes: 0 success, 1 an error reported by the server or the connection, 2 bad usage or
@@ -19,6 +25,7 @@ import argparse
 import base64
 import json
 import os
+import stat
 import struct
 import sys
 import time
@@ -28,10 +35,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from replog import __version__
+from replog.cli_progress import Progress
 from replog.errors import InvalidConfigError, ReplogError
 
 if TYPE_CHECKING:
-    from replog.client import AppendResult
+    from replog.client import AppendResult, PartitionInfo
 
 DEFAULT_ADDRESS = "127.0.0.1:7070"
 CHUNK_BYTES = 1 << 20
@@ -43,6 +51,47 @@ _LENGTH = struct.Struct(">I")
 
 class UsageError(Exception):
     pass
+
+
+# The keys of each `--output json` document; shown in the commands' help. Stable: add keys,
+# never rename or remove them.
+JSON_KEYS = {
+    "topic list": '{"topics": [{"name", "partitions"}]} sorted by name',
+    "topic describe": '{"topic", "partitions": [{"partition", "leader_id" (null: none), '
+    '"epoch", "replicas": [id], "log_start_offset", "high_watermark", "log_end_offset", '
+    '"segment_count", "size_bytes", "replica_status": [{"replica_id", "log_end_offset", '
+    '"lag_records", "last_fetch_ms_ago"}]}]}',
+    "offsets": '{"topic", "partitions": [{"partition", "earliest", "latest", "log_end_offset"}]}',
+    "verify": '{"ok", "data_dirs": [{"data_dir", "ok", "partitions", "segments", "records", '
+    '"bytes_checked", "findings": [{"severity", "path", "detail"}]}]}',
+}
+
+
+def add_output_argument(p: argparse.ArgumentParser, command: str) -> None:
+    p.add_argument(
+        "--output",
+        "-o",
+        choices=["text", "json"],
+        default="text",
+        help=f"text (default) or json: one document, {JSON_KEYS[command]}".replace("%", "%%"),
+    )
+
+
+def add_progress_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="records/s, bytes and ETA on stderr (default: only when stderr is a terminal)",
+    )
+
+
+def progress_enabled(args: argparse.Namespace) -> bool:
+    return sys.stderr.isatty() if args.progress is None else bool(args.progress)
+
+
+def print_json(document: object, out: TextIO) -> None:
+    print(json.dumps(document, indent=2), file=out)
 
 
 # -- parsing ------------------------------------------------------------------------------
@@ -79,9 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("name")
     create.add_argument("--partitions", "-p", type=int, default=1)
     create.add_argument("--replication-factor", type=int, default=0)
-    client_parser("list", "list topics", tsub)
+    add_output_argument(client_parser("list", "list topics", tsub), "topic list")
     describe = client_parser("describe", "show a topic's partitions and offsets", tsub)
     describe.add_argument("name")
+    add_output_argument(describe, "topic describe")
     delete = client_parser("delete", "delete a topic and its data", tsub)
     delete.add_argument("name")
 
@@ -103,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     produce.add_argument("--acks", choices=["none", "leader", "all"], default="all")
     produce.add_argument("--batch-records", type=int, default=1000, help="records per Append")
+    add_progress_argument(produce)
 
     consume = client_parser("consume", "print records of a partition")
     consume.add_argument("topic")
@@ -111,11 +162,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--from", dest="start", default="earliest", help="earliest, latest or an offset"
     )
     consume.add_argument("--follow", "-f", action="store_true", help="keep waiting for new records")
+    consume.add_argument(
+        "--until-latest",
+        action="store_true",
+        help="stop at the high watermark seen at start (the default without --follow)",
+    )
     consume.add_argument("--format", choices=["text", "hex", "json"], default="text")
     consume.add_argument("--max-records", "-n", type=int, default=None, help="stop after N records")
+    add_progress_argument(consume)
 
     offsets = client_parser("offsets", "show earliest, committed (HW) and end offsets")
     offsets.add_argument("topic")
+    add_output_argument(offsets, "offsets")
 
     dev = sub.add_parser(
         "dev-cluster",
@@ -133,6 +191,15 @@ def build_parser() -> argparse.ArgumentParser:
         "exit 1 if anything is corrupt.",
     )
     verify.add_argument("data_dirs", nargs="+", metavar="DATA_DIR")
+    add_output_argument(verify, "verify")
+
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script",
+        description='Print a completion script; e.g. in ~/.bashrc: eval "$(replog completion '
+        'bash)"; in ~/.zshrc: eval "$(replog completion zsh)".',
+    )
+    completion.add_argument("shell", choices=["bash", "zsh"])
     return parser
 
 
@@ -155,15 +222,26 @@ def cmd_topic(args: argparse.Namespace, out: TextIO) -> int:
             client.create_topic(args.name, args.partitions, args.replication_factor)
             print(f"created topic {args.name} with {args.partitions} partition(s)", file=out)
         elif args.topic_command == "list":
-            for name, count in sorted(client.list_topics().items()):
+            topics = sorted(client.list_topics().items())
+            if args.output == "json":
+                rows = [{"name": name, "partitions": count} for name, count in topics]
+                print_json({"topics": rows}, out)
+                return 0
+            for name, count in topics:
                 print(f"{name}\t{count}", file=out)
         elif args.topic_command == "describe":
+            infos = client.describe_topic(args.name)
+            if args.output == "json":
+                print_json(
+                    {"topic": args.name, "partitions": [describe_row(p) for p in infos]}, out
+                )
+                return 0
             print(
                 "partition\tleader\tepoch\treplicas\tlog_start\thw\tleo\tsegments\tbytes"
                 "\treplica:leo/lag",
                 file=out,
             )
-            for p in client.describe_topic(args.name):
+            for p in infos:
                 replicas = ",".join(map(str, p.replicas))
                 status = (
                     ",".join(
@@ -183,6 +261,41 @@ def cmd_topic(args: argparse.Namespace, out: TextIO) -> int:
             client.delete_topic(args.name)
             print(f"deleted topic {args.name}", file=out)
     return 0
+
+
+def describe_row(p: PartitionInfo) -> dict[str, object]:
+    return {
+        "partition": p.partition,
+        "leader_id": p.leader_id,
+        "epoch": p.epoch,
+        "replicas": list(p.replicas),
+        "log_start_offset": p.log_start_offset,
+        "high_watermark": p.high_watermark,
+        "log_end_offset": p.log_end_offset,
+        "segment_count": p.segment_count,
+        "size_bytes": p.size_bytes,
+        "replica_status": [
+            {
+                "replica_id": r.replica_id,
+                "log_end_offset": r.log_end_offset,
+                "lag_records": r.lag_records,
+                "last_fetch_ms_ago": r.last_fetch_ms_ago,
+            }
+            for r in p.replica_status
+        ],
+    }
+
+
+def input_bytes_left(stream: BinaryIO) -> int | None:
+    """Bytes still to read when stdin is a regular file (for an ETA); None for a pipe."""
+    try:
+        fd = stream.fileno()
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return max(st.st_size - stream.tell(), 0)
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def read_lines(stream: BinaryIO) -> Iterator[list[bytes]]:
@@ -223,7 +336,10 @@ def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
     if args.batch_records < 1:
         raise UsageError("--batch-records must be >= 1")
     reader = read_lines if args.format == "lines" else read_length_prefixed
-    progress = sys.stderr.isatty()
+    framing_bytes = 1 if args.format == "lines" else _LENGTH.size
+    progress = Progress(
+        sys.stderr, "produced", enabled=progress_enabled(args), total_bytes=input_bytes_left(stdin)
+    )
     with Client(args.address, timeout_s=args.timeout) as client:
         partitions = client.partition_count(args.topic)
         partition = args.partition
@@ -235,7 +351,6 @@ def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
         started = time.perf_counter()
         count = 0
         sent: list[tuple[int, Future[AppendResult]]] = []
-        last_shown = 0.0
         try:
             for values in reader(stdin):
                 for i in range(0, len(values), args.batch_records):
@@ -243,9 +358,7 @@ def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
                     p = partition if partition is not None else len(sent) % partitions
                     sent.append((p, producer.send_batch(batch, p)))
                     count += len(batch)
-                if progress and time.perf_counter() - last_shown > 0.25:
-                    last_shown = time.perf_counter()
-                    print(f"\rproduced {count:,} records", end="", file=sys.stderr)
+                    progress.update(len(batch), sum(map(len, batch)) + framing_bytes * len(batch))
             producer.flush()
         finally:
             producer.close()
@@ -258,8 +371,7 @@ def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
             span[0] = min(span[0], res.base_offset)
             span[1] = max(span[1], res.last_offset)
         elapsed = time.perf_counter() - started
-        if progress:
-            print("", file=sys.stderr)
+        progress.finish()
         where = ", ".join(f"partition {p} offsets {a}..{b}" for p, (a, b) in sorted(ranges.items()))
         rate = count / elapsed if elapsed > 0 else 0.0
         if not where:
@@ -290,6 +402,8 @@ def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
     limit = args.max_records
     if limit is not None and limit < 0:
         raise UsageError("--max-records must be >= 0")
+    if args.follow and args.until_latest:
+        raise UsageError("--follow and --until-latest exclude each other")
     with Client(args.address, timeout_s=args.timeout) as client:
         (offs,) = client.list_offsets(args.topic, [args.partition])
         start: str = args.start
@@ -318,18 +432,32 @@ def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
                 consumer.close()
             return 0
         end = offs.latest  # without --follow: what is committed now
-        while offset < end:
-            res = client.fetch(args.topic, args.partition, offset)
-            for o, v in zip(res.records.offsets, res.records.values, strict=True):
-                if o >= end:
-                    return 0
-                print(format_record(o, v, args.format, args.partition), file=out)
-                shown += 1
-                if limit is not None and shown >= limit:
-                    return 0
-            if res.next_offset <= offset:
-                break
-            offset = res.next_offset
+        total = max(end - offset, 0)
+        if limit is not None:
+            total = min(total, limit)
+        progress = Progress(
+            sys.stderr, "consumed", enabled=progress_enabled(args), total_records=total
+        )
+        try:
+            while offset < end:
+                res = client.fetch(args.topic, args.partition, offset)
+                batch_records = batch_bytes = 0
+                for o, v in zip(res.records.offsets, res.records.values, strict=True):
+                    if o >= end:
+                        return 0
+                    print(format_record(o, v, args.format, args.partition), file=out)
+                    shown += 1
+                    batch_records += 1
+                    batch_bytes += len(v)
+                    if limit is not None and shown >= limit:
+                        return 0
+                progress.update(batch_records, batch_bytes)
+                if res.next_offset <= offset:
+                    break
+                offset = res.next_offset
+        finally:
+            out.flush()
+            progress.finish()
     return 0
 
 
@@ -337,10 +465,53 @@ def cmd_offsets(args: argparse.Namespace, out: TextIO) -> int:
     from replog.client import Client
 
     with Client(args.address, timeout_s=args.timeout) as client:
+        offsets = client.list_offsets(args.topic)
+        if args.output == "json":
+            rows = [
+                {
+                    "partition": o.partition,
+                    "earliest": o.earliest,
+                    "latest": o.latest,
+                    "log_end_offset": o.log_end_offset,
+                }
+                for o in offsets
+            ]
+            print_json({"topic": args.topic, "partitions": rows}, out)
+            return 0
         print("partition\tearliest\tlatest\tlog_end", file=out)
-        for o in client.list_offsets(args.topic):
+        for o in offsets:
             print(f"{o.partition}\t{o.earliest}\t{o.latest}\t{o.log_end_offset}", file=out)
     return 0
+
+
+def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
+    from replog.storage.verify import main as verify_main
+    from replog.storage.verify import verify_data_dir
+
+    if args.output == "text":
+        return verify_main(args.data_dirs, out)
+    dirs: list[dict[str, object]] = []
+    for arg in args.data_dirs:
+        if not Path(arg).is_dir():
+            raise UsageError(f"{arg} is not a directory")
+        report = verify_data_dir(Path(arg))
+        dirs.append(
+            {
+                "data_dir": arg,
+                "ok": report.ok,
+                "partitions": report.partitions,
+                "segments": report.segments,
+                "records": report.records,
+                "bytes_checked": report.bytes_checked,
+                "findings": [
+                    {"severity": f.severity, "path": str(f.path), "detail": f.detail}
+                    for f in report.findings
+                ],
+            }
+        )
+    ok = all(d["ok"] for d in dirs)
+    print_json({"ok": ok, "data_dirs": dirs}, out)
+    return 0 if ok else EXIT_ERROR
 
 
 def cmd_dev_cluster(args: argparse.Namespace, out: TextIO) -> int:
@@ -391,9 +562,13 @@ def run(argv: Sequence[str] | None = None) -> int:
         if args.command == "dev-cluster":
             return cmd_dev_cluster(args, out)
         if args.command == "verify":
-            from replog.storage.verify import main as verify_main
+            return cmd_verify(args, out)
+        if args.command == "completion":
+            from replog.cli_completion import bash_script, zsh_script
 
-            return verify_main(args.data_dirs, out)
+            script = bash_script if args.shell == "bash" else zsh_script
+            out.write(script(parser))
+            return 0
         parser.error(f"unknown command {args.command}")
     except InvalidConfigError as err:
         print(f"replog: {err.message}", file=sys.stderr)
