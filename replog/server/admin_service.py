@@ -1,23 +1,29 @@
-"""The `replog.v1.Admin` service: topics, offsets, and metadata for routing."""
+"""The `replog.v1.Admin` service: topics, offsets, and metadata for routing.
+
+Each call asks the router where the partition is served: a replica here answers; a
+partition with no replica here is forwarded to one that has (a forwarded call carries
+`x-replog-forwarded` and answers for its own replicas only). Describe and ListOffsets of a
+follower are forwarded to the leader, whose view of every replica's progress and of the HW
+is the authoritative one.
+"""
 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from replog.errors import InvalidArgumentError, LeaderUnknownError, NotLeaderError, ReplogError
-from replog.server.cluster import FORWARDED, _remote
-from replog.server.partition import Partition
+from replog.errors import LeaderUnknownError, NotLeaderError, ReplogError
+from replog.server.metrics import Metrics
+from replog.server.peers import FORWARD_METADATA, FORWARDED, Peers, remote
 from replog.server.replicated import ReplicatedPartition
+from replog.server.routing import Here, Router
 from replog.server.rpc import Context, unary
+from replog.server.topics import Topics
 from replog.v1 import admin_pb2, admin_pb2_grpc
-
-if TYPE_CHECKING:
-    from replog.server.node import Node
 
 NO_LEADER = -1
 REMOTE_TIMEOUT_S = 10.0
-FORWARD = ((FORWARDED, "1"),)
+FORWARD = FORWARD_METADATA
 
 
 def _forwarded(context: Context) -> bool:
@@ -26,84 +32,76 @@ def _forwarded(context: Context) -> bool:
 
 
 class AdminService(admin_pb2_grpc.AdminServicer):
-    def __init__(self, node: Node) -> None:
-        self.node = node
-        self.metrics = node.metrics
+    def __init__(self, router: Router, topics: Topics, peers: Peers, metrics: Metrics) -> None:
+        self.router = router
+        self.topics = topics
+        self.peers = peers
+        self.metrics = metrics
+        self.node_id = peers.node_id
 
     @unary("CreateTopic")
     async def CreateTopic(
         self, request: admin_pb2.CreateTopicRequest, context: Context
     ) -> admin_pb2.CreateTopicResponse:
-        if request.replication_factor > len(self.node.nodes()):
-            raise InvalidArgumentError(
-                f"replication_factor {request.replication_factor} exceeds the "
-                f"{len(self.node.nodes())} node(s) of the cluster",
-                replication_factor=request.replication_factor,
-            )
-        await self.node.create_topic(request.name, request.partitions, request.replication_factor)
+        await self.topics.create(request.name, request.partitions, request.replication_factor)
         return admin_pb2.CreateTopicResponse()
 
     @unary("DeleteTopic")
     async def DeleteTopic(
         self, request: admin_pb2.DeleteTopicRequest, context: Context
     ) -> admin_pb2.DeleteTopicResponse:
-        await self.node.delete_topic(request.name)
+        await self.topics.delete(request.name)
         return admin_pb2.DeleteTopicResponse()
 
     @unary("ListTopics")
     async def ListTopics(
         self, request: admin_pb2.ListTopicsRequest, context: Context
     ) -> admin_pb2.ListTopicsResponse:
-        topics = self.node.topics()
+        topics = self.router.topics()
         return admin_pb2.ListTopicsResponse(
             topics=[admin_pb2.TopicSummary(name=n, partitions=c) for n, c in sorted(topics.items())]
         )
 
-    async def _local(self, topic: str, p: int) -> Partition | None:
-        """This node's replica of `topic/p`, or None when it holds none (cluster mode)."""
-        try:
-            return await self.node.partition_async(topic, p)
-        except NotLeaderError:
-            if self.node.cluster is None:
-                raise
-            return None
+    async def _local(self, topic: str, p: int) -> ReplicatedPartition | None:
+        """This node's replica of `topic/p`, or None when it holds none."""
+        route = await self.router.locate(topic, p)
+        return route.replica if isinstance(route, Here) else None
 
     async def _peer(self, topic: str, p: int) -> Any:
         """An Admin stub of a node that holds a replica of `topic/p`."""
-        assert self.node.cluster is not None
-        replica = self.node.replicas_of(topic, p)[0]
-        return await self.node.cluster._forward(replica)
+        meta = await self.router.topic(topic)
+        return self.peers.admin(meta.assignment[p][0])
 
     @unary("DescribeTopic")
     async def DescribeTopic(
         self, request: admin_pb2.DescribeTopicRequest, context: Context
     ) -> admin_pb2.TopicDescription:
-        count = await self.node.partition_count(request.name)
+        count = (await self.router.topic(request.name)).partitions
         out = admin_pb2.TopicDescription(name=request.name)
-        remote: dict[int, admin_pb2.PartitionDescription] = {}
+        remote_desc: dict[int, admin_pb2.PartitionDescription] = {}
         forwarded = _forwarded(context)
         for p in range(count):
             part = await self._local(request.name, p)
             if part is None:
                 if forwarded:
                     continue  # a forwarded call answers for its own replicas only
-                if p not in remote:
+                if p not in remote_desc:
                     stub = await self._peer(request.name, p)
-                    desc = await _remote(
+                    desc = await remote(
                         stub.DescribeTopic(request, timeout=REMOTE_TIMEOUT_S, metadata=FORWARD)
                     )
                     for d in desc.partitions:
-                        remote.setdefault(d.partition, d)
-                if p in remote:
-                    out.partitions.append(remote[p])
+                        remote_desc.setdefault(d.partition, d)
+                if p in remote_desc:
+                    out.partitions.append(remote_desc[p])
                 continue
-            if isinstance(part, ReplicatedPartition) and not part.is_leader and not forwarded:
+            if not part.is_leader and not forwarded:
                 leader_id = part.leader.leader_id
-                if leader_id is not None and leader_id != self.node.node_id:
+                if leader_id is not None and leader_id != self.node_id:
                     # The leader's answer carries every replica's progress.
-                    stub = await self.node.cluster._forward(leader_id)  # type: ignore[union-attr]
+                    stub = self.peers.admin(leader_id)
                     with contextlib.suppress(ReplogError):
-                        desc = await _remote(
+                        desc = await remote(
                             stub.DescribeTopic(request, timeout=REMOTE_TIMEOUT_S, metadata=FORWARD)
                         )
                         found = [d for d in desc.partitions if d.partition == p]
@@ -112,7 +110,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                             continue
             leader = part.leader
             plog = part.log
-            status = part.driver.replica_status() if isinstance(part, ReplicatedPartition) else []
+            status = part.driver.replica_status()
             out.partitions.append(
                 admin_pb2.PartitionDescription(
                     replica_status=[
@@ -138,14 +136,15 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def GetMetadata(
         self, request: admin_pb2.GetMetadataRequest, context: Context
     ) -> admin_pb2.Metadata:
-        topics = self.node.topics()
+        topics = self.router.topics()
         names = list(request.topics) or sorted(topics)
         out = admin_pb2.Metadata(
-            node_id=self.node.node_id,
-            nodes=[admin_pb2.Node(id=i, address=a) for i, a in self.node.nodes()],
+            node_id=self.node_id,
+            nodes=[admin_pb2.Node(id=i, address=a) for i, a in self.peers.nodes()],
         )
         for name in names:
-            count = await self.node.partition_count(name)  # UNKNOWN_TOPIC if absent
+            meta = await self.router.topic(name)  # UNKNOWN_TOPIC if absent
+            count = meta.partitions
             tmeta = out.topics.add(name=name)
             for p in range(count):
                 part = await self._local(name, p)
@@ -154,7 +153,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                         admin_pb2.PartitionMetadata(
                             partition=p,
                             leader_id=NO_LEADER,
-                            replicas=self.node.replicas_of(name, p),
+                            replicas=meta.assignment[p],
                         )
                     )
                     continue
@@ -173,26 +172,25 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ListOffsets(
         self, request: admin_pb2.ListOffsetsRequest, context: Context
     ) -> admin_pb2.ListOffsetsResponse:
-        count = await self.node.partition_count(request.topic)
+        count = (await self.router.topic(request.topic)).partitions
         wanted = list(request.partitions) or list(range(count))
         out = admin_pb2.ListOffsetsResponse()
         for p in wanted:
             part = await self._local(request.topic, p)
-            if isinstance(part, ReplicatedPartition) and not part.is_leader:
+            if part is not None and not part.is_leader:
                 # "latest" is the leader's HW: a follower's may lag behind records already
                 # acknowledged with acks=all, so a follower never answers with its own.
                 leader_id = part.leader.leader_id
-                if _forwarded(context) or leader_id in (None, self.node.node_id):
+                if _forwarded(context) or leader_id is None or leader_id == self.node_id:
                     raise LeaderUnknownError(
                         f"{request.topic}/{p}: this replica does not lead it and knows no "
                         "leader; retry",
                         topic=request.topic,
                         partition=p,
                     )
-                assert self.node.cluster is not None and leader_id is not None
-                stub = await self.node.cluster._forward(leader_id)
+                stub = self.peers.admin(leader_id)
                 sub = admin_pb2.ListOffsetsRequest(topic=request.topic, partitions=[p])
-                reply = await _remote(
+                reply = await remote(
                     stub.ListOffsets(sub, timeout=REMOTE_TIMEOUT_S, metadata=FORWARD)
                 )
                 out.partitions.extend(reply.partitions)
@@ -202,7 +200,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     raise NotLeaderError(f"no replica of {request.topic}/{p} here")
                 stub = await self._peer(request.topic, p)
                 sub = admin_pb2.ListOffsetsRequest(topic=request.topic, partitions=[p])
-                reply = await _remote(
+                reply = await remote(
                     stub.ListOffsets(sub, timeout=REMOTE_TIMEOUT_S, metadata=FORWARD)
                 )
                 out.partitions.extend(reply.partitions)

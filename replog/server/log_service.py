@@ -9,35 +9,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
 from replog import frames
-from replog.errors import (
-    EmptyBatchError,
-    InvalidArgumentError,
-    RecordTooLargeError,
-    ReplogError,
-    ShuttingDownError,
-)
-from replog.server.logs import log
-from replog.server.partition import Acks, Partition
+from replog.errors import EmptyBatchError, InvalidArgumentError, ShuttingDownError
+from replog.replication import Acks
+from replog.server.metrics import Metrics
+from replog.server.partition import Partition
+from replog.server.routing import Router
 from replog.server.rpc import Context, streaming, unary
+from replog.server.settings import Settings
 from replog.v1 import log_pb2, log_pb2_grpc
 
-if TYPE_CHECKING:
-    from replog.server.node import Node
+WIRE_ACKS: dict[int, Acks] = {
+    log_pb2.ACKS_NONE: Acks.NONE,
+    log_pb2.ACKS_LEADER: Acks.LEADER,
+    log_pb2.ACKS_ALL: Acks.ALL,
+}
 
-_log = logging.getLogger("replog.server.log")
+
+def acks_from_wire(value: int) -> Acks:
+    """The request's acks (unset: all); INVALID_ARGUMENT for a value this server lacks."""
+    if value == 0:
+        return Acks.ALL
+    acks = WIRE_ACKS.get(value)
+    if acks is None:
+        raise InvalidArgumentError(f"unknown acks value {value}", acks=value)
+    return acks
 
 
 class LogService(log_pb2_grpc.LogServicer):
-    def __init__(self, node: Node) -> None:
-        self.node = node
-        self.metrics = node.metrics
-        self.settings = node.settings
-        self.supervisor = node.supervisor
+    def __init__(self, router: Router, metrics: Metrics, settings: Settings) -> None:
+        self.router = router
+        self.metrics = metrics
+        self.settings = settings
 
     def _max_bytes(self, requested: int) -> int:
         limit = self.settings.fetch_bytes_max
@@ -52,49 +57,26 @@ class LogService(log_pb2_grpc.LogServicer):
         values = list(request.values)
         if not values:
             raise EmptyBatchError("an append needs at least one record")
-        if request.acks not in (0, *Acks):
-            raise InvalidArgumentError(f"unknown acks value {request.acks}", acks=request.acks)
-        acks = Acks(request.acks) if request.acks else Acks.ALL
-        part = await self.node.partition_async(request.topic, request.partition)
-        timeout_s = self.settings.ack_timeout_ms / 1000
-        if acks is Acks.NONE:  # validate what can be now: nobody hears about later failures
-            part.check_leader()
-            limit = part.log.config.record_bytes_max
-            biggest = max(map(len, values))
-            if biggest > limit:
-                raise RecordTooLargeError(
-                    f"a record of {biggest} bytes exceeds record_bytes_max={limit}",
-                    record_bytes=biggest,
-                    record_bytes_max=limit,
-                )
-            self.supervisor.spawn(self._append(part, values, acks), "append-acks-none")
+        acks = acks_from_wire(request.acks)
+        part = await self.router.leader_replica(request.topic, request.partition)
+        result = await part.append(values, acks, self.settings.ack_timeout_ms / 1000)
+        self.metrics.append_records.inc(len(values))
+        self.metrics.append_bytes.inc(sum(map(len, values)))
+        if result is None:  # acks=none: no offsets
             return log_pb2.AppendResponse(
                 base_offset=-1, last_offset=-1, high_watermark=part.high_watermark
             )
-        result = await part.append(values, acks, timeout_s)
-        self.metrics.append_records.inc(len(values))
-        self.metrics.append_bytes.inc(sum(map(len, values)))
         return log_pb2.AppendResponse(
             base_offset=result.base_offset,
             last_offset=result.last_offset,
             high_watermark=part.high_watermark,
         )
 
-    async def _append(self, part: Partition, values: list[bytes], acks: Acks) -> None:
-        try:
-            await part.append(values, acks, self.settings.ack_timeout_ms / 1000)
-        except ReplogError as exc:  # acks=none: nobody waits for the outcome; log it
-            log(_log, "append.dropped", logging.WARNING, topic=part.topic, error=repr(exc))
-            return
-        self.metrics.append_records.inc(len(values))
-        self.metrics.append_bytes.inc(sum(map(len, values)))
-
     # -- Fetch ------------------------------------------------------------------------------
 
     @unary("Fetch")
     async def Fetch(self, request: log_pb2.FetchRequest, context: Context) -> log_pb2.FetchResponse:
-        part = await self.node.partition_async(request.topic, request.partition)
-        part.check_leader()
+        part = await self.router.leader_replica(request.topic, request.partition)
         offset = request.offset
         max_bytes = self._max_bytes(request.max_bytes)
         wait_s = min(request.max_wait_ms, self.settings.fetch_wait_ms_max) / 1000
@@ -102,7 +84,7 @@ class LogService(log_pb2_grpc.LogServicer):
             with contextlib.suppress(ShuttingDownError):
                 await part.wait_high_watermark(offset, wait_s)
             if part.closed:  # deleted or shutting down while waiting: the lookup says which
-                part = await self.node.partition_async(request.topic, request.partition)
+                part = await self.router.leader_replica(request.topic, request.partition)
         data = await _read_committed(part, offset, max_bytes)
         self.metrics.read_bytes.inc(len(data))
         return log_pb2.FetchResponse(
@@ -119,8 +101,7 @@ class LogService(log_pb2_grpc.LogServicer):
         self, request: log_pb2.StreamFromRequest, context: Context
     ) -> AsyncIterator[log_pb2.StreamBatch]:
         topic, partition = request.topic, request.partition
-        part = await self.node.partition_async(topic, partition)
-        part.check_leader()
+        part = await self.router.leader_replica(topic, partition)
         offset = request.offset
         max_bytes = self._max_bytes(request.max_bytes)
         # Validate the start offset now (OUT_OF_RANGE) rather than after a wait.
@@ -140,7 +121,7 @@ class LogService(log_pb2_grpc.LogServicer):
             event = part.hw_changed()
             if offset >= part.high_watermark:
                 if part.closed:  # deleted topic or shutdown: the lookup raises
-                    part = await self.node.partition_async(topic, partition)
+                    part = await self.router.leader_replica(topic, partition)
                     continue
                 await event.wait()
                 continue

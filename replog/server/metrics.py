@@ -95,6 +95,25 @@ class _ReplicationCollector(Collector):
         yield from (role, epoch, lag, age, elections, leaderships, truncations)
 
 
+class _ReplicaFailureCollector(Collector):
+    """Local replica operations that failed and are being retried (see `replica_manager`)."""
+
+    def __init__(self, failures: Callable[[], Iterable[tuple[str, int | None, str, int]]]) -> None:
+        self._failures = failures
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "replog_replica_failures",
+            "Failed attempts of a local replica operation still being retried (0: none)",
+            labels=["topic", "partition", "action"],
+        )
+        for topic, partition, action, attempts in self._failures():
+            family.add_metric(
+                [topic, "" if partition is None else str(partition), action], attempts
+            )
+        yield family
+
+
 class Metrics:
     def __init__(self, partitions: Callable[[], Iterable[PartitionLog]]) -> None:
         self.registry = CollectorRegistry()
@@ -119,6 +138,13 @@ class Metrics:
     ) -> None:
         """Export the replication state of the replicas `replicas()` lists (cluster mode)."""
         self.registry.register(_ReplicationCollector(replicas))
+
+    def watch_failures(
+        self, failures: Callable[[], Iterable[tuple[str, int | None, str, int]]]
+    ) -> None:
+        """Export the local replica failures `failures()` lists: (topic, partition, action,
+        attempts)."""
+        self.registry.register(_ReplicaFailureCollector(failures))
 
     def serve(self, address: str) -> str:
         """Start the HTTP exporter; return its bound host:port."""

@@ -1,10 +1,19 @@
-"""The node: composition root of one server process (storage, partition roles, services).
+"""The node: composition root of one server process, and the serve loop.
 
-`Node` owns the partition registry and one `Partition` role per partition (a `SoloLeader`
-on a single node; replication swaps in its roles here). `serve(settings)` runs the gRPC
-server until SIGTERM/SIGINT, then shuts down gracefully: health NOT_SERVING, long polls
-and streams ended (UNAVAILABLE SHUTTING_DOWN), in-flight calls finished (up to
-`shutdown_grace_ms`), every partition flushed, HW checkpointed, files closed.
+A node is always a member of a cluster (a single node is a cluster of one). `Node` builds
+the parts and hands each what it needs; none reaches back into the node:
+
+    Supervisor      every background task (supervisor.py)
+    Peers, PeerLinks  the other nodes: forwarded admin calls; replication streams
+    MetadataLog     the `__cluster` replica, its apply loop and MetadataImage (desired state)
+    ReplicaManager  the reconciler: local replicas follow the image (local state)
+    Router          where each request is served; Topics: create/delete on the leader
+    LogService, AdminService, ReplicationService   the gRPC services
+
+`serve(settings)` runs the gRPC server until SIGTERM/SIGINT, then shuts down gracefully:
+health NOT_SERVING, long polls and streams ended (UNAVAILABLE SHUTTING_DOWN), in-flight
+calls finished (up to `shutdown_grace_ms`), every replica stopped, its log flushed, HW
+checkpointed, files closed. A background task that fails ends it with exit code 70.
 
 Ready file (`--ready-file`), written atomically once serving::
 
@@ -21,30 +30,41 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from replog.errors import ReplogError, ShuttingDownError, TopicNotFoundError, UnavailableError
+from replog.errors import ReplogError, UnavailableError
+from replog.replication import Message, ReplicaConfig
+from replog.replication.driver import ReplicaDriver
 from replog.server import logs
 from replog.server.admin_service import AdminService
-from replog.server.cluster import Cluster
+from replog.server.flusher import run_flusher
+from replog.server.legacy_import import import_legacy_topics, metadata_dir
 from replog.server.log_service import LogService
 from replog.server.logs import log
+from replog.server.metadata import METADATA_TOPIC, TopicMeta
+from replog.server.metadata_log import MetadataLog, replica_config_members
 from replog.server.metrics import Metrics
-from replog.server.partition import Partition, SoloLeader
+from replog.server.peers import Peers
+from replog.server.replica_manager import ReplicaManager
 from replog.server.replicated import ReplicatedPartition
-from replog.server.replication_transport import ReplicationService
+from replog.server.replication_transport import PeerLinks, ReplicationService
+from replog.server.routing import Router
 from replog.server.settings import Settings
 from replog.server.supervisor import EXIT_TASK_FAILED, Supervisor
-from replog.storage import PartitionLog, PartitionRegistry
+from replog.server.topics import Topics
+from replog.storage import FlushPolicy, PartitionLog
 from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc, replication_pb2_grpc
 
 _log = logging.getLogger("replog.server")
 
 FAILED_CLOSE_TIMEOUT_S = 5.0
+OPEN_WAIT_S = 60.0
+ReplicationTarget = Callable[[Message], Awaitable[None]]
 SERVICE_NAMES = (
     log_pb2.DESCRIPTOR.services_by_name["Log"].full_name,
     admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
@@ -55,131 +75,141 @@ class Node:
     def __init__(self, settings: Settings, supervisor: Supervisor) -> None:
         self.settings = settings
         self.supervisor = supervisor
-        self.node_id = settings.node_id
+        self.node_id = node_id = settings.node_id
         self.address = settings.advertised_address or settings.listen
-        self.registry = PartitionRegistry(settings.data_dir, settings.storage_config())
-        self.metrics = Metrics(self.registry.open_partitions)
-        self._partitions: dict[tuple[str, int], Partition] = {}
-        self._shutting_down = False
-        peers = settings.peer_map()
-        self.cluster: Cluster | None = Cluster(self, peers) if peers else None
-        if self.cluster is not None:
-            self.metrics.watch_replicas(self.cluster.drivers)
+        addresses = settings.peer_map() or {node_id: self.address}  # a cluster of one
+        members = sorted(addresses)
+        self.single = members == [node_id]
+        self.peers = Peers(node_id, addresses)
+        self.links = PeerLinks(node_id, addresses)
+        data_dir, storage = settings.data_dir, settings.storage_config()
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.imported = import_legacy_topics(data_dir, node_id, members, storage)
+        voters, observers = replica_config_members(members)
+        self.metadata = MetadataLog(
+            PartitionLog(metadata_dir(data_dir), METADATA_TOPIC, 0, storage),
+            self.replica_config(voters, observers),
+            self.links.transport(METADATA_TOPIC, 0),
+            fetch_bytes_max=settings.fetch_bytes_max,
+            spawn=supervisor.spawn,
+            on_applied=lambda: self.replicas.wake(),
+        )
+        self.replicas = ReplicaManager(
+            node_id,
+            data_dir,
+            storage,
+            self.metadata.image,
+            self._make_replica,
+            lambda: self.metadata.ready,
+        )
+        self.router = Router(self.metadata, self.replicas, self.peers)
+        self.topics = Topics(
+            self.router,
+            self.metadata,
+            self.replicas,
+            self.peers,
+            default_replication_factor=settings.default_replication_factor,
+            timeout_s=settings.ack_timeout_ms / 1000,
+        )
+        self.metrics = Metrics(self.logs)
+        self.metrics.watch_replicas(self.drivers)
+        self.metrics.watch_failures(
+            lambda: [(f.topic, f.partition, f.action, f.attempts) for f in self.replicas.failures()]
+        )
+        self._tasks: list[asyncio.Task[None]] = []
 
-    async def open(self) -> None:
-        """Open every partition; a cluster of one commits what its own log holds (HW = LEO).
-        In cluster mode, replaying the committed metadata log opens the hosted replicas."""
-        if self.cluster is not None:
-            await self.cluster.start()
-            return
-        for topic, count in self.registry.topics().items():
-            for p in range(count):
-                await self.partition_async(topic, p)
+    def replica_config(
+        self, voters: tuple[int, ...], observers: tuple[int, ...] = ()
+    ) -> ReplicaConfig:
+        s = self.settings
+        return ReplicaConfig(
+            self.node_id,
+            voters,
+            observers,
+            election_timeout_ms_min=s.election_timeout_ms,
+            election_timeout_ms_max=2 * s.election_timeout_ms,
+            fetch_wait_ms_max=s.replica_fetch_wait_ms,
+            fetch_retry_ms=min(s.election_timeout_ms - 1, s.replica_fetch_wait_ms * 2),
+            begin_epoch_retry_ms=max(10, s.election_timeout_ms // 5),
+            flush_always=s.flush == FlushPolicy.ALWAYS.value,
+        )
 
-    # -- partitions -------------------------------------------------------------------------
+    def _make_replica(self, meta: TopicMeta, p: int, plog: PartitionLog) -> ReplicatedPartition:
+        return ReplicatedPartition(
+            plog,
+            self.replica_config(meta.assignment[p]),
+            self.links.transport(meta.name, p),
+            self.peers.addresses,
+            fetch_bytes_max=self.settings.fetch_bytes_max,
+            spawn=self.supervisor.spawn,
+            topic_id=meta.topic_id,
+        )
 
-    async def partition_async(self, topic: str, partition: int) -> Partition:
-        """The partition's role; raises UNKNOWN_TOPIC / UNKNOWN_PARTITION / SHUTTING_DOWN
-        (and NOT_LEADER, in cluster mode, for a partition this node holds no replica of)."""
-        if self.cluster is not None:
-            if self._shutting_down:
-                raise ShuttingDownError("the server is shutting down")
-            try:
-                return self.cluster.partition(topic, partition)
-            except TopicNotFoundError:
-                await self.cluster.check_unknown(topic)
-                raise
-        part = self._partitions.get((topic, partition))
-        if part is not None and not part.closed:
-            return part
-        if self._shutting_down:
-            raise ShuttingDownError("the server is shutting down")
-        plog = await asyncio.to_thread(self.registry.get, topic, partition)  # may recover files
-        return self._wrap(plog)
+    def logs(self) -> list[PartitionLog]:
+        """Every log this node has open, the metadata log included (metrics, flusher)."""
+        return [self.metadata.log, *self.replicas.logs()]
 
-    def _wrap(self, plog: PartitionLog) -> Partition:
-        key = (plog.topic, plog.partition)
-        part = self._partitions.get(key)
-        if part is None or part.closed or part.log is not plog:
-            part = SoloLeader(plog, self.node_id)
-            self._partitions[key] = part
-        return part
+    def drivers(self) -> list[tuple[str, int, ReplicaDriver]]:
+        """Every replica this node hosts, the metadata partition included (for metrics)."""
+        out = [(t, p, part.driver) for (t, p), part in list(self.replicas.replicas.items())]
+        out.append((METADATA_TOPIC, 0, self.metadata.driver))
+        return out
 
-    def topics(self) -> dict[str, int]:
-        """Topic name -> partition count (the cluster's, in cluster mode)."""
-        if self.cluster is not None:
-            return {name: meta.partitions for name, meta in self.cluster.topics.items()}
-        return self.registry.topics()
-
-    async def partition_count(self, topic: str) -> int:
-        if self.cluster is not None:
-            try:
-                return self.cluster.topic(topic).partitions
-            except TopicNotFoundError:
-                await self.cluster.check_unknown(topic)
-                raise
-        return self.registry.partition_count(topic)
-
-    def replicas_of(self, topic: str, partition: int) -> tuple[int, ...]:
-        if self.cluster is not None:
-            return self.cluster.topic(topic).assignment[partition]
-        return (self.node_id,)
-
-    def leader_of(self, topic: str, partition: int) -> int | None:
-        return self.node_id  # a cluster of one leads everything
-
-    def nodes(self) -> list[tuple[int, str]]:
-        if self.cluster is not None:
-            return self.cluster.nodes()
-        return [(self.node_id, self.address)]
-
-    # -- topics -----------------------------------------------------------------------------
-
-    async def create_topic(self, name: str, partitions: int, replication_factor: int = 0) -> None:
-        if self.cluster is not None:
-            await self.cluster.create_topic(name, partitions, replication_factor)
-            return
-        await asyncio.to_thread(self.registry.create_topic, name, partitions)
-        for p in range(partitions):
-            await self.partition_async(name, p)
-
-    async def delete_topic(self, name: str) -> None:
-        if self.cluster is not None:
-            await self.cluster.delete_topic(name)
-            return
-        for key in [k for k in self._partitions if k[0] == name]:
-            self._partitions.pop(key).close()
-        await asyncio.to_thread(self.registry.delete_topic, name)
+    def route(self, topic: str, partition: int) -> ReplicationTarget | None:
+        """The replica an incoming replication message is for (None: not hosted here)."""
+        if topic == METADATA_TOPIC:
+            return self.metadata.driver.deliver
+        part = self.replicas.replicas.get((topic, partition))
+        return part.driver.deliver if part is not None else None
 
     # -- lifecycle --------------------------------------------------------------------------
 
+    async def open(self, ready_timeout_s: float = OPEN_WAIT_S) -> None:
+        """Start replication, the metadata log and the reconciler. A cluster of one returns
+        once its metadata is applied and its replicas run (it serves at once); a member of a
+        larger cluster returns at once (its metadata arrives from the leader)."""
+        spawn = self.supervisor.spawn
+        if self.imported:
+            log(_log, "legacy.imported", topics=len(self.imported))
+        self.links.start(spawn)
+        await self.replicas.load()
+        await self.metadata.start()
+        self._tasks = [
+            spawn(self.metadata.run(), "metadata-apply"),
+            spawn(self.replicas.run(), "reconciler"),
+            spawn(run_flusher(self.logs, self.settings.storage_config()), "flusher"),
+            spawn(self.run_retention(), "retention"),
+        ]
+        if self.single:
+            await self.metadata.wait_applied(self.metadata.log.log_end_offset - 1, ready_timeout_s)
+            await self.replicas.wait_passes(2, ready_timeout_s)
+
     def begin_shutdown(self) -> None:
         """Refuse new work and wake every long poll and stream."""
-        self._shutting_down = True
-        for part in self._partitions.values():
-            part.close()
-        if self.cluster is not None:
-            self.cluster.begin_shutdown()
+        self.router.shutting_down = True
+        self.replicas.begin_shutdown()
 
     async def close(self) -> None:
-        if self.cluster is not None:
-            await self.cluster.close()
-        await asyncio.to_thread(self.registry.close_all)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.replicas.close()
+        await self.metadata.close()
+        await self.links.close()
+        await self.peers.close()
+        await asyncio.to_thread(self.metadata.log.close)
 
     async def run_retention(self) -> None:
         interval_s = self.settings.retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval_s)
             now_ms = int(time.time() * 1000)
-            parts = self.cluster.replicas.values() if self.cluster else self._partitions.values()
-            for part in list(parts):
+            for part in list(self.replicas.replicas.values()):
                 if part.closed:
                     continue
                 with contextlib.suppress(ReplogError):  # e.g. a disk error; a bug ends the node
-                    if isinstance(part, ReplicatedPartition):  # the core must know its start
-                        deleted = await part.driver.apply_retention(now_ms)
-                    else:
-                        deleted = await asyncio.to_thread(part.log.apply_retention, now_ms)
+                    # The driver does it, so that the core learns the new log start.
+                    deleted = await part.driver.apply_retention(now_ms)
                     if deleted:
                         log(_log, "retention.deleted", topic=part.topic, segments=deleted)
 
@@ -223,12 +253,13 @@ async def _serve(settings: Settings) -> int:
             ("grpc.http2.max_ping_strikes", 0),
         ]
     )
-    log_pb2_grpc.add_LogServicer_to_server(LogService(node), server)  # type: ignore[no-untyped-call]
-    admin_pb2_grpc.add_AdminServicer_to_server(AdminService(node), server)  # type: ignore[no-untyped-call]
-    if node.cluster is not None:
-        replication_pb2_grpc.add_ReplicationServicer_to_server(  # type: ignore[no-untyped-call]
-            ReplicationService(node.cluster.route), server
-        )
+    log_service = LogService(node.router, node.metrics, settings)
+    admin_service = AdminService(node.router, node.topics, node.peers, node.metrics)
+    log_pb2_grpc.add_LogServicer_to_server(log_service, server)  # type: ignore[no-untyped-call]
+    admin_pb2_grpc.add_AdminServicer_to_server(admin_service, server)  # type: ignore[no-untyped-call]
+    replication_pb2_grpc.add_ReplicationServicer_to_server(  # type: ignore[no-untyped-call]
+        ReplicationService(node.route), server
+    )
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -243,6 +274,8 @@ async def _serve(settings: Settings) -> int:
     bound = f"{host}:{port}"
     if not settings.advertised_address:
         node.address = bound
+        if node.single:
+            node.peers.set_own_address(bound)
     await server.start()
     metrics_address = None
     if settings.metrics_listen:
@@ -266,10 +299,9 @@ async def _serve(settings: Settings) -> int:
         data_dir=settings.data_dir,
         flush=settings.flush,
         node_id=settings.node_id,
-        topics=len(node.registry.topics()),
+        topics=len(node.router.topics()),
     )
 
-    supervisor.spawn(node.run_retention(), "retention")
     await stop.wait()
 
     if supervisor.failure is not None:
@@ -295,5 +327,5 @@ async def _serve(settings: Settings) -> int:
 
 
 async def _close(node: Node, supervisor: Supervisor) -> None:
-    await supervisor.close()  # background work ends before the logs close under it
-    await node.close()
+    await node.close()  # stops its loops, then every replica between two of its inputs
+    await supervisor.close()  # whatever is left (acks=none appends)

@@ -1,41 +1,56 @@
-"""The replicated partition role: a `Partition` whose writes and HW go through replication.
+"""The partition role: a `Partition` whose writes and HW go through replication.
 
 The replica's driver (`replog.replication.driver`) runs the protocol core; this role maps
-the server's calls onto it: `append` (leader only, acks none/leader/all), `check_leader`
-(NOT_LEADER with the leader's id and address, or LEADER_UNKNOWN during an election), and
-HW notifications for long polls and streams.
+the server's calls onto it: `append`, `check_leader` (NOT_LEADER with the leader's id and
+address, or LEADER_UNKNOWN during an election), and HW notifications for long polls and
+streams. A single node is a cluster of one: its replicas have one voter and lead at once.
+
+`append` is the one place that decides when an Append is answered, for each `Acks` (the
+core's enum, the server's only representation of acks): `NONE` answers once the batch is
+checked and handed to the driver (the append runs in a supervised task, its failure is
+logged); `LEADER` and `ALL` answer when the driver says (see the README's table).
 """
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Sequence
 
-from replog.errors import LeaderUnknownError, NotLeaderError, ShuttingDownError
-from replog.replication import Acks as CoreAcks
-from replog.replication import ReplicaConfig, Role
-from replog.replication.driver import ReplicaDriver, Transport
-from replog.server.partition import Acks, LeaderInfo, Partition
+from replog.errors import (
+    LeaderUnknownError,
+    NotLeaderError,
+    RecordTooLargeError,
+    ReplogError,
+    ShuttingDownError,
+)
+from replog.replication import Acks, ReplicaConfig, Role
+from replog.replication.driver import ReplicaDriver, Spawn, Transport
+from replog.server.logs import log
+from replog.server.partition import LeaderInfo, Partition
 from replog.storage import AppendResult, PartitionLog
 
-_ACKS = {Acks.NONE: CoreAcks.NONE, Acks.LEADER: CoreAcks.LEADER, Acks.ALL: CoreAcks.ALL}
+_log = logging.getLogger("replog.server.log")
 
 
 class ReplicatedPartition(Partition):
     def __init__(
         self,
         log: PartitionLog,
-        node_id: int,
         config: ReplicaConfig,
         transport: Transport,
         peers: dict[int, str],
         *,
         fetch_bytes_max: int,
+        spawn: Spawn,
         rng: random.Random | None = None,
+        topic_id: int = 0,
     ) -> None:
-        super().__init__(log, node_id)
+        super().__init__(log, config.replica_id)
+        self.topic_id = topic_id  # which incarnation of the topic's name (see `metadata`)
         self.peers = peers
         self.voters = config.voters
+        self._spawn = spawn
         self.driver = ReplicaDriver(
             log,
             config,
@@ -43,6 +58,7 @@ class ReplicatedPartition(Partition):
             rng=rng,
             fetch_bytes_max=fetch_bytes_max,
             on_high_watermark=lambda _hw: self._notify(),
+            spawn=spawn,
         )
 
     async def start(self) -> None:
@@ -81,7 +97,29 @@ class ReplicatedPartition(Partition):
             partition=self.partition,
         )
 
-    async def append(self, values: Sequence[bytes], acks: Acks, timeout_s: float) -> AppendResult:
+    async def append(
+        self, values: Sequence[bytes], acks: Acks, timeout_s: float
+    ) -> AppendResult | None:
+        """Append as leader; the offsets once `acks` is satisfied (None for acks=none)."""
         self.check_leader()
-        base, last = await self.driver.append(values, _ACKS[acks], timeout_s)
+        # Checked before the driver sees the batch: a write the log refuses would make the
+        # driver rebuild its core from disk (and a lone voter hold a new election).
+        limit = self.log.config.record_bytes_max
+        biggest = max(map(len, values))
+        if biggest > limit:
+            raise RecordTooLargeError(
+                f"a record of {biggest} bytes exceeds record_bytes_max={limit}",
+                record_bytes=biggest,
+                record_bytes_max=limit,
+            )
+        if acks is Acks.NONE:  # nobody hears about later failures
+            self._spawn(self._append_unacknowledged(values, timeout_s), "append-acks-none")
+            return None
+        base, last = await self.driver.append(values, acks, timeout_s)
         return AppendResult(base, last)
+
+    async def _append_unacknowledged(self, values: Sequence[bytes], timeout_s: float) -> None:
+        try:
+            await self.driver.append(values, Acks.NONE, timeout_s)
+        except ReplogError as exc:  # e.g. leadership lost, disk full: nobody waits; log it
+            log(_log, "append.dropped", logging.WARNING, topic=self.topic, error=repr(exc))

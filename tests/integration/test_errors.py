@@ -137,22 +137,23 @@ def test_the_client_raises_the_servers_typed_errors_and_nothing_changes(
     expect(TopicExistsError, lambda: client.create_topic(topic, 1))
     expect(InvalidArgumentError, lambda: client.create_topic("huge", 10**6))
     (offsets,) = client.list_offsets(topic)
-    assert (offsets.earliest, offsets.latest, offsets.log_end_offset) == (0, 1, 1)
+    # Offset 0 is the epoch marker of the topic's first leader (a cluster of one).
+    assert (offsets.earliest, offsets.latest, offsets.log_end_offset) == (0, 2, 2)
 
 
 def test_acks_none_still_refuses_a_record_over_the_limit(client: Client, topic: str) -> None:
     expect(RecordTooLargeError, lambda: client.append(topic, 0, [b"x" * 5000], acks="none"))
-    assert client.list_offsets(topic)[0].log_end_offset == 0
+    assert client.list_offsets(topic)[0].log_end_offset == 1  # the leader's epoch marker
 
 
 def test_offset_out_of_range_carries_the_valid_range(client: Client, topic: str) -> None:
-    client.append(topic, 0, [b"a", b"b"])
-    err = expect(OffsetOutOfRangeError, lambda: client.fetch(topic, 0, 3))
+    client.append(topic, 0, [b"a", b"b"])  # offsets 1 and 2, after the epoch marker
+    err = expect(OffsetOutOfRangeError, lambda: client.fetch(topic, 0, 4))
     assert isinstance(err, OffsetOutOfRangeError)
-    assert (err.offset, err.log_start_offset, err.high_watermark) == (3, 0, 2)
-    stream = client.stream(topic, 0, 5)
+    assert (err.offset, err.log_start_offset, err.high_watermark) == (4, 0, 3)
+    stream = client.stream(topic, 0, 6)
     err = expect(OffsetOutOfRangeError, lambda: next(stream))
-    assert isinstance(err, OffsetOutOfRangeError) and err.high_watermark == 2
+    assert isinstance(err, OffsetOutOfRangeError) and err.high_watermark == 3
 
 
 def test_errors_are_counted_by_status_code_in_metrics(
@@ -175,7 +176,7 @@ def test_an_unknown_acks_value_is_invalid_and_appends_nothing(
     )
     assert err.code() is grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
     assert reason_of(err) == "INVALID_ARGUMENT"
-    assert client.list_offsets(topic)[0].log_end_offset == 0
+    assert client.list_offsets(topic)[0].log_end_offset == 1  # the leader's epoch marker
 
 
 def test_a_batch_over_the_message_limit_is_refused_by_the_transport(
@@ -184,4 +185,4 @@ def test_a_batch_over_the_message_limit_is_refused_by_the_transport(
     with pytest.raises(ReplogError) as info:
         client.append(topic, 0, [b"x" * 4000] * 1100)  # 4.4 MB > 4 MiB
     assert info.value.metadata.get("grpc_code") == "RESOURCE_EXHAUSTED"
-    assert client.list_offsets(topic)[0].log_end_offset == 0
+    assert client.list_offsets(topic)[0].log_end_offset == 1  # the leader's epoch marker

@@ -17,6 +17,9 @@ from tests.integration.servers import ServerProcess
 pytestmark = pytest.mark.integration
 
 WAIT_S = 30.0
+# A single node is a cluster of one: a new topic's first leader writes its epoch marker (a
+# control record consumers never see) at offset 0, so the first record lands at offset 1.
+F = 1
 
 
 def test_appended_records_come_back_from_fetch_with_their_offsets(
@@ -24,12 +27,12 @@ def test_appended_records_come_back_from_fetch_with_their_offsets(
 ) -> None:
     first = client.append(topic, 0, [b"a", b"bb", b""])
     second = client.append(topic, 0, [b"ccc"], acks="leader")
-    assert (first.base_offset, first.last_offset) == (0, 2)
-    assert (second.base_offset, second.last_offset, second.high_watermark) == (3, 3, 4)
+    assert (first.base_offset, first.last_offset) == (F, F + 2)
+    assert (second.base_offset, second.last_offset, second.high_watermark) == (F + 3, F + 3, F + 4)
     res = client.fetch(topic, 0, 0)
-    assert res.records.offsets == [0, 1, 2, 3]
+    assert res.records.offsets == [F, F + 1, F + 2, F + 3]
     assert res.records.values == [b"a", b"bb", b"", b"ccc"]
-    assert (res.high_watermark, res.log_start_offset, res.next_offset) == (4, 0, 4)
+    assert (res.high_watermark, res.log_start_offset, res.next_offset) == (F + 4, 0, F + 4)
 
 
 def test_acks_none_returns_no_offsets_but_the_records_land(client: Client, topic: str) -> None:
@@ -43,10 +46,10 @@ def test_fetch_at_the_high_watermark_with_no_wait_answers_empty_at_once(
     client: Client, topic: str
 ) -> None:
     client.append(topic, 0, [b"a"])
-    res = client.fetch(topic, 0, 1)
+    res = client.fetch(topic, 0, F + 1)
     assert len(res.records) == 0
-    assert res.next_offset == 1
-    assert res.high_watermark == 1
+    assert res.next_offset == F + 1
+    assert res.high_watermark == F + 1
 
 
 def test_fetch_long_poll_returns_early_when_a_record_is_committed(
@@ -54,27 +57,27 @@ def test_fetch_long_poll_returns_early_when_a_record_is_committed(
 ) -> None:
     # The poll may wait up to 10 minutes; it must come back with the record long before.
     with ThreadPoolExecutor(1) as pool:
-        pending = pool.submit(client.fetch, topic, 0, 0, max_wait_ms=600_000)
+        pending = pool.submit(client.fetch, topic, 0, F, max_wait_ms=600_000)
         client.append(topic, 0, [b"wake up"])
         res = pending.result(timeout=WAIT_S)
     assert res.records.values == [b"wake up"]
 
 
 def test_fetch_long_poll_times_out_empty_when_nothing_arrives(client: Client, topic: str) -> None:
-    res = client.fetch(topic, 0, 0, max_wait_ms=50)
+    res = client.fetch(topic, 0, F, max_wait_ms=50)
     assert len(res.records) == 0
-    assert res.high_watermark == 0
+    assert res.high_watermark == F
 
 
 def test_fetch_respects_max_bytes_but_returns_at_least_one_whole_record(
     client: Client, topic: str
 ) -> None:
     client.append(topic, 0, [b"v" * 1000] * 20)
-    small = client.fetch(topic, 0, 0, max_bytes=1)
-    assert small.records.offsets == [0]
-    some = client.fetch(topic, 0, 5, max_bytes=3 * 1012)
-    assert some.records.offsets == [5, 6, 7]
-    assert some.next_offset == 8
+    small = client.fetch(topic, 0, F, max_bytes=1)
+    assert small.records.offsets == [F]
+    some = client.fetch(topic, 0, F + 5, max_bytes=3 * 1012)
+    assert some.records.offsets == [F + 5, F + 6, F + 7]
+    assert some.next_offset == F + 8
 
 
 def test_stream_from_follows_the_tail_as_records_are_committed(client: Client, topic: str) -> None:
@@ -96,17 +99,17 @@ def test_stream_from_follows_the_tail_as_records_are_committed(client: Client, t
         client.append(topic, 0, [b"%d" % i for i in range(start, start + 100)])
     assert done.wait(WAIT_S)
     thread.join(WAIT_S)
-    assert seen == list(range(300))
+    assert seen == list(range(F, F + 300))
 
 
 def test_consumer_iterates_records_from_an_offset(client: Client, topic: str) -> None:
     client.append(topic, 0, [b"r%d" % i for i in range(50)])
     records = []
-    for record in client.consumer(topic, 0, 45):
+    for record in client.consumer(topic, 0, F + 45):
         records.append((record.offset, record.value))
-        if record.offset == 49:
+        if record.offset == F + 49:
             break
-    assert records == [(i, b"r%d" % i) for i in range(45, 50)]
+    assert records == [(F + i, b"r%d" % i) for i in range(45, 50)]
 
 
 def test_stream_replies_stay_under_the_grpc_message_limit(
@@ -118,7 +121,7 @@ def test_stream_replies_stay_under_the_grpc_message_limit(
     with grpc.insecure_channel(shared_server.address) as channel:
         stub = log_pb2_grpc.LogStub(channel)
         call = stub.StreamFrom(
-            log_pb2.StreamFromRequest(topic=topic, partition=0, offset=0), timeout=WAIT_S
+            log_pb2.StreamFromRequest(topic=topic, partition=0, offset=F), timeout=WAIT_S
         )
         total = 0
         for batch in call:
@@ -134,7 +137,7 @@ def test_concurrent_appends_get_distinct_dense_offsets(client: Client, topic: st
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda i: client.append(topic, 0, [b"%d" % i] * 10), range(40)))
     offsets = sorted(o for r in results for o in range(r.base_offset, r.last_offset + 1))
-    assert offsets == list(range(400))
+    assert offsets == list(range(F, F + 400))
 
 
 @pytest.mark.parametrize("acks", ["leader", "all"])
@@ -145,8 +148,8 @@ def test_producer_batches_and_resolves_each_records_offset(
         futures = [producer.send(b"m%d" % i) for i in range(1000)]
         producer.flush(WAIT_S)
         offsets = [f.result(WAIT_S) for f in futures]
-    assert offsets == list(range(1000))
-    requests = client.fetch(topic, 0, 990).records.values
+    assert offsets == list(range(F, F + 1000))
+    requests = client.fetch(topic, 0, F + 990).records.values
     assert requests == [b"m%d" % i for i in range(990, 1000)]
 
 
@@ -154,9 +157,9 @@ def test_deleting_a_topic_ends_its_waiting_long_polls_and_streams_with_not_found
     client: Client,
 ) -> None:
     client.create_topic("doomed", 1)
-    stream = client.stream("doomed", 0, 0)
+    stream = client.stream("doomed", 0, F)
     with ThreadPoolExecutor(2) as pool:
-        poll = pool.submit(client.fetch, "doomed", 0, 0, max_wait_ms=600_000)
+        poll = pool.submit(client.fetch, "doomed", 0, F, max_wait_ms=600_000)
         follow = pool.submit(next, stream)
         # Whether each call reached the server before or after the delete, it ends NOT_FOUND.
         client.delete_topic("doomed")

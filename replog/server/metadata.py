@@ -1,0 +1,220 @@
+"""Cluster metadata: typed, versioned commands and the in-memory image they build.
+
+The `__cluster` partition's records are commands. Each is validated against the image on
+the metadata leader BEFORE it is proposed (`MetadataImage.create_topic` /
+`delete_topic` return the command or raise a typed `ReplogError`); once committed, applying
+it (`MetadataImage.apply`) cannot fail: it is a pure change of in-memory state. Local side
+effects (directories, replicas) are not part of applying: the reconciler
+(`replica_manager`) moves local state towards the image and may retry; the image never
+waits for it.
+
+Record value, JSON (UTF-8), version 1 (written)::
+
+    {"kind": "create_topic", "version": 1, "name": "orders", "partitions": 3,
+     "assignment": [[1, 2, 3], [2, 3, 1], [3, 1, 2]]}
+    {"kind": "delete_topic", "version": 1, "name": "orders"}
+
+Version 0 (read, never written) is the untyped format of earlier releases, with "op" in
+place of "kind" and no "version". A record whose kind or version this node does not know,
+or whose fields do not have the shape above, raises `UnknownCommandError`: the node stops
+with that error rather than skip a command the rest of the cluster applied.
+
+A topic's identity is its name plus `topic_id`, the `__cluster` offset of the command that
+created it: a topic deleted and created again under the same name is a new topic, and the
+reconciler never mistakes the old one's files for the new one's.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from replog.errors import InvalidArgumentError, TopicExistsError, TopicNotFoundError
+from replog.storage import validate_topic_name
+from replog.storage.names import PARTITIONS_MAX
+
+METADATA_TOPIC = "__cluster"
+COMMAND_VERSION = 1
+KNOWN_VERSIONS = (0, 1)
+
+
+class UnknownCommandError(Exception):
+    """A metadata record this node cannot apply (newer kind or version, or malformed).
+    Not a `ReplogError`: it is not a request's outcome but a reason to stop the node."""
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopic:
+    name: str
+    partitions: int
+    assignment: tuple[tuple[int, ...], ...]  # partition -> its replicas, preferred leader first
+
+    KIND = "create_topic"
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopic:
+    name: str
+
+    KIND = "delete_topic"
+
+
+Command = CreateTopic | DeleteTopic
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMeta:
+    name: str
+    partitions: int
+    assignment: tuple[tuple[int, ...], ...]
+    topic_id: int  # the __cluster offset of the CreateTopic that made it
+
+    def hosted_by(self, node_id: int) -> list[int]:
+        """The partitions with a replica on `node_id`."""
+        return [p for p, replicas in enumerate(self.assignment) if node_id in replicas]
+
+
+# -- encoding -------------------------------------------------------------------------------
+
+
+def encode(command: Command) -> bytes:
+    body: dict[str, Any] = {"kind": command.KIND, "version": COMMAND_VERSION, "name": command.name}
+    if isinstance(command, CreateTopic):
+        body["partitions"] = command.partitions
+        body["assignment"] = [list(r) for r in command.assignment]
+    return json.dumps(body, sort_keys=True).encode()
+
+
+def decode(value: bytes) -> Command:
+    """The command a record holds; `UnknownCommandError` for anything else."""
+    try:
+        body = json.loads(value)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise UnknownCommandError(f"not a JSON metadata command: {exc}") from None
+    if not isinstance(body, dict):
+        raise UnknownCommandError("a metadata command must be a JSON object")
+    version = body.get("version", 0)
+    kind = body.get("kind") if version else body.get("op")
+    if version not in KNOWN_VERSIONS or isinstance(version, bool):
+        raise UnknownCommandError(
+            f"metadata command version {version!r} (kind {kind!r}) is newer than this node "
+            f"understands (versions {list(KNOWN_VERSIONS)}): upgrade this node"
+        )
+    try:
+        if kind == CreateTopic.KIND:
+            return _shaped(
+                CreateTopic(
+                    _name(body["name"]),
+                    _int(body["partitions"]),
+                    tuple(tuple(_int(r) for r in reps) for reps in body["assignment"]),
+                )
+            )
+        if kind == DeleteTopic.KIND:
+            return DeleteTopic(_name(body["name"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UnknownCommandError(f"malformed {kind!r} metadata command: {exc!r}") from None
+    raise UnknownCommandError(
+        f"unknown metadata command kind {kind!r} (version {version}): upgrade this node"
+    )
+
+
+def _name(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"name must be a string, got {value!r}")
+    return value
+
+
+def _int(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _shaped(command: CreateTopic) -> CreateTopic:
+    """Structural checks that make applying `command` total."""
+    if not 1 <= command.partitions <= PARTITIONS_MAX:
+        raise ValueError(f"partitions {command.partitions} out of range")
+    if len(command.assignment) != command.partitions:
+        raise ValueError("the assignment must list every partition")
+    for replicas in command.assignment:
+        if not replicas or len(set(replicas)) != len(replicas):
+            raise ValueError(f"replicas {list(replicas)} must be distinct and not empty")
+    return command
+
+
+def assign(
+    name: str, partitions: int, replication_factor: int, nodes: Sequence[int]
+) -> tuple[tuple[int, ...], ...]:
+    """Spread replicas evenly: partition p starts at node (p + crc32(name)) % n."""
+    ordered = sorted(nodes)
+    n = len(ordered)
+    seed = zlib.crc32(name.encode())
+    return tuple(
+        tuple(ordered[(p + seed + k) % n] for k in range(replication_factor))
+        for p in range(partitions)
+    )
+
+
+# -- the image ------------------------------------------------------------------------------
+
+
+class MetadataImage:
+    """The cluster's topics as the committed commands up to `applied_offset` describe them."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, TopicMeta] = {}
+        self.applied_offset = 0  # the next __cluster offset to apply
+
+    # -- validation (before proposing) -------------------------------------------------------
+
+    def create_topic(
+        self, name: str, partitions: int, replication_factor: int, nodes: Sequence[int]
+    ) -> CreateTopic:
+        """The command that creates `name`, or the typed error a client should get."""
+        validate_topic_name(name)
+        if name == METADATA_TOPIC:
+            raise InvalidArgumentError(f"{METADATA_TOPIC} is reserved", topic=name)
+        if not 1 <= partitions <= PARTITIONS_MAX:
+            raise InvalidArgumentError(
+                f"partitions must be in [1, {PARTITIONS_MAX}], got {partitions}",
+                partitions=partitions,
+            )
+        if not 1 <= replication_factor <= len(nodes):
+            raise InvalidArgumentError(
+                f"replication_factor {replication_factor} must be in [1, {len(nodes)}] "
+                f"(the cluster has {len(nodes)} node(s))",
+                replication_factor=replication_factor,
+            )
+        if name in self.topics:
+            raise TopicExistsError(f"topic {name!r} already exists", topic=name)
+        return CreateTopic(name, partitions, assign(name, partitions, replication_factor, nodes))
+
+    def delete_topic(self, name: str) -> DeleteTopic:
+        self.topic(name)
+        return DeleteTopic(name)
+
+    def topic(self, name: str) -> TopicMeta:
+        meta = self.topics.get(name)
+        if meta is None:
+            validate_topic_name(name)
+            raise TopicNotFoundError(f"topic {name!r} does not exist", topic=name)
+        return meta
+
+    # -- applying (after commit) -------------------------------------------------------------
+
+    def apply(self, offset: int, command: Command | None) -> None:
+        """Apply the committed record at `offset` (None: a control record). Total: a command
+        that lost a race (a create of a name that exists, a delete of one that does not,
+        both possible across a leader change) changes nothing."""
+        assert offset >= self.applied_offset, (offset, self.applied_offset)
+        if isinstance(command, CreateTopic):
+            if command.name not in self.topics:
+                self.topics[command.name] = TopicMeta(
+                    command.name, command.partitions, command.assignment, offset
+                )
+        elif isinstance(command, DeleteTopic):
+            self.topics.pop(command.name, None)
+        self.applied_offset = offset + 1

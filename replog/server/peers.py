@@ -1,0 +1,61 @@
+"""Calls to other nodes of the cluster: forwarded admin calls, on one channel per peer.
+
+A forwarded call carries the metadata `x-replog-forwarded: 1` so that the receiving node
+answers for itself instead of forwarding it again. A peer's failure comes back as the typed
+`ReplogError` it sent (decoded by `replog.rpc_errors`, keyed by reason).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any
+
+import grpc
+
+from replog.errors import ReplogError
+from replog.rpc_errors import from_rpc_error
+from replog.v1 import admin_pb2_grpc
+
+FORWARDED = "x-replog-forwarded"
+FORWARD_METADATA = ((FORWARDED, "1"),)
+
+
+class Peers:
+    """The cluster's nodes (id -> address, this node included) and admin stubs to them."""
+
+    def __init__(self, node_id: int, addresses: dict[int, str]) -> None:
+        self.node_id = node_id
+        self.addresses = dict(addresses)
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def address(self, node_id: int | None) -> str | None:
+        return None if node_id is None else self.addresses.get(node_id)
+
+    def nodes(self) -> list[tuple[int, str]]:
+        return sorted(self.addresses.items())
+
+    def set_own_address(self, address: str) -> None:
+        """A single node learns its address once bound (port 0)."""
+        self.addresses[self.node_id] = address
+
+    def admin(self, node_id: int) -> Any:
+        """An Admin stub of node `node_id`."""
+        address = self.addresses[node_id]
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = grpc.aio.insecure_channel(address)
+        return admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close(None)
+        self._channels.clear()
+
+
+async def remote(call: Awaitable[Any]) -> Any:
+    """Await a forwarded call, turning its failure back into the typed error."""
+    try:
+        return await call
+    except grpc.RpcError as exc:
+        err: ReplogError = from_rpc_error(exc)
+        raise err from None

@@ -1,0 +1,84 @@
+"""The directories of the replicas a node hosts (local state, as the reconciler sees it).
+
+Layout under `data_dir` (the storage layout of seed 001, plus the topic's identity)::
+
+    {topic}/topic.json          {"name": ..., "partitions": N, "topic_id": T}; written
+                                atomically, last: a directory without it is an unfinished
+                                create. `topic_id` (the __cluster offset of the create) is
+                                absent in data dirs of earlier releases: such a directory is
+                                adopted by the topic of that name, then stamped.
+    {topic}/partition_{N}/      one PartitionLog (segments, high-watermark, quorum-state, ...)
+    .trash~/{32 hex digits}/    topics being deleted; emptied at start. The name is short
+                                whatever the topic's length ('~' never appears in a topic
+                                name), so a 249-character topic can be deleted too.
+    __cluster/partition_0/      the metadata log (see `metadata_log`), never listed here
+
+All functions block (file system): call them in a thread.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from replog.server.metadata import METADATA_TOPIC
+from replog.storage import checkpoint
+from replog.storage.names import partition_dir
+
+TOPIC_FILE = "topic.json"
+TRASH_DIR = ".trash~"
+
+
+@dataclass(frozen=True, slots=True)
+class LocalTopic:
+    name: str
+    partitions: int
+    topic_id: int | None  # None: written by an earlier release
+
+
+def scan(data_dir: Path) -> dict[str, LocalTopic]:
+    """The finished topic directories under `data_dir` (the metadata log excluded)."""
+    out: dict[str, LocalTopic] = {}
+    if not data_dir.is_dir():
+        return out
+    for path in sorted(data_dir.iterdir()):
+        if path.name in (METADATA_TOPIC, TRASH_DIR) or not path.is_dir():
+            continue
+        raw = checkpoint.read_file(path / TOPIC_FILE)
+        if raw is None:
+            continue
+        meta = json.loads(raw)
+        topic_id = meta.get("topic_id")
+        out[meta["name"]] = LocalTopic(
+            meta["name"], int(meta["partitions"]), None if topic_id is None else int(topic_id)
+        )
+    return out
+
+
+def create(data_dir: Path, name: str, partitions: int, topic_id: int) -> LocalTopic:
+    """Make (or finish, or stamp) `name`'s directory for topic `topic_id`."""
+    for p in range(partitions):
+        partition_dir(data_dir, name, p).mkdir(parents=True, exist_ok=True)
+    body = {"name": name, "partitions": partitions, "topic_id": topic_id}
+    checkpoint.write_atomic(data_dir / name / TOPIC_FILE, json.dumps(body).encode())
+    return LocalTopic(name, partitions, topic_id)
+
+
+def remove(data_dir: Path, name: str) -> None:
+    """Move `name`'s directory to the trash (one rename, made durable), then empty it."""
+    source = data_dir / name
+    if not source.exists():
+        return
+    trash = data_dir / TRASH_DIR
+    trash.mkdir(exist_ok=True)
+    doomed = trash / uuid.uuid4().hex
+    source.rename(doomed)
+    checkpoint.fsync_dir(data_dir)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def empty_trash(data_dir: Path) -> None:
+    shutil.rmtree(data_dir / TRASH_DIR, ignore_errors=True)

@@ -1,0 +1,282 @@
+"""The reconciler: moves this node's replicas towards what the metadata image says.
+
+Desired state is the `MetadataImage` (which topics exist, which partitions this node holds a
+replica of, each topic's `topic_id`); local state is the topic directories on disk
+(`replica_dirs`) and the replicas running here. One supervised task (`run`) compares them
+whenever the image changes and performs, topic by topic:
+
+* a local topic the image no longer has, or has under another `topic_id` (deleted, perhaps
+  created again): stop its replicas, close their logs, move its directory to the trash;
+* a topic the image assigns here: make its directory (or adopt an unstamped one from an
+  earlier release), open each hosted partition's log, start its replica.
+
+A local failure (ENOSPC, EMFILE, a name too long for the file system, ...) is recorded for
+that topic or partition (`failures()`: logs, metrics, errors on the request path), and
+retried with exponential backoff; it never blocks the metadata log, other topics or other
+partitions. Only `ReplogError` and `OSError` count as local failures: anything else is a bug
+and ends the node (see `supervisor`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from replog.errors import ReplogError
+from replog.server import replica_dirs
+from replog.server.logs import log
+from replog.server.metadata import MetadataImage, TopicMeta
+from replog.server.replica_dirs import LocalTopic
+from replog.server.replicated import ReplicatedPartition
+from replog.storage import PartitionLog, StorageConfig
+from replog.storage.names import partition_dir
+
+_log = logging.getLogger("replog.server.replicas")
+
+BACKOFF_S_MIN = 0.1
+BACKOFF_S_MAX = 30.0
+
+MakeReplica = Callable[[TopicMeta, int, PartitionLog], ReplicatedPartition]
+Key = tuple[str, int | None]  # (topic, partition); None: the topic's directory
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    topic: str
+    partition: int | None  # None: the topic as a whole (its directory)
+    action: str  # create | open | delete
+    error: str
+    attempts: int
+    retry_at: float  # on the manager's clock
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        node_id: int,
+        data_dir: Path,
+        config: StorageConfig,
+        image: MetadataImage,
+        make_replica: MakeReplica,
+        metadata_ready: Callable[[], bool],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.node_id = node_id
+        self.data_dir = data_dir
+        self.config = config
+        self.image = image
+        self._make_replica = make_replica
+        self._metadata_ready = metadata_ready
+        self._clock = clock
+        self.replicas: dict[tuple[str, int], ReplicatedPartition] = {}
+        self._local: dict[str, LocalTopic] = {}
+        self._failures: dict[Key, Failure] = {}
+        self._wake = asyncio.Event()
+        self._passes = 0
+        self._pass_done = asyncio.Event()
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Read local state: empty the trash, list topic directories."""
+        await asyncio.to_thread(replica_dirs.empty_trash, self.data_dir)
+        self._local = await asyncio.to_thread(replica_dirs.scan, self.data_dir)
+
+    def wake(self) -> None:
+        """The image changed (or a caller wants a pass now)."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Reconcile on every wake-up and at the earliest retry time; runs until cancelled."""
+        while True:
+            timeout = self._next_retry_s()
+            if timeout is None:
+                await self._wake.wait()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+            self._wake.clear()
+            await self.reconcile()
+
+    async def reconcile(self) -> None:
+        """One pass over every topic that exists locally or in the image."""
+        topics = dict(self.image.topics)
+        now = self._clock()
+        for name in sorted(set(topics) | set(self._local) | {k[0] for k in self.replicas}):
+            if self._closed:
+                return
+            meta = topics.get(name)
+            if meta is not None and not meta.hosted_by(self.node_id):
+                meta = None
+            await self._reconcile_topic(name, meta, now)
+        self._passes += 1
+        done, self._pass_done = self._pass_done, asyncio.Event()
+        done.set()
+
+    async def wait_passes(self, count: int, timeout_s: float) -> bool:
+        """Wait until `count` more passes finished (True) or `timeout_s` passed (False)."""
+        target = self._passes + count
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self._passes < target:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            event = self._pass_done
+            self.wake()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), remaining)
+        return True
+
+    def begin_shutdown(self) -> None:
+        """Wake every long poll and stream of every replica; refuse new work."""
+        for part in self.replicas.values():
+            part.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        for key in list(self.replicas):
+            await self._stop(key)
+
+    # -- lookups ---------------------------------------------------------------------------
+
+    def replica(self, meta: TopicMeta, partition: int) -> ReplicatedPartition | None:
+        """The running replica of this very topic (not an older one of the same name)."""
+        part = self.replicas.get((meta.name, partition))
+        if part is None or part.topic_id != meta.topic_id:
+            return None
+        return part
+
+    def failure(self, topic: str, partition: int) -> Failure | None:
+        return self._failures.get((topic, partition)) or self._failures.get((topic, None))
+
+    def failures(self) -> list[Failure]:
+        return list(self._failures.values())
+
+    def logs(self) -> list[PartitionLog]:
+        return [part.log for part in list(self.replicas.values())]
+
+    # -- one topic -------------------------------------------------------------------------
+
+    async def _reconcile_topic(self, name: str, meta: TopicMeta | None, now: float) -> None:
+        local = self._local.get(name)
+        running = [k for k in self.replicas if k[0] == name]
+        if (local is not None or running) and self._stale(name, meta, local, running):
+            if not self._due((name, None), now):
+                return
+            try:
+                for key in running:
+                    await self._stop(key)
+                await asyncio.to_thread(replica_dirs.remove, self.data_dir, name)
+            except (ReplogError, OSError) as exc:
+                self._failed((name, None), "delete", exc, now)
+                return
+            self._local.pop(name, None)
+            self._succeeded((name, None))
+            for stale_key in [k for k in self._failures if k[0] == name and k[1] is not None]:
+                del self._failures[stale_key]
+            log(_log, "topic.removed", topic=name)
+        if meta is None:
+            self._failures.pop((name, None), None)
+            return
+        local = self._local.get(name)
+        if local is not None and local.topic_id not in (None, meta.topic_id):
+            return  # a later incarnation on disk: the image has not caught up with it yet
+        if local is None or local.topic_id is None:
+            if not self._due((name, None), now):
+                return
+            try:
+                local = await asyncio.to_thread(
+                    replica_dirs.create, self.data_dir, name, meta.partitions, meta.topic_id
+                )
+            except (ReplogError, OSError) as exc:
+                self._failed((name, None), "create", exc, now)
+                return
+            self._local[name] = local
+            self._succeeded((name, None))
+        for p in meta.hosted_by(self.node_id):
+            if (name, p) in self.replicas or not self._due((name, p), now):
+                continue
+            try:
+                await self._start(meta, p)
+            except (ReplogError, OSError) as exc:
+                self._failed((name, p), "open", exc, now)
+                continue
+            self._succeeded((name, p))
+
+    def _stale(
+        self,
+        name: str,
+        meta: TopicMeta | None,
+        local: LocalTopic | None,
+        running: list[tuple[str, int]],
+    ) -> bool:
+        """Whether the local topic `name` is one the image deleted. A topic the image does not
+        know (yet) is deleted only once the image holds every command of the local metadata
+        log (a restarted node replays its log up to the HW it knows; the rest comes later),
+        and only if it was created before what the image has applied."""
+        if meta is not None:
+            ids = [self.replicas[k].topic_id for k in running]
+            if local is not None and local.topic_id is not None:
+                ids.append(local.topic_id)
+            return any(i < meta.topic_id for i in ids)
+        if not self._metadata_ready():
+            return False
+        return local is None or local.topic_id is None or local.topic_id < self.image.applied_offset
+
+    async def _start(self, meta: TopicMeta, p: int) -> None:
+        directory = partition_dir(self.data_dir, meta.name, p)
+        plog = await asyncio.to_thread(PartitionLog, directory, meta.name, p, self.config)
+        try:
+            part = self._make_replica(meta, p, plog)
+            await part.start()
+        except BaseException:
+            await asyncio.to_thread(plog.close)
+            raise
+        self.replicas[(meta.name, p)] = part
+
+    async def _stop(self, key: tuple[str, int]) -> None:
+        part = self.replicas.pop(key)
+        await part.stop()
+        await asyncio.to_thread(part.log.close)
+
+    # -- failures --------------------------------------------------------------------------
+
+    def _due(self, key: Key, now: float) -> bool:
+        failure = self._failures.get(key)
+        return failure is None or failure.retry_at <= now
+
+    def _failed(self, key: Key, action: str, exc: BaseException, now: float) -> None:
+        previous = self._failures.get(key)
+        attempts = 1 if previous is None else previous.attempts + 1
+        delay_s = min(BACKOFF_S_MAX, BACKOFF_S_MIN * 2 ** (attempts - 1))
+        self._failures[key] = Failure(key[0], key[1], action, repr(exc), attempts, now + delay_s)
+        log(
+            _log,
+            "replica.failed",
+            logging.WARNING,
+            topic=key[0],
+            partition=key[1],
+            action=action,
+            error=repr(exc),
+            attempts=attempts,
+            retry_in_ms=int(delay_s * 1000),
+        )
+
+    def _succeeded(self, key: Key) -> None:
+        failure = self._failures.pop(key, None)
+        if failure is not None:
+            log(_log, "replica.recovered", topic=key[0], partition=key[1], action=failure.action)
+
+    def _next_retry_s(self) -> float | None:
+        if not self._failures:
+            return None
+        soonest = min(f.retry_at for f in self._failures.values())
+        return max(0.0, soonest - self._clock())

@@ -1,0 +1,82 @@
+"""Creating and deleting topics: checked, then proposed on the metadata leader.
+
+Any node accepts CreateTopic/DeleteTopic: the router names the `__cluster` leader; another
+node forwards the call there (`peers`). On the leader the command is built from the
+caught-up image, which validates it (INVALID_ARGUMENT, TOPIC_EXISTS, UNKNOWN_TOPIC) before
+anything is proposed; the call returns once the command is committed and applied to the
+leader's image. A create also gives this node's reconciler a short moment to open its
+replicas, so that a single node serves the topic as soon as the call returns; the replicas
+elsewhere follow on their own (callers retry LEADER_UNKNOWN meanwhile).
+"""
+
+from __future__ import annotations
+
+from replog.errors import InvalidArgumentError
+from replog.server.metadata import METADATA_TOPIC
+from replog.server.metadata_log import MetadataLog
+from replog.server.peers import Peers, remote
+from replog.server.replica_manager import ReplicaManager
+from replog.server.routing import Router
+from replog.storage import validate_topic_name
+from replog.storage.names import PARTITIONS_MAX
+from replog.v1 import admin_pb2
+
+LOCAL_OPEN_WAIT_S = 5.0
+
+
+class Topics:
+    def __init__(
+        self,
+        router: Router,
+        metadata: MetadataLog,
+        replicas: ReplicaManager,
+        peers: Peers,
+        *,
+        default_replication_factor: int,
+        timeout_s: float,
+    ) -> None:
+        self.router = router
+        self.metadata = metadata
+        self.replicas = replicas
+        self.peers = peers
+        self.default_replication_factor = default_replication_factor
+        self.timeout_s = timeout_s
+
+    async def create(self, name: str, partitions: int, replication_factor: int = 0) -> None:
+        nodes = [i for i, _ in self.peers.nodes()]
+        # Checks that need no metadata, so that a bad request fails on any node at once.
+        validate_topic_name(name)
+        if name == METADATA_TOPIC:
+            raise InvalidArgumentError(f"{METADATA_TOPIC} is reserved", topic=name)
+        if not 1 <= partitions <= PARTITIONS_MAX:
+            raise InvalidArgumentError(
+                f"partitions must be in [1, {PARTITIONS_MAX}]", partitions=partitions
+            )
+        rf = replication_factor or min(self.default_replication_factor, len(nodes))
+        if rf > len(nodes):
+            raise InvalidArgumentError(
+                f"replication_factor {rf} exceeds the {len(nodes)} node(s) of the cluster",
+                replication_factor=rf,
+            )
+        leader = self.router.metadata_leader()
+        if leader != self.peers.node_id:
+            request = admin_pb2.CreateTopicRequest(
+                name=name, partitions=partitions, replication_factor=rf
+            )
+            await remote(self.peers.admin(leader).CreateTopic(request, timeout=self.timeout_s))
+            return
+
+        await self.metadata.propose(
+            lambda image: image.create_topic(name, partitions, rf, nodes), self.timeout_s
+        )
+        # A pass under way may have started before the command applied: wait for the next.
+        await self.replicas.wait_passes(2, LOCAL_OPEN_WAIT_S)
+
+    async def delete(self, name: str) -> None:
+        await self.router.topic(name)  # UNKNOWN_TOPIC (or LEADER_UNKNOWN) before forwarding
+        leader = self.router.metadata_leader()
+        if leader != self.peers.node_id:
+            request = admin_pb2.DeleteTopicRequest(name=name)
+            await remote(self.peers.admin(leader).DeleteTopic(request, timeout=self.timeout_s))
+            return
+        await self.metadata.propose(lambda image: image.delete_topic(name), self.timeout_s)

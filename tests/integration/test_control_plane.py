@@ -1,0 +1,85 @@
+"""The control plane on one node and on three: topics of every valid name length can be
+deleted and created again, and a local failure leaves everything else working."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from replog.client import Client, RetryPolicy
+from replog.devcluster import DevCluster
+from tests.integration.servers import ServerProcess
+from tests.integration.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+PATIENT = RetryPolicy(attempts_max=1000, backoff_max_ms=500, deadline_ms=90_000)
+TOPIC_NAME_CHARS_MAX = 249
+
+
+def name_of_length(k: int) -> str:
+    """A distinct valid topic name of exactly `k` characters."""
+    return (f"t{k}-" + "x" * TOPIC_NAME_CHARS_MAX)[:k]
+
+
+NAMES = [name_of_length(k) for k in range(1, TOPIC_NAME_CHARS_MAX + 1)]
+
+
+def topic_dirs(data_dir: Path) -> list[str]:
+    """Topic directories left on disk (the metadata log and the trash aside)."""
+    return sorted(p.name for p in data_dir.iterdir() if p.name not in ("__cluster", ".trash~"))
+
+
+def no_replica_failures(metrics: str) -> bool:
+    return not [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("replog_replica_failures{") and not line.endswith(" 0.0")
+    ]
+
+
+def test_every_name_length_can_be_deleted_and_created_again_on_one_node(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data", tmp_path)
+    try:
+        server.start()
+        with Client(server.address, timeout_s=30, retry=RetryPolicy(attempts_max=3)) as client:
+            for round_ in range(2):
+                for name in NAMES:
+                    client.create_topic(name, 1)
+                    res = client.append(name, 0, [b"round-%d" % round_])
+                    fetched = client.fetch(name, 0, res.base_offset)
+                    assert fetched.records.values == [b"round-%d" % round_]  # never the old one
+                    client.delete_topic(name)
+                assert client.list_topics() == {}
+            wait_until(lambda: topic_dirs(tmp_path / "data") == [], "every topic dir is gone")
+            assert no_replica_failures(server.metrics())
+        assert server.terminate() == 0
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[DevCluster]:
+    c = DevCluster(tmp_path / "cluster", 3)
+    c.start()
+    yield c
+    c.kill_all()
+
+
+def test_every_name_length_can_be_deleted_and_created_again_on_three_nodes(
+    cluster: DevCluster,
+) -> None:
+    with Client(cluster.bootstrap, timeout_s=30, retry=PATIENT) as client:
+        for _round in range(2):
+            for name in NAMES:
+                client.create_topic(name, 1, replication_factor=3)
+                client.delete_topic(name)
+            assert client.list_topics() == {}
+        # Nothing is wedged: a topic created now works, on every node.
+        client.create_topic("after", 1, replication_factor=3)
+        res = client.append("after", 0, [b"still working"], acks="all")
+        assert client.fetch("after", 0, res.base_offset).records.values == [b"still working"]
+    for node in cluster.members.values():
+        wait_until(lambda n=node: topic_dirs(n.data_dir) == ["after"], "deleted topics are gone")
