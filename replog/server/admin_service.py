@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from replog.errors import LeaderUnknownError, NotLeaderError, ReplogError
+from replog.errors import LeaderUnknownError, NotLeaderError, ReplogError, UnavailableError
 from replog.server.metrics import Metrics
 from replog.server.peers import FORWARD_METADATA, FORWARDED, Peers, remote
 from replog.server.replicated import ReplicatedPartition
@@ -76,12 +76,21 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def DescribeTopic(
         self, request: admin_pb2.DescribeTopicRequest, context: Context
     ) -> admin_pb2.TopicDescription:
-        count = (await self.router.topic(request.name)).partitions
+        meta = await self.router.topic(request.name)
+        count = meta.partitions
         out = admin_pb2.TopicDescription(name=request.name)
         remote_desc: dict[int, admin_pb2.PartitionDescription] = {}
         forwarded = _forwarded(context)
         for p in range(count):
-            part = await self._local(request.name, p)
+            try:
+                part = await self._local(request.name, p)
+            except UnavailableError:  # its replica here is starting, or failing (retried)
+                out.partitions.append(
+                    admin_pb2.PartitionDescription(
+                        partition=p, replicas=meta.assignment[p], leader_id=NO_LEADER
+                    )
+                )
+                continue
             if part is None:
                 if forwarded:
                     continue  # a forwarded call answers for its own replicas only
@@ -147,8 +156,11 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             count = meta.partitions
             tmeta = out.topics.add(name=name)
             for p in range(count):
-                part = await self._local(name, p)
-                if part is None:  # not a replica here: the replicas know the leader
+                try:
+                    part = await self._local(name, p)
+                except UnavailableError:  # its replica here is starting, or failing
+                    part = None
+                if part is None:  # not running here: the replicas know the leader
                     tmeta.partitions.append(
                         admin_pb2.PartitionMetadata(
                             partition=p,

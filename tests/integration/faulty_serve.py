@@ -3,16 +3,26 @@
     FAULTY_SERVE_TASK=retention python -m tests.integration.faulty_serve serve --data-dir ...
 
 `FAULTY_SERVE_TASK` names the task that fails with an `AssertionError` (a stand-in for any
-bug): `retention` (the retention loop, on its first round). Nothing in `replog` itself
-knows about this: the wrapper replaces a method, then runs the real command.
+bug): `retention` (the retention loop, on its first round), `replica` (a replica's owner
+task: the core's tick fails once the node has served for a second), `metadata` (the
+metadata apply loop, at the second topic created). `no-space` is not a bug but a local
+failure: creating the directory of a topic whose name starts with `broken` fails with
+ENOSPC while the file named by `FAULTY_SERVE_FLAG` exists. Nothing in `replog`
+itself knows about this: the wrapper replaces a method, then runs the real command.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
+import time
+from typing import Any
 
 from replog import cli
+from replog.replication.replica import Replica
+from replog.server import replica_dirs
+from replog.server.metadata import CreateTopic, MetadataImage
 from replog.server.node import Node
 
 FAULT_ENV = "FAULTY_SERVE_TASK"
@@ -23,10 +33,67 @@ async def _broken_retention(self: Node) -> None:
     raise AssertionError("injected bug: retention")
 
 
+_armed_at = [float("inf")]  # the replica fault arms a second after the node is serving
+
+
+def _arm_after_open() -> None:
+    open_node = Node.open
+
+    async def open_and_arm(self: Node, *args: Any) -> None:
+        await open_node(self, *args)
+        _armed_at[0] = time.monotonic() + 1.0
+
+    Node.open = open_and_arm  # type: ignore[method-assign]
+
+
+def _break_replica_ticks() -> None:
+    _arm_after_open()
+    tick = Replica.tick
+
+    def broken_tick(self: Replica, now_ms: int) -> Any:
+        if time.monotonic() > _armed_at[0]:
+            raise AssertionError("injected bug: replica tick")
+        return tick(self, now_ms)
+
+    Replica.tick = broken_tick  # type: ignore[method-assign]
+
+
+def _break_metadata_apply() -> None:
+    apply = MetadataImage.apply
+    creates = [0]
+
+    def broken_apply(self: MetadataImage, offset: int, command: Any) -> None:
+        if isinstance(command, CreateTopic):
+            creates[0] += 1
+            if creates[0] == 2:  # the first create works; the second meets the bug
+                raise AssertionError("injected bug: metadata apply")
+        apply(self, offset, command)
+
+    MetadataImage.apply = broken_apply  # type: ignore[method-assign]
+
+
+def _no_space_for_broken_topics() -> None:
+    flag = os.environ.pop("FAULTY_SERVE_FLAG")
+    create = replica_dirs.create
+
+    def create_or_fail(data_dir: Any, name: str, partitions: int, topic_id: int) -> Any:
+        if name.startswith("broken") and os.path.exists(flag):
+            raise OSError(errno.ENOSPC, "No space left on device (injected)", name)
+        return create(data_dir, name, partitions, topic_id)
+
+    replica_dirs.create = create_or_fail  # type: ignore[assignment]
+
+
 def main() -> None:
     fault = os.environ.pop(FAULT_ENV, "")
     if fault == "retention":
         Node.run_retention = _broken_retention  # type: ignore[method-assign]
+    elif fault == "replica":
+        _break_replica_ticks()
+    elif fault == "metadata":
+        _break_metadata_apply()
+    elif fault == "no-space":
+        _no_space_for_broken_topics()
     elif fault:
         raise SystemExit(f"unknown fault {fault!r}")
     cli.main()

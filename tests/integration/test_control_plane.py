@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from replog.client import Client, RetryPolicy
+from replog.client import AppendResult, Client, RetryPolicy
 from replog.devcluster import DevCluster
+from replog.errors import UnavailableError
 from tests.integration.servers import ServerProcess
 from tests.integration.waiting import wait_until
 
@@ -83,3 +84,44 @@ def test_every_name_length_can_be_deleted_and_created_again_on_three_nodes(
         assert client.fetch("after", 0, res.base_offset).records.values == [b"still working"]
     for node in cluster.members.values():
         wait_until(lambda n=node: topic_dirs(n.data_dir) == ["after"], "deleted topics are gone")
+
+
+def test_a_local_failure_is_reported_for_its_partition_retried_and_blocks_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flag = tmp_path / "no-space"
+    flag.touch()
+    monkeypatch.setenv("FAULTY_SERVE_TASK", "no-space")
+    monkeypatch.setenv("FAULTY_SERVE_FLAG", str(flag))
+    server = ServerProcess(tmp_path / "data", tmp_path, module="tests.integration.faulty_serve")
+    try:
+        server.start()
+        with Client(server.address, timeout_s=30, retry=RetryPolicy(attempts_max=1)) as client:
+            client.create_topic("broken-orders", 2)  # committed; its directory cannot be made
+            with pytest.raises(UnavailableError, match="No space left"):
+                client.append("broken-orders", 0, [b"x"])
+            (p0, p1) = client.describe_topic("broken-orders")
+            assert (p0.leader_id, p1.leader_id) == (None, None)  # no replica running
+            metrics = server.metrics()
+            assert (
+                'replog_replica_failures{action="create",partition="",topic="broken-orders"}'
+                in (metrics)
+            )
+            # Every other command and topic works meanwhile.
+            client.create_topic("fine", 1)
+            assert client.append("fine", 0, [b"ok"]).base_offset == 1
+            client.delete_topic("fine")
+            flag.unlink()  # the disk has room again: the retry (with backoff) succeeds
+            res = wait_until(lambda: _append_or_none(client), "broken-orders recovers")
+            assert res.base_offset == 1
+            assert no_replica_failures(server.metrics())
+        assert "replica.failed" in server.log_text() and "replica.recovered" in server.log_text()
+    finally:
+        server.kill()
+
+
+def _append_or_none(client: Client) -> AppendResult | None:
+    try:
+        return client.append("broken-orders", 0, [b"at last"])
+    except UnavailableError:
+        return None
