@@ -1,9 +1,11 @@
 """Segment-log storage (seeds 003 + 001): synchronous, no grpc, no asyncio.
 
 Modules, bottom up: `replog.frames` (record frame codec), `index` (mmap'ed sparse index),
-`segment` (one .log + .idx), `segment_log` (a directory of segments), `partition_log` (LEO,
-high watermark, group commit), `registry` (topics and partitions under a data dir),
-`checkpoint` (atomic small files), `names` (topic names and the directory layout).
+`checksums` (the `.crc` CRC32C sidecar), `segment` (one .log + .idx + .crc), `segment_log` (a
+directory of segments), `partition_log` (LEO, high watermark, group commit), `registry`
+(topics and partitions under a data dir), `checkpoint` (atomic small files), `names` (topic
+names and the directory layout), `integrity` (what was found wrong), `scrub` (the background
+scrubber), `verify` (`replog verify`, offline).
 """
 
 from replog.storage.config import FlushPolicy, StorageConfig

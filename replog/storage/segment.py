@@ -411,7 +411,19 @@ class Segment:
     def truncate_to(self, offset: int) -> None:
         """Drop every record at or above `offset` (base_offset <= offset <= next_offset)."""
         assert self.base_offset <= offset <= self.next_offset
-        pos = self.position_of(offset)
+        try:
+            pos = self.position_of(offset)
+            if pos < self.size:
+                self._check_header_at(pos, offset)
+        except _IndexMismatch as exc:
+            self._repair_index(exc.position, offset)
+            try:
+                pos = self.position_of(offset)
+                if pos < self.size:
+                    self._check_header_at(pos, offset)
+            except _IndexMismatch as again:
+                why = "index and log disagree"
+                raise self._corrupt(offset, again.position, again.position, why) from None
         if self.sidecar is not None and pos < self.sidecar.covered_end:
             self._truncate_sidecar(pos, None)  # first: a crash then leaves log bytes uncovered
         os.ftruncate(self._fd, pos)
@@ -456,25 +468,26 @@ class Segment:
         if offset >= self.next_offset:
             assert offset == self.next_offset
             return self.size
-        if not self._index_checked:
-            self.check_index()
         entry, rel, pos = self.index.floor_by_offset(offset - self.base_offset)
         expected = self.base_offset + rel
         if expected == offset:
-            return pos
+            return pos  # the caller checks the frame header there (index entries are checked
+            # when used, not all up front: a read costs a header compare, not a pass)
         stop = self.index.position_after(entry, self.size)
         buf = os.pread(self._fd, stop - pos, pos)
         p = 0
         while p + HEADER_BYTES <= len(buf):
             found, raw_len = _unpack_header(buf, p)
             if found != expected:
+                if p == 0:
+                    raise _IndexMismatch(pos)
                 break
             if found == offset:
                 return pos + p
             p += HEADER_BYTES + (raw_len & LENGTH_MASK)
             expected += 1
         self._verify_range(pos, stop)  # raises if the bytes are corrupt, which explains it
-        raise self._corrupt(offset, pos, stop, "frame headers do not lead to the offset")
+        raise _IndexMismatch(pos)  # intact bytes, no frame of the offset: the index is wrong
 
     def read(
         self, offset: int, max_bytes: int, end_offset: int, *, first: bool
@@ -482,17 +495,48 @@ class Segment:
         """Whole frames from `offset`, at most `max_bytes` (at least one frame if `first`),
         stopping before `end_offset`. Returns (frames, reached the segment's or range's end).
         Raises CorruptDataError if any byte of them fails its checksum."""
+        try:
+            return self._read(offset, max_bytes, end_offset, first)
+        except _IndexMismatch as exc:
+            self._repair_index(exc.position, offset)
+        try:
+            return self._read(offset, max_bytes, end_offset, first)
+        except _IndexMismatch as exc:
+            raise self._corrupt(
+                offset, exc.position, exc.position, "index and log disagree"
+            ) from None
+
+    def _repair_index(self, position: int, offset: int) -> None:
+        """An index entry does not point at the frame it names: if the bytes there are
+        intact, the index is wrong (rebuild it from the log); else the data is corrupt."""
+        with contextlib.suppress(CorruptDataError):  # marks the damaged blocks, if any
+            self._verify_range(0, self.size)
+        c = self.chunk_bytes
+        if c and {position // c, (position + HEADER_BYTES - 1) // c} & self._bad:
+            raise self._corrupt(offset, position, position + HEADER_BYTES, "checksum mismatch")
+        self.rebuild_index()
+
+    def _read(
+        self, offset: int, max_bytes: int, end_offset: int, first: bool
+    ) -> tuple[bytes, bool]:
         start = self.position_of(offset)
         stop = self.size if end_offset >= self.next_offset else self.position_of(end_offset)
         if stop - start <= max_bytes:
             data = self._read_verified(start, stop)
             self._check_first(data, offset, start)
+            if stop < self.size:
+                self._check_header_at(stop, end_offset)
             return data, True
         limit = start + max_bytes
-        _, q = self.index.floor_by_position(limit)
+        rel_q, q = self.index.floor_by_position(limit)
         buf = os.pread(self._fd, max_bytes, start)
         p = max(q - start, 0)
         size = len(buf)
+        if p:  # the walk below starts at an index entry: check it holds its frame
+            if p + HEADER_BYTES > size:
+                self._check_header_at(q, self.base_offset + rel_q)
+            elif _unpack_header(buf, p)[0] != self.base_offset + rel_q:
+                raise _IndexMismatch(q)
         while p + HEADER_BYTES <= size:
             end = p + HEADER_BYTES + (_unpack_header(buf, p)[1] & LENGTH_MASK)
             if end > size:
@@ -512,7 +556,13 @@ class Segment:
 
     def _check_first(self, data: bytes, offset: int, start: int) -> None:
         if len(data) < HEADER_BYTES or _unpack_header(data)[0] != offset:
-            raise self._corrupt(offset, start, start + len(data), "no frame of the offset here")
+            raise _IndexMismatch(start)  # the bytes are verified: the position is wrong
+
+    def _check_header_at(self, position: int, offset: int) -> None:
+        header = os.pread(self._fd, HEADER_BYTES, position)
+        if len(header) < HEADER_BYTES or _unpack_header(header)[0] != offset:
+            self._verify_range(position, position + HEADER_BYTES)
+            raise _IndexMismatch(position)
 
     def _corrupt(self, offset: int, lo: int, hi: int, why: str) -> CorruptDataError:
         return CorruptDataError(
@@ -671,6 +721,14 @@ class Segment:
         self.log_path.unlink(missing_ok=True)
         self.index_path.unlink(missing_ok=True)
         self.checksum_path.unlink(missing_ok=True)
+
+
+class _IndexMismatch(Exception):
+    """An index-derived position does not hold the frame it should (internal to reads)."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__(position)
+        self.position = position
 
 
 def _frame_ends_at(buf: bytes, pos: int, size: int) -> bool:
