@@ -39,6 +39,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import google_crc32c  # C (SSE4.2); takes `bytes` only, so memoryview slices are copied
@@ -345,3 +346,43 @@ class Sidecar:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+@lru_cache(maxsize=8)
+def shift_tables(length: int) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Byte tables of the linear map M with crc(A + B) = M(crc(A)) ^ crc(B) for |B| = length,
+    so that the CRC of many blocks of `length` bytes combines from theirs without their
+    bytes: M(c) = T0[c & 255] ^ T1[c >> 8 & 255] ^ T2[c >> 16 & 255] ^ T3[c >> 24]."""
+    zeros = bytes(length)
+    base = crc32c_value(zeros)
+    columns = [crc32c_extend(1 << i, zeros) ^ base for i in range(32)]  # M of each bit
+    tables: list[list[int]] = []
+    for j in range(4):
+        table = [0] * 256
+        for b in range(1, 256):
+            low = b & -b  # build each entry from a smaller one plus its lowest bit
+            table[b] = table[b ^ low] ^ columns[8 * j + low.bit_length() - 1]
+        tables.append(table)
+    return tables[0], tables[1], tables[2], tables[3]
+
+
+def combine(crcs: list[int | None], length: int, first: int, last: int) -> int | None:
+    """The CRC32C of blocks `first..last` (each `length` bytes long) from their CRCs;
+    None if one of them is lost."""
+    t0, t1, t2, t3 = shift_tables(length)
+    acc = crcs[first]
+    if acc is None:
+        return None
+    for k in range(first + 1, last + 1):
+        crc = crcs[k]
+        if crc is None:
+            return None
+        acc = t0[acc & 255] ^ t1[acc >> 8 & 255] ^ t2[acc >> 16 & 255] ^ t3[acc >> 24] ^ crc
+    return acc
+
+
+def shift(crc: int, length: int) -> int:
+    """M(crc) for |B| = length (one pass over `length` zero bytes; for a single use)."""
+    zeros = bytes(length)
+    shifted: int = crc32c_extend(crc, zeros) ^ crc32c_value(zeros)
+    return shifted
