@@ -45,7 +45,7 @@ def leader_of(client: Client, partition: int) -> int:
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="replog-demo-") as tmp:
         cluster = DevCluster(Path(tmp), 3)
-        print("starting 3 nodes (flush=interval) ...")
+        print("starting 3 nodes (flush=always) ...")
         cluster.start()
         try:
             run(cluster)

@@ -397,6 +397,11 @@ class ReplicaDriver:
     def leader_id(self) -> int | None:
         return self.replica.leader_id
 
+    @property
+    def serving(self) -> bool:
+        """Leader with its own epoch committed: see `Replica.serving`."""
+        return self.replica.serving
+
     def replica_status(self) -> list[tuple[int, int, int, int]]:
         """Leader only (else empty): (replica id, its LEO as acknowledged, lag in records,
         ms since its last fetch or -1), this replica included (lag 0, fetch age 0)."""

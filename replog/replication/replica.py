@@ -184,6 +184,14 @@ class Replica:
         return self._hw
 
     @property
+    def serving(self) -> bool:
+        """A leader whose own epoch is committed (its HW is past the epoch's control record).
+        Only then does its HW cover every record an earlier leader acknowledged: before, a
+        new leader's HW may still be below its predecessor's, and a `latest` or a reply's
+        HW taken from it could go backwards (Kafka's KIP-207 class of bug)."""
+        return self._role is Role.LEADER and self._hw > self._control_offset
+
+    @property
     def epoch_history(self) -> tuple[EpochStart, ...]:
         return self._history.entries
 

@@ -74,15 +74,24 @@ class ReplicatedPartition(Partition):
 
     @property
     def is_leader(self) -> bool:
-        return self.driver.role is Role.LEADER
+        """Leads, with its own epoch committed: its HW is never below one an earlier leader
+        reported, so it may answer reads, `latest` and appends."""
+        return self.driver.serving
 
     def check_leader(self) -> None:
         if self._closed:
             raise ShuttingDownError("the server is shutting down")
-        if self.driver.role is Role.LEADER:
+        if self.driver.serving:
             return
         leader = self.driver.leader_id
         where = f"{self.topic}/{self.partition}"
+        if self.driver.role is Role.LEADER:
+            raise LeaderUnknownError(
+                f"{where}: node {self.node_id} was just elected and its high watermark is "
+                "catching up with its predecessor's; retry",
+                topic=self.topic,
+                partition=self.partition,
+            )
         if leader is None or leader == self.node_id:
             raise LeaderUnknownError(
                 f"{where} has no leader right now (an election is under way)",

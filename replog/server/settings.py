@@ -53,7 +53,12 @@ class Settings:
     node_id: int = field(default=0, metadata=_help("this node's id"))
     log_format: str = field(default="text", metadata=_help("log format: text (key=value), json"))
     log_level: str = field(default="INFO", metadata=_help("log level"))
-    flush: str = field(default="interval", metadata=_help("fsync policy: always|interval|never"))
+    flush: str = field(
+        default="always",
+        metadata=_help(
+            "fsync policy: always (acks wait for a majority's fsync; the default)|interval|never"
+        ),
+    )
     flush_interval_ms: int = field(default=1000, metadata=_help("fsync period, flush=interval"))
     segment_bytes_max: int = field(default=1 * MIB, metadata=_help("segment roll size"))
     index_interval_bytes: int = field(default=4 * KIB, metadata=_help("bytes per index entry"))

@@ -2,7 +2,8 @@
 make the servers cancel most Append RPCs half way (issue 9's fault loop, in miniature).
 
 Checked: no acknowledged record is lost, no committed read ever changes (every read is kept
-and compared with every later one), the replicas end byte-identical, and after every healed
+and compared with every later one), `latest` asked right after an acks=all ack always
+includes it, the replicas end byte-identical, and after every healed
 fault each follower fetches again and reaches the HW within seconds (a follower whose state
 ran ahead of its log used to stop fetching until it was restarted).
 
@@ -71,6 +72,33 @@ class Producer(threading.Thread):
                 continue
             for i, value in enumerate(batch):
                 self.acked[(partition, res.base_offset + i)] = value
+        self.client.close()
+
+
+class AckThenLatest(threading.Thread):
+    """Appends with acks=all and asks ListOffsets right after each ack: `latest` must
+    include the acknowledged batch, across leader changes (issue 16)."""
+
+    def __init__(self, bootstrap: str, stop: threading.Event):
+        super().__init__(daemon=True)
+        self.client = Client(bootstrap, timeout_s=5, retry=PATIENT)
+        self.stop_event = stop
+        self.checks = 0
+        self.behind: list[str] = []
+
+    def run(self) -> None:
+        n = 0
+        while not self.stop_event.is_set() and n < 1_000_000:
+            partition = n % PARTITIONS
+            n += 1
+            try:
+                res = self.client.append(TOPIC, partition, [b"l-%d" % n], acks="all")
+                latest = self.client.list_offsets(TOPIC, [partition])[0].latest
+            except ReplogError:
+                continue
+            self.checks += 1
+            if latest <= res.last_offset:
+                self.behind.append(f"{partition}: acked {res.last_offset}, latest {latest}")
         self.client.close()
 
 
@@ -151,7 +179,8 @@ def test_cancelled_appends_under_a_kill_and_pause_loop_lose_nothing_and_never_ch
             wait_until(lambda p=p: leader_of(admin, p), f"partition {p} has a leader")
         producers = [Producer(cluster.bootstrap, i, d, stop) for i, d in enumerate(DEADLINES_S * 2)]
         reader = Reader(cluster.bootstrap, stop)
-        for t in [*producers, reader]:
+        latest = AckThenLatest(cluster.bootstrap, stop)
+        for t in [*producers, reader, latest]:
             t.start()
         try:
             end = time.monotonic() + DURATION_S
@@ -180,7 +209,7 @@ def test_cancelled_appends_under_a_kill_and_pause_loop_lose_nothing_and_never_ch
                 )
         finally:
             stop.set()
-            for t in [*producers, reader]:
+            for t in [*producers, reader, latest]:
                 t.join(60)
 
         # quiet: one more acks=all record per partition, then every replica converges
@@ -206,12 +235,14 @@ def test_cancelled_appends_under_a_kill_and_pause_loop_lose_nothing_and_never_ch
 
     assert not reader.changed and not final.changed, (reader.changed + final.changed)[:10]
     assert not lost, f"{len(lost)} acknowledged records lost, e.g. {sorted(lost)[:5]}"
+    assert not latest.behind, f"'latest' below an ack: {latest.behind[:5]}"
+    assert latest.checks > 0
     assert len(faults) >= 3, faults
     assert acked, "nothing was acknowledged"
     assert failures > 0, "no append was cancelled: the deadlines were too long to test this"
     print(
         f"\n{len(faults)} faults, {len(acked)} acked, {failures} failed or cancelled appends, "
-        f"{reader.passes} read passes"
+        f"{reader.passes} read passes, {latest.checks} ListOffsets-after-ack checks"
     )
 
 

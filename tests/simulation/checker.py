@@ -9,7 +9,10 @@
 * HW: monotonic on a leader within its epoch, never above LEO anywhere; when a leader moves
   it to X, a majority of the *voters* hold the leader's record at X - 1 (observers hold
   copies too, but never count);
-* offsets: dense (appends start at LEO), a client value gets one offset, never re-assigned.
+* offsets: dense (appends start at LEO), a client value gets one offset, never re-assigned;
+* readers: a leader that serves (its own epoch committed) has a HW above every offset any
+  client was told was committed with acks=all, so `latest` never goes back (checked by the
+  simulator after every event).
 
 Observers are checked like every replica (their records join the same hash chains, so
 their logs are prefix-consistent copies; their HW covers committed records only); the
@@ -48,6 +51,7 @@ class Checker:
     leader_hw: dict[int, tuple[int, int]] = field(default_factory=dict)  # node -> (epoch, hw)
     acked_all: dict[int, bytes] = field(default_factory=dict)  # offset -> value
     acked_leader: dict[int, bytes] = field(default_factory=dict)  # offset -> value
+    acked_all_max: int = -1  # the highest offset any client was told is committed
 
     def record(self, log: list[SimRecord], value: bytes, control: bool, epoch: int) -> SimRecord:
         previous = log[-1].chain if log else 0
@@ -143,6 +147,7 @@ class Checker:
                 f"acks=all completed for {value!r} at {offset} before it committed",
             )
             self.acked_all[offset] = value
+            self.acked_all_max = max(self.acked_all_max, offset)
 
     def on_ack_leader(self, base: int, values: tuple[bytes, ...]) -> None:
         for i, value in enumerate(values):

@@ -12,8 +12,11 @@ seed fully determines a schedule. The simulated pieces:
 * disks: a node's log is a list of records with a flushed prefix; a flush completes a short
   random time after appends; `quorum-state` and `epoch-history` writes are durable at once
   (the driver's contract). A crash loses the unflushed tail (power loss) under
-  flush_always, or nothing (process crash, page cache survives) otherwise. Retention
-  deletes a prefix now and then (below the node's HW): offsets below `log_start` are gone,
+  flush_always, or nothing (process crash, page cache survives) otherwise; `power_loss`
+  makes every crash a power loss under the other modes too (flush=interval/never, where
+  nothing waits for an fsync: acknowledged records can then be lost, as the README's ack
+  table says). Retention deletes a prefix now and then (below the node's HW): offsets
+  below `log_start` are gone,
   and reading them for a fetch answer fails the run; a follower told to start at a leader's
   log start keeps only the committed records below it as stand-ins for the checker;
 * the driver: it performs each node's outputs in order against its disk and the network,
@@ -89,6 +92,7 @@ class SimConfig:
     fetch_records_max: int = 4
     election_timeout_ms_min: int = 150
     election_timeout_ms_max: int = 300
+    power_loss: bool = False  # crashes lose unflushed writes under every flush mode
     owner: bool = False  # model the driver's owner task (inbox, outputs over time)
     interrupts_per_s: float = 0.0  # cancelled callers of in-flight inputs (owner only)
     interrupt_drops_outputs: bool = False  # the old driver: a cancel drops outputs
@@ -360,7 +364,7 @@ class Simulation:
         node.incarnation += 1
         node.flush_pending = False
         node.hw = 0
-        if self.config.flush_always:
+        if self.config.flush_always or self.config.power_loss:
             del node.log[node.flushed :]  # power loss: the page cache is gone
         node.flushed = len(node.log)
         for request in self.requests.values():
@@ -636,6 +640,7 @@ class Simulation:
     def check_step(self) -> None:
         """Per-event checks (plain ifs: this runs after every event)."""
         checker = self.checker
+        newest = max((n.replica.epoch for n in self.nodes.values() if n.replica), default=0)
         for node in self.nodes.values():
             replica = node.replica
             if replica is None:
@@ -652,6 +657,12 @@ class Simulation:
             if replica.role is Role.LEADER:
                 epoch = replica.epoch
                 checker.on_leader(node.id, epoch, hw)
+                if replica.serving and hw <= checker.acked_all_max and epoch >= newest:
+                    check(
+                        False,
+                        f"leader {node.id} serves HW {hw} at or below acked offset "
+                        f"{checker.acked_all_max}: 'latest' went back",
+                    )
                 if node.was_leader_epoch != epoch:
                     node.was_leader_epoch = epoch
                     checker.on_new_leader(node.id, epoch, node.log)

@@ -19,7 +19,7 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> Settings:
 def test_defaults_apply_when_nothing_is_given() -> None:
     s = parse([])
     assert s.listen == "127.0.0.1:7070"
-    assert s.storage_config().flush is FlushPolicy.INTERVAL
+    assert s.storage_config().flush is FlushPolicy.ALWAYS  # durable acks by default (issue 16)
 
 
 def test_flags_override_env_which_overrides_defaults() -> None:
