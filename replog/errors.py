@@ -94,6 +94,13 @@ class InvalidConfigError(InvalidArgumentError):
     reason = "INVALID_CONFIG"
 
 
+class MalformedRequestError(InvalidArgumentError):
+    """The request body is not a valid protobuf message of the method's request type
+    (garbage, a truncated varint, a bad wire type, invalid UTF-8 in a string field)."""
+
+    reason = "MALFORMED_REQUEST"
+
+
 # --- NOT_FOUND / ALREADY_EXISTS ------------------------------------------------------------
 
 
@@ -208,6 +215,60 @@ class TransportError(ReplogError):
     """A gRPC failure without replog error details (the client sets `grpc_code`)."""
 
     reason = "TRANSPORT_ERROR"
+
+
+# --- RESOURCE_EXHAUSTED: a limit of the node; retry later (with backoff) --------------------
+
+
+class LimitExceededError(ReplogError):
+    """A per-node or per-connection limit is reached. `limit` names the setting,
+    `limit_value` its value; nothing was done, and retrying later may succeed."""
+
+    code = "RESOURCE_EXHAUSTED"
+    reason = "LIMIT_EXCEEDED"
+    retriable = True
+
+    @property
+    def limit(self) -> str | None:
+        return self.metadata.get("limit")
+
+    @property
+    def limit_value(self) -> int | None:
+        return self._int("limit_value")
+
+
+class TooManyRequestsError(LimitExceededError):
+    """`rpcs_max` calls are in progress on the node."""
+
+    reason = "TOO_MANY_REQUESTS"
+
+
+class TooManyStreamsError(LimitExceededError):
+    """`streams_max` StreamFrom calls on the node, or `streams_per_connection_max` on the
+    caller's connection, are open."""
+
+    reason = "TOO_MANY_STREAMS"
+
+
+class TooManyBytesInFlightError(LimitExceededError):
+    """acks=none appends already hold `acks_none_bytes_max` bytes not yet written."""
+
+    reason = "TOO_MANY_BYTES_IN_FLIGHT"
+
+
+# --- INTERNAL: a bug -----------------------------------------------------------------------
+
+
+class InternalError(ReplogError):
+    """An unexpected failure on the server (a bug). The message carries no internals, only
+    a `correlation_id` that finds the traceback in the server's log."""
+
+    code = "INTERNAL"
+    reason = "INTERNAL"
+
+    @property
+    def correlation_id(self) -> str | None:
+        return self.metadata.get("correlation_id")
 
 
 # --- storage -------------------------------------------------------------------------------

@@ -3,13 +3,18 @@
 Replies carry frames exactly as read from disk (format: `replog.frames`, documented in
 `proto/replog/v1/log.proto`). Each reply's frames are bounded by `fetch_bytes_max` (at least
 one whole frame when one is committed), which the settings keep under the gRPC message limit.
+
+A stream's replies are bounded by `stream_bytes_max` (small: 64 KiB by default), and a
+stream reads its next batch only once gRPC's flow control has taken the previous reply
+(`rpc.streaming`): an idle or slow reader costs the node about one small batch, not a
+growing queue. Its memory is released when the stream ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from replog import frames
 from replog.errors import EmptyBatchError, InvalidArgumentError, ShuttingDownError
@@ -99,25 +104,27 @@ class LogService(log_pb2_grpc.LogServicer):
     @streaming("StreamFrom")
     async def StreamFrom(
         self, request: log_pb2.StreamFromRequest, context: Context
-    ) -> AsyncIterator[log_pb2.StreamBatch]:
+    ) -> AsyncGenerator[log_pb2.StreamBatch, None]:
         topic, partition = request.topic, request.partition
         part = await self.router.leader_replica(topic, partition)
         offset = request.offset
-        max_bytes = self._max_bytes(request.max_bytes)
+        max_bytes = min(self._max_bytes(request.max_bytes), self.settings.stream_bytes_max)
         # Validate the start offset now (OUT_OF_RANGE) rather than after a wait.
         data = await _read_committed(part, offset, max_bytes)
         while True:
             if data:
                 nxt = frames.next_offset(data, offset)
                 self.metrics.read_bytes.inc(len(data))
-                yield log_pb2.StreamBatch(
+                reply = log_pb2.StreamBatch(
                     frames=data,
                     high_watermark=part.high_watermark,
                     log_start_offset=part.log.log_start_offset,
                     next_offset=nxt,
                 )
+                data = b""  # the reply holds the one copy while it waits for flow control
                 offset = nxt
-                data = b""
+                yield reply
+                del reply
             event = part.hw_changed()
             if offset >= part.high_watermark:
                 if part.closed:  # deleted topic or shutdown: the lookup raises

@@ -11,6 +11,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 _FIELDS = "replog_fields"
@@ -75,3 +76,30 @@ def configure(fmt: str, level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+class Throttle:
+    """At most `events_max` log lines per `interval_s` for one kind of event (input a client
+    controls, such as malformed requests, must not flood the log). `allow()` says whether to
+    log now, and how many were dropped since the last line that was logged."""
+
+    def __init__(
+        self, events_max: int, interval_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.events_max = events_max
+        self.interval_s = interval_s
+        self._clock = clock
+        self._window_start = -float("inf")
+        self._in_window = 0
+        self.suppressed = 0
+
+    def allow(self) -> tuple[bool, int]:
+        now = self._clock()
+        if now - self._window_start >= self.interval_s:
+            self._window_start, self._in_window = now, 0
+        if self._in_window >= self.events_max:
+            self.suppressed += 1
+            return False, 0
+        self._in_window += 1
+        dropped, self.suppressed = self.suppressed, 0
+        return True, dropped

@@ -35,7 +35,6 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from replog.errors import ReplogError, UnavailableError
 from replog.replication import Message, ReplicaConfig
@@ -43,13 +42,17 @@ from replog.replication.driver import ReplicaDriver
 from replog.server import logs
 from replog.server.admin_service import AdminService
 from replog.server.flusher import run_flusher
+from replog.server.guard import Guard, maximum_concurrent_rpcs
+from replog.server.guard import server_options as guard_options
 from replog.server.legacy_import import import_legacy_topics, metadata_dir
+from replog.server.limits import Limits
 from replog.server.log_service import LogService
 from replog.server.logs import log
 from replog.server.metadata import METADATA_TOPIC, TopicMeta
 from replog.server.metadata_log import MetadataLog, replica_config_members
 from replog.server.metrics import Metrics
 from replog.server.peers import Peers
+from replog.server.reflection import enable_reflection
 from replog.server.replica_manager import ReplicaManager
 from replog.server.replicated import ReplicatedPartition
 from replog.server.replication_transport import PeerLinks, ReplicationService
@@ -80,6 +83,7 @@ class Node:
         addresses = settings.peer_map() or {node_id: self.address}  # a cluster of one
         members = sorted(addresses)
         self.single = members == [node_id]
+        self.limits = Limits(settings.limits_config())
         self.peers = Peers(node_id, addresses)
         self.links = PeerLinks(node_id, addresses)
         data_dir, storage = settings.data_dir, settings.storage_config()
@@ -143,6 +147,7 @@ class Node:
             fetch_bytes_max=self.settings.fetch_bytes_max,
             spawn=self.supervisor.spawn,
             topic_id=meta.topic_id,
+            limits=self.limits,
         )
 
     def logs(self) -> list[PartitionLog]:
@@ -251,7 +256,10 @@ async def _serve(settings: Settings) -> int:
             # notice a hung node; accept them even on a quiet long poll or stream.
             ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
             ("grpc.http2.max_ping_strikes", 0),
-        ]
+            *guard_options(node.limits),
+        ],
+        interceptors=[Guard(node.limits)],  # malformed bodies, limits (guard.py)
+        maximum_concurrent_rpcs=maximum_concurrent_rpcs(node.limits),
     )
     log_service = LogService(node.router, node.metrics, settings)
     admin_service = AdminService(node.router, node.topics, node.peers, node.metrics)
@@ -262,9 +270,7 @@ async def _serve(settings: Settings) -> int:
     )
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
+    enable_reflection((*SERVICE_NAMES, health.SERVICE_NAME), server)
     try:
         port = server.add_insecure_port(settings.listen)
     except RuntimeError as exc:

@@ -8,7 +8,10 @@ streams. A single node is a cluster of one: its replicas have one voter and lead
 `append` is the one place that decides when an Append is answered, for each `Acks` (the
 core's enum, the server's only representation of acks): `NONE` answers once the batch is
 checked and handed to the driver (the append runs in a supervised task, its failure is
-logged); `LEADER` and `ALL` answer when the driver says (see the README's table).
+logged); `LEADER` and `ALL` answer when the driver says (see the README's table). The bytes
+of acks=none batches handed over and not yet written count against the node's
+`acks_none_bytes_max` (`limits`): past it, RESOURCE_EXHAUSTED TOO_MANY_BYTES_IN_FLIGHT
+(retriable), so a producer that does not wait for acks cannot queue unbounded memory.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from replog.errors import (
 )
 from replog.replication import Acks, ReplicaConfig, Role
 from replog.replication.driver import ReplicaDriver, Spawn, Transport
+from replog.server.limits import Limits, LimitsConfig
 from replog.server.logs import log
 from replog.server.partition import LeaderInfo, Partition
 from replog.storage import AppendResult, PartitionLog
@@ -45,8 +49,10 @@ class ReplicatedPartition(Partition):
         spawn: Spawn,
         rng: random.Random | None = None,
         topic_id: int = 0,
+        limits: Limits | None = None,
     ) -> None:
         super().__init__(log, config.replica_id)
+        self.limits = limits if limits is not None else Limits(LimitsConfig())
         self.topic_id = topic_id  # which incarnation of the topic's name (see `metadata`)
         self.peers = peers
         self.voters = config.voters
@@ -122,13 +128,25 @@ class ReplicatedPartition(Partition):
                 record_bytes_max=limit,
             )
         if acks is Acks.NONE:  # nobody hears about later failures
-            self._spawn(self._append_unacknowledged(values, timeout_s), "append-acks-none")
+            size_bytes = sum(map(len, values))
+            self.limits.take_acks_none(size_bytes)  # TOO_MANY_BYTES_IN_FLIGHT past the limit
+            try:
+                self._spawn(
+                    self._append_unacknowledged(values, timeout_s, size_bytes), "append-acks-none"
+                )
+            except BaseException:
+                self.limits.release_acks_none(size_bytes)
+                raise
             return None
         base, last = await self.driver.append(values, acks, timeout_s)
         return AppendResult(base, last)
 
-    async def _append_unacknowledged(self, values: Sequence[bytes], timeout_s: float) -> None:
+    async def _append_unacknowledged(
+        self, values: Sequence[bytes], timeout_s: float, size_bytes: int
+    ) -> None:
         try:
             await self.driver.append(values, Acks.NONE, timeout_s)
         except ReplogError as exc:  # e.g. leadership lost, disk full: nobody waits; log it
             log(_log, "append.dropped", logging.WARNING, topic=self.topic, error=repr(exc))
+        finally:
+            self.limits.release_acks_none(size_bytes)

@@ -1,9 +1,16 @@
 """Wrappers every RPC handler goes through: errors to status (via `status`), metrics, logs.
 
 `unary("Method")` wraps an `async def handler(self, request, context)`; `streaming("Method")`
-wraps an async generator handler. A `ReplogError` ends the call with its status and
-ErrorInfo; a client cancel is counted as CANCELLED; anything else is a bug: logged with its
-traceback and answered UNKNOWN by grpc.
+wraps an async generator handler and sends what it yields with `await context.write(...)`,
+which returns only once gRPC's flow control has taken the message: the generator is not
+resumed (and reads nothing more) while a slow reader has not taken the previous reply, so a
+stream holds at most one reply in flight. (Handing grpc.aio the generator itself would let
+it pull the next item as soon as the previous one is queued.)
+
+A `ReplogError` ends the call with its status and ErrorInfo; a client cancel is counted as
+CANCELLED; anything else is a bug: its traceback is logged (`rpc.failed`) with a fresh
+`correlation_id`, and the client gets INTERNAL, reason INTERNAL, a message that names only
+that id (no paths, no exception text), and the id in the ErrorInfo metadata.
 """
 
 from __future__ import annotations
@@ -11,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+import uuid
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 import grpc
 
-from replog.errors import ReplogError
+from replog.errors import InternalError, ReplogError
 from replog.server import status
 from replog.server.logs import log
 from replog.server.metrics import Metrics
@@ -33,7 +41,8 @@ class HasMetrics(Protocol):
 
 
 UnaryHandler = Callable[[Any, Req, Context], Awaitable[Resp]]
-StreamHandler = Callable[[Any, Req, Context], AsyncIterator[Resp]]
+StreamHandler = Callable[[Any, Req, Context], AsyncGenerator[Resp, None]]
+StreamingHandler = Callable[[Any, Req, Context], Awaitable[None]]
 
 
 def unary(
@@ -53,10 +62,10 @@ def unary(
             except asyncio.CancelledError:
                 code = "CANCELLED"
                 raise
-            except Exception:
-                code = "UNKNOWN"
-                _log.exception("rpc.failed", extra={"replog_fields": {"method": method}})
-                raise
+            except Exception as exc:
+                code = "INTERNAL"
+                await status.abort(context, _internal(method, exc))
+                raise AssertionError("abort returned") from None
             finally:
                 self.metrics.requests.labels(method, code).inc()
                 self.metrics.latency.labels(method).observe(time.perf_counter() - started)
@@ -69,13 +78,14 @@ def unary(
 
 def streaming(
     method: str,
-) -> Callable[[StreamHandler[Req, Resp]], StreamHandler[Req, Resp]]:
-    def decorate(fn: StreamHandler[Req, Resp]) -> StreamHandler[Req, Resp]:
-        async def handler(self: HasMetrics, request: Req, context: Context) -> AsyncIterator[Resp]:
+) -> Callable[[StreamHandler[Req, Resp]], StreamingHandler[Req]]:
+    def decorate(fn: StreamHandler[Req, Resp]) -> StreamingHandler[Req]:
+        async def handler(self: HasMetrics, request: Req, context: Context) -> None:
             code = "OK"
+            replies = fn(self, request, context)
             try:
-                async for item in fn(self, request, context):
-                    yield item
+                async for item in replies:
+                    await context.write(item)  # waits for flow control (see above)
             except ReplogError as err:
                 code = err.code
                 _log_error(method, err)
@@ -83,12 +93,12 @@ def streaming(
             except asyncio.CancelledError:
                 code = "CANCELLED"
                 raise
-            except Exception:
-                code = "UNKNOWN"
-                _log.exception("rpc.failed", extra={"replog_fields": {"method": method}})
-                raise
+            except Exception as exc:
+                code = "INTERNAL"
+                await status.abort(context, _internal(method, exc))
             finally:
                 self.metrics.requests.labels(method, code).inc()
+                await replies.aclose()  # its finally blocks run now
 
         handler.__name__ = fn.__name__
         return handler
@@ -97,4 +107,23 @@ def streaming(
 
 
 def _log_error(method: str, err: ReplogError) -> None:
-    log(_log, "rpc.error", logging.DEBUG, method=method, reason=err.reason, message=err.message)
+    message = status.clip(err.message, status.MESSAGE_CHARS_MAX)
+    log(_log, "rpc.error", logging.DEBUG, method=method, reason=err.reason, message=message)
+
+
+def _internal(method: str, exc: Exception) -> InternalError:
+    """Log `exc` (a bug) with its traceback under a new correlation id; the client's error."""
+    correlation_id = uuid.uuid4().hex[:16]
+    log(
+        _log,
+        "rpc.failed",
+        logging.ERROR,
+        exc_info=exc,
+        method=method,
+        correlation_id=correlation_id,
+    )
+    return InternalError(
+        f"internal error in {method}; the server log has the details under correlation_id="
+        f"{correlation_id}",
+        correlation_id=correlation_id,
+    )

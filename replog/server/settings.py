@@ -20,6 +20,7 @@ from typing import Any
 
 from replog.errors import InvalidConfigError
 from replog.frames import HEADER_BYTES
+from replog.server.limits import LimitsConfig
 from replog.storage import FlushPolicy, StorageConfig
 
 KIB = 1024
@@ -76,6 +77,40 @@ class Settings:
         default=1 * MIB, metadata=_help("largest frames payload of one Fetch/StreamFrom reply")
     )
     fetch_wait_ms_max: int = field(default=30_000, metadata=_help("longest Fetch long poll"))
+    stream_bytes_max: int = field(
+        default=64 * KIB,
+        metadata=_help(
+            "largest frames payload of one StreamFrom reply (or one whole record); a stream "
+            "holds one reply in flight while its reader is slow"
+        ),
+    )
+    rpcs_max: int = field(
+        default=1000,
+        metadata=_help(
+            "Log and Admin calls in progress on the node, streams included; more: "
+            "RESOURCE_EXHAUSTED TOO_MANY_REQUESTS (also the HTTP/2 streams of one connection)"
+        ),
+    )
+    streams_max: int = field(
+        default=1000,
+        metadata=_help(
+            "StreamFrom calls open on the node; more: RESOURCE_EXHAUSTED TOO_MANY_STREAMS"
+        ),
+    )
+    streams_per_connection_max: int = field(
+        default=100,
+        metadata=_help(
+            "StreamFrom calls open on one client connection; more: RESOURCE_EXHAUSTED "
+            "TOO_MANY_STREAMS"
+        ),
+    )
+    acks_none_bytes_max: int = field(
+        default=64 * MIB,
+        metadata=_help(
+            "record bytes of acks=none appends accepted but not yet written, per node; more: "
+            "RESOURCE_EXHAUSTED TOO_MANY_BYTES_IN_FLIGHT"
+        ),
+    )
     message_bytes_max: int = field(
         default=4 * MIB, metadata=_help("gRPC message size limit (both directions)")
     )
@@ -173,6 +208,11 @@ class Settings:
             "fetch_bytes_max and record_bytes_max + 12 must leave 4 KiB under message_bytes_max",
         )
         need(self.fetch_wait_ms_max >= 0, "fetch_wait_ms_max must be >= 0")
+        need(self.stream_bytes_max >= HEADER_BYTES, "stream_bytes_max must be >= 12")
+        need(self.rpcs_max >= 1, "rpcs_max must be >= 1")
+        need(self.streams_max >= 1, "streams_max must be >= 1")
+        need(self.streams_per_connection_max >= 1, "streams_per_connection_max must be >= 1")
+        need(self.acks_none_bytes_max >= 1, "acks_none_bytes_max must be >= 1")
         need(self.ack_timeout_ms >= 1, "ack_timeout_ms must be >= 1")
         need(self.shutdown_grace_ms >= 0, "shutdown_grace_ms must be >= 0")
         need(self.retention_check_interval_ms >= 1, "retention_check_interval_ms must be >= 1")
@@ -213,6 +253,14 @@ class Settings:
             flush=FlushPolicy(self.flush),
             flush_interval_ms=self.flush_interval_ms,
             read_bytes_max=self.fetch_bytes_max,
+        )
+
+    def limits_config(self) -> LimitsConfig:
+        return LimitsConfig(
+            rpcs_max=self.rpcs_max,
+            streams_max=self.streams_max,
+            streams_per_connection_max=self.streams_per_connection_max,
+            acks_none_bytes_max=self.acks_none_bytes_max,
         )
 
     @property

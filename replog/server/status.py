@@ -4,6 +4,11 @@ A `ReplogError` leaves the server as: status code = the error's `code`; details 
 message; trailing metadata `grpc-status-details-bin` = a `google.rpc.Status` holding one
 `google.rpc.ErrorInfo{reason, domain="replog", metadata}`. Clients rebuild the typed error
 from `reason` (see `replog.client.errors`), never from the message text.
+
+Whatever the request sent is echoed bounded: the message is cut to `MESSAGE_CHARS_MAX`
+characters and each metadata value to `VALUE_CHARS_MAX` (a cut ends in `...(N chars)`), so
+that a 10 KB topic name still gets its INVALID_ARGUMENT and reason instead of overflowing
+gRPC's 16 KiB metadata limit (the message travels in `grpc-message` and again in the status).
 """
 
 from __future__ import annotations
@@ -16,6 +21,16 @@ from grpc_status import rpc_status
 from replog.errors import ReplogError
 
 DOMAIN = "replog"
+MESSAGE_CHARS_MAX = 1024
+VALUE_CHARS_MAX = 256
+METADATA_ENTRIES_MAX = 16
+
+
+def clip(text: str, chars_max: int) -> str:
+    """`text`, or its first `chars_max` characters and how long it was."""
+    if len(text) <= chars_max:
+        return text
+    return f"{text[:chars_max]}...({len(text)} chars)"
 
 
 def grpc_code(err: ReplogError) -> grpc.StatusCode:
@@ -26,10 +41,15 @@ def grpc_code(err: ReplogError) -> grpc.StatusCode:
 def to_status(err: ReplogError) -> grpc.Status:
     """The gRPC status (code, details, trailing metadata) carrying `err`."""
     code = grpc_code(err)
-    info = error_details_pb2.ErrorInfo(reason=err.reason, domain=DOMAIN, metadata=err.metadata)
+    metadata = {
+        clip(k, VALUE_CHARS_MAX): clip(v, VALUE_CHARS_MAX)
+        for k, v in list(err.metadata.items())[:METADATA_ENTRIES_MAX]
+    }
+    info = error_details_pb2.ErrorInfo(reason=err.reason, domain=DOMAIN, metadata=metadata)
     detail = any_pb2.Any()
     detail.Pack(info)
-    proto = status_pb2.Status(code=code.value[0], message=err.message, details=[detail])
+    message = clip(err.message, MESSAGE_CHARS_MAX)
+    proto = status_pb2.Status(code=code.value[0], message=message, details=[detail])
     status: grpc.Status = rpc_status.to_status(proto)
     return status
 

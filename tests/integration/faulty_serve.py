@@ -7,7 +7,9 @@ bug): `retention` (the retention loop, on its first round), `replica` (a replica
 task: the core's tick fails once the node has served for a second), `metadata` (the
 metadata apply loop, at the second topic created). `no-space` is not a bug but a local
 failure: creating the directory of a topic whose name starts with `broken` fails with
-ENOSPC while the file named by `FAULTY_SERVE_FLAG` exists. Nothing in `replog`
+ENOSPC while the file named by `FAULTY_SERVE_FLAG` exists. `rpc` is a bug in two request
+handlers' bodies (ListTopics, StreamFrom): they raise an exception whose text holds a server
+path, as a careless bug would. Nothing in `replog`
 itself knows about this: the wrapper replaces a method, then runs the real command.
 """
 
@@ -22,8 +24,11 @@ from typing import Any
 from replog import cli
 from replog.replication.replica import Replica
 from replog.server import replica_dirs
+from replog.server.admin_service import AdminService
+from replog.server.log_service import LogService
 from replog.server.metadata import CreateTopic, MetadataImage
 from replog.server.node import Node
+from replog.server.rpc import streaming, unary
 
 FAULT_ENV = "FAULTY_SERVE_TASK"
 
@@ -84,6 +89,20 @@ def _no_space_for_broken_topics() -> None:
     replica_dirs.create = create_or_fail  # type: ignore[assignment]
 
 
+def _break_handlers() -> None:
+    secret = "/srv/secret/replog/data/t/partition_0"
+
+    async def list_topics(self: Any, request: Any, context: Any) -> Any:
+        raise KeyError(f"{secret}: injected bug in ListTopics")
+
+    async def stream_from(self: Any, request: Any, context: Any) -> Any:
+        raise KeyError(f"{secret}: injected bug in StreamFrom")
+        yield  # an async generator, as the real handler is
+
+    AdminService.ListTopics = unary("ListTopics")(list_topics)  # type: ignore[method-assign]
+    LogService.StreamFrom = streaming("StreamFrom")(stream_from)  # type: ignore[assignment]
+
+
 def main() -> None:
     fault = os.environ.pop(FAULT_ENV, "")
     if fault == "retention":
@@ -94,6 +113,8 @@ def main() -> None:
         _break_metadata_apply()
     elif fault == "no-space":
         _no_space_for_broken_topics()
+    elif fault == "rpc":
+        _break_handlers()
     elif fault:
         raise SystemExit(f"unknown fault {fault!r}")
     cli.main()

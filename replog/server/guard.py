@@ -1,0 +1,228 @@
+"""The wire boundary: every call passes here before its handler (a grpc.aio interceptor).
+
+* Decoding. Each method's request deserializer is replaced by one that never raises: a body
+  that is not a valid message of the request type (garbage, a truncated varint, a bad wire
+  type, invalid UTF-8 in a string field) becomes a `Malformed` value, and the call ends with
+  INVALID_ARGUMENT MALFORMED_REQUEST before the handler runs (a streamed request message:
+  when the handler reaches it). Without this, grpc logs an error traceback per bad body and
+  answers UNKNOWN. Each is logged at warning, at most `MALFORMED_LOGS_MAX` lines per
+  `MALFORMED_LOG_INTERVAL_S` (the next line that is logged counts the dropped ones).
+* Limits (`limits`). Calls of the client services (Log, Admin) hold one of `rpcs_max`;
+  `StreamFrom` also one of `streams_max` and of `streams_per_connection_max` (the
+  connection is `context.peer()`, the client's address and port). Refused calls get the
+  typed RESOURCE_EXHAUSTED at once.
+
+Handlers are wrapped once per method (the wrapped handler is cached).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from replog.errors import MalformedRequestError, ReplogError
+from replog.server import status
+from replog.server.limits import Limits
+from replog.server.logs import Throttle, log
+
+_log = logging.getLogger("replog.server.guard")
+
+MALFORMED_LOGS_MAX = 10
+MALFORMED_LOG_INTERVAL_S = 10.0
+ERROR_CHARS_MAX = 200
+COUNTED_SERVICES = ("/replog.v1.Log/", "/replog.v1.Admin/")
+STREAM_METHODS = ("/replog.v1.Log/StreamFrom",)
+UNCOUNTED_CALLS_HEADROOM = 256
+
+Context = grpc.aio.ServicerContext[Any, Any]
+if TYPE_CHECKING:
+    Handler = grpc.RpcMethodHandler[Any, Any]
+    Interceptor = grpc.aio.ServerInterceptor[Any, Any]
+else:  # the stubs' generics do not exist at run time
+    Handler = grpc.RpcMethodHandler
+    Interceptor = grpc.aio.ServerInterceptor
+Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[Handler]]
+
+
+class Malformed:
+    """A request body that did not decode."""
+
+    __slots__ = ("error", "size_bytes")
+
+    def __init__(self, error: str, size_bytes: int) -> None:
+        self.error = error
+        self.size_bytes = size_bytes
+
+
+def _safe(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def decode(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as exc:  # DecodeError, UnicodeDecodeError, ...: all the sender's fault
+            return Malformed(f"{type(exc).__name__}: {exc}", len(data))
+
+    return decode
+
+
+class Guard(Interceptor):
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self._throttle = Throttle(MALFORMED_LOGS_MAX, MALFORMED_LOG_INTERVAL_S)
+        self._wrapped: dict[str, tuple[Handler, Handler]] = {}
+
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> Handler:
+        handler: Handler | None = await continuation(handler_call_details)
+        if handler is None:  # an unknown method: grpc answers UNIMPLEMENTED
+            return handler  # type: ignore[return-value]
+        method: str = handler_call_details.method
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = self._wrap(method, handler)
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+    # -- wrapping ---------------------------------------------------------------------------
+
+    def _wrap(self, method: str, h: Handler) -> Handler:
+        decode = _safe(h.request_deserializer)
+        encode = h.response_serializer
+        counted = method.startswith(COUNTED_SERVICES)
+        stream = method in STREAM_METHODS
+        if h.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._unary(method, h.unary_unary, counted),
+                request_deserializer=decode,
+                response_serializer=encode,
+            )
+        if h.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                self._unary(method, h.unary_stream, counted, stream),
+                request_deserializer=decode,
+                response_serializer=encode,
+            )
+        if h.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(
+                self._streamed(method, h.stream_unary, counted),
+                request_deserializer=decode,
+                response_serializer=encode,
+            )
+        assert h.stream_stream is not None, method
+        return grpc.stream_stream_rpc_method_handler(
+            self._streamed(method, h.stream_stream, counted),
+            request_deserializer=decode,
+            response_serializer=encode,
+        )
+
+    def _holding(self, context: Context, counted: bool, stream: bool) -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        try:
+            if counted:
+                stack.enter_context(self.limits.rpc())
+            if stream:
+                stack.enter_context(self.limits.stream(context.peer() or "?"))
+        except BaseException:
+            stack.close()  # a refused stream gives its rpc back
+            raise
+        return stack
+
+    def _unary(
+        self, method: str, inner: Callable[..., Any], counted: bool, stream: bool = False
+    ) -> Callable[..., Any]:
+        """A handler of one request message (its reply: one message, or a stream)."""
+        if inspect.isasyncgenfunction(inner):
+
+            async def generate(request: Any, context: Context) -> AsyncIterator[Any]:
+                await self._check(method, request, context)
+                with await self._enter(context, counted, stream):
+                    async for reply in inner(request, context):
+                        yield reply
+
+            return generate
+
+        async def handle(request: Any, context: Context) -> Any:
+            await self._check(method, request, context)
+            with await self._enter(context, counted, stream):
+                return await inner(request, context)
+
+        return handle
+
+    def _streamed(
+        self, method: str, inner: Callable[..., Any], counted: bool
+    ) -> Callable[..., Any]:
+        """A handler of a stream of request messages: each is checked as the handler reads it."""
+
+        async def checked(requests: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
+            async for request in requests:
+                await self._check(method, request, context)
+                yield request
+
+        if inspect.isasyncgenfunction(inner):
+
+            async def generate(
+                requests: AsyncIterator[Any], context: Context
+            ) -> AsyncIterator[Any]:
+                with await self._enter(context, counted, False):
+                    async for reply in inner(checked(requests, context), context):
+                        yield reply
+
+            return generate
+
+        async def handle(requests: AsyncIterator[Any], context: Context) -> Any:
+            with await self._enter(context, counted, False):
+                return await inner(checked(requests, context), context)
+
+        return handle
+
+    # -- checks -----------------------------------------------------------------------------
+
+    async def _enter(self, context: Context, counted: bool, stream: bool) -> contextlib.ExitStack:
+        try:
+            return self._holding(context, counted, stream)
+        except ReplogError as err:
+            await status.abort(context, err)
+            raise AssertionError("abort returned") from err
+
+    async def _check(self, method: str, request: Any, context: Context) -> None:
+        if not isinstance(request, Malformed):
+            return
+        allowed, dropped = self._throttle.allow()
+        if allowed:
+            log(
+                _log,
+                "rpc.malformed",
+                logging.WARNING,
+                method=method,
+                peer=context.peer(),
+                size_bytes=request.size_bytes,
+                error=status.clip(request.error, ERROR_CHARS_MAX),
+                dropped=dropped,
+            )
+        err = MalformedRequestError(
+            f"the request body is not a valid {method.rsplit('/', 1)[-1]} request "
+            f"({status.clip(request.error, ERROR_CHARS_MAX)})",
+            method=method,
+        )
+        await status.abort(context, err)
+
+
+def server_options(limits: Limits) -> list[tuple[str, int]]:
+    """gRPC server options that bound what one connection holds: its HTTP/2 streams (all
+    calls of the connection; a client queues calls beyond it) never exceed `rpcs_max`."""
+    return [("grpc.max_concurrent_streams", limits.config.rpcs_max)]
+
+
+def maximum_concurrent_rpcs(limits: Limits) -> int:
+    """grpc's own limit on calls, a backstop above `rpcs_max` for the calls `rpcs_max` does
+    not count (Replication, Health, Reflection): past it grpc answers RESOURCE_EXHAUSTED."""
+    return limits.config.rpcs_max + UNCOUNTED_CALLS_HEADROOM

@@ -1,0 +1,109 @@
+"""What clients may hold on a node at once: calls, streams, acks=none bytes.
+
+Each limit is a counter taken when the work starts and given back when it ends, in the
+event loop's one thread (no lock). At its limit, the new work is refused at once with a
+typed, retriable RESOURCE_EXHAUSTED (`replog.errors.LimitExceededError` and subclasses,
+metadata `limit` = the setting's name, `limit_value` = its value); nothing has been done,
+so the client may retry with backoff.
+
+    rpcs_max                    Log and Admin calls in progress, streams included
+    streams_max                 StreamFrom calls open on the node
+    streams_per_connection_max  StreamFrom calls open on one client connection
+    acks_none_bytes_max         record bytes of acks=none appends accepted, not yet written
+
+Replication, Health and Reflection calls are not counted: a flood of client calls must not
+starve the replicas' own traffic or the probes that tell an orchestrator the node lives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from replog.errors import TooManyBytesInFlightError, TooManyRequestsError, TooManyStreamsError
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    rpcs_max: int = 1000
+    streams_max: int = 1000
+    streams_per_connection_max: int = 100
+    acks_none_bytes_max: int = 64 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        assert self.rpcs_max >= 1 and self.streams_max >= 1
+        assert self.streams_per_connection_max >= 1 and self.acks_none_bytes_max >= 1
+
+
+class Limits:
+    def __init__(self, config: LimitsConfig) -> None:
+        self.config = config
+        self.rpcs = 0
+        self.streams = 0
+        self.streams_by_connection: dict[str, int] = {}
+        self.acks_none_bytes = 0
+
+    @contextlib.contextmanager
+    def rpc(self) -> Iterator[None]:
+        """Hold one of `rpcs_max` for the duration of a call."""
+        limit = self.config.rpcs_max
+        if self.rpcs >= limit:
+            raise TooManyRequestsError(
+                f"the node is serving {limit} calls (rpcs_max); retry later",
+                limit="rpcs_max",
+                limit_value=limit,
+            )
+        self.rpcs += 1
+        try:
+            yield
+        finally:
+            self.rpcs -= 1
+
+    @contextlib.contextmanager
+    def stream(self, connection: str) -> Iterator[None]:
+        """Hold one of `streams_max`, and one of `streams_per_connection_max` of `connection`."""
+        limit = self.config.streams_max
+        if self.streams >= limit:
+            raise TooManyStreamsError(
+                f"the node has {limit} streams open (streams_max); retry later",
+                limit="streams_max",
+                limit_value=limit,
+            )
+        per_connection = self.config.streams_per_connection_max
+        held = self.streams_by_connection.get(connection, 0)
+        if held >= per_connection:
+            raise TooManyStreamsError(
+                f"this connection has {per_connection} streams open "
+                "(streams_per_connection_max); end one, use another connection, or retry later",
+                limit="streams_per_connection_max",
+                limit_value=per_connection,
+            )
+        self.streams += 1
+        self.streams_by_connection[connection] = held + 1
+        try:
+            yield
+        finally:
+            self.streams -= 1
+            left = self.streams_by_connection[connection] - 1
+            if left:
+                self.streams_by_connection[connection] = left
+            else:
+                del self.streams_by_connection[connection]
+
+    def take_acks_none(self, size_bytes: int) -> None:
+        """Count `size_bytes` of an acks=none batch until `release_acks_none`; refuses it
+        when the node already holds `acks_none_bytes_max` (a lone batch always fits)."""
+        limit = self.config.acks_none_bytes_max
+        if self.acks_none_bytes and self.acks_none_bytes + size_bytes > limit:
+            raise TooManyBytesInFlightError(
+                f"acks=none appends hold {self.acks_none_bytes} bytes not yet written "
+                f"(acks_none_bytes_max={limit}); retry later or use acks=leader/all",
+                limit="acks_none_bytes_max",
+                limit_value=limit,
+            )
+        self.acks_none_bytes += size_bytes
+
+    def release_acks_none(self, size_bytes: int) -> None:
+        self.acks_none_bytes -= size_bytes
+        assert self.acks_none_bytes >= 0, self.acks_none_bytes
