@@ -15,6 +15,7 @@ from replog.replication.messages import (
     Message,
     Records,
     StartAt,
+    TimeoutNow,
     VoteRequest,
     VoteResponse,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "Send",
     "SetHighWatermark",
     "StartAt",
+    "TimeoutNow",
     "TruncateTo",
     "VoteRequest",
     "VoteResponse",

@@ -51,7 +51,13 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from replog import frames
-from replog.errors import AckTimeoutError, NotLeaderError, ReplogError, ShuttingDownError
+from replog.errors import (
+    AckTimeoutError,
+    CorruptDataError,
+    NotLeaderError,
+    ReplogError,
+    ShuttingDownError,
+)
 from replog.replication.coalesce import coalesce
 from replog.replication.config import ReplicaConfig
 from replog.replication.epochs import EpochStart
@@ -73,7 +79,7 @@ from replog.replication.outputs import (
     TruncateTo,
 )
 from replog.replication.replica import Replica, Role
-from replog.replication.state import QuorumState
+from replog.replication.state import EPOCH_MAX, NODE_ID_MAX, OFFSET_MAX, QuorumState
 from replog.storage import FlushPolicy, PartitionLog, checkpoint
 
 T = TypeVar("T")
@@ -90,16 +96,48 @@ class Transport(Protocol):
 
 
 def load_quorum_state(directory: Path) -> QuorumState:
+    """The persisted quorum state, validated: CorruptDataError for anything out of range
+    (the replica does not open; nothing is guessed)."""
     raw = checkpoint.read_file(directory / QUORUM_STATE_FILE)
     if raw is None:
         return QuorumState()
-    data = json.loads(raw)
-    return QuorumState(int(data["epoch"]), data["voted_for"], data["leader_id"])
+    try:
+        data = json.loads(raw)
+        state = QuorumState(data["epoch"], data["voted_for"], data["leader_id"])
+        ok = _in_range(state.epoch, EPOCH_MAX) and all(
+            i is None or _in_range(i, NODE_ID_MAX) for i in (state.voted_for, state.leader_id)
+        )
+    except (ValueError, TypeError, KeyError):
+        ok = False
+    if not ok:
+        raise CorruptDataError(f"{directory / QUORUM_STATE_FILE}: invalid {raw[:200]!r}")
+    return state
 
 
 def load_epoch_history(directory: Path) -> list[EpochStart]:
+    """The persisted epoch history, validated: epochs strictly increasing, start offsets
+    non-decreasing, every number in range; CorruptDataError otherwise."""
     raw = checkpoint.read_file(directory / EPOCH_HISTORY_FILE)
-    return [] if raw is None else [EpochStart(int(e), int(s)) for e, s in json.loads(raw)]
+    if raw is None:
+        return []
+    try:
+        out = [EpochStart(e, s) for e, s in json.loads(raw)]
+        ok = all(
+            _in_range(b.epoch, EPOCH_MAX) and _in_range(b.start_offset, OFFSET_MAX) for b in out
+        )
+        ok = ok and all(
+            a.epoch < b.epoch and a.start_offset <= b.start_offset
+            for a, b in itertools.pairwise(out)
+        )
+    except (ValueError, TypeError):
+        ok = False
+    if not ok:
+        raise CorruptDataError(f"{directory / EPOCH_HISTORY_FILE}: invalid {raw[:200]!r}")
+    return out
+
+
+def _in_range(value: object, maximum: int) -> bool:
+    return type(value) is int and 0 <= value <= maximum
 
 
 def encode_marker(epoch: int, leader_id: int, voters: Sequence[int]) -> bytes:
@@ -152,6 +190,11 @@ class _Campaign(_Input):
 @dataclass(slots=True)
 class _Retention(_Input):
     now_ms: int
+
+
+@dataclass(slots=True)
+class _Transfer(_Input):
+    target: int
 
 
 class ReplicaDriver:
@@ -242,6 +285,11 @@ class ReplicaDriver:
 
     async def campaign(self) -> None:
         await self._call(_Campaign())
+
+    async def transfer_leadership(self, target: int) -> None:
+        """Start handing leadership to voter `target` (see `Replica.transfer_leadership`);
+        returns once the owner has taken the request, not when the target leads."""
+        await self._call(_Transfer(target))
 
     async def apply_retention(self, now_ms: int) -> int:
         """Retention for this replica's log (below its HW), performed by the owner so that
@@ -361,6 +409,8 @@ class ReplicaDriver:
                 outputs += self._start_outputs(now)
             elif isinstance(item, _Campaign):
                 outputs += self.replica.campaign(now)
+            elif isinstance(item, _Transfer):
+                outputs += self.replica.transfer_leadership(item.target, now)
             answers.append((item, None))
         await self._perform(outputs)
         for item, value in answers:
@@ -399,8 +449,13 @@ class ReplicaDriver:
 
     @property
     def serving(self) -> bool:
-        """Leader with its own epoch committed: see `Replica.serving`."""
+        """Leader with its own epoch committed and no transfer under way: see
+        `Replica.serving`."""
         return self.replica.serving
+
+    @property
+    def transferring_to(self) -> int | None:
+        return self.replica.transferring_to
 
     def replica_status(self) -> list[tuple[int, int, int, int]]:
         """Leader only (else empty): (replica id, its LEO as acknowledged, lag in records,

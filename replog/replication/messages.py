@@ -111,4 +111,14 @@ class BeginEpoch:
     leader_id: int
 
 
-Message = FetchRequest | FetchResponse | VoteRequest | VoteResponse | BeginEpoch
+@dataclass(frozen=True, slots=True)
+class TimeoutNow:
+    """Leadership transfer (Raft thesis 3.10): `leader_id`, leader of `epoch`, tells the
+    receiver that its log is caught up and that it should start an election at once,
+    skipping the pre-vote and its election timeout."""
+
+    epoch: int
+    leader_id: int
+
+
+Message = FetchRequest | FetchResponse | VoteRequest | VoteResponse | BeginEpoch | TimeoutNow

@@ -10,7 +10,15 @@ input method and performs the returned outputs in order (see `outputs.py`):
 * `append(request_id, values, acks, now_ms)`: a client Append on this replica.
 * `flushed(offset, now_ms)`: every offset below `offset` is now fsynced.
 * `log_start_advanced(offset, now_ms)`: retention deleted every offset below `offset`.
-* `campaign(now_ms)`: start an election now (tests, leadership transfer, single node).
+* `campaign(now_ms)`: start an election now (tests, single node).
+* `transfer_leadership(target, now_ms)`: a leader hands its partition to voter `target`.
+
+**Leadership transfer** (Raft thesis 3.10): the leader stops taking appends (they fail
+NOT_LEADER naming the target), waits until the target holds its whole log and the HW is at
+the LEO (every waiting acks=all answered), then sends `TimeoutNow`; the target starts an
+election at once in the next epoch (no pre-vote) and wins with the most up-to-date log.
+If that has not happened within `election_timeout_ms_max`, the transfer is abandoned and
+the leader takes appends again.
 
 **Pre-vote** (Raft thesis 9.6, KIP-996): when its election timeout passes, a voter first
 asks the others whether they *would* vote for it in the next epoch (`VoteRequest.pre_vote`),
@@ -51,6 +59,7 @@ from replog.replication.messages import (
     Message,
     Records,
     StartAt,
+    TimeoutNow,
     VoteRequest,
     VoteResponse,
 )
@@ -138,6 +147,8 @@ class Replica:
         self._progress: dict[int, _Progress] = {}
         self._control_offset = -1
         self._leader_since_ms = 0
+        self._transfer: tuple[int, int] | None = None  # (target, give up at ms)
+        self._timeout_now_sent = False
         self._pending_leader: deque[_PendingAck] = deque()
         self._pending_all: deque[_PendingAck] = deque()
         # Repairs of the durable state: the log may have lost an unflushed tail that the
@@ -189,7 +200,16 @@ class Replica:
         Only then does its HW cover every record an earlier leader acknowledged: before, a
         new leader's HW may still be below its predecessor's, and a `latest` or a reply's
         HW taken from it could go backwards (Kafka's KIP-207 class of bug)."""
-        return self._role is Role.LEADER and self._hw > self._control_offset
+        return (
+            self._role is Role.LEADER
+            and self._hw > self._control_offset
+            and self._transfer is None
+        )
+
+    @property
+    def transferring_to(self) -> int | None:
+        """The voter a leadership transfer under way hands the partition to."""
+        return self._transfer[0] if self._transfer is not None else None
 
     @property
     def epoch_history(self) -> tuple[EpochStart, ...]:
@@ -239,7 +259,20 @@ class Replica:
             self._start_election(now_ms)
         return self._take()
 
+    def transfer_leadership(self, target: int, now_ms: int) -> list[Output]:
+        """Hand leadership to voter `target` (no-op unless leader; the caller checks that
+        `target` is another voter). See the module docstring."""
+        assert target in self.config.voters and target != self.replica_id, target
+        if self._role is Role.LEADER:
+            self._transfer = (target, now_ms + self.config.election_timeout_ms_max)
+            self._timeout_now_sent = False
+            self._maybe_timeout_now()
+        return self._take()
+
     def receive(self, message: Message, now_ms: int) -> list[Output]:
+        if isinstance(message, TimeoutNow):
+            self._on_timeout_now(message, now_ms)
+            return self._take()
         if isinstance(message, FetchRequest):
             self._on_fetch_request(message, now_ms)
         elif isinstance(message, FetchResponse):
@@ -259,6 +292,9 @@ class Replica:
         assert values, "an append needs at least one record"
         if self._role is not Role.LEADER:
             self._out.append(AckFailed(request_id, AckFailure.NOT_LEADER, self.leader_id))
+            return self._take()
+        if self._transfer is not None:  # handing over: the target leads next
+            self._out.append(AckFailed(request_id, AckFailure.NOT_LEADER, self._transfer[0]))
             return self._take()
         base = self._leo
         self._out.append(AppendRecords(base, tuple(values)))
@@ -283,6 +319,7 @@ class Replica:
                 ack = self._pending_leader.popleft()
                 self._out.append(AckCompleted(ack.request_id, ack.base_offset, ack.last_offset))
             self._update_high_watermark(now_ms)
+            self._maybe_timeout_now()
         elif self._role is Role.FOLLOWER and self._fetch_sent_ms is None:
             self._send_fetch(now_ms)
         return self._take()
@@ -300,6 +337,26 @@ class Replica:
         out, self._out = self._out, []
         return out
 
+    def _maybe_timeout_now(self) -> None:
+        """Transfer under way: once the target holds the whole log and every append is
+        committed (so none is left waiting), tell it to campaign."""
+        if self._transfer is None or self._timeout_now_sent:
+            return
+        target = self._transfer[0]
+        progress = self._progress.get(target)
+        if progress is not None and progress.match >= self._leo and self._hw >= self._leo:
+            self._timeout_now_sent = True
+            self._out.append(Send(target, TimeoutNow(self.epoch, self.replica_id)))
+
+    def _on_timeout_now(self, message: TimeoutNow, now_ms: int) -> None:
+        if (
+            message.epoch == self.epoch
+            and message.leader_id == self.leader_id
+            and self._role is Role.FOLLOWER
+            and self.config.is_voter
+        ):
+            self._start_election(now_ms)
+
     def _set_state(self, state: QuorumState) -> None:
         assert state.epoch >= self._state.epoch, (state, self._state)
         if state != self._state:
@@ -315,6 +372,7 @@ class Replica:
         """Follow `leader_id` (None: unknown) in `epoch` (>= the current one)."""
         if self._role is Role.LEADER:
             self._fail_pending_acks()
+        self._transfer = None
         voted_for = self._state.voted_for if epoch == self._state.epoch else None
         self._set_state(QuorumState(epoch, voted_for, leader_id))
         self._role = Role.FOLLOWER
@@ -377,6 +435,7 @@ class Replica:
         epoch = self.epoch
         assert self._role is Role.CANDIDATE and self._state.voted_for == me
         self._role = Role.LEADER
+        self._transfer = None
         self._set_state(QuorumState(epoch, me, me))
         self._history.append(epoch, self._leo)
         self._out.append(PersistEpochHistory(self._history.entries))
@@ -396,6 +455,9 @@ class Replica:
 
     def _tick_leader(self, now_ms: int) -> None:
         cfg = self.config
+        if self._transfer is not None and now_ms >= self._transfer[1]:
+            self._transfer = None  # the target did not take over in time: lead on
+        self._maybe_timeout_now()
         alive = 1
         for replica, progress in self._progress.items():
             parked = progress.parked
@@ -493,6 +555,7 @@ class Replica:
         progress.match = max(progress.match, request.fetch_offset)
         progress.parked = None
         self._update_high_watermark(now_ms)
+        self._maybe_timeout_now()
         if request.fetch_offset < self._leo or progress.hw_sent != self._hw:
             self._send_records(sender, request)
         else:

@@ -5,11 +5,19 @@ atomically (temp file, fsync, rename, fsync dir), whenever the core emits
 `PersistQuorumState`, and before it performs any output that follows it (in particular
 before sending a vote). The encoding is the driver's; the core only needs these fields back
 on restart.
+
+Ranges (checked on the wire by the server's codec and on load by the driver): epochs
+`0..EPOCH_MAX` (2^31 - 1, Kafka's int32 leader epochs), offsets `0..OFFSET_MAX` (2^62:
+the sum of any two still fits in 63 bits), node ids `0..NODE_ID_MAX`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+EPOCH_MAX = 2**31 - 1
+OFFSET_MAX = 2**62
+NODE_ID_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ def main() -> None:
     parser.add_argument(
         "--interrupts", action="store_true", help="owner model with cancelled callers"
     )
+    parser.add_argument("--transfers", action="store_true", help="leadership transfers")
     args = parser.parse_args()
     config = SimConfig.random(
         args.seed,
@@ -27,6 +28,7 @@ def main() -> None:
         flush_always=args.flush == "always",
         observers=args.observers,
         interrupts=args.interrupts,
+        transfers=args.transfers,
     )
     print(config)
     outcome = run_schedule(config)

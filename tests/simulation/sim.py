@@ -96,14 +96,16 @@ class SimConfig:
     owner: bool = False  # model the driver's owner task (inbox, outputs over time)
     interrupts_per_s: float = 0.0  # cancelled callers of in-flight inputs (owner only)
     interrupt_drops_outputs: bool = False  # the old driver: a cancel drops outputs
+    transfers_per_s: float = 0.0  # leadership transfers to a random voter
 
     def repro(self) -> str:
         flush = "" if self.flush_always else " --flush never"
         observers = f" --observers {self.observers}" if self.observers else ""
         owner = " --interrupts" if self.owner else ""
+        transfers = " --transfers" if self.transfers_per_s else ""
         return (
             f"python -m tests.simulation.run --seed {self.seed} --nodes {self.nodes}"
-            f"{observers}{flush}{owner}"
+            f"{observers}{flush}{owner}{transfers}"
         )
 
     @property
@@ -120,6 +122,7 @@ class SimConfig:
         flush_always: bool = True,
         observers: int = 0,
         interrupts: bool = False,
+        transfers: bool = False,
     ) -> SimConfig:
         """Fault rates drawn from the seed, so that seeds cover calm and hostile networks.
         `interrupts`: the owner model with cancelled callers (a rate drawn separately, so
@@ -127,7 +130,9 @@ class SimConfig:
         shape = f"{nodes}+{observers}" if observers else str(nodes)
         rng = random.Random(f"config-{seed}-{shape}")
         owner_rate = random.Random(f"interrupts-{seed}-{shape}").choice([2.0, 10.0, 40.0])
+        transfer_rate = random.Random(f"transfers-{seed}-{shape}").choice([0.5, 2.0, 10.0])
         return SimConfig(
+            transfers_per_s=transfer_rate if transfers else 0.0,
             owner=interrupts,
             interrupts_per_s=owner_rate if interrupts else 0.0,
             seed=seed,
@@ -308,6 +313,10 @@ class Simulation:
                     self._schedule(rng.randint(20, 800), "restart", victim)
         if cfg.retention_per_s and rng.random() < cfg.retention_per_s * per_tick:
             self.retention(rng.choice(self.ids))
+        if cfg.transfers_per_s and rng.random() < cfg.transfers_per_s * per_tick:
+            leader = self.leader()
+            if leader is not None and len(self.voters) > 1:
+                self.transfer(leader.id, rng.choice([v for v in self.voters if v != leader.id]))
         if cfg.interrupts_per_s and rng.random() < cfg.interrupts_per_s * per_tick:
             busy = [n for n in self.nodes.values() if n.replica is not None and not n.idle]
             if busy:
@@ -387,6 +396,10 @@ class Simulation:
             return replica.log_start_advanced(start, self.now)
 
         self._input(node, call)
+
+    def transfer(self, node_id: int, target: int) -> None:
+        """Node `node_id` (a leader) hands leadership to voter `target`."""
+        self._input(self.nodes[node_id], lambda r: r.transfer_leadership(target, self.now))
 
     def campaign(self, node_id: int) -> None:
         assert self.nodes[node_id].replica is not None

@@ -87,3 +87,15 @@ def test_five_replicas_and_observers_with_cancelled_callers_keep_every_invariant
 ) -> None:
     for seed in seeds:
         run_schedule(SimConfig.random(seed, 5, observers=2, interrupts=True))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seeds", _blocks(600), ids=lambda r: f"seeds{r.start}-{r.stop - 1}")
+@pytest.mark.parametrize("nodes", [3, 5])
+def test_leadership_transfers_among_faults_keep_every_invariant(seeds: range, nodes: int) -> None:
+    for seed in seeds:
+        run_schedule(
+            SimConfig.random(
+                seed, nodes, flush_always=seed % 2 == 0, interrupts=True, transfers=True
+            )
+        )

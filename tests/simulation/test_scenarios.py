@@ -390,3 +390,48 @@ def test_a_power_loss_after_an_ack_loses_nothing_when_acks_wait_for_a_majoritys_
     sim = _ack_then_power_loss_then_leader_cut_off(flush_always=True)
     assert Role.LEADER in (sim.replica(2).role, sim.replica(3).role)
     assert sim.checker.acked_all, "the append was acknowledged"
+
+
+def test_a_leadership_transfer_hands_over_at_once_and_loses_no_acknowledged_record() -> None:
+    sim = calm(3)  # election timeouts of ~1000 s: only TimeoutNow can move leadership
+    elect(sim, 1)
+    acked = [sim.client_append(Acks.ALL, 1, 2) for _ in range(5)]
+    assert sim.run_for(1000, lambda: all(sim.requests[r].outcome == "acked" for r in acked))
+    started = sim.now
+    sim.transfer(1, 2)
+    refused = sim.client_append(Acks.ALL, 1, 1)  # appends stop during the hand-over
+    assert sim.run_for(1000, lambda: sim.replica(2).role is Role.LEADER)
+    assert sim.now - started < 50, "the target campaigned without waiting for a timeout"
+    assert sim.requests[refused].outcome == "failed"
+    assert sim.replica(1).role is Role.FOLLOWER
+    after = sim.client_append(Acks.ALL, 2, 1)
+    assert sim.run_for(1000, lambda: sim.requests[after].outcome == "acked")
+    wait_replicated(sim, 2, [1, 3])
+
+
+def test_a_transfer_to_a_lagging_voter_waits_until_it_holds_the_whole_log() -> None:
+    sim = calm(3)
+    elect(sim, 1)
+    sim.partition({1, 2}, {3})
+    acked = [sim.client_append(Acks.ALL, 1, 3) for _ in range(5)]
+    assert sim.run_for(1000, lambda: all(sim.requests[r].outcome == "acked" for r in acked))
+    sim.transfer(1, 3)
+    sim.run_for(100)
+    assert sim.replica(1).role is Role.LEADER, "no hand-over to a voter that lacks records"
+    sim.heal()
+    assert sim.run_for(1000, lambda: sim.replica(3).role is Role.LEADER)
+    assert (
+        values_at(sim, 3)[: len(values_at(sim, 1))] == values_at(sim, 1)[: len(values_at(sim, 3))]
+    )
+
+
+def test_a_transfer_that_cannot_finish_is_abandoned_and_the_leader_takes_appends_again() -> None:
+    sim = calm(3, election_timeout_ms_min=150, election_timeout_ms_max=300)
+    elect(sim, 1)
+    sim.partition({1, 2}, {3})  # the target is unreachable
+    sim.transfer(1, 3)
+    sim.run_for(10)
+    assert not sim.replica(1).serving
+    assert sim.run_for(1000, lambda: sim.replica(1).serving), "the transfer was not abandoned"
+    request = sim.client_append(Acks.ALL, 1, 1)
+    assert sim.run_for(1000, lambda: sim.requests[request].outcome == "acked")
