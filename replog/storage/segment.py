@@ -534,10 +534,13 @@ class Segment:
         start = self.position_of(offset)
         stop = self.size if end_offset >= self.next_offset else self.position_of(end_offset)
         if stop - start <= max_bytes:
-            data = self._read_verified(start, stop)
+            data, after = self._read_verified(start, stop)
             self._check_first(data, offset, start)
-            if stop < self.size:
-                self._check_header_at(stop, end_offset)
+            if stop < self.size:  # the next frame's header, if the blocks read hold it
+                if len(after) < HEADER_BYTES:
+                    self._check_header_at(stop, end_offset)
+                elif _unpack_header(after)[0] != end_offset:
+                    raise _IndexMismatch(stop)
             return data, True
         limit = start + max_bytes
         rel_q, q = self.index.floor_by_position(limit)
@@ -558,7 +561,7 @@ class Segment:
             if not first:
                 return b"", False
             length = _unpack_header(os.pread(self._fd, HEADER_BYTES, start))[1] & LENGTH_MASK
-            frame = self._read_verified(start, min(start + HEADER_BYTES + length, self.size))
+            frame = self._read_verified(start, min(start + HEADER_BYTES + length, self.size))[0]
             self._check_first(frame, offset, start)
             return frame, start + len(frame) >= stop
         data = buf[:p]
@@ -585,22 +588,23 @@ class Segment:
             end_position=hi,
         )
 
-    def _read_verified(self, start: int, stop: int) -> bytes:
-        """`pread` of `[start, stop)`, every block it touches verified as a whole."""
+    def _read_verified(self, start: int, stop: int) -> tuple[bytes, bytes]:
+        """`pread` of `[start, stop)`, every block it touches verified as a whole; also
+        returns the verified bytes read past `stop` (up to 12, possibly none)."""
         sidecar = self.sidecar
         if sidecar is None or stop <= start:
             if self._unreadable:
                 raise self._corrupt(self.base_offset, 0, self.size, "its .crc header is damaged")
-            return os.pread(self._fd, stop - start, start)
+            return os.pread(self._fd, stop - start, start), b""
         c = sidecar.chunk_bytes
         if stop - start < 4 * c:  # small: one pread of the covering blocks, then a slice
             lo, hi = start // c * c, min(((stop - 1) // c + 1) * c, sidecar.covered_end)
             buf = os.pread(self._fd, hi - lo, lo)
             self._verify_buffer(lo, buf)
-            return buf[start - lo : stop - lo]
+            return buf[start - lo : stop - lo], buf[stop - lo : stop - lo + HEADER_BYTES]
         data = os.pread(self._fd, stop - start, start)
         self._verify_buffer(start, data)
-        return data
+        return data, b""
 
     def _verify_buffer(self, at: int, buf: bytes) -> None:
         """Verify every block touched by `buf` (log bytes from `at`): the bytes of the first
@@ -614,6 +618,9 @@ class Segment:
         stop = at + len(buf)
         k0, k1 = at // c, (stop - 1) // c
         lo, hi = k0 * c, min((k1 + 1) * c, sidecar.covered_end)
+        whole_block = k0 == k1 and at == lo and stop == hi and k0 < len(sidecar.crcs)
+        if whole_block and crc32c_value(buf) == sidecar.crcs[k0] and k0 not in self._bad:
+            return  # the common small read: one block, read whole
         head = os.pread(self._fd, at - lo, lo) if at > lo else b""
         tail = os.pread(self._fd, hi - stop, stop) if hi > stop else b""
         if len(head) != at - lo or len(tail) != max(hi - stop, 0):
