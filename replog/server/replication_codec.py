@@ -15,6 +15,7 @@ from replog.replication.messages import (
     Message,
     Records,
     StartAt,
+    TimeoutNow,
     VoteRequest,
     VoteResponse,
 )
@@ -80,6 +81,8 @@ def to_envelope(topic: str, partition: int, from_id: int, message: Message) -> p
                 pre_vote=message.pre_vote,
             )
         )
+    elif isinstance(message, TimeoutNow):
+        env.timeout_now.CopyFrom(pb.TimeoutNow(epoch=message.epoch, leader_id=message.leader_id))
     else:
         env.begin_epoch.CopyFrom(pb.BeginEpoch(epoch=message.epoch, leader_id=message.leader_id))
     return env
@@ -124,4 +127,7 @@ def from_envelope(env: pb.Envelope) -> Message:
         return VoteResponse(answer.epoch, answer.voter_id, answer.granted, answer.pre_vote)
     if kind == "begin_epoch":
         return BeginEpoch(env.begin_epoch.epoch, env.begin_epoch.leader_id)
+    if kind == "timeout_now":
+        t = env.timeout_now
+        return TimeoutNow(t.epoch, t.leader_id)
     raise ValueError(f"an Envelope without a message ({kind})")
