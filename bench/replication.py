@@ -12,6 +12,9 @@ topic of one partition replicated 3 times, 100-byte random values; repeats inter
 * `acks_leader`: the same with acks=leader (default cluster).
 * `acks_all_latency_p50_ms` / `acks_all_latency_p99_ms` (and `_flush_interval`): 500
   sequential single-record acks=all appends at low load, on each cluster.
+* `graceful_stop_write_gap_s` / `kill_write_gap_s`: the longest gap between two acks of a
+  producer appending single records with acks=all while the leader is stopped with
+  SIGTERM (it hands its partitions over first) or SIGKILL; p50 and p99 over the repeats.
 * `failover_s`: SIGKILL the partition's leader, then time until the first acks=all append
   succeeds through a client that knows every node (default timeouts); the killed node is
   restarted before the next repeat.
@@ -23,6 +26,8 @@ in docs/benchmarks.md. Targets: acks_all >= 500,000 records/s, p99 <= 10 ms, fai
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import os
 import sys
 import threading
@@ -116,6 +121,48 @@ def failover_s(cluster: DevCluster) -> float:
     return took
 
 
+def write_gap_s(cluster: DevCluster, graceful: bool) -> float:
+    """The longest time writers went without an acknowledgement around the stop of the
+    partition's leader: a thread appends single records with acks=all back to back through
+    a client that knows every node; the leader is stopped (SIGTERM, or SIGKILL), then
+    restarted. Returns the largest gap between two consecutive acks."""
+    policy = RetryPolicy(attempts_max=1000, backoff_initial_ms=10, deadline_ms=60_000)
+    acks: list[float] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        with Client(cluster.bootstrap, retry=policy) as c:
+            for _ in range(1_000_000):
+                if stop.is_set():
+                    return
+                with contextlib.suppress(ReplogError):
+                    c.append(TOPIC, 0, [b"g"], acks="all")
+                    acks.append(time.perf_counter())
+
+    with Client(cluster.bootstrap, retry=policy) as admin:
+        leader = leader_of(admin)
+    writer = threading.Thread(target=produce, daemon=True)
+    writer.start()
+    while len(acks) < 50:
+        time.sleep(0.01)
+    node = cluster.members[leader]
+    stopped_at = time.perf_counter()
+    if graceful:
+        node.stop()
+    else:
+        node.kill()
+    deadline = time.perf_counter() + 30
+    while time.perf_counter() < deadline and (not acks or acks[-1] <= stopped_at + 0.5):
+        time.sleep(0.01)
+    time.sleep(0.5)
+    stop.set()
+    writer.join(60)
+    node.start()
+    window = [t for t in acks if t >= stopped_at - 1.0]
+    gaps = [b - a for a, b in itertools.pairwise(window)]
+    return max(gaps) if gaps else float("inf")
+
+
 def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
@@ -137,6 +184,8 @@ def main() -> int:
     p99s: dict[str, list[float]] = {m: [] for m in MODES}
     leader_rates: list[float] = []
     failovers: list[float] = []
+    graceful_gaps: list[float] = []
+    kill_gaps: list[float] = []
     with bench_tmpdir(prefix="bench-repl-") as work:
         info = machine_info(work)
         clusters = {
@@ -159,6 +208,8 @@ def main() -> int:
                 default = clusters[MODES[0]]
                 leader_rates.append(throughput(default.bootstrap, "leader", records))
                 failovers.append(failover_s(default))
+                graceful_gaps.append(write_gap_s(default, graceful=True))
+                kill_gaps.append(write_gap_s(default, graceful=False))
                 log(
                     f"repeat {r + 1}/{repeats}: "
                     + ", ".join(
@@ -167,6 +218,8 @@ def main() -> int:
                         for m in MODES
                     )
                     + f"; acks=leader {leader_rates[-1]:,.0f}/s, failover {failovers[-1]:.2f} s"
+                    + f"; write gap: SIGTERM {graceful_gaps[-1]:.3f} s, "
+                    + f"SIGKILL {kill_gaps[-1]:.3f} s"
                 )
         finally:
             for cluster in clusters.values():
@@ -175,6 +228,9 @@ def main() -> int:
     p50 = {m: summarize(p50s[m]) for m in MODES}
     p99 = {m: summarize(p99s[m]) for m in MODES}
     lr, fo = summarize(leader_rates), summarize(failovers)
+    term_gap, kill_gap = summarize(graceful_gaps), summarize(kill_gaps)
+    term_p99 = percentile(sorted(graceful_gaps), 0.99)
+    kill_p99 = percentile(sorted(kill_gaps), 0.99)
     durable, fast = MODES
     emit(Result("acks_all", round(a[durable].median), "records/s", round(a[fast].median)))
     emit(Result("acks_all_flush_interval", round(a[fast].median), "records/s", None))
@@ -184,6 +240,10 @@ def main() -> int:
         emit(Result(f"acks_all_latency_p50_ms{suffix}", round(p50[m].median, 3), "ms", None))
         emit(Result(f"acks_all_latency_p99_ms{suffix}", round(p99[m].median, 3), "ms", None))
     emit(Result("failover_s", round(fo.median, 3), "s", None))
+    emit(Result("graceful_stop_write_gap_p50_s", round(term_gap.median, 3), "s", None))
+    emit(Result("graceful_stop_write_gap_p99_s", round(term_p99, 3), "s", None))
+    emit(Result("kill_write_gap_p50_s", round(kill_gap.median, 3), "s", None))
+    emit(Result("kill_write_gap_p99_s", round(kill_p99, 3), "s", None))
     if args.write_docs:
 
         def row(name: str, s: object, unit: str, target: str, ok: bool | None) -> str:
@@ -232,6 +292,15 @@ def main() -> int:
                 row("acks_all_latency_p50_ms_flush_interval", p50[fast], "ms", "report", None),
                 row("acks_all_latency_p99_ms_flush_interval", p99[fast], "ms", "report", None),
                 row("failover_s", fo, "s", "<= 3 s", fo.median <= 3),
+                row("graceful_stop_write_gap_s", term_gap, "s", "p99 <= 0.5 s", term_p99 <= 0.5),
+                row("kill_write_gap_s", kill_gap, "s", "report", None),
+                "",
+                f"Write gaps: the longest time a producer appending single records with "
+                f"acks=all went without an ack around a stop of the leader. SIGTERM (the "
+                f"leader hands over its partitions first): p50 {term_gap.median:.3f} s, p99 "
+                f"{term_p99:.3f} s; SIGKILL (the others wait for the election timeout): p50 "
+                f"{kill_gap.median:.3f} s, p99 {kill_p99:.3f} s ({repeats} stops each; with "
+                "few repeats the p99 is the largest one).",
                 "",
                 f"The durable default reaches {a[durable].median / a[fast].median:.0%} of the "
                 "fast mode's acks=all throughput, with p50 latency "
