@@ -224,7 +224,8 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 def rewrite(path: Path, chunk_bytes: int, entries: list[tuple[int, int]], flushed: int) -> None:
-    """Replace the sidecar atomically (temp file, fsync, rename; the caller fsyncs the dir)."""
+    """Replace the sidecar atomically and durably (temp file, fsync, rename, fsync the dir:
+    after a truncation the old sidecar must never come back over new data)."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -236,6 +237,11 @@ def rewrite(path: Path, chunk_bytes: int, entries: list[tuple[int, int]], flushe
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def effective_entries(crcs: list[int | None], chunk_bytes: int, end: int) -> list[tuple[int, int]]:

@@ -28,6 +28,7 @@ from replog.errors import (
 )
 from replog.storage import checkpoint
 from replog.storage.config import FlushPolicy, StorageConfig
+from replog.storage.integrity import IntegrityIssue
 from replog.storage.names import (
     PARTITIONS_MAX,
     partition_dir,
@@ -134,6 +135,15 @@ class PartitionRegistry:
     def open_partitions(self) -> list[PartitionLog]:
         with self._lock:
             return list(self._open.values())
+
+    def corrupt_ranges(self) -> dict[tuple[str, int], list[IntegrityIssue]]:
+        """Per open partition with any, the ranges it refuses to serve (metrics, describe)."""
+        found = {}
+        for plog in self.open_partitions():
+            ranges = plog.corrupt_ranges()
+            if ranges:
+                found[(plog.topic, plog.partition)] = ranges
+        return found
 
     def close_all(self) -> None:
         """Stop the flusher; flush, checkpoint and close every open partition."""

@@ -229,6 +229,8 @@ class Segment:
             os.ftruncate(self._fd, valid_end)
         self.size = valid_end
         self.next_offset = expected
+        c = self.chunk_bytes
+        self._bad = {k for k in self._bad if k * c < valid_end}  # cut blocks stay reported
         if index.dropped_entries:
             self._note(
                 integrity.INDEX_REBUILT,

@@ -13,7 +13,7 @@ import pytest
 
 from replog import cli, frames
 from replog.errors import CorruptDataError
-from replog.storage import FlushPolicy, PartitionLog, StorageConfig
+from replog.storage import FlushPolicy, PartitionLog, PartitionRegistry, StorageConfig
 from replog.storage.integrity import CORRUPT, INDEX_REBUILT, SIDECAR_DAMAGED, UNVERIFIED
 from replog.storage.scrub import Scrubber
 from replog.storage.verify import verify_data_dir
@@ -153,11 +153,11 @@ def test_a_torn_tail_at_every_byte_reopens_as_a_prefix_with_valid_checksums(
     nconfig = StorageConfig(**{**_fields(config), "flush": FlushPolicy.NEVER})
     log.close()
     log = open_log(template, nconfig)
-    for i in range(60, 90, 3):  # unflushed appends: a crash may tear any of them
+    for i in range(60, 75, 3):  # unflushed appends: a crash may tear any of them
         log.append(VALUES[i : i + 3])
         appends.append(i + 3)
     log.crash()
-    ends = frames.frame_ends(VALUES[:90])
+    ends = frames.frame_ends(VALUES[:75])
     data = (partition(template) / f"{SEG0}.log").read_bytes()
     flushed_pos = ends[flushed - 1]
     for cut in range(flushed_pos, len(data) + 1):
@@ -316,3 +316,32 @@ def test_verify_changes_no_file(tmp_path: Path) -> None:
     before = {p: p.read_bytes() for p in partition(tmp_path).iterdir()}
     verify_data_dir(tmp_path)
     assert {p: p.read_bytes() for p in partition(tmp_path).iterdir()} == before
+
+
+def test_the_registry_lists_the_corrupt_ranges_of_its_open_partitions(tmp_path: Path) -> None:
+    registry = PartitionRegistry(tmp_path, CONFIG, background_flush=False)
+    registry.create_topic("t", 1)
+    registry.get("t", 0).append(VALUES)
+    registry.close_all()
+    flip(partition(tmp_path) / f"{SEG0}.log", 40 * 8)
+    registry = PartitionRegistry(tmp_path, CONFIG, background_flush=False)
+    plog = registry.get("t", 0)
+    assert registry.corrupt_ranges() == {}
+    with pytest.raises(CorruptDataError):
+        plog.read_uncommitted(0, 100)
+    [(key, [issue])] = registry.corrupt_ranges().items()
+    assert key == ("t", 0) and issue.first_offset == 0
+    registry.close_all()
+
+
+def test_a_log_that_lost_flushed_bytes_still_takes_and_serves_new_appends(tmp_path: Path) -> None:
+    write_template(tmp_path).close()
+    for seg in partition(tmp_path).glob("*.log"):
+        if seg.name != f"{SEG0}.log":
+            seg.write_bytes(b"")  # the last segment's bytes are gone, its sidecar is not
+    log = open_log(tmp_path)
+    assert log.corrupt_ranges(), "flushed bytes that vanished are reported"
+    end = log.log_end_offset
+    log.append([b"new", b"data"])
+    assert frames.decode(log.read_uncommitted(end, 100)).values == [b"new", b"data"]
+    log.close()
