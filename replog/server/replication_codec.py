@@ -1,10 +1,28 @@
 """Replication messages of the core (`replog.replication.messages`) <-> protobuf `Envelope`s.
 
 The one place that knows both shapes; see `proto/replog/v1/replication.proto`.
+
+The wire is hostile, even from a member: `from_envelope` range-checks every number before
+it becomes a core message (the core does arithmetic on them, persists epochs and asserts
+its invariants) and raises `ImpossibleMessage` (a `ValueError`) for anything no correct
+node sends:
+
+    epochs             0 <= epoch <= EPOCH_MAX (2^31 - 1, Kafka's int32 leader epochs)
+    offsets            0 <= offset <= OFFSET_MAX (2^62: room for any sum of two)
+    node ids           id <= NODE_ID_MAX, and the sender's own id where the message
+                       names its sender (replica_id, candidate_id, voter_id, leader_id)
+    last epochs        last_fetched_epoch, last_epoch <= epoch (nobody holds a future epoch)
+    records            start_offset == fetch_offset <= end_offset; boundaries strictly
+                       increasing in epoch (<= epoch) and inside [start, end); frames are
+                       whole, with consecutive offsets start .. end - 1
+    diverging          epoch <= last_fetched_epoch
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from replog import frames
 from replog.replication.epochs import EpochStart
 from replog.replication.messages import (
     BeginEpoch,
@@ -19,6 +37,7 @@ from replog.replication.messages import (
     VoteRequest,
     VoteResponse,
 )
+from replog.replication.state import EPOCH_MAX, NODE_ID_MAX, OFFSET_MAX
 from replog.v1 import replication_pb2 as pb
 
 
@@ -88,46 +107,123 @@ def to_envelope(topic: str, partition: int, from_id: int, message: Message) -> p
     return env
 
 
+class ImpossibleMessage(ValueError):
+    """An envelope no correct node sends; dropped (and logged) by the transport."""
+
+
+def _check(ok: bool, what: str) -> None:
+    if not ok:
+        raise ImpossibleMessage(what)
+
+
+def _epoch(value: int, what: str) -> int:
+    _check(0 <= value <= EPOCH_MAX, f"{what} {value} out of range")
+    return value
+
+
+def _offset(value: int, what: str) -> int:
+    _check(0 <= value <= OFFSET_MAX, f"{what} {value} out of range")
+    return value
+
+
+def _sender(value: int, sender: int, what: str) -> int:
+    _check(value == sender, f"{what} {value} is not the sender {sender}")
+    return value
+
+
+def _history(entries: Iterable[pb.EpochBoundary], epoch_max: int) -> tuple[EpochStart, ...]:
+    out: list[EpochStart] = []
+    for b in entries:
+        e, start = _epoch(b.epoch, "boundary epoch"), _offset(b.start_offset, "boundary offset")
+        _check(e <= epoch_max, f"boundary epoch {e} after the message's epoch {epoch_max}")
+        if out:
+            _check(e > out[-1].epoch and start >= out[-1].start_offset, "boundaries out of order")
+        out.append(EpochStart(e, start))
+    return tuple(out)
+
+
 def from_envelope(env: pb.Envelope) -> Message:
+    """The core message of `env`, checked (see the module docstring); `ImpossibleMessage`
+    for anything out of range."""
+    sender = env.from_id
+    _check(sender <= NODE_ID_MAX, f"sender id {sender} out of range")
     kind = env.WhichOneof("message")
     if kind == "fetch_request":
         r = env.fetch_request
-        return FetchRequest(r.epoch, r.replica_id, r.fetch_offset, r.last_fetched_epoch)
+        epoch = _epoch(r.epoch, "epoch")
+        last = _epoch(r.last_fetched_epoch, "last_fetched_epoch")
+        _check(last <= epoch, "last_fetched_epoch after epoch")
+        return FetchRequest(
+            epoch,
+            _sender(r.replica_id, sender, "replica_id"),
+            _offset(r.fetch_offset, "fetch_offset"),
+            last,
+        )
     if kind == "fetch_response":
         f = env.fetch_response
+        epoch = _epoch(f.epoch, "epoch")
+        fetch_offset = _offset(f.fetch_offset, "fetch_offset")
+        last = _epoch(f.last_fetched_epoch, "last_fetched_epoch")
         which = f.WhichOneof("result")
         result: Records | Diverging | Fenced | StartAt
         if which == "records":
             rec = f.records
+            start = _offset(rec.start_offset, "start_offset")
+            end = _offset(rec.end_offset, "end_offset")
+            _check(start == fetch_offset and start <= end, "records not at the fetch offset")
+            boundaries = _history(rec.boundaries, epoch)
+            _check(
+                all(start <= b.start_offset < end for b in boundaries),
+                "a boundary outside the records",
+            )
+            try:
+                ends = frames.scan(rec.frames, start) if rec.frames else []
+            except frames.FrameError as exc:
+                raise ImpossibleMessage(f"frames: {exc}") from None
+            _check(len(ends) == end - start, "frames do not hold start_offset .. end_offset")
             result = Records(
-                rec.start_offset,
-                rec.end_offset,
-                tuple(EpochStart(b.epoch, b.start_offset) for b in rec.boundaries),
-                rec.high_watermark,
-                rec.frames,
+                start, end, boundaries, _offset(rec.high_watermark, "high_watermark"), rec.frames
             )
         elif which == "diverging":
-            result = Diverging(f.diverging.epoch, f.diverging.end_offset)
+            d_epoch = _epoch(f.diverging.epoch, "diverging epoch")
+            _check(d_epoch <= last, "diverging epoch after last_fetched_epoch")
+            result = Diverging(d_epoch, _offset(f.diverging.end_offset, "diverging end_offset"))
         elif which == "start_at":
-            result = StartAt(
-                f.start_at.offset,
-                tuple(EpochStart(b.epoch, b.start_offset) for b in f.start_at.history),
-            )
+            offset = _offset(f.start_at.offset, "start_at offset")
+            result = StartAt(offset, _history(f.start_at.history, epoch))
         elif which == "fenced":
             leader = f.fenced.leader_id if f.fenced.HasField("leader_id") else None
-            result = Fenced(f.fenced.epoch, leader)
+            _check(leader is None or leader <= NODE_ID_MAX, "fenced leader_id out of range")
+            result = Fenced(_epoch(f.fenced.epoch, "fenced epoch"), leader)
         else:
-            raise ValueError("a ReplicaFetchResponse without a result")
-        return FetchResponse(f.epoch, f.leader_id, f.fetch_offset, f.last_fetched_epoch, result)
+            raise ImpossibleMessage("a ReplicaFetchResponse without a result")
+        return FetchResponse(
+            epoch, _sender(f.leader_id, sender, "leader_id"), fetch_offset, last, result
+        )
     if kind == "vote_request":
         v = env.vote_request
-        return VoteRequest(v.epoch, v.candidate_id, v.last_epoch, v.log_end_offset, v.pre_vote)
+        epoch = _epoch(v.epoch, "epoch")
+        last = _epoch(v.last_epoch, "last_epoch")
+        _check(last <= epoch, "last_epoch after epoch")
+        return VoteRequest(
+            epoch,
+            _sender(v.candidate_id, sender, "candidate_id"),
+            last,
+            _offset(v.log_end_offset, "log_end_offset"),
+            v.pre_vote,
+        )
     if kind == "vote_response":
         answer = env.vote_response
-        return VoteResponse(answer.epoch, answer.voter_id, answer.granted, answer.pre_vote)
+        return VoteResponse(
+            _epoch(answer.epoch, "epoch"),
+            _sender(answer.voter_id, sender, "voter_id"),
+            answer.granted,
+            answer.pre_vote,
+        )
     if kind == "begin_epoch":
-        return BeginEpoch(env.begin_epoch.epoch, env.begin_epoch.leader_id)
+        b = env.begin_epoch
+        return BeginEpoch(_epoch(b.epoch, "epoch"), _sender(b.leader_id, sender, "leader_id"))
     if kind == "timeout_now":
         t = env.timeout_now
-        return TimeoutNow(t.epoch, t.leader_id)
-    raise ValueError(f"an Envelope without a message ({kind})")
+        return TimeoutNow(_epoch(t.epoch, "epoch"), _sender(t.leader_id, sender, "leader_id"))
+    raise ImpossibleMessage(f"an Envelope without a message ({kind})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from replog import frames
 from replog.replication.epochs import EpochStart
 from replog.replication.messages import (
     BeginEpoch,
@@ -17,13 +18,18 @@ from replog.replication.messages import (
     VoteRequest,
     VoteResponse,
 )
-from replog.server.replication_codec import from_envelope, to_envelope
+from replog.server.replication_codec import (
+    EPOCH_MAX,
+    ImpossibleMessage,
+    from_envelope,
+    to_envelope,
+)
 from replog.v1 import replication_pb2 as pb
 
 MESSAGES: list[Message] = [
     FetchRequest(epoch=3, replica_id=2, fetch_offset=41, last_fetched_epoch=2),
     FetchResponse(
-        3, 1, 41, 2, Records(41, 43, (EpochStart(3, 42),), 40, b"\x00" * 12 + b"\x00" * 13)
+        3, 1, 41, 2, Records(41, 43, (EpochStart(3, 42),), 40, frames.encode(41, [b"", b"x"]))
     ),
     FetchResponse(3, 1, 41, 2, Diverging(epoch=2, end_offset=39)),
     FetchResponse(3, 1, 41, 2, Fenced(epoch=4, leader_id=3)),
@@ -38,7 +44,100 @@ MESSAGES: list[Message] = [
 
 @pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
 def test_a_message_decodes_to_what_was_encoded(message: Message) -> None:
-    env = to_envelope("orders", 7, 2, message)
+    sender = _sender(message)
+    env = to_envelope("orders", 7, sender, message)
     wire = pb.Envelope.FromString(env.SerializeToString())
-    assert (wire.topic, wire.partition, wire.from_id) == ("orders", 7, 2)
+    assert (wire.topic, wire.partition, wire.from_id) == ("orders", 7, sender)
     assert from_envelope(wire) == message
+
+
+def _sender(message: Message) -> int:
+    """The node that sends `message` (the codec refuses it from anyone else)."""
+    if isinstance(message, FetchRequest):
+        return message.replica_id
+    if isinstance(message, FetchResponse | BeginEpoch):
+        return message.leader_id
+    if isinstance(message, VoteRequest):
+        return message.candidate_id
+    assert isinstance(message, VoteResponse)
+    return message.voter_id
+
+
+U64_MAX = 2**64 - 1
+
+
+def _vote(epoch: int, candidate: int = 2, sender: int = 2, last_epoch: int = 0) -> pb.Envelope:
+    return pb.Envelope(
+        topic="orders",
+        partition=0,
+        from_id=sender,
+        vote_request=pb.VoteRequest(
+            epoch=epoch, candidate_id=candidate, last_epoch=last_epoch, log_end_offset=0
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    "envelope",
+    [
+        _vote(U64_MAX),
+        _vote(EPOCH_MAX + 1),
+        _vote(5, candidate=3),  # a candidate that is not the sender
+        _vote(5, last_epoch=6),  # a last record in a future epoch
+        pb.Envelope(
+            from_id=1,
+            fetch_request=pb.ReplicaFetchRequest(epoch=1, replica_id=1, fetch_offset=U64_MAX),
+        ),
+        pb.Envelope(from_id=1, begin_epoch=pb.BeginEpoch(epoch=U64_MAX, leader_id=1)),
+        pb.Envelope(from_id=1, vote_response=pb.VoteResponse(epoch=U64_MAX, voter_id=1)),
+        pb.Envelope(from_id=2, vote_response=pb.VoteResponse(epoch=3, voter_id=1)),
+        pb.Envelope(from_id=1),  # no message at all
+    ],
+    ids=[
+        "epoch 2^64-1",
+        "epoch 2^31",
+        "candidate is not the sender",
+        "last_epoch after epoch",
+        "fetch offset 2^64-1",
+        "begin epoch 2^64-1",
+        "vote response epoch 2^64-1",
+        "voter is not the sender",
+        "empty",
+    ],
+)
+def test_an_impossible_envelope_is_refused_before_it_becomes_a_message(
+    envelope: pb.Envelope,
+) -> None:
+    with pytest.raises(ImpossibleMessage):
+        from_envelope(envelope)
+
+
+def _records(start: int, end: int, data: bytes, fetch_offset: int | None = None) -> pb.Envelope:
+    env = pb.Envelope(from_id=1)
+    r = env.fetch_response
+    r.epoch, r.leader_id, r.last_fetched_epoch = 2, 1, 1
+    r.fetch_offset = start if fetch_offset is None else fetch_offset
+    r.records.start_offset, r.records.end_offset, r.records.frames = start, end, data
+    return env
+
+
+@pytest.mark.parametrize(
+    "envelope",
+    [
+        _records(5, 7, frames.encode(5, [b"a"])),  # frames hold fewer records than claimed
+        _records(5, 6, frames.encode(6, [b"a"])),  # frames at another offset
+        _records(5, 6, frames.encode(5, [b"a"])[:-1]),  # a torn frame
+        _records(5, 6, frames.encode(5, [b"a"]), fetch_offset=4),  # not where it was asked
+        _records(7, 6, b""),  # end before start
+    ],
+    ids=["count", "offset", "torn", "fetch offset", "backwards"],
+)
+def test_records_must_be_exactly_what_they_claim(envelope: pb.Envelope) -> None:
+    with pytest.raises(ImpossibleMessage):
+        from_envelope(envelope)
+
+
+def test_a_records_answer_with_matching_frames_is_accepted() -> None:
+    message = from_envelope(_records(5, 7, frames.encode(5, [b"a", b"b"])))
+    assert isinstance(message, FetchResponse) and isinstance(message.result, Records)
+    assert (message.result.start_offset, message.result.end_offset) == (5, 7)
