@@ -217,9 +217,10 @@ class Guard(Interceptor):
 
 
 def server_options(limits: Limits) -> list[tuple[str, int]]:
-    """gRPC server options that bound what one connection holds: its HTTP/2 streams (all
-    calls of the connection; a client queues calls beyond it) never exceed `rpcs_max`."""
-    return [("grpc.max_concurrent_streams", limits.config.rpcs_max)]
+    """gRPC server options that bound what one connection holds: its HTTP/2 streams (every
+    call of the connection) never exceed `rpcs_max` plus the headroom of the uncounted calls.
+    A client queues calls past it; below it, `rpcs_max` answers first, with a typed error."""
+    return [("grpc.max_concurrent_streams", limits.config.rpcs_max + UNCOUNTED_CALLS_HEADROOM)]
 
 
 def maximum_concurrent_rpcs(limits: Limits) -> int:

@@ -11,6 +11,9 @@ so the client may retry with backoff.
     streams_per_connection_max  StreamFrom calls open on one client connection
     acks_none_bytes_max         record bytes of acks=none appends accepted, not yet written
 
+When open streams fall to half their peak (or none), the memory they used is given back to
+the system (`memory.MemoryReleaser`).
+
 Replication, Health and Reflection calls are not counted: a flood of client calls must not
 starve the replicas' own traffic or the probes that tell an orchestrator the node lives.
 """
@@ -22,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from replog.errors import TooManyBytesInFlightError, TooManyRequestsError, TooManyStreamsError
+from replog.server.memory import MemoryReleaser
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +47,7 @@ class Limits:
         self.streams = 0
         self.streams_by_connection: dict[str, int] = {}
         self.acks_none_bytes = 0
+        self.memory = MemoryReleaser()
 
     @contextlib.contextmanager
     def rpc(self) -> Iterator[None]:
@@ -81,10 +86,12 @@ class Limits:
             )
         self.streams += 1
         self.streams_by_connection[connection] = held + 1
+        self.memory.streams_opened(self.streams)
         try:
             yield
         finally:
             self.streams -= 1
+            self.memory.streams_ended(self.streams)
             left = self.streams_by_connection[connection] - 1
             if left:
                 self.streams_by_connection[connection] = left
