@@ -269,6 +269,13 @@ class Sidecar:
         self._fd = fd
         self._file_bytes = file_bytes
 
+    @property
+    def needs_compaction(self) -> bool:
+        """Whether superseded entries dominate the file (many small appends): a sealed
+        segment's sidecar is then rewritten with one entry per block (`reset`)."""
+        entries = (self._file_bytes - HEADER_BYTES) // ENTRY_BYTES
+        return entries > 2 * len(self.crcs) + 8
+
     @classmethod
     def create(cls, path: Path, chunk_bytes: int) -> Sidecar:
         path.unlink(missing_ok=True)

@@ -461,6 +461,18 @@ class Segment:
                 crcs[k] = None
         sidecar.reset(pos, crcs, sidecar.flushed_position)
 
+    def seal(self) -> None:
+        """The segment will take no more appends (the log rolled): compact its sidecar if
+        small appends left mostly superseded entries (smaller file, faster open). Best
+        effort: on an I/O error the old file stays, which describes the same bytes."""
+        sidecar = self.sidecar
+        if sidecar is None or not sidecar.needs_compaction:
+            return
+        try:
+            sidecar.reset(sidecar.covered_end, sidecar.crcs, sidecar.flushed_position)
+        except OSError:
+            self.checksum_path.with_name(self.checksum_path.name + ".tmp").unlink(missing_ok=True)
+
     def flush(self) -> None:
         """fsync the log and its sidecar (both, in parallel: the second one costs little more
         than the first), then record the flushed position in the sidecar."""

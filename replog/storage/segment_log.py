@@ -47,7 +47,7 @@ class SegmentLog:
         )
         for p in directory.iterdir():  # an index or sidecar whose log is gone is a leftover
             m = _SIDE_NAME.fullmatch(p.name)
-            if m and int(m.group(1)) not in bases:
+            if (m and int(m.group(1)) not in bases) or p.name.endswith(".crc.tmp"):
                 p.unlink()
         try:
             for base in bases:
@@ -119,6 +119,7 @@ class SegmentLog:
             mv.release()
 
     def _roll(self) -> None:
+        self.active.seal()
         self._add(Segment(self.directory, self.log_end_offset, self.config, create=True))
 
     def _rollback(self, leo: int, segments_before: int) -> None:

@@ -345,3 +345,21 @@ def test_a_log_that_lost_flushed_bytes_still_takes_and_serves_new_appends(tmp_pa
     log.append([b"new", b"data"])
     assert frames.decode(log.read_uncommitted(end, 100)).values == [b"new", b"data"]
     log.close()
+
+
+def test_a_sealed_segment_of_small_appends_keeps_one_sidecar_entry_per_block(
+    tmp_path: Path,
+) -> None:
+    log = open_log(tmp_path, StorageConfig(**{**_fields(CONFIG), "flush": FlushPolicy.NEVER}))
+    for value in VALUES:
+        log.append([value])  # one entry each, mostly superseding the previous one
+    assert log.segment_count > 1
+    first = partition(tmp_path) / f"{SEG0}.crc"
+    log_bytes = (partition(tmp_path) / f"{SEG0}.log").stat().st_size
+    blocks = -(-log_bytes // CONFIG.checksum_chunk_bytes)
+    assert (first.stat().st_size - 16) // 16 <= blocks + 1, "compacted when the log rolled"
+    log.crash()
+    assert verify_data_dir(tmp_path).ok
+    log = open_log(tmp_path)
+    assert read_all(log) == VALUES
+    log.close()
