@@ -13,23 +13,34 @@ Layout under `data_dir` (the storage layout of seed 001, plus the topic's identi
                                 name), so a 249-character topic can be deleted too.
     __cluster/partition_0/      the metadata log (see `metadata_log`), never listed here
 
-All functions block (file system): call them in a thread.
+All functions block (file system): call them in a thread (`check_space` is one statvfs).
+
+Space for a create (`check_space`): before a topic is proposed, the metadata leader checks
+that its data directory's file system has room for the partitions it will host, each
+`PARTITION_CREATE_BYTES` + `index_bytes_initial` (its directory, empty segment, checkpoints
+and the pre-sized index), plus `CREATE_RESERVE_BYTES`; otherwise the create is refused
+with STORAGE_FULL and nothing is proposed or written. Another node that runs out of space
+while it makes its replicas reports and retries that locally (`replica_manager`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from replog.errors import StorageFullError
 from replog.server.metadata import METADATA_TOPIC
-from replog.storage import checkpoint
+from replog.storage import StorageConfig, checkpoint
 from replog.storage.names import partition_dir
 
 TOPIC_FILE = "topic.json"
 TRASH_DIR = ".trash~"
+PARTITION_CREATE_BYTES = 64 * 1024
+CREATE_RESERVE_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,3 +93,23 @@ def remove(data_dir: Path, name: str) -> None:
 
 def empty_trash(data_dir: Path) -> None:
     shutil.rmtree(data_dir / TRASH_DIR, ignore_errors=True)
+
+
+def free_bytes(data_dir: Path) -> int:
+    """Bytes an unprivileged writer may still use on `data_dir`'s file system."""
+    st = os.statvfs(data_dir)
+    return st.f_bavail * st.f_frsize
+
+
+def check_space(data_dir: Path, partitions: int, config: StorageConfig) -> None:
+    """STORAGE_FULL unless there is room to create `partitions` replicas here."""
+    need_bytes = partitions * (PARTITION_CREATE_BYTES + config.index_bytes_initial)
+    need_bytes += CREATE_RESERVE_BYTES
+    free = free_bytes(data_dir)
+    if free < need_bytes:
+        raise StorageFullError(
+            f"the disk is full: {free} bytes free, creating {partitions} partition(s) here "
+            f"needs {need_bytes}",
+            free_bytes=free,
+            need_bytes=need_bytes,
+        )

@@ -3,16 +3,19 @@
 Any node accepts CreateTopic/DeleteTopic: the router names the `__cluster` leader; another
 node forwards the call there (`peers`). On the leader the command is built from the
 caught-up image, which validates it (INVALID_ARGUMENT, TOPIC_EXISTS, UNKNOWN_TOPIC) before
-anything is proposed; the call returns once the command is committed and applied to the
-leader's image. A create also gives this node's reconciler a short moment to open its
-replicas, so that a single node serves the topic as soon as the call returns; the replicas
-elsewhere follow on their own (callers retry LEADER_UNKNOWN meanwhile).
+anything is proposed, and checks that the leader's disk has room for its replicas
+(STORAGE_FULL otherwise: nothing is proposed, nothing is written); the call returns once the
+command is committed and applied to the leader's image. A create also gives this node's
+reconciler a short moment to open its replicas, so that a single node serves the topic as
+soon as the call returns; the replicas elsewhere follow on their own (callers retry
+LEADER_UNKNOWN meanwhile).
 """
 
 from __future__ import annotations
 
 from replog.errors import InvalidArgumentError
-from replog.server.metadata import METADATA_TOPIC
+from replog.server import replica_dirs
+from replog.server.metadata import METADATA_TOPIC, CreateTopic, MetadataImage
 from replog.server.metadata_log import MetadataLog
 from replog.server.peers import Peers, remote
 from replog.server.replica_manager import ReplicaManager
@@ -66,9 +69,13 @@ class Topics:
             await remote(self.peers.admin(leader).CreateTopic(request, timeout=self.timeout_s))
             return
 
-        await self.metadata.propose(
-            lambda image: image.create_topic(name, partitions, rf, nodes), self.timeout_s
-        )
+        def make(image: MetadataImage) -> CreateTopic:
+            command = image.create_topic(name, partitions, rf, nodes)
+            hosted = sum(self.peers.node_id in replicas for replicas in command.assignment)
+            replica_dirs.check_space(self.replicas.data_dir, hosted, self.replicas.config)
+            return command
+
+        await self.metadata.propose(make, self.timeout_s)
         # A pass under way may have started before the command applied: wait for the next.
         await self.replicas.wait_passes(2, LOCAL_OPEN_WAIT_S)
 
