@@ -88,7 +88,7 @@ class Settings:
         default=1000,
         metadata=_help(
             "Log and Admin calls in progress on the node, streams included; more: "
-            "RESOURCE_EXHAUSTED TOO_MANY_REQUESTS (also the HTTP/2 streams of one connection)"
+            "RESOURCE_EXHAUSTED TOO_MANY_REQUESTS (HTTP/2 streams per connection: this + 256)"
         ),
     )
     streams_max: int = field(
