@@ -40,6 +40,7 @@ from replog.errors import InvalidConfigError, ReplogError
 
 if TYPE_CHECKING:
     from replog.client import AppendResult, PartitionInfo
+    from replog.tls import ClientTls
 
 DEFAULT_ADDRESS = "127.0.0.1:7070"
 CHUNK_BYTES = 1 << 20
@@ -120,6 +121,29 @@ def build_parser() -> argparse.ArgumentParser:
             help="server host:port (env REPLOG_ADDRESS; default %(default)s)",
         )
         p.add_argument("--timeout", type=float, default=30.0, help="per-call timeout, seconds")
+        env = os.environ.get
+        tls = p.add_argument_group("TLS (all off unless --tls-ca is given)")
+        tls.add_argument(
+            "--tls-ca",
+            default=env("REPLOG_TLS_CA"),
+            help="PEM CA bundle that signs the servers' certificates: TLS on (env REPLOG_TLS_CA)",
+        )
+        tls.add_argument(
+            "--tls-cert",
+            default=env("REPLOG_TLS_CERT"),
+            help="PEM client certificate, for mutual TLS (env REPLOG_TLS_CERT)",
+        )
+        tls.add_argument(
+            "--tls-key",
+            default=env("REPLOG_TLS_KEY"),
+            help="PEM key of --tls-cert (env REPLOG_TLS_KEY)",
+        )
+        tls.add_argument(
+            "--tls-server-name",
+            default=env("REPLOG_TLS_SERVER_NAME"),
+            help="name to verify in the server certificate instead of the address's host "
+            "(env REPLOG_TLS_SERVER_NAME)",
+        )
         return p
 
     topic = sub.add_parser("topic", help="manage topics", description="Manage topics.")
@@ -183,6 +207,30 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--nodes", type=int, default=3, help="how many nodes (1-5)")
     dev.add_argument("--data-dir", default="dev-data", help="parent of each node's data dir")
     dev.add_argument("--flush", choices=["always", "interval", "never"], default="interval")
+    dev.add_argument(
+        "--plaintext",
+        action="store_true",
+        help="no TLS (default: a throwaway CA in DATA_DIR/tls, TLS and mutual TLS between nodes)",
+    )
+
+    certs = sub.add_parser(
+        "certs",
+        help="make a CA and node or client certificates (PEM) for TLS",
+        description="Make certificates for replog's TLS in --dir: `ca` a CA (ca.pem, "
+        "ca-key.pem); `node ID --host NAME...` a node certificate (URI SAN replog://node/ID, "
+        "DNS or IP SANs of the names it is reached by); `client NAME` a client certificate "
+        "(URI SAN replog://client/NAME). node and client need the CA in --dir.",
+    )
+    certs.add_argument("kind", choices=["ca", "node", "client"])
+    certs.add_argument("name", nargs="?", help="node id (node) or client name (client)")
+    certs.add_argument("--dir", default="certs", help="where the files go (default %(default)s)")
+    certs.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        help="a DNS name or IP address of the node (repeat; default 127.0.0.1 and localhost)",
+    )
+    certs.add_argument("--days", type=int, default=365, help="validity (default %(default)s)")
 
     verify = sub.add_parser(
         "verify",
@@ -217,7 +265,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_topic(args: argparse.Namespace, out: TextIO) -> int:
     from replog.client import Client
 
-    with Client(args.address, timeout_s=args.timeout) as client:
+    with Client(args.address, timeout_s=args.timeout, tls=client_tls(args)) as client:
         if args.topic_command == "create":
             client.create_topic(args.name, args.partitions, args.replication_factor)
             print(f"created topic {args.name} with {args.partitions} partition(s)", file=out)
@@ -340,7 +388,7 @@ def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
     progress = Progress(
         sys.stderr, "produced", enabled=progress_enabled(args), total_bytes=input_bytes_left(stdin)
     )
-    with Client(args.address, timeout_s=args.timeout) as client:
+    with Client(args.address, timeout_s=args.timeout, tls=client_tls(args)) as client:
         partitions = client.partition_count(args.topic)
         partition = args.partition
         if partition is None and args.key is not None:
@@ -404,7 +452,7 @@ def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError("--max-records must be >= 0")
     if args.follow and args.until_latest:
         raise UsageError("--follow and --until-latest exclude each other")
-    with Client(args.address, timeout_s=args.timeout) as client:
+    with Client(args.address, timeout_s=args.timeout, tls=client_tls(args)) as client:
         (offs,) = client.list_offsets(args.topic, [args.partition])
         start: str = args.start
         if start == "earliest":
@@ -464,7 +512,7 @@ def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_offsets(args: argparse.Namespace, out: TextIO) -> int:
     from replog.client import Client
 
-    with Client(args.address, timeout_s=args.timeout) as client:
+    with Client(args.address, timeout_s=args.timeout, tls=client_tls(args)) as client:
         offsets = client.list_offsets(args.topic)
         if args.output == "json":
             rows = [
@@ -522,7 +570,12 @@ def cmd_dev_cluster(args: argparse.Namespace, out: TextIO) -> int:
 
     if not 1 <= args.nodes <= 5:
         raise UsageError("--nodes must be in [1, 5]")
-    cluster = DevCluster(Path(args.data_dir), args.nodes, extra_args=["--flush", args.flush])
+    cluster = DevCluster(
+        Path(args.data_dir),
+        args.nodes,
+        extra_args=["--flush", args.flush],
+        tls=not args.plaintext,
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     cluster.start()
@@ -530,6 +583,13 @@ def cmd_dev_cluster(args: argparse.Namespace, out: TextIO) -> int:
         for node_id, address in cluster.addresses.items():
             print(
                 f"node {node_id}: {address}  (log: {cluster.members[node_id].log_file})", file=out
+            )
+        if cluster.client_tls is not None:
+            t = cluster.client_tls
+            print(
+                f"TLS on; for clients: export REPLOG_TLS_CA={t.ca_file} "
+                f"REPLOG_TLS_CERT={t.cert_file} REPLOG_TLS_KEY={t.key_file}",
+                file=out,
             )
         print(f"bootstrap: {cluster.bootstrap}   (Ctrl-C stops the cluster)", file=out, flush=True)
         while not stop.wait(0.5):
@@ -542,6 +602,58 @@ def cmd_dev_cluster(args: argparse.Namespace, out: TextIO) -> int:
     finally:
         cluster.stop()
     return 0
+
+
+def cmd_certs(args: argparse.Namespace, out: TextIO) -> int:
+    from replog import certs
+
+    directory = Path(args.dir)
+    if args.kind == "ca":
+        if (directory / "ca-key.pem").exists():
+            raise UsageError(f"{directory}/ca-key.pem exists; refusing to replace a CA")
+        issued = certs.create_ca(directory)
+    else:
+        ca = certs.Issued(directory / "ca.pem", directory / "ca-key.pem")
+        if not ca.key_file.exists():
+            raise UsageError(f"no CA in {directory}: run `replog certs ca --dir {directory}`")
+        if not args.name:
+            raise UsageError(f"`replog certs {args.kind}` needs a name")
+        if args.kind == "node":
+            if not args.name.isdigit():
+                raise UsageError("a node certificate is named by the node id (an integer)")
+            hosts = args.host or ["127.0.0.1", "localhost"]
+            issued = certs.issue(
+                ca,
+                directory,
+                f"node{int(args.name)}",
+                f"replog node {int(args.name)}",
+                certs.node_uri(int(args.name)),
+                hosts,
+                days=args.days,
+            )
+        else:
+            issued = certs.issue(
+                ca,
+                directory,
+                args.name,
+                args.name,
+                certs.client_uri(args.name),
+                server=False,
+                days=args.days,
+            )
+    print(f"wrote {issued.cert_file} and {issued.key_file}", file=out)
+    return 0
+
+
+def client_tls(args: argparse.Namespace) -> ClientTls | None:
+    from replog.tls import ClientTls
+
+    try:
+        return ClientTls.from_options(
+            args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -563,6 +675,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             return cmd_dev_cluster(args, out)
         if args.command == "verify":
             return cmd_verify(args, out)
+        if args.command == "certs":
+            return cmd_certs(args, out)
         if args.command == "completion":
             from replog.cli_completion import bash_script, zsh_script
 

@@ -13,11 +13,13 @@ from replog.client.consumer import Consumer
 from replog.client.producer import OffsetFuture, Producer, partition_for_key
 from replog.client.results import AppendResult, FetchResult, Offsets, PartitionInfo
 from replog.client.retry import RetryPolicy
+from replog.tls import ClientTls
 
 __all__ = [
     "AppendResult",
     "AsyncClient",
     "Client",
+    "ClientTls",
     "Consumer",
     "FetchResult",
     "OffsetFuture",

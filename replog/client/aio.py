@@ -15,17 +15,17 @@ from replog import frames
 from replog.client.client import ACKS, CHANNEL_OPTIONS
 from replog.client.results import AppendResult, FetchResult, Offsets
 from replog.rpc_errors import from_rpc_error
+from replog.tls import ClientTls, aio_channel
 from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
 
 
 class AsyncClient:
-    def __init__(self, address: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, address: str, *, timeout_s: float = 30.0, tls: ClientTls | None = None
+    ) -> None:
         self.address = address
         self.timeout_s = timeout_s
-        self._channel = grpc.aio.insecure_channel(
-            address,
-            options=CHANNEL_OPTIONS,
-        )
+        self._channel = aio_channel(address, tls, CHANNEL_OPTIONS)
         self._log = log_pb2_grpc.LogStub(self._channel)  # type: ignore[no-untyped-call]
         self._admin = admin_pb2_grpc.AdminStub(self._channel)  # type: ignore[no-untyped-call]
 

@@ -6,6 +6,9 @@ cache from the error's leader hint (or refetches metadata) before the retry. Eve
 surfaces as the typed `ReplogError` the server raised (`replog.rpc_errors`). Only
 retriable errors are retried, with backoff (`RetryPolicy`).
 
+TLS: `Client(address, tls=ClientTls(ca_file))` verifies the servers against `ca_file`;
+`ClientTls(ca_file, cert_file, key_file)` also presents a client certificate (mutual TLS).
+
 Note on retries of Append: without idempotent producers (planned), a retried Append whose
 first attempt did land (e.g. after a timeout) writes the batch twice.
 """
@@ -40,6 +43,7 @@ from replog.errors import (
     UnavailableError,
 )
 from replog.rpc_errors import from_rpc_error
+from replog.tls import ClientTls, channel
 from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
 
 T = TypeVar("T")
@@ -61,12 +65,9 @@ def _timed_out(err: ReplogError) -> bool:
 
 
 class _Node:
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, tls: ClientTls | None) -> None:
         self.address = address
-        self.channel = grpc.insecure_channel(
-            address,
-            options=CHANNEL_OPTIONS,
-        )
+        self.channel = channel(address, tls, CHANNEL_OPTIONS)
         self.log = log_pb2_grpc.LogStub(self.channel)  # type: ignore[no-untyped-call]
         self.admin = admin_pb2_grpc.AdminStub(self.channel)  # type: ignore[no-untyped-call]
 
@@ -78,7 +79,9 @@ class Client:
         *,
         timeout_s: float = 30.0,
         retry: RetryPolicy | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
+        self.tls = tls
         # Several comma-separated bootstrap addresses: admin calls move to the next one when
         # the current one is unreachable.
         self.bootstraps = [a.strip() for a in address.split(",") if a.strip()]
@@ -96,7 +99,7 @@ class Client:
         with self._lock:
             node = self._nodes.get(address)
             if node is None:
-                node = self._nodes[address] = _Node(address)
+                node = self._nodes[address] = _Node(address, self.tls)
             return node
 
     def _leader(self, topic: str, partition: int) -> _Node:

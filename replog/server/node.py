@@ -15,10 +15,14 @@ health NOT_SERVING, long polls and streams ended (UNAVAILABLE SHUTTING_DOWN), in
 calls finished (up to `shutdown_grace_ms`), every replica stopped, its log flushed, HW
 checkpointed, files closed. A background task that fails ends it with exit code 70.
 
+Listeners (`listeners.py`): the client listener, and the peer listener (`peer_listen`)
+for replication and forwarded calls, mutual TLS with TLS on (`security.py`).
+
 Ready file (`--ready-file`), written atomically once serving::
 
     127.0.0.1:41234            line 1: the gRPC address clients use
     metrics=127.0.0.1:41235    the metrics address (absent when metrics are off)
+    peer=127.0.0.1:41236       the peer listener's address (absent without one)
     pid=12345
 """
 
@@ -46,6 +50,7 @@ from replog.server.guard import Guard, maximum_concurrent_rpcs
 from replog.server.guard import server_options as guard_options
 from replog.server.legacy_import import import_legacy_topics, metadata_dir
 from replog.server.limits import Limits
+from replog.server.listeners import MembersOnly, add_port, dialer, server_options
 from replog.server.log_service import LogService
 from replog.server.logs import log
 from replog.server.metadata import METADATA_TOPIC, TopicMeta
@@ -55,8 +60,9 @@ from replog.server.peers import Peers
 from replog.server.reflection import enable_reflection
 from replog.server.replica_manager import ReplicaManager
 from replog.server.replicated import ReplicatedPartition
-from replog.server.replication_transport import PeerLinks, ReplicationService
+from replog.server.replication_transport import CHANNEL_OPTIONS, PeerLinks, ReplicationService
 from replog.server.routing import Router
+from replog.server.security import peer_node_id
 from replog.server.settings import Settings
 from replog.server.supervisor import EXIT_TASK_FAILED, Supervisor
 from replog.server.topics import Topics
@@ -84,8 +90,10 @@ class Node:
         members = sorted(addresses)
         self.single = members == [node_id]
         self.limits = Limits(settings.limits_config())
-        self.peers = Peers(node_id, addresses)
-        self.links = PeerLinks(node_id, addresses)
+        dial = settings.peer_dial_map() or addresses
+        self.dial_addresses = dial
+        self.peers = Peers(node_id, addresses, dial, dialer(settings.tls))
+        self.links = PeerLinks(node_id, dial, dialer(settings.tls, CHANNEL_OPTIONS))
         data_dir, storage = settings.data_dir, settings.storage_config()
         data_dir.mkdir(parents=True, exist_ok=True)
         self.imported = import_legacy_topics(data_dir, node_id, members, storage)
@@ -160,6 +168,10 @@ class Node:
         out.append((METADATA_TOPIC, 0, self.metadata.driver))
         return out
 
+    def authenticate(self, context: object) -> int | None:
+        """The member a peer call's certificate names (None: none, or TLS is off)."""
+        return peer_node_id(context, self.dial_addresses)
+
     def route(self, topic: str, partition: int) -> ReplicationTarget | None:
         """The replica an incoming replication message is for (None: not hosted here)."""
         if topic == METADATA_TOPIC:
@@ -219,10 +231,14 @@ class Node:
                         log(_log, "retention.deleted", topic=part.topic, segments=deleted)
 
 
-def write_ready_file(path: Path, address: str, metrics_address: str | None) -> None:
+def write_ready_file(
+    path: Path, address: str, metrics_address: str | None, peer_address: str | None = None
+) -> None:
     lines = [address]
     if metrics_address:
         lines.append(f"metrics={metrics_address}")
+    if peer_address:
+        lines.append(f"peer={peer_address}")
     lines.append(f"pid={os.getpid()}")
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("\n".join(lines) + "\n")
@@ -246,18 +262,8 @@ async def _serve(settings: Settings) -> int:
     supervisor = Supervisor(on_fatal=lambda _exc: stop.set())
     node = Node(settings, supervisor)
     await node.open()
-    limit = settings.message_bytes_max
     server = grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", limit),
-            ("grpc.max_send_message_length", limit),
-            ("grpc.so_reuseport", 0),
-            # Clients and peers send keepalive pings (every 10 s while a call is open) to
-            # notice a hung node; accept them even on a quiet long poll or stream.
-            ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
-            ("grpc.http2.max_ping_strikes", 0),
-            *guard_options(node.limits),
-        ],
+        options=[*server_options(settings.message_bytes_max), *guard_options(node.limits)],
         interceptors=[Guard(node.limits)],  # malformed bodies, limits (guard.py)
         maximum_concurrent_rpcs=maximum_concurrent_rpcs(node.limits),
     )
@@ -265,14 +271,29 @@ async def _serve(settings: Settings) -> int:
     admin_service = AdminService(node.router, node.topics, node.peers, node.metrics)
     log_pb2_grpc.add_LogServicer_to_server(log_service, server)  # type: ignore[no-untyped-call]
     admin_pb2_grpc.add_AdminServicer_to_server(admin_service, server)  # type: ignore[no-untyped-call]
+    tls = settings.tls
+    authenticate = node.authenticate if tls is not None else None
+    replication = ReplicationService(node.route, authenticate)
+    # Replication and forwarded calls on a peer listener of their own, if there is one.
+    peer_server = None
+    if settings.peer_listen:
+        peer_server = grpc.aio.server(options=server_options(settings.message_bytes_max))
+        peer_admin = (
+            admin_service if authenticate is None else MembersOnly(admin_service, authenticate)
+        )
+        admin_pb2_grpc.add_AdminServicer_to_server(peer_admin, peer_server)  # type: ignore[no-untyped-call]
     replication_pb2_grpc.add_ReplicationServicer_to_server(  # type: ignore[no-untyped-call]
-        ReplicationService(node.route), server
+        replication, peer_server or server
     )
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     enable_reflection((*SERVICE_NAMES, health.SERVICE_NAME), server)
+    peer_bound = None
     try:
-        port = server.add_insecure_port(settings.listen)
+        port, _ = add_port(server, settings.listen, tls, peers_only=False)
+        if peer_server is not None:
+            peer_port, _ = add_port(peer_server, settings.peer_listen, tls, peers_only=True)
+            peer_bound = f"{settings.peer_listen.rpartition(':')[0]}:{peer_port}"
     except RuntimeError as exc:
         await node.close()
         raise UnavailableError(f"cannot listen on {settings.listen}: {exc}") from None
@@ -283,12 +304,16 @@ async def _serve(settings: Settings) -> int:
         if node.single:
             node.peers.set_own_address(bound)
     await server.start()
+    if peer_server is not None:
+        await peer_server.start()
     metrics_address = None
     if settings.metrics_listen:
         try:
             metrics_address = node.metrics.serve(settings.metrics_listen)
         except OSError as exc:
             await server.stop(0)
+            if peer_server is not None:
+                await peer_server.stop(0)
             await node.close()
             raise UnavailableError(
                 f"cannot serve metrics on {settings.metrics_listen}: {exc}"
@@ -296,11 +321,13 @@ async def _serve(settings: Settings) -> int:
     for name in ("", *SERVICE_NAMES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     if settings.ready_file is not None:
-        write_ready_file(settings.ready_file, node.address, metrics_address)
+        write_ready_file(settings.ready_file, node.address, metrics_address, peer_bound)
     log(
         _log,
         "server.serving",
         address=bound,
+        peer_address=peer_bound,
+        tls=tls is not None,
         metrics=metrics_address,
         data_dir=settings.data_dir,
         flush=settings.flush,
@@ -317,6 +344,8 @@ async def _serve(settings: Settings) -> int:
         await health_servicer.enter_graceful_shutdown()
         node.begin_shutdown()
         await server.stop(0)
+        if peer_server is not None:
+            await peer_server.stop(0)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(_close(node, supervisor), FAILED_CLOSE_TIMEOUT_S)
         return EXIT_TASK_FAILED
@@ -324,7 +353,11 @@ async def _serve(settings: Settings) -> int:
     log(_log, "server.stopping", grace_ms=settings.shutdown_grace_ms)
     await health_servicer.enter_graceful_shutdown()
     node.begin_shutdown()
-    await server.stop(settings.shutdown_grace_ms / 1000)
+    grace_s = settings.shutdown_grace_ms / 1000
+    if peer_server is not None:
+        await asyncio.gather(server.stop(grace_s), peer_server.stop(grace_s))
+    else:
+        await server.stop(grace_s)
     await _close(node, supervisor)
     if supervisor.failure is not None:  # a task failed during the drain
         return EXIT_TASK_FAILED

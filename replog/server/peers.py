@@ -1,13 +1,15 @@
 """Calls to other nodes of the cluster: forwarded admin calls, on one channel per peer.
 
 A forwarded call carries the metadata `x-replog-forwarded: 1` so that the receiving node
-answers for itself instead of forwarding it again. A peer's failure comes back as the typed
+answers for itself instead of forwarding it again. Calls go to a node's peer address (its
+peer listener, when nodes have one) over the channel `dial` makes (mutual TLS with TLS on);
+`addresses` stay the ones clients are told about. A peer's failure comes back as the typed
 `ReplogError` it sent (decoded by `replog.rpc_errors`, keyed by reason).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -23,9 +25,17 @@ FORWARD_METADATA = ((FORWARDED, "1"),)
 class Peers:
     """The cluster's nodes (id -> address, this node included) and admin stubs to them."""
 
-    def __init__(self, node_id: int, addresses: dict[int, str]) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        addresses: dict[int, str],
+        dial_addresses: dict[int, str] | None = None,
+        dial: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel,
+    ) -> None:
         self.node_id = node_id
         self.addresses = dict(addresses)
+        self.dial_addresses = dict(dial_addresses or {})
+        self._dial = dial
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def address(self, node_id: int | None) -> str | None:
@@ -40,10 +50,10 @@ class Peers:
 
     def admin(self, node_id: int) -> Any:
         """An Admin stub of node `node_id`."""
-        address = self.addresses[node_id]
+        address = self.dial_addresses.get(node_id) or self.addresses[node_id]
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address)
+            channel = self._channels[address] = self._dial(address)
         return admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:

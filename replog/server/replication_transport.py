@@ -9,6 +9,14 @@ full (best effort: the protocol's timers retry what matters).
 Incoming (`ReplicationService`): envelopes of one stream are delivered in order to the
 replica of `(topic, partition)` found by the router; envelopes for replicas this node does
 not host (yet) are dropped.
+
+Trust. With TLS (`authenticate` given) the stream arrives on the peer listener, which
+requires a client certificate signed by the cluster's CA; the certificate must name a
+member (`security.peer_node_id`), and every envelope's `from_id` must be that member, or
+the stream ends with PERMISSION_DENIED before the envelope reaches any replica. Without
+TLS (a laptop) the sender is believed. Either way every envelope is range-checked by the
+codec (`ImpossibleMessage`): an impossible one is dropped and logged (at most one line per
+sender every `DROP_LOG_INTERVAL_S`), never delivered.
 """
 
 from __future__ import annotations
@@ -16,13 +24,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 import grpc
 
 from replog.replication.messages import Message
-from replog.server.replication_codec import from_envelope, to_envelope
+from replog.server.logs import log
+from replog.server.replication_codec import ImpossibleMessage, from_envelope, to_envelope
+from replog.server.security import describe_peer
 from replog.v1 import replication_pb2 as pb
 from replog.v1 import replication_pb2_grpc
 
@@ -39,8 +50,17 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_timeout_ms", 5_000),
 ]
 
+DROP_LOG_INTERVAL_S = 10.0
+
 Router = Callable[[str, int], Callable[[Message], Awaitable[None]] | None]
 Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
+# The member a call's channel authenticated (None: not a member); see security.py.
+Authenticate = Callable[[Any], int | None]
+Dial = Callable[[str], grpc.aio.Channel]
+
+
+def insecure_dial(address: str) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
 
 
 class _Link:
@@ -55,10 +75,11 @@ class _Link:
 class PeerLinks:
     """Outgoing streams to every peer (`peers`: node id -> host:port)."""
 
-    def __init__(self, node_id: int, peers: dict[int, str]) -> None:
+    def __init__(self, node_id: int, peers: dict[int, str], dial: Dial = insecure_dial) -> None:
         self.node_id = node_id
         self._links = {p: _Link(p, a) for p, a in peers.items() if p != node_id}
         self._closed = False
+        self._dial = dial  # a channel to a peer address (mutual TLS with TLS on)
 
     def start(self, spawn: Spawn | None = None) -> None:
         """Start one sender task per peer through `spawn` (the node's supervisor; tests of
@@ -82,7 +103,7 @@ class PeerLinks:
     async def _run(self, link: _Link) -> None:
         backoff = RECONNECT_BACKOFF_S[0]
         while not self._closed:
-            channel = grpc.aio.insecure_channel(link.address, options=CHANNEL_OPTIONS)
+            channel = self._dial(link.address)
             stub = replication_pb2_grpc.ReplicationStub(channel)  # type: ignore[no-untyped-call]
             try:
                 await stub.Exchange(self._drain(link))
@@ -122,24 +143,61 @@ class PartitionTransport:
 
 
 class ReplicationService(replication_pb2_grpc.ReplicationServicer):
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: Router, authenticate: Authenticate | None = None) -> None:
         self.router = router
+        self.authenticate = authenticate  # None: plaintext, the envelope's sender is believed
+        self.dropped = 0  # impossible envelopes (range checks), for tests and metrics
+        self.refused = 0  # streams ended with PERMISSION_DENIED
+        self._logged_at: dict[int, float] = {}
 
     async def Exchange(
         self,
         request_iterator: AsyncIterator[pb.Envelope],
         context: grpc.aio.ServicerContext[pb.Envelope, pb.ExchangeSummary],
     ) -> pb.ExchangeSummary:
+        peer: int | None = None
+        if self.authenticate is not None:
+            peer = self.authenticate(context)
+            if peer is None:
+                await self._refuse(context, "the client certificate names no member")
         count = 0
         async for envelope in request_iterator:
             count += 1
+            if peer is not None and envelope.from_id != peer:
+                await self._refuse(
+                    context, f"node {peer} sent an envelope as node {envelope.from_id}"
+                )
             deliver = self.router(envelope.topic, envelope.partition)
             if deliver is None:
                 continue
             try:
                 message = from_envelope(envelope)
-            except ValueError:
-                _log.warning("dropped a malformed replication envelope from %s", envelope.from_id)
+            except ImpossibleMessage as exc:
+                self._dropped(envelope, str(exc))
                 continue
             await deliver(message)
         return pb.ExchangeSummary(envelopes=count)
+
+    async def _refuse(self, context: Any, reason: str) -> None:
+        self.refused += 1
+        log(_log, "replication.refused", logging.WARNING, peer=describe_peer(context), why=reason)
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"replication refused: {reason}")
+
+    def _dropped(self, envelope: pb.Envelope, reason: str) -> None:
+        self.dropped += 1
+        now = time.monotonic()
+        sender = envelope.from_id
+        if now - self._logged_at.get(sender, -DROP_LOG_INTERVAL_S) >= DROP_LOG_INTERVAL_S:
+            if len(self._logged_at) > 1000:
+                self._logged_at.clear()
+            self._logged_at[sender] = now
+            log(
+                _log,
+                "replication.dropped",
+                logging.WARNING,
+                sender=sender,
+                topic=envelope.topic[:100],
+                partition=envelope.partition,
+                why=reason[:200],
+                dropped=self.dropped,
+            )

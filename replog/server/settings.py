@@ -22,6 +22,7 @@ from replog.errors import InvalidConfigError
 from replog.frames import HEADER_BYTES
 from replog.server.limits import LimitsConfig
 from replog.storage import FlushPolicy, StorageConfig
+from replog.tls import TlsFiles
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -122,8 +123,26 @@ class Settings:
         default="",
         metadata=_help(
             "the cluster's nodes as id=host:port,... including this one (empty: a single "
-            "node that leads everything)"
+            "node that leads everything); with a peer listener id=host:port/host:peer_port"
         ),
+    )
+    peer_listen: str = field(
+        default="",
+        metadata=_help(
+            "peer listener host:port for replication and forwarded calls (empty: they share "
+            "the client listener; required with TLS in a cluster of several nodes)"
+        ),
+    )
+    tls_cert_file: Path | None = field(
+        default=None,
+        metadata=_help("PEM certificate chain of this node (TLS on when given; reloaded)"),
+    )
+    tls_key_file: Path | None = field(
+        default=None, metadata=_help("PEM private key of tls_cert_file (reloaded)")
+    )
+    tls_ca_file: Path | None = field(
+        default=None,
+        metadata=_help("PEM CA bundle that signs the cluster's node certificates (reloaded)"),
     )
     default_replication_factor: int = field(
         default=3, metadata=_help("replicas of a topic created without one (capped by nodes)")
@@ -225,21 +244,64 @@ class Settings:
         peers = self.peer_map()
         if peers:
             need(self.node_id in peers, f"node_id {self.node_id} is not in peers {self.peers!r}")
+        tls_files = (self.tls_cert_file, self.tls_key_file, self.tls_ca_file)
+        need(
+            all(f is None for f in tls_files) or all(f is not None for f in tls_files),
+            "tls_cert_file, tls_key_file and tls_ca_file go together",
+        )
+        for f in tls_files:
+            need(f is None or f.is_file(), f"TLS file {f} does not exist")
+        need(
+            self.peer_listen == "" or _is_address(self.peer_listen),
+            f"peer_listen must be host:port or empty, got {self.peer_listen!r}",
+        )
+        if len(peers) > 1:
+            need(
+                self.tls is None or bool(self.peer_listen),
+                "TLS in a cluster of several nodes needs peer_listen (mutual TLS between nodes)",
+            )
+            if self.peer_listen:
+                dial = self.peer_dial_map()
+                need(
+                    all(dial[i] != peers[i] for i in peers),
+                    "with peer_listen every peers entry is id=host:port/host:peer_port",
+                )
         self.storage_config()  # the storage layer validates its own ranges
 
     def peer_map(self) -> dict[int, str]:
-        """`peers` parsed: node id -> host:port (empty for a single node)."""
-        out: dict[int, str] = {}
+        """`peers` parsed: node id -> the host:port clients use (empty for a single node)."""
+        return {ident: client for ident, (client, _peer) in self._parse_peers().items()}
+
+    def peer_dial_map(self) -> dict[int, str]:
+        """Node id -> the host:port other nodes dial (its peer listener when it has one)."""
+        return {ident: peer or client for ident, (client, peer) in self._parse_peers().items()}
+
+    def _parse_peers(self) -> dict[int, tuple[str, str]]:
+        out: dict[int, tuple[str, str]] = {}
         for item in filter(None, (x.strip() for x in self.peers.split(","))):
-            ident, sep, address = item.partition("=")
-            if not (sep and ident.strip().isdigit() and _is_address(address.strip())):
+            ident, sep, addresses = item.partition("=")
+            client, _, peer = addresses.strip().partition("/")
+            if not (
+                sep
+                and ident.strip().isdigit()
+                and _is_address(client)
+                and (peer == "" or _is_address(peer))
+            ):
                 raise InvalidConfigError(
-                    f"invalid settings: peers must be id=host:port,..., got {item!r}"
+                    "invalid settings: peers must be id=host:port[/host:peer_port],..., "
+                    f"got {item!r}"
                 )
             if int(ident) in out:
                 raise InvalidConfigError(f"invalid settings: node {ident} listed twice in peers")
-            out[int(ident)] = address.strip()
+            out[int(ident)] = (client, peer)
         return out
+
+    @property
+    def tls(self) -> TlsFiles | None:
+        """The TLS files (None: plaintext)."""
+        if self.tls_cert_file is None or self.tls_key_file is None or self.tls_ca_file is None:
+            return None
+        return TlsFiles(self.tls_cert_file, self.tls_key_file, self.tls_ca_file)
 
     # -- fan-out ----------------------------------------------------------------------------
 
@@ -285,7 +347,12 @@ def _derive_cluster(values: dict[str, Any], env: Mapping[str, str]) -> None:
     if values.get("peers"):
         raise InvalidConfigError("invalid settings: give peers or peer_address_template, not both")
     addresses = {i + 1: template.replace("{ordinal}", str(i)) for i in range(size)}
-    values["peers"] = ",".join(f"{ident}={address}" for ident, address in addresses.items())
+    # With a peer listener, node i is dialed at the same host, on peer_listen's port.
+    peer_port = values.get("peer_listen", "").rpartition(":")[2]
+    values["peers"] = ",".join(
+        f"{ident}={address}" + (f"/{address.rpartition(':')[0]}:{peer_port}" if peer_port else "")
+        for ident, address in addresses.items()
+    )
     if "node_id" not in values:
         hostname = env.get("HOSTNAME") or socket.gethostname()
         match = re.search(r"-(\d+)$", hostname)

@@ -1,0 +1,121 @@
+"""TLS file sets and gRPC channel credentials, shared by the client and the server.
+
+`TlsFiles` names three PEM files on disk: a certificate chain, its private key and a CA
+bundle. `ClientTls` is what a client needs: the CA bundle that signs the servers'
+certificates and, for mutual TLS, its own certificate and key. Files are read when
+credentials are built, so a channel made after a rotation uses the new files;
+`signature()` tells a caller whether they changed (modification time and size).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+# A channel whose target is not a name in the server's certificate (e.g. an IP address
+# reached through a proxy) may verify against this name instead.
+SERVER_NAME_OPTION = "grpc.ssl_target_name_override"
+
+
+def _stat(path: Path | None) -> tuple[int, int]:
+    if path is None:
+        return (0, 0)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (-1, -1)
+    return (st.st_mtime_ns, st.st_size)
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    cert_file: Path
+    key_file: Path
+    ca_file: Path
+
+    def signature(self) -> tuple[tuple[int, int], ...]:
+        return (_stat(self.cert_file), _stat(self.key_file), _stat(self.ca_file))
+
+    def client(self) -> ClientTls:
+        """The same files used to dial (a node's certificate is also a client certificate)."""
+        return ClientTls(self.ca_file, self.cert_file, self.key_file)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientTls:
+    """A client's TLS: `ca_file` verifies the server; `cert_file` + `key_file` (optional)
+    authenticate the client; `server_name` (optional) overrides the name verified."""
+
+    ca_file: Path
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    server_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("a client certificate needs its key, and a key its certificate")
+
+    def signature(self) -> tuple[tuple[int, int], ...]:
+        return (_stat(self.ca_file), _stat(self.cert_file), _stat(self.key_file))
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        key = self.key_file.read_bytes() if self.key_file is not None else None
+        cert = self.cert_file.read_bytes() if self.cert_file is not None else None
+        return grpc.ssl_channel_credentials(self.ca_file.read_bytes(), key, cert)
+
+    def options(self) -> list[tuple[str, str]]:
+        return [(SERVER_NAME_OPTION, self.server_name)] if self.server_name else []
+
+    @classmethod
+    def from_options(
+        cls,
+        ca_file: str | Path | None,
+        cert_file: str | Path | None = None,
+        key_file: str | Path | None = None,
+        server_name: str | None = None,
+    ) -> ClientTls | None:
+        """From plain option values (CLI flags, env vars, Spark options); None without a CA."""
+        if not ca_file:
+            if cert_file or key_file:
+                raise ValueError("a client certificate needs the CA bundle (tls ca) too")
+            return None
+        return cls(
+            Path(ca_file),
+            Path(cert_file) if cert_file else None,
+            Path(key_file) if key_file else None,
+            server_name or None,
+        )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ClientTls | None:
+        """`REPLOG_TLS_CA`, `REPLOG_TLS_CERT`, `REPLOG_TLS_KEY`, `REPLOG_TLS_SERVER_NAME`."""
+        env = os.environ if env is None else env
+        return cls.from_options(
+            env.get("REPLOG_TLS_CA"),
+            env.get("REPLOG_TLS_CERT"),
+            env.get("REPLOG_TLS_KEY"),
+            env.get("REPLOG_TLS_SERVER_NAME"),
+        )
+
+
+def channel(
+    address: str, tls: ClientTls | None, options: Sequence[tuple[str, Any]]
+) -> grpc.Channel:
+    """A sync channel to `address`: TLS with `tls`, else plaintext."""
+    if tls is None:
+        return grpc.insecure_channel(address, options=options)
+    return grpc.secure_channel(address, tls.credentials(), options=[*options, *tls.options()])
+
+
+def aio_channel(
+    address: str, tls: ClientTls | None, options: Sequence[tuple[str, Any]]
+) -> grpc.aio.Channel:
+    """An asyncio channel to `address`: TLS with `tls`, else plaintext."""
+    if tls is None:
+        return grpc.aio.insecure_channel(address, options=options)
+    return grpc.aio.secure_channel(address, tls.credentials(), options=[*options, *tls.options()])
