@@ -1,8 +1,8 @@
 """`make run`: a local 3-node cluster, driven through the `replog` CLI and the Python client.
 
-Starts `replog dev-cluster`'s nodes (separate processes on 127.0.0.1), creates a replicated
-topic, produces records through `replog produce`, kills the leader of partition 0 with
-SIGKILL, keeps producing (the client follows the new leader), shows who leads now, then
+Starts `replog dev-cluster`'s nodes (separate processes on 127.0.0.1, over TLS with a
+throwaway CA, mutual TLS between the nodes), creates a replicated topic, produces records
+through `replog produce`, kills the leader of partition 0 with SIGKILL, keeps producing (the client follows the new leader), shows who leads now, then
 consumes everything back through `replog consume` and checks that every acknowledged record
 is there, in order. Stops the nodes with SIGTERM.
 """
@@ -44,8 +44,8 @@ def leader_of(client: Client, partition: int) -> int:
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="replog-demo-") as tmp:
-        cluster = DevCluster(Path(tmp), 3)
-        print("starting 3 nodes (flush=always) ...")
+        cluster = DevCluster(Path(tmp), 3, tls=True)
+        print("starting 3 nodes (flush=always) over TLS, with a throwaway CA ...")
         cluster.start()
         try:
             run(cluster)
@@ -57,7 +57,14 @@ def main() -> None:
 def run(cluster: DevCluster) -> None:
     for node_id, address in cluster.addresses.items():
         print(f"  node {node_id}: {address}")
-    a = ("--address", cluster.bootstrap)
+    tls = cluster.client_tls
+    assert tls is not None and tls.cert_file is not None and tls.key_file is not None
+    a = (
+        "--address", cluster.bootstrap,
+        "--tls-ca", str(tls.ca_file),
+        "--tls-cert", str(tls.cert_file),
+        "--tls-key", str(tls.key_file),
+    )  # fmt: skip
     print(replog("topic", "create", TOPIC, "-p", "2", "--replication-factor", "3", *a).strip())
 
     lines = b"".join(b"record %06d\n" % i for i in range(RECORDS))
@@ -66,7 +73,7 @@ def run(cluster: DevCluster) -> None:
     print(f"  {RECORDS:,} records through the CLI in {time.perf_counter() - started:.2f}s")
     print(replog("topic", "describe", TOPIC, *a).rstrip())
 
-    with Client(cluster.bootstrap) as client:
+    with Client(cluster.bootstrap, tls=tls) as client:
         victim = leader_of(client, 0)
         print(f"killing node {victim}, the leader of partition 0, with SIGKILL")
         cluster.members[victim].kill()

@@ -73,6 +73,7 @@ def test_the_bash_script_is_valid_bash_and_registers_a_completion_for_replog(
                 "consume",
                 "offsets",
                 "dev-cluster",
+                "certs",
                 "verify",
                 "completion",
             ],
