@@ -35,8 +35,13 @@ def _malloc_trim() -> Callable[[], object] | None:
 
 
 class MemoryReleaser:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        interval_s: float = RELEASE_INTERVAL_S,
+    ) -> None:
         self._clock = clock
+        self._interval_s = interval_s
         self._trim = _malloc_trim()
         self._peak = 0
         self._last = -float("inf")
@@ -59,7 +64,7 @@ class MemoryReleaser:
 
     async def _release(self) -> None:
         while self._rounds:  # streams that end meanwhile ask for one more round
-            wait_s = self._last + RELEASE_INTERVAL_S - self._clock()
+            wait_s = self._last + self._interval_s - self._clock()
             if wait_s > 0:
                 await asyncio.sleep(wait_s)
             self._rounds -= 1
