@@ -196,6 +196,7 @@ class Guard(Interceptor):
     async def _check(self, method: str, request: Any, context: Context) -> None:
         if not isinstance(request, Malformed):
             return
+        self.limits.malformed += 1
         allowed, dropped = self._throttle.allow()
         if allowed:
             log(

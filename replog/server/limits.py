@@ -48,12 +48,38 @@ class Limits:
         self.streams_by_connection: dict[str, int] = {}
         self.acks_none_bytes = 0
         self.memory = MemoryReleaser()
+        self.refused: dict[str, int] = {}  # setting name -> calls refused by it (metrics)
+        self.malformed = 0  # request bodies that did not decode (counted by the guard)
+
+    def _refuse(self, setting: str) -> None:
+        self.refused[setting] = self.refused.get(setting, 0) + 1
+
+    def snapshot(self) -> list[tuple[str, int, int, int]]:
+        """(setting, in use, limit, refused so far) for each limit (metrics)."""
+        c = self.config
+        return [
+            ("rpcs_max", self.rpcs, c.rpcs_max, self.refused.get("rpcs_max", 0)),
+            ("streams_max", self.streams, c.streams_max, self.refused.get("streams_max", 0)),
+            (
+                "streams_per_connection_max",
+                max(self.streams_by_connection.values(), default=0),
+                c.streams_per_connection_max,
+                self.refused.get("streams_per_connection_max", 0),
+            ),
+            (
+                "acks_none_bytes_max",
+                self.acks_none_bytes,
+                c.acks_none_bytes_max,
+                self.refused.get("acks_none_bytes_max", 0),
+            ),
+        ]
 
     @contextlib.contextmanager
     def rpc(self) -> Iterator[None]:
         """Hold one of `rpcs_max` for the duration of a call."""
         limit = self.config.rpcs_max
         if self.rpcs >= limit:
+            self._refuse("rpcs_max")
             raise TooManyRequestsError(
                 f"the node is serving {limit} calls (rpcs_max); retry later",
                 limit="rpcs_max",
@@ -70,6 +96,7 @@ class Limits:
         """Hold one of `streams_max`, and one of `streams_per_connection_max` of `connection`."""
         limit = self.config.streams_max
         if self.streams >= limit:
+            self._refuse("streams_max")
             raise TooManyStreamsError(
                 f"the node has {limit} streams open (streams_max); retry later",
                 limit="streams_max",
@@ -78,6 +105,7 @@ class Limits:
         per_connection = self.config.streams_per_connection_max
         held = self.streams_by_connection.get(connection, 0)
         if held >= per_connection:
+            self._refuse("streams_per_connection_max")
             raise TooManyStreamsError(
                 f"this connection has {per_connection} streams open "
                 "(streams_per_connection_max); end one, use another connection, or retry later",
@@ -103,6 +131,7 @@ class Limits:
         when the node already holds `acks_none_bytes_max` (a lone batch always fits)."""
         limit = self.config.acks_none_bytes_max
         if self.acks_none_bytes and self.acks_none_bytes + size_bytes > limit:
+            self._refuse("acks_none_bytes_max")
             raise TooManyBytesInFlightError(
                 f"acks=none appends hold {self.acks_none_bytes} bytes not yet written "
                 f"(acks_none_bytes_max={limit}); retry later or use acks=leader/all",

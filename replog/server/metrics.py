@@ -114,6 +114,38 @@ class _ReplicaFailureCollector(Collector):
         yield family
 
 
+class _LimitsCollector(Collector):
+    """What clients hold against each limit (see `limits`), and what was refused."""
+
+    def __init__(
+        self,
+        limits: Callable[[], Iterable[tuple[str, int, int, int]]],
+        malformed: Callable[[], int],
+    ) -> None:
+        self._limits = limits
+        self._malformed = malformed
+
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        in_use = GaugeMetricFamily(
+            "replog_limit_in_use",
+            "Held against the limit now (per connection: the busiest connection)",
+            labels=["limit"],
+        )
+        value = GaugeMetricFamily("replog_limit_value", "The limit's setting", labels=["limit"])
+        refused = CounterMetricFamily(
+            "replog_limit_refused", "Calls refused by the limit", labels=["limit"]
+        )
+        for name, used, limit, refusals in self._limits():
+            in_use.add_metric([name], used)
+            value.add_metric([name], limit)
+            refused.add_metric([name], refusals)
+        malformed = CounterMetricFamily(
+            "replog_malformed_requests", "Request bodies that did not decode (MALFORMED_REQUEST)"
+        )
+        malformed.add_metric([], self._malformed())
+        yield from (in_use, value, refused, malformed)
+
+
 class Metrics:
     def __init__(self, partitions: Callable[[], Iterable[PartitionLog]]) -> None:
         self.registry = CollectorRegistry()
@@ -145,6 +177,14 @@ class Metrics:
         """Export the local replica failures `failures()` lists: (topic, partition, action,
         attempts)."""
         self.registry.register(_ReplicaFailureCollector(failures))
+
+    def watch_limits(
+        self,
+        limits: Callable[[], Iterable[tuple[str, int, int, int]]],
+        malformed: Callable[[], int],
+    ) -> None:
+        """Export `limits()`: (setting, in use, limit, refused), and the malformed count."""
+        self.registry.register(_LimitsCollector(limits, malformed))
 
     def serve(self, address: str) -> str:
         """Start the HTTP exporter; return its bound host:port."""

@@ -125,6 +125,7 @@ class Node:
         )
         self.metrics = Metrics(self.logs)
         self.metrics.watch_replicas(self.drivers)
+        self.metrics.watch_limits(self.limits.snapshot, lambda: self.limits.malformed)
         self.metrics.watch_failures(
             lambda: [(f.topic, f.partition, f.action, f.attempts) for f in self.replicas.failures()]
         )

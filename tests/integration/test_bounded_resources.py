@@ -146,6 +146,10 @@ def test_streams_past_their_limits_get_a_typed_retriable_error(server: ServerPro
         time.sleep(0.5)
         err = first_error(open_stream(b, "s"))
         assert isinstance(err, TooManyStreamsError) and err.limit == "streams_max", err
+        metrics = server.metrics()
+        for name in ("streams_max", "streams_per_connection_max"):
+            assert f'replog_limit_refused_total{{limit="{name}"}} 1.0' in metrics, metrics
+        assert 'replog_limit_in_use{limit="streams_max"} 5.0' in metrics
         held.pop(0).cancel()
         # Once one ends, a stream may open again.
         wait_until(lambda: _stream_opens(b), "a stream opens once another ended")

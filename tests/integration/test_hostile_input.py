@@ -110,6 +110,8 @@ def test_a_flood_of_malformed_bodies_logs_a_bounded_number_of_warnings_and_no_tr
     assert 1 <= len(lines) <= LOG_LINES_MAX, text[-3000:]
     assert all("level=warning" in line for line in lines), lines
     assert "Traceback" not in text and "level=error" not in text, text[-3000:]
+    counted = re.search(r"^replog_malformed_requests_total (\S+)$", server.metrics(), re.M)
+    assert counted is not None and float(counted.group(1)) >= FLOOD_CALLS
 
 
 def test_a_10kb_topic_name_gets_invalid_topic_name_not_a_transport_error(
