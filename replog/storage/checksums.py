@@ -50,6 +50,7 @@ HEADER = struct.Struct(">4sHHI")
 HEADER_CRC = struct.Struct(">I")
 HEADER_BYTES = 16
 ENTRY = struct.Struct(">B3xII")
+ENTRY_WHOLE = struct.Struct(">B3xIII")
 ENTRY_BYTES = 16
 KIND_CHUNK = 1
 KIND_FLUSHED = 2
@@ -312,6 +313,30 @@ class Sidecar:
         On OSError the file and the in-memory state are as before."""
         assert position == self.covered_end, "the sidecar must cover the log up to here"
         crcs = self.crcs
+        c = self.chunk_bytes
+        n = len(data)
+        inside = position % c
+        if inside + n <= c and (not inside or crcs[-1] is not None):
+            # The common small append: one block, one entry, no lists.
+            prev = crcs[-1] if inside else None
+            raw = bytes(data)
+            crc = crc32c_extend(prev, raw) if prev is not None else crc32c_value(raw)
+            end = position + n
+            entry = ENTRY_WHOLE.pack(
+                KIND_CHUNK, end, crc, crc32c_value(ENTRY.pack(KIND_CHUNK, end, crc))
+            )
+            try:
+                write_all(self._fd, entry)
+            except OSError:
+                os.ftruncate(self._fd, self._file_bytes)
+                raise
+            if inside:
+                crcs[-1] = crc
+            else:
+                crcs.append(crc)
+            self._file_bytes += ENTRY_BYTES
+            self.covered_end = end
+            return
         saved_len = len(crcs)
         saved_last = crcs[-1] if crcs else None
         items = chunk_entries(crcs, self.chunk_bytes, position, data)
