@@ -263,9 +263,10 @@ async def _serve(settings: Settings) -> int:
     supervisor = Supervisor(on_fatal=lambda _exc: stop.set())
     node = Node(settings, supervisor)
     await node.open()
+    guard = Guard(node.limits)  # malformed bodies, limits (guard.py)
     server = grpc.aio.server(
         options=[*server_options(settings.message_bytes_max), *guard_options(node.limits)],
-        interceptors=[Guard(node.limits)],  # malformed bodies, limits (guard.py)
+        interceptors=[guard],
         maximum_concurrent_rpcs=maximum_concurrent_rpcs(node.limits),
     )
     log_service = LogService(node.router, node.metrics, settings)
@@ -278,7 +279,9 @@ async def _serve(settings: Settings) -> int:
     # Replication and forwarded calls on a peer listener of their own, if there is one.
     peer_server = None
     if settings.peer_listen:
-        peer_server = grpc.aio.server(options=server_options(settings.message_bytes_max))
+        peer_server = grpc.aio.server(  # the same guard: peers' bodies are decoded safely too
+            options=server_options(settings.message_bytes_max), interceptors=[guard]
+        )
         peer_admin = (
             admin_service if authenticate is None else MembersOnly(admin_service, authenticate)
         )
