@@ -2,9 +2,10 @@
 
 Starts `replog dev-cluster`'s nodes (separate processes on 127.0.0.1, over TLS with a
 throwaway CA, mutual TLS between the nodes), creates a replicated topic, produces records
-through `replog produce`, kills the leader of partition 0 with SIGKILL, keeps producing (the client follows the new leader), shows who leads now, then
-consumes everything back through `replog consume` and checks that every acknowledged record
-is there, in order. Stops the nodes with SIGTERM.
+through `replog produce`, kills the leader of partition 0 with SIGKILL, keeps producing
+(the client follows the new leader), shows who leads now, then consumes everything back
+through `replog consume` and checks that every acknowledged record is there, in order.
+Stops the nodes with SIGTERM.
 """
 
 from __future__ import annotations

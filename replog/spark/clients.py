@@ -3,30 +3,57 @@
 Executors unpickle plain option values and open their gRPC channels lazily, here, once per
 process and address. Its own module so that `source.py` (which hands out the sink's writers)
 and `sink.py` share it without importing each other.
+
+TLS options (source and sink, strings): `tls.ca` (PEM CA bundle: TLS on), `tls.cert` and
+`tls.key` (a client certificate, for mutual TLS), `tls.serverName` (the name verified in the
+servers' certificates instead of the address's host). The files must exist at these paths
+on the driver and on every executor.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 
-from replog.client import Client
+from replog.client import Client, ClientTls
+from replog.errors import InvalidArgumentError
 
-_clients: dict[str, Client] = {}
+# (tls.ca, tls.cert, tls.key, tls.serverName) as plain strings ("" when not given): picklable
+TlsOptions = tuple[str, str, str, str]
+NO_TLS: TlsOptions = ("", "", "", "")
+
+_clients: dict[tuple[str, TlsOptions], Client] = {}
 _clients_lock = threading.Lock()
 
 
-def client_for(bootstrap: str) -> Client:
-    """The process's client for `bootstrap`, opened on first use."""
+def tls_options(options: Mapping[str, str]) -> TlsOptions:
+    """The TLS options of a source or sink (keys case-insensitive), checked."""
+    opts = {k.lower(): v for k, v in options.items()}
+    found = tuple(opts.get(k, "") for k in ("tls.ca", "tls.cert", "tls.key", "tls.servername"))
+    ca, cert, key, name = found
+    _client_tls((ca, cert, key, name))  # raises on an incomplete set
+    return (ca, cert, key, name)
+
+
+def _client_tls(tls: TlsOptions) -> ClientTls | None:
+    try:
+        return ClientTls.from_options(*tls)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"replog TLS options: {exc}") from None
+
+
+def client_for(bootstrap: str, tls: TlsOptions = NO_TLS) -> Client:
+    """The process's client for `bootstrap` (with `tls`), opened on first use."""
     with _clients_lock:
-        client = _clients.get(bootstrap)
+        client = _clients.get((bootstrap, tls))
         if client is None:
-            client = _clients[bootstrap] = Client(bootstrap)
+            client = _clients[(bootstrap, tls)] = Client(bootstrap, tls=_client_tls(tls))
         return client
 
 
-def close_client(bootstrap: str) -> None:
+def close_client(bootstrap: str, tls: TlsOptions = NO_TLS) -> None:
     """Close and forget the process's client for `bootstrap`, if it has one."""
     with _clients_lock:
-        client = _clients.pop(bootstrap, None)
+        client = _clients.pop((bootstrap, tls), None)
     if client is not None:
         client.close()

@@ -32,6 +32,13 @@ def build_query(spark: Any, args: argparse.Namespace) -> Any:
         .option("topic", args.topic)
         .option("startingOffsets", args.starting_offsets)
     )
+    for key, value in (
+        ("tls.ca", args.tls_ca),
+        ("tls.cert", args.tls_cert),
+        ("tls.key", args.tls_key),
+    ):
+        if value:
+            stream = stream.option(key, value)
     if args.max_records_per_trigger:
         stream = stream.option("maxRecordsPerTrigger", str(args.max_records_per_trigger))
     writer = (
@@ -63,6 +70,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--available-now", action="store_true", help="process what is committed now, then stop"
     )
     parser.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[2]"))
+    env = os.environ.get
+    parser.add_argument("--tls-ca", default=env("REPLOG_TLS_CA"), help="CA bundle: TLS on")
+    parser.add_argument("--tls-cert", default=env("REPLOG_TLS_CERT"), help="client certificate")
+    parser.add_argument("--tls-key", default=env("REPLOG_TLS_KEY"), help="its key")
     return parser.parse_args(argv)
 
 

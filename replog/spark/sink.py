@@ -26,7 +26,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from replog.errors import InvalidArgumentError
-from replog.spark.clients import client_for
+from replog.spark.clients import client_for, tls_options
 
 ACKS_DEFAULT = "all"
 
@@ -56,13 +56,16 @@ class _Writer:
         if "value" not in names:
             raise InvalidArgumentError("the replog sink needs a 'value' column")
         self.bootstrap = opts["bootstrap"]
+        self.tls = tls_options(options)
         self.topic = opts["topic"]
         self.acks = opts.get("acks", ACKS_DEFAULT)
         self.has_partition = "partition" in names
         self.has_key = "key" in names
 
     def _write(self, rows: Iterator[Row]) -> ReplogCommit:
-        producer = client_for(self.bootstrap).producer(self.topic, acks=self.acks, linger_ms=20)
+        producer = client_for(self.bootstrap, self.tls).producer(
+            self.topic, acks=self.acks, linger_ms=20
+        )
         count = 0
         futures = []
         try:

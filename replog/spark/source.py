@@ -14,7 +14,8 @@ Options (case-insensitive, all strings): `bootstrap` (host:port of any node, req
 `failOnDataLoss` (default true), `maxRecordsPerTrigger` (streams), `minPartitions` and
 `maxRecordsPerTask` (default 2,000,000: splits large ranges into several tasks),
 `fetchBytesMax` (default 3 MiB per reply, under gRPC's 4 MiB message limit; the server caps it
-at its own `fetch_bytes_max`).
+at its own `fetch_bytes_max`), `tls.ca`, `tls.cert`, `tls.key`, `tls.serverName` (TLS; see
+`replog.spark.clients`).
 
 Schema: `value binary, topic string, partition int, offset bigint`. replog records carry no
 key, timestamp or headers, so unlike Spark's Kafka source there are no such columns.
@@ -54,7 +55,7 @@ from pyspark.sql.types import StructType
 from replog.errors import InvalidArgumentError
 from replog.spark import offsets as off
 from replog.spark.arrow import SPARK_SCHEMA_DDL, frames_to_record_batch
-from replog.spark.clients import client_for, close_client
+from replog.spark.clients import NO_TLS, TlsOptions, client_for, close_client, tls_options
 from replog.spark.sink import ReplogStreamWriter, ReplogWriter
 
 FETCH_BYTES_DEFAULT = 3 * 1024 * 1024
@@ -72,6 +73,7 @@ class Options:
     min_partitions: int
     records_per_task_max: int
     fetch_bytes_max: int
+    tls: TlsOptions = NO_TLS
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Options:
@@ -109,19 +111,27 @@ class Options:
             or RECORDS_PER_TASK_DEFAULT,
             fetch_bytes_max=integer("fetchBytesMax", FETCH_BYTES_DEFAULT, 1024)
             or FETCH_BYTES_DEFAULT,
+            tls=tls_options(options),
         )
 
     def bounds(self) -> dict[int, off.PartitionBounds]:
-        listed = client_for(self.bootstrap).list_offsets(self.topic)
+        listed = client_for(self.bootstrap, self.tls).list_offsets(self.topic)
         return {o.partition: off.PartitionBounds(o.partition, o.earliest, o.latest) for o in listed}
 
 
 class ReplogPartition(InputPartition):
     """One task: records `[start, end)` of one partition. Plain fields: picklable."""
 
-    def __init__(self, bootstrap: str, rng: off.OffsetRange, fetch_bytes_max: int) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        rng: off.OffsetRange,
+        fetch_bytes_max: int,
+        tls: TlsOptions = NO_TLS,
+    ) -> None:
         super().__init__(None)
         self.bootstrap = bootstrap
+        self.tls = tls
         self.topic = rng.topic
         self.partition = rng.partition
         self.start = rng.start
@@ -139,7 +149,7 @@ def read_partition(part: InputPartition) -> Iterator[pa.RecordBatch]:
     """
     if not isinstance(part, ReplogPartition) or part.start >= part.end:
         return  # Spark runs one placeholder task when `partitions()` planned none
-    client = client_for(part.bootstrap)
+    client = client_for(part.bootstrap, part.tls)
     stream = client.stream(part.topic, part.partition, part.start, max_bytes=part.fetch_bytes_max)
     try:
         for reply in stream:
@@ -160,7 +170,7 @@ def read_partition(part: InputPartition) -> Iterator[pa.RecordBatch]:
 def _plan(opts: Options, start: Mapping[int, int], end: Mapping[int, int]) -> list[ReplogPartition]:
     ranges = [off.OffsetRange(opts.topic, p, start.get(p, end[p]), end[p]) for p in sorted(end)]
     return [
-        ReplogPartition(opts.bootstrap, r, opts.fetch_bytes_max)
+        ReplogPartition(opts.bootstrap, r, opts.fetch_bytes_max, opts.tls)
         for r in off.split(ranges, opts.records_per_task_max, opts.min_partitions)
     ]
 
@@ -261,7 +271,7 @@ class ReplogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to do: replog keeps no consumer positions; Spark's checkpoint holds them."""
 
     def stop(self) -> None:
-        close_client(self.options.bootstrap)
+        close_client(self.options.bootstrap, self.options.tls)
 
 
 class ReplogDataSource(DataSource):

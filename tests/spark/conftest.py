@@ -51,7 +51,8 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def server(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplogCluster]:
-    cluster = DevCluster(tmp_path_factory.mktemp("replog"), 3).start()
+    # TLS on, with mutual TLS between the nodes and a client certificate for Spark.
+    cluster = DevCluster(tmp_path_factory.mktemp("replog"), 3, tls=True).start()
     yield ReplogCluster(cluster)
     cluster.kill_all()
 

@@ -34,6 +34,7 @@ def pipeline(
             str(workdir / "out"),
             "--checkpoint",
             str(workdir / "checkpoint"),
+            *server.tls_args(),
             *extra,
         ],
         stdout=log,
@@ -52,7 +53,7 @@ def test_a_killed_driver_resumes_from_its_checkpoint_exactly_once(
     spark: Any, server: ReplogCluster, workdir: Path
 ) -> None:
     expected: list[tuple[int, int, bytes]] = []
-    with Client(server.address) as client:
+    with Client(server.address, tls=server.tls) as client:
         client.create_topic("pipeline", 2)
         for p in (0, 1):
             for i in range(0, 3000, 500):

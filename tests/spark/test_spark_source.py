@@ -17,7 +17,7 @@ _names = itertools.count()
 
 @pytest.fixture
 def client(server: ReplogCluster) -> Any:
-    with Client(server.address) as c:
+    with Client(server.address, tls=server.tls) as c:
         yield c
 
 
@@ -42,7 +42,7 @@ def rows(df: Any) -> list[tuple[int, int, bytes]]:
 
 
 def reader(spark: Any, server: ReplogCluster, topic: str, **options: str) -> Any:
-    r = spark.read.format("replog").option("bootstrap", server.address).option("topic", topic)
+    r = spark.read.format("replog").options(**server.options).option("topic", topic)
     for k, v in options.items():
         r = r.option(k, v)
     return r.load()
@@ -103,7 +103,7 @@ def test_an_empty_topic_reads_as_no_rows(spark: Any, server: ReplogCluster, clie
 
 def test_missing_options_fail_with_a_clear_message(spark: Any, server: ReplogCluster) -> None:
     with pytest.raises(Exception, match="needs option 'topic'"):
-        spark.read.format("replog").option("bootstrap", server.address).load().collect()
+        spark.read.format("replog").options(**server.options).load().collect()
 
 
 def stream_to_parquet(
@@ -111,7 +111,7 @@ def stream_to_parquet(
 ) -> None:
     stream = (
         spark.readStream.format("replog")
-        .option("bootstrap", server.address)
+        .options(**server.options)
         .option("topic", topic)
         .option("startingOffsets", "earliest")
     )
@@ -160,7 +160,7 @@ def test_the_sink_round_trips_values_through_a_topic(
     )
     (
         source.write.format("replog")
-        .option("bootstrap", server.address)
+        .options(**server.options)
         .option("topic", topic)
         .mode("append")
         .save()
