@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 from google.rpc import error_details_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2
 from grpc_status import rpc_status
 
@@ -43,6 +44,8 @@ METHODS = {
     "/replog.v1.Log/StreamFrom": "stream",
     "/replog.v1.Admin/CreateTopic": "unary",
     "/replog.v1.Admin/DescribeTopic": "unary",
+    "/replog.v1.Replication/Exchange": "client-stream",  # peers' stream, same listener here
+    "/grpc.health.v1.Health/Watch": "stream",
 }
 FLOOD_CALLS = 300
 LOG_LINES_MAX = 30  # the guard logs at most 10 per 10 s; a slow run may see a few windows
@@ -61,6 +64,10 @@ def call_raw(channel: grpc.Channel, method: str, body: bytes) -> grpc.RpcError:
         stream = channel.unary_stream(method, request_serializer=None, response_deserializer=None)
         with pytest.raises(grpc.RpcError) as info:
             list(stream(body, timeout=10))
+    elif METHODS[method] == "client-stream":
+        upload = channel.stream_unary(method, request_serializer=None, response_deserializer=None)
+        with pytest.raises(grpc.RpcError) as info:
+            upload(iter([body]), timeout=10)
     else:
         unary = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
         with pytest.raises(grpc.RpcError) as info:
@@ -164,6 +171,15 @@ def test_reflection_is_served_as_v1_and_v1alpha(server: ServerProcess) -> None:
             assert {"replog.v1.Log", "replog.v1.Admin", "grpc.reflection.v1.ServerReflection"} <= (
                 names
             ), names
+
+
+def test_health_watch_still_works_through_the_guard(server: ServerProcess) -> None:
+    with grpc.insecure_channel(server.address) as channel:
+        watch = health_pb2_grpc.HealthStub(channel).Watch(
+            health_pb2.HealthCheckRequest(service="replog.v1.Log"), timeout=10
+        )
+        assert next(iter(watch)).status == health_pb2.HealthCheckResponse.SERVING
+        watch.cancel()
 
 
 def test_an_unexpected_failure_answers_internal_with_a_correlation_id_and_no_internals(
