@@ -13,7 +13,8 @@ Layout under `data_dir` (the storage layout of seed 001, plus the topic's identi
                                 name), so a 249-character topic can be deleted too.
     __cluster/partition_0/      the metadata log (see `metadata_log`), never listed here
 
-All functions block (file system): call them in a thread (`check_space` is one statvfs).
+All functions block (file system): call them in a thread; `check_space` (one statvfs)
+may run in the event loop.
 
 Space for a create (`check_space`): before a topic is proposed, the metadata leader checks
 that its data directory's file system has room for the partitions it will host, each
