@@ -291,6 +291,11 @@ async def _serve(settings: Settings) -> int:
     )
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    # Plaintext grpc.health.v1 only, for probes that cannot speak TLS (the kubelet's).
+    health_server = None
+    if settings.health_listen:
+        health_server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_server)
     enable_reflection((*SERVICE_NAMES, health.SERVICE_NAME), server)
     peer_bound = None
     try:
@@ -298,6 +303,8 @@ async def _serve(settings: Settings) -> int:
         if peer_server is not None:
             peer_port, _ = add_port(peer_server, settings.peer_listen, tls, peers_only=True)
             peer_bound = f"{settings.peer_listen.rpartition(':')[0]}:{peer_port}"
+        if health_server is not None:
+            health_server.add_insecure_port(settings.health_listen)
     except RuntimeError as exc:
         await node.close()
         raise UnavailableError(f"cannot listen on {settings.listen}: {exc}") from None
@@ -310,6 +317,8 @@ async def _serve(settings: Settings) -> int:
     await server.start()
     if peer_server is not None:
         await peer_server.start()
+    if health_server is not None:
+        await health_server.start()
     metrics_address = None
     if settings.metrics_listen:
         try:
@@ -318,6 +327,8 @@ async def _serve(settings: Settings) -> int:
             await server.stop(0)
             if peer_server is not None:
                 await peer_server.stop(0)
+            if health_server is not None:
+                await health_server.stop(0)
             await node.close()
             raise UnavailableError(
                 f"cannot serve metrics on {settings.metrics_listen}: {exc}"
@@ -350,6 +361,8 @@ async def _serve(settings: Settings) -> int:
         await server.stop(0)
         if peer_server is not None:
             await peer_server.stop(0)
+        if health_server is not None:
+            await health_server.stop(0)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(_close(node, supervisor), FAILED_CLOSE_TIMEOUT_S)
         return EXIT_TASK_FAILED
@@ -362,6 +375,8 @@ async def _serve(settings: Settings) -> int:
         await asyncio.gather(server.stop(grace_s), peer_server.stop(grace_s))
     else:
         await server.stop(grace_s)
+    if health_server is not None:
+        await health_server.stop(0)
     await _close(node, supervisor)
     if supervisor.failure is not None:  # a task failed during the drain
         return EXIT_TASK_FAILED

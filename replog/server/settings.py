@@ -133,6 +133,13 @@ class Settings:
             "the client listener; required with TLS in a cluster of several nodes)"
         ),
     )
+    health_listen: str = field(
+        default="",
+        metadata=_help(
+            "plaintext grpc.health.v1 listener host:port for probes that cannot speak TLS "
+            "(empty: off; Health is always served on the client listener too)"
+        ),
+    )
     tls_cert_file: Path | None = field(
         default=None,
         metadata=_help("PEM certificate chain of this node (TLS on when given; reloaded)"),
@@ -249,12 +256,9 @@ class Settings:
             all(f is None for f in tls_files) or all(f is not None for f in tls_files),
             "tls_cert_file, tls_key_file and tls_ca_file go together",
         )
-        for f in tls_files:
-            need(f is None or f.is_file(), f"TLS file {f} does not exist")
-        need(
-            self.peer_listen == "" or _is_address(self.peer_listen),
-            f"peer_listen must be host:port or empty, got {self.peer_listen!r}",
-        )
+        for name in ("peer_listen", "health_listen"):
+            value = getattr(self, name)
+            need(value == "" or _is_address(value), f"{name} must be host:port or empty")
         if len(peers) > 1:
             need(
                 self.tls is None or bool(self.peer_listen),

@@ -287,7 +287,10 @@ def test_every_probe_targets_a_port_the_container_exposes(rendered: list[Obj]) -
         port = action["port"]
         assert port in ports.values() or port in ports, (kind, port)
         assert "grpc" in probe, f"{kind} should use the server's gRPC health service"
-        assert probe["grpc"]["port"] == ports["grpc"]
+        # the plaintext health listener: the kubelet's gRPC probes cannot speak TLS
+        assert probe["grpc"]["port"] == ports["health"]
+    settings = pod_settings(rendered, 0)
+    assert settings.health_listen == f"0.0.0.0:{ports['health']}"
 
 
 def test_liveness_never_depends_on_peers_and_readiness_asks_for_the_log_api(
@@ -345,6 +348,11 @@ def test_each_pod_derives_the_peers_the_headless_service_resolves_and_its_own_no
     for i in range(replicas):
         settings = pod_settings(rendered, i)
         assert settings.peer_map() == expected, f"pod replog-{i}"
+        # peers dial each other's peer listener at the same stable DNS names
+        peer_port = container_ports(rendered)["peer"]
+        assert settings.peer_dial_map() == {
+            n: a.replace(f":{grpc_port}", f":{peer_port}") for n, a in expected.items()
+        }
         # clients are told this address in leader hints: the pod's own stable DNS name
         assert settings.advertised_address == expected[settings.node_id]
         node_ids.append(settings.node_id)
@@ -422,6 +430,7 @@ def test_network_policy_lets_replicas_talk_clients_connect_and_dns_resolve(
     spec = policy["spec"]
     labels = pod_labels(rendered)
     grpc, metrics = container_ports(rendered)["grpc"], container_ports(rendered)["metrics"]
+    peer = container_ports(rendered)["peer"]
     assert selects(spec["podSelector"], labels)
     assert set(spec["policyTypes"]) == {"Ingress", "Egress"}
     own_ns = namespace_labels(rendered, NAMESPACE)
@@ -448,9 +457,11 @@ def test_network_policy_lets_replicas_talk_clients_connect_and_dns_resolve(
             same_namespace=ns == own_ns,
         )
 
-    # replication and forwarded admin calls between the replog pods, both directions
-    assert ingress(grpc, labels, own_ns, True)
-    assert egress(grpc, "TCP", labels, own_ns)
+    # replication and forwarded admin calls between the replog pods, both directions, and
+    # the peer port for nobody else (not even a client pod in the namespace)
+    assert ingress(peer, labels, own_ns, True)
+    assert egress(peer, "TCP", labels, own_ns)
+    assert not ingress(peer, {"app": "producer"}, own_ns, True)
     # a client pod in the namespace, and none from an unlabelled other namespace
     assert ingress(grpc, {"app": "producer"}, own_ns, True)
     assert not ingress(grpc, {"app": "producer"}, {"kubernetes.io/metadata.name": "x"}, False)
@@ -462,3 +473,24 @@ def test_network_policy_lets_replicas_talk_clients_connect_and_dns_resolve(
         assert egress(53, protocol, {"k8s-app": "kube-dns"}, dns_ns)
     # and nothing else leaves the pods
     assert not egress(443, "TCP", {"app": "anything"}, {"kubernetes.io/metadata.name": "x"})
+
+
+def test_tls_is_on_with_each_pod_using_its_own_certificate_from_the_secret(
+    rendered: list[Obj],
+) -> None:
+    c = container(rendered)
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert "subPath" not in mounts["tls"], "a subPath mount never sees a rotated Secret"
+    volumes = {v["name"]: v for v in statefulset(rendered)["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "replog-tls"
+    directory = mounts["tls"]["mountPath"]
+    for ordinal in range(statefulset(rendered)["spec"]["replicas"]):
+        env = pod_env(rendered, f"replog-{ordinal}")
+        # the kubelet expands $(POD_NAME) from the env var defined before it
+        cert = env["REPLOG_TLS_CERT_FILE"].replace("$(POD_NAME)", env["POD_NAME"])
+        key = env["REPLOG_TLS_KEY_FILE"].replace("$(POD_NAME)", env["POD_NAME"])
+        assert cert == f"{directory}/replog-{ordinal}.pem"
+        assert key == f"{directory}/replog-{ordinal}-key.pem"
+        assert env["REPLOG_TLS_CA_FILE"] == f"{directory}/ca.pem"
+        settings = pod_settings(rendered, ordinal)
+        assert settings.tls is not None and settings.peer_listen

@@ -22,7 +22,7 @@ import grpc
 import pytest
 
 from replog import certs, frames
-from replog.client import Client, RetryPolicy
+from replog.client import Client, ClientTls, RetryPolicy
 from replog.devcluster import DevCluster
 from replog.errors import UnavailableError
 from replog.v1 import replication_pb2 as pb
@@ -422,3 +422,44 @@ def test_control_the_same_vote_from_the_member_it_names_is_taken(setup: Setup) -
     while snapshot(setup.cluster)[setup.leader].epoch == before[setup.leader].epoch:
         assert time.monotonic() < deadline, "an authenticated vote was not taken"
         time.sleep(0.1)
+
+
+def test_a_tls_node_answers_plaintext_health_probes_on_its_health_listener(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """What the kubelet's gRPC probe sees: plaintext grpc.health.v1 on --health-listen,
+    while the client listener itself speaks only TLS."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from replog.devcluster import free_port
+    from tests.integration.servers import ServerProcess
+
+    work = tmp_path_factory.mktemp("health")
+    ca = certs.create_ca(work / "tls")
+    node = certs.issue_node(ca, work / "tls", 0)
+    health_address = f"127.0.0.1:{free_port()}"
+    server = ServerProcess(
+        work / "data",
+        work,
+        [
+            "--tls-cert-file", str(node.cert_file),
+            "--tls-key-file", str(node.key_file),
+            "--tls-ca-file", str(ca.cert_file),
+            "--health-listen", health_address,
+        ],
+    ).start()  # fmt: skip
+    try:
+        with grpc.insecure_channel(health_address) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            for service in ("", "replog.v1.Log"):
+                reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+                assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        with grpc.insecure_channel(server.address) as channel, pytest.raises(grpc.RpcError):
+            health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=3
+            )
+        with Client(server.address, tls=ClientTls(ca.cert_file)) as client:
+            client.create_topic("over-tls", 1)
+            assert client.append("over-tls", 0, [b"x"]).last_offset >= 0
+    finally:
+        server.kill()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from replog import certs
@@ -40,11 +38,6 @@ def test_tls_files_go_together(tls_files: dict[str, str]) -> None:
     with pytest.raises(InvalidConfigError, match="go together"):
         Settings.from_sources({"tls_cert_file": tls_files["tls_cert_file"]}, env={})
     assert Settings.from_sources(tls_files, env={}).tls is not None
-
-
-def test_a_missing_tls_file_is_refused(tls_files: dict[str, str], tmp_path: Path) -> None:
-    with pytest.raises(InvalidConfigError, match="does not exist"):
-        Settings.from_sources({**tls_files, "tls_ca_file": str(tmp_path / "nope.pem")}, env={})
 
 
 def test_tls_in_a_cluster_needs_a_peer_listener(tls_files: dict[str, str]) -> None:
