@@ -363,3 +363,31 @@ def test_a_sealed_segment_of_small_appends_keeps_one_sidecar_entry_per_block(
     log = open_log(tmp_path)
     assert read_all(log) == VALUES
     log.close()
+
+
+def test_a_torn_sidecar_tail_at_every_byte_reopens_as_a_prefix_with_valid_checksums(
+    tmp_path: Path,
+) -> None:
+    config = StorageConfig(**{**_fields(CONFIG), "segment_bytes_max": 8192})
+    template = tmp_path / "template"
+    write_template(template, config).close()  # flushed: a flushed entry closes the file
+    nconfig = StorageConfig(**{**_fields(config), "flush": FlushPolicy.NEVER})
+    log = open_log(template, nconfig)
+    for i in range(0, 12, 3):  # unflushed appends whose sidecar entries a crash may lose
+        log.append(VALUES[i : i + 3])
+    log.crash()
+    side = (partition(template) / f"{SEG0}.crc").read_bytes()
+    kinds = side[16::16]  # the kind byte of each entry
+    flushed_end = 16 + 16 * (kinds.rindex(2) + 1)  # just after the last flushed entry
+    for cut in range(flushed_end, len(side) + 1):
+        case = tmp_path / f"cut{cut}"
+        shutil.copytree(template, case)
+        (partition(case) / f"{SEG0}.crc").write_bytes(side[:cut])
+        log = open_log(case, nconfig)
+        got = read_all(log)
+        assert len(VALUES) <= len(got) <= len(VALUES) + 12, f"cut at {cut}"
+        assert got == (VALUES + VALUES[:12])[: len(got)], f"cut at {cut}"
+        assert log.corrupt_ranges() == [], f"cut at {cut}"
+        log.close()
+        assert verify_data_dir(case).ok, f"cut at {cut}"
+        shutil.rmtree(case)
