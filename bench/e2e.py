@@ -14,7 +14,12 @@ the same Python client code drives both, so the ratio isolates what replog adds.
 * `produce_server_cpu_us_per_record` / `consume_server_cpu_us_per_record`: user+system CPU
   of the replog server process over the phase divided by records (from /proc/PID/stat).
 
-Each bench runs `--repeats` times (median reported); replog and the ceiling alternate order.
+TLS: a third process, the same `replog serve` with TLS on (a throwaway CA, `replog.certs`),
+is driven by the same client code over TLS in the same repeats: the `_tls` results and the
+"TLS against plaintext" table give the cost of TLS as a ratio.
+
+Each bench runs `--repeats` times (median reported); replog, the ceiling and replog over
+TLS rotate which goes first.
 `--write-docs` rewrites the `## End to end (bench/e2e.py)` section of `docs/benchmarks.md`.
 """
 
@@ -29,13 +34,14 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from pathlib import Path
 
 from _common import Result, bench_tmpdir, emit, log, machine_info, summarize
 from _common import write_section as write_docs_section
 
-from replog import frames
-from replog.client import Client, RetryPolicy
+from replog import certs, frames
+from replog.client import Client, ClientTls, RetryPolicy
 from replog.v1 import log_pb2, log_pb2_grpc
 
 VALUE_BYTES = 100
@@ -182,44 +188,35 @@ def measured(proc: Proc, fn: Callable[[], float], records: int) -> tuple[float, 
 
 def run_repeat(
     rep: int,
-    server: Proc,
-    ceiling: Proc,
-    rc: Client,
-    cc: Client,
+    targets: list[tuple[str, Proc, Client]],
     records: int,
     partitions: int,
     samples_n: int,
     add: Callable[[str, float], None],
 ) -> None:
-    """One repeat of every bench; replog and the ceiling alternate which goes first."""
+    """One repeat of every bench on every target (suffix, process, client): replog, the
+    ceiling, replog over TLS; which goes first rotates from one repeat to the next."""
     topic = f"bench-{rep}"
-    rc.create_topic(topic, partitions)
-    order = [0, 1] if rep % 2 == 0 else [1, 0]
+    for suffix, _, client in targets:
+        if suffix != "_ceiling":
+            client.create_topic(topic, partitions)
+    order = targets[rep % len(targets) :] + targets[: rep % len(targets)]
     per_partition = records // partitions
-    for which in order:
-        if which == 0:
-            value, cpu = measured(server, lambda: produce(rc, topic, records, partitions), records)
-            add("produce", value)
-            add("produce_server_cpu_us_per_record", cpu)
-        else:
-            value, cpu = measured(ceiling, lambda: produce(cc, topic, records, partitions), records)
-            add("produce_ceiling", value)
-            add("produce_server_cpu_us_per_record_ceiling", cpu)
-    for which in order:
-        if which == 0:
-            value, cpu = measured(server, lambda: consume(rc, topic, per_partition), per_partition)
-            add("consume", value)
-            add("consume_server_cpu_us_per_record", cpu)
-        else:
-            value, cpu = measured(ceiling, lambda: consume(cc, topic, per_partition), per_partition)
-            add("consume_ceiling", value)
-            add("consume_server_cpu_us_per_record_ceiling", cpu)
-    for which in order:
-        p50, p99 = latencies_ms(rc if which == 0 else cc, topic, samples_n)
-        suffix = "" if which == 0 else "_ceiling"
+    for suffix, proc, client in order:
+        value, cpu = measured(proc, partial(produce, client, topic, records, partitions), records)
+        add("produce" + suffix, value)
+        add("produce_server_cpu_us_per_record" + suffix, cpu)
+    for suffix, proc, client in order:
+        value, cpu = measured(proc, partial(consume, client, topic, per_partition), per_partition)
+        add("consume" + suffix, value)
+        add("consume_server_cpu_us_per_record" + suffix, cpu)
+    for suffix, _, client in order:
+        p50, p99 = latencies_ms(client, topic, samples_n)
         add("produce_latency_p50_ms" + suffix, p50)
         add("produce_latency_p99_ms" + suffix, p99)
-    rc.delete_topic(topic)
+    for suffix, _, client in targets:
+        if suffix != "_ceiling":
+            client.delete_topic(topic)
 
 
 # -- main ------------------------------------------------------------------------------------
@@ -256,29 +253,44 @@ def main(argv: list[str] | None = None) -> int:
             "--ready-file", str(tmp / "ready"), "--log-level", "WARNING",
         ]  # fmt: skip
         ceiling_cmd = [sys.executable, __file__, "--ceiling-server", str(tmp / "ceiling-ready")]
+        ca = certs.create_ca(tmp / "tls")
+        node = certs.issue_node(ca, tmp / "tls", 0)
+        tls_cmd = [
+            *replog_cmd[: replog_cmd.index("--data-dir")],
+            "--data-dir", str(tmp / "data-tls"),
+            *replog_cmd[replog_cmd.index("--listen") : replog_cmd.index("--ready-file")],
+            "--ready-file", str(tmp / "ready-tls"), "--log-level", "WARNING",
+            "--tls-cert-file", str(node.cert_file), "--tls-key-file", str(node.key_file),
+            "--tls-ca-file", str(ca.cert_file),
+        ]  # fmt: skip
         server = Proc(replog_cmd, tmp / "ready")
         ceiling = Proc(ceiling_cmd, tmp / "ceiling-ready")
+        tls_server = Proc(tls_cmd, tmp / "ready-tls")
         retry = RetryPolicy(attempts_max=1)
         try:
             with (
                 Client(server.address, retry=retry) as rc,
                 Client(ceiling.address, retry=retry) as cc,
+                Client(tls_server.address, retry=retry, tls=ClientTls(ca.cert_file)) as tc,
             ):
+                targets = [("", server, rc), ("_ceiling", ceiling, cc), ("_tls", tls_server, tc)]
                 for rep in range(repeats):
-                    run_repeat(
-                        rep, server, ceiling, rc, cc, records, args.partitions, samples_n, add
-                    )
+                    run_repeat(rep, targets, records, args.partitions, samples_n, add)
                     log(
                         f"repeat {rep}: produce {results['produce'][-1]:,.0f}/s "
-                        f"(ceiling {results['produce_ceiling'][-1]:,.0f}/s), "
+                        f"(ceiling {results['produce_ceiling'][-1]:,.0f}/s, "
+                        f"TLS {results['produce_tls'][-1]:,.0f}/s), "
                         f"consume {results['consume'][-1]:,.0f}/s "
-                        f"(ceiling {results['consume_ceiling'][-1]:,.0f}/s), "
+                        f"(ceiling {results['consume_ceiling'][-1]:,.0f}/s, "
+                        f"TLS {results['consume_tls'][-1]:,.0f}/s), "
                         f"p50 {results['produce_latency_p50_ms'][-1]:.3f} ms "
-                        f"(ceiling {results['produce_latency_p50_ms_ceiling'][-1]:.3f} ms)"
+                        f"(ceiling {results['produce_latency_p50_ms_ceiling'][-1]:.3f} ms, "
+                        f"TLS {results['produce_latency_p50_ms_tls'][-1]:.3f} ms)"
                     )
         finally:
             server.stop()
             ceiling.stop()
+            tls_server.stop()
 
     units = {
         "produce": "records/s",
@@ -295,13 +307,21 @@ def main(argv: list[str] | None = None) -> int:
         ceiling = summarize(ceiling_samples).median if ceiling_samples else None
         emit(Result(name, round(value, 4), unit, None if ceiling is None else round(ceiling, 4)))
         lines.append((name, unit, results[name], ceiling_samples))
+    tls_lines = []
+    for name, unit in units.items():
+        # TLS against plaintext: the plaintext replog is the reference ("ceiling") here
+        value = summarize(results[name + "_tls"]).median
+        plain = summarize(results[name]).median
+        emit(Result(name + "_tls", round(value, 4), unit, round(plain, 4)))
+        tls_lines.append((name, unit, results[name + "_tls"], results[name]))
     if args.write_docs:
-        write_docs(lines, info, argv, repeats, records, args.partitions, samples_n)
+        write_docs(lines, tls_lines, info, argv, repeats, records, args.partitions, samples_n)
     return 0
 
 
 def write_docs(
     lines: list[tuple[str, str, list[float], list[float] | None]],
+    tls_lines: list[tuple[str, str, list[float], list[float] | None]],
     info: dict[str, str],
     argv: list[str] | None,
     repeats: int,
@@ -332,6 +352,21 @@ def write_docs(
         else:
             ceiling = ratio = "-"
         body.append(f"| {name} | {value} | {ceiling} | {ratio} |")
+    body += [
+        "",
+        "TLS against plaintext: the same replog server with TLS on (TLS 1.3, ECDSA P-256 "
+        "certificate, server authentication), same client code, same repeats.",
+        "",
+        "| bench | TLS | plaintext | TLS / plaintext |",
+        "|---|---|---|---|",
+    ]
+    for name, unit, samples, plain_samples in tls_lines:
+        s = summarize(samples)
+        p = summarize(plain_samples or [])
+        body.append(
+            f"| {name} | {s.median:,.3f} {unit} [{s.low:,.3f}..{s.high:,.3f}] | "
+            f"{p.median:,.3f} {unit} | {s.median / p.median:.2f} |"
+        )
     body += ["", "Machine: " + "; ".join(f"{k}: {v}" for k, v in info.items()) + "."]
     body += ["", *NOTES]
     write_docs_section(SECTION, "\n".join(body))
