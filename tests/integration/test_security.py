@@ -455,9 +455,7 @@ def test_a_tls_node_answers_plaintext_health_probes_on_its_health_listener(
                 reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
                 assert reply.status == health_pb2.HealthCheckResponse.SERVING
         with grpc.insecure_channel(server.address) as channel, pytest.raises(grpc.RpcError):
-            health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(), timeout=3
-            )
+            health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=3)
         with Client(server.address, tls=ClientTls(ca.cert_file)) as client:
             client.create_topic("over-tls", 1)
             assert client.append("over-tls", 0, [b"x"]).last_offset >= 0
