@@ -5,6 +5,7 @@ Memory is the server's RSS from /proc/<pid>/status. Each load is bounded in coun
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,6 +62,12 @@ def settled_rss(server: ServerProcess, deadline_s: float = 30.0) -> int:
     return last
 
 
+def streams_open(server: ServerProcess) -> int | None:
+    """StreamFrom calls open on the node, from its metrics (None: a server without them)."""
+    match = re.search(r'^replog_limit_in_use\{limit="streams_max"\} (\S+)$', server.metrics(), re.M)
+    return None if match is None else int(float(match.group(1)))
+
+
 def channels(address: str, count: int) -> list[grpc.Channel]:
     """`count` channels on connections of their own (no shared subchannel)."""
     return [
@@ -108,6 +115,7 @@ def test_idle_streams_hold_a_bounded_amount_of_memory_and_give_it_back_when_they
         calls = [
             open_stream(chans[i % len(chans)], "big") for i in range(IDLE_STREAMS)
         ]  # none of them is ever read
+        wait_until(lambda: streams_open(server) in (None, IDLE_STREAMS), "every stream is open")
         held = settled_rss(server)
         with Client(server.address, timeout_s=10, retry=RetryPolicy(attempts_max=1)) as client:
             began = time.monotonic()
