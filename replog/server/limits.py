@@ -30,7 +30,7 @@ from replog.server.memory import MemoryReleaser
 
 @dataclass(frozen=True, slots=True)
 class LimitsConfig:
-    rpcs_max: int = 1000
+    rpcs_max: int = 2000  # twice streams_max: open streams never starve other calls
     streams_max: int = 1000
     streams_per_connection_max: int = 100
     acks_none_bytes_max: int = 64 * 1024 * 1024

@@ -86,7 +86,7 @@ class Settings:
         ),
     )
     rpcs_max: int = field(
-        default=1000,
+        default=2000,
         metadata=_help(
             "Log and Admin calls in progress on the node, streams included; more: "
             "RESOURCE_EXHAUSTED TOO_MANY_REQUESTS (HTTP/2 streams per connection: this + 256)"
@@ -239,6 +239,14 @@ class Settings:
         need(self.streams_max >= 1, "streams_max must be >= 1")
         need(self.streams_per_connection_max >= 1, "streams_per_connection_max must be >= 1")
         need(self.acks_none_bytes_max >= 1, "acks_none_bytes_max must be >= 1")
+        need(
+            self.streams_max <= self.rpcs_max,
+            "streams_max must be <= rpcs_max (a stream is a call)",
+        )
+        need(
+            self.streams_per_connection_max <= self.streams_max,
+            "streams_per_connection_max must be <= streams_max",
+        )
         need(self.ack_timeout_ms >= 1, "ack_timeout_ms must be >= 1")
         need(self.shutdown_grace_ms >= 0, "shutdown_grace_ms must be >= 0")
         need(self.retention_check_interval_ms >= 1, "retention_check_interval_ms must be >= 1")

@@ -174,7 +174,11 @@ def _stream_opens(channel: grpc.Channel) -> bool:
     return bool(ok)
 
 
-@pytest.mark.parametrize("server", [["--rpcs-max", "4"]], indirect=True)
+@pytest.mark.parametrize(
+    "server",
+    [["--rpcs-max", "4", "--streams-max", "4", "--streams-per-connection-max", "4"]],
+    indirect=True,
+)
 def test_calls_past_rpcs_max_get_too_many_requests_and_health_still_answers(
     server: ServerProcess,
 ) -> None:
