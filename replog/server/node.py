@@ -48,6 +48,7 @@ from replog.server.admin_service import AdminService
 from replog.server.flusher import run_flusher
 from replog.server.guard import Guard, maximum_concurrent_rpcs
 from replog.server.guard import server_options as guard_options
+from replog.server.handover import hand_over
 from replog.server.legacy_import import import_legacy_topics, metadata_dir
 from replog.server.limits import Limits
 from replog.server.listeners import MembersOnly, add_port, dialer, server_options
@@ -368,8 +369,14 @@ async def _serve(settings: Settings) -> int:
         return EXIT_TASK_FAILED
 
     log(_log, "server.stopping", grace_ms=settings.shutdown_grace_ms)
+    if settings.shutdown_handover_ms:
+        # Still serving everything: each partition led here moves to a caught-up voter
+        # (writers get one NOT_LEADER naming it, instead of waiting out an election).
+        drivers = [driver for _topic, _p, driver in node.drivers()]
+        await hand_over(drivers, settings.shutdown_handover_ms / 1000)
     await health_servicer.enter_graceful_shutdown()
     node.begin_shutdown()
+    replication.close()  # incoming replication streams never end on their own
     grace_s = settings.shutdown_grace_ms / 1000
     if peer_server is not None:
         await asyncio.gather(server.stop(grace_s), peer_server.stop(grace_s))

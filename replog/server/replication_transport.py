@@ -149,8 +149,33 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         self.dropped = 0  # impossible envelopes (range checks), for tests and metrics
         self.refused = 0  # streams ended with PERMISSION_DENIED
         self._logged_at: dict[int, float] = {}
+        self._streams: set[asyncio.Task[Any]] = set()
+        self._closed = False
+
+    def close(self) -> None:
+        """End every incoming stream now (a stopping node): peers' links reconnect or give
+        up on their own. A handler cancelled while it waits for a delivery stops waiting
+        only; the replica's owner still handles the message it took (or never took it)."""
+        self._closed = True
+        for task in list(self._streams):
+            task.cancel()
 
     async def Exchange(
+        self,
+        request_iterator: AsyncIterator[pb.Envelope],
+        context: grpc.aio.ServicerContext[pb.Envelope, pb.ExchangeSummary],
+    ) -> pb.ExchangeSummary:
+        task = asyncio.current_task()
+        if self._closed or task is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the node is shutting down")
+        assert task is not None
+        self._streams.add(task)
+        try:
+            return await self._exchange(request_iterator, context)
+        finally:
+            self._streams.discard(task)
+
+    async def _exchange(
         self,
         request_iterator: AsyncIterator[pb.Envelope],
         context: grpc.aio.ServicerContext[pb.Envelope, pb.ExchangeSummary],

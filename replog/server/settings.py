@@ -119,6 +119,13 @@ class Settings:
     shutdown_grace_ms: int = field(
         default=5_000, metadata=_help("how long SIGTERM waits for in-flight calls")
     )
+    shutdown_handover_ms: int = field(
+        default=3000,
+        metadata=_help(
+            "on SIGTERM, at most this long handing every partition this node leads to a "
+            "caught-up voter before it stops (0: no hand-over)"
+        ),
+    )
     peers: str = field(
         default="",
         metadata=_help(
@@ -249,6 +256,7 @@ class Settings:
         )
         need(self.ack_timeout_ms >= 1, "ack_timeout_ms must be >= 1")
         need(self.shutdown_grace_ms >= 0, "shutdown_grace_ms must be >= 0")
+        need(self.shutdown_handover_ms >= 0, "shutdown_handover_ms must be >= 0")
         need(self.retention_check_interval_ms >= 1, "retention_check_interval_ms must be >= 1")
         need(self.election_timeout_ms >= 50, "election_timeout_ms must be >= 50")
         need(
