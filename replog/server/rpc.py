@@ -8,7 +8,8 @@ stream holds at most one reply in flight. (Handing grpc.aio the generator itself
 it pull the next item as soon as the previous one is queued.)
 
 A `ReplogError` ends the call with its status and ErrorInfo; a client cancel is counted as
-CANCELLED; anything else is a bug: its traceback is logged (`rpc.failed`) with a fresh
+CANCELLED (a reply that cannot be written because the client went away, too); anything
+else is a bug: its traceback is logged (`rpc.failed`) with a fresh
 `correlation_id`, and the client gets INTERNAL, reason INTERNAL, a message that names only
 that id (no paths, no exception text), and the id in the ErrorInfo metadata.
 """
@@ -85,7 +86,9 @@ def streaming(
             replies = fn(self, request, context)
             try:
                 async for item in replies:
-                    await context.write(item)  # waits for flow control (see above)
+                    if not await _write(context, item):
+                        code = "CANCELLED"  # the client went away during the write
+                        return
             except ReplogError as err:
                 code = err.code
                 _log_error(method, err)
@@ -104,6 +107,20 @@ def streaming(
         return handler
 
     return decorate
+
+
+async def _write(context: Context, item: object) -> bool:
+    """Send `item`, waiting for flow control; False when the call ended under the write
+    (the client cancelled or went away: grpc fails the send operation, and drops that
+    failure itself once it knows the client closed). Not a bug of ours: no traceback."""
+    try:
+        await context.write(item)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log(_log, "rpc.write_failed", logging.DEBUG, error=type(exc).__name__)
+        return False
+    return True
 
 
 def _log_error(method: str, err: ReplogError) -> None:
