@@ -45,6 +45,7 @@ from replog.replication import Message, ReplicaConfig
 from replog.replication.driver import ReplicaDriver
 from replog.server import logs
 from replog.server.admin_service import AdminService
+from replog.server.balancer import run_balancer
 from replog.server.flusher import run_flusher
 from replog.server.guard import Guard, maximum_concurrent_rpcs
 from replog.server.guard import server_options as guard_options
@@ -199,6 +200,10 @@ class Node:
             spawn(run_flusher(self.logs, self.settings.storage_config()), "flusher"),
             spawn(self.run_retention(), "retention"),
         ]
+        if self.settings.leader_balance_interval_ms:
+            interval_s = self.settings.leader_balance_interval_ms / 1000
+            drivers = lambda: [d for _t, _p, d in self.drivers()]  # noqa: E731
+            self._tasks.append(spawn(run_balancer(drivers, interval_s), "leader-balancer"))
         if self.single:
             await self.metadata.wait_applied(self.metadata.log.log_end_offset - 1, ready_timeout_s)
             await self.replicas.wait_passes(2, ready_timeout_s)

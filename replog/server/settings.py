@@ -126,6 +126,13 @@ class Settings:
             "caught-up voter before it stops (0: no hand-over)"
         ),
     )
+    leader_balance_interval_ms: int = field(
+        default=30_000,
+        metadata=_help(
+            "how often a leader hands partitions whose preferred replica (the first of the "
+            "assignment) is alive and caught up back to it (0: never)"
+        ),
+    )
     peers: str = field(
         default="",
         metadata=_help(
@@ -257,6 +264,7 @@ class Settings:
         need(self.ack_timeout_ms >= 1, "ack_timeout_ms must be >= 1")
         need(self.shutdown_grace_ms >= 0, "shutdown_grace_ms must be >= 0")
         need(self.shutdown_handover_ms >= 0, "shutdown_handover_ms must be >= 0")
+        need(self.leader_balance_interval_ms >= 0, "leader_balance_interval_ms must be >= 0")
         need(self.retention_check_interval_ms >= 1, "retention_check_interval_ms must be >= 1")
         need(self.election_timeout_ms >= 50, "election_timeout_ms must be >= 50")
         need(
