@@ -197,6 +197,11 @@ class _Transfer(_Input):
     target: int
 
 
+@dataclass(slots=True)
+class _Repair(_Input):
+    pass
+
+
 class ReplicaDriver:
     def __init__(
         self,
@@ -234,6 +239,7 @@ class ReplicaDriver:
         self.leaderships = 0
         self.truncations = 0
         self.rebuilds = 0  # the core was rebuilt from the log after a failed log operation
+        self.repairs = 0  # the log was discarded and fetched again (corrupt data)
         self.log_writes = 0  # appends performed on the log (each one write, maybe an fsync)
         self._seen = (self.replica.role, self.replica.epoch)
 
@@ -285,6 +291,15 @@ class ReplicaDriver:
 
     async def campaign(self) -> None:
         await self._call(_Campaign())
+
+    async def repair(self) -> bool:
+        """Discard this replica's log (storage found a corrupt range in it) and fetch it all
+        again from the leader, keeping the vote and epoch state. Followers only: returns
+        False, changing nothing, while this replica leads (hand leadership over first).
+        Like the loss of one replica's disk, which the quorum tolerates: the records this
+        replica acknowledged are on a majority without it."""
+        result: bool = await self._call(_Repair())
+        return result
 
     async def transfer_leadership(self, target: int) -> None:
         """Start handing leadership to voter `target` (see `Replica.transfer_leadership`);
@@ -401,6 +416,11 @@ class ReplicaDriver:
                     outputs += self.replica.log_start_advanced(start, now)
                 answers.append((item, deleted))
                 continue
+            if isinstance(item, _Repair):
+                await self._perform(outputs)
+                outputs = []
+                answers.append((item, await self._repair()))
+                continue
             if isinstance(item, _Deliver):
                 outputs += self.replica.receive(item.message, now)
             elif isinstance(item, _Append):
@@ -416,6 +436,21 @@ class ReplicaDriver:
         for item, value in answers:
             if item.done is not None and not item.done.done():
                 item.done.set_result(value)
+
+    async def _repair(self) -> bool:
+        if self.replica.role is Role.LEADER:
+            return False
+        _log.warning(
+            "replica %s/%s: discarding its log from %d to refetch it (corrupt data)",
+            self.log.topic,
+            self.log.partition,
+            self.log.log_start_offset,
+        )
+        await self._io(partial(self.log.reset_to, self.log.log_start_offset))
+        self.repairs += 1
+        self.replica = self._new_replica()
+        await self._perform(self.replica.start())
+        return True
 
     def _start_outputs(self, now: int) -> list[Output]:
         outputs = self.replica.start()

@@ -201,9 +201,7 @@ class Replica:
         new leader's HW may still be below its predecessor's, and a `latest` or a reply's
         HW taken from it could go backwards (Kafka's KIP-207 class of bug)."""
         return (
-            self._role is Role.LEADER
-            and self._hw > self._control_offset
-            and self._transfer is None
+            self._role is Role.LEADER and self._hw > self._control_offset and self._transfer is None
         )
 
     @property

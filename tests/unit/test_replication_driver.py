@@ -304,3 +304,28 @@ def test_an_append_whose_caller_gives_up_is_still_performed_and_nothing_is_left_
             log.close()
 
     asyncio.run(main())
+
+
+def test_a_follower_that_discards_a_corrupt_log_fetches_it_again_from_the_leader(
+    tmp_path: Path,
+) -> None:
+    async def scenario(cluster: Cluster) -> None:
+        leader = await cluster.leader()
+        acked: list[bytes] = []
+        for i in range(10):
+            batch = [b"%d-%d" % (i, j) for j in range(20)]
+            await cluster.drivers[leader].append(batch, Acks.ALL, DEADLINE_S)
+            acked += batch
+        follower = next(n for n in VOTERS if n != leader)
+        assert not await cluster.drivers[leader].repair(), "a leader never discards its log"
+        leo = cluster.logs[leader].log_end_offset
+        await wait_for(lambda: cluster.logs[follower].log_end_offset == leo)
+        assert await cluster.drivers[follower].repair()
+        assert cluster.drivers[follower].repairs == 1
+        await cluster.drivers[leader].append([b"after"], Acks.ALL, DEADLINE_S)
+        end = cluster.logs[leader].log_end_offset
+        await wait_for(lambda: cluster.logs[follower].log_end_offset == end)
+        assert data_values(cluster.logs[follower], end) == [*acked, b"after"]
+        assert cluster.drivers[follower].epoch == cluster.drivers[leader].epoch
+
+    run(scenario, tmp_path)
