@@ -195,6 +195,19 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--max-records", "-n", type=int, default=None, help="stop after N records")
     add_progress_argument(consume)
 
+    partition = sub.add_parser(
+        "partition", help="operate on one partition", description="Operate on one partition."
+    )
+    psub = partition.add_subparsers(dest="partition_command", required=True, metavar="ACTION")
+    transfer = client_parser(
+        "transfer-leader", "hand a partition's leadership to another of its voters", psub
+    )
+    transfer.add_argument("topic")
+    transfer.add_argument("partition", type=int)
+    transfer.add_argument(
+        "--to", type=int, default=0, help="the node to hand over to (default: the freshest)"
+    )
+
     offsets = client_parser("offsets", "show earliest, committed (HW) and end offsets")
     offsets.add_argument("topic")
     add_output_argument(offsets, "offsets")
@@ -206,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dev.add_argument("--nodes", type=int, default=3, help="how many nodes (1-5)")
     dev.add_argument("--data-dir", default="dev-data", help="parent of each node's data dir")
-    dev.add_argument("--flush", choices=["always", "interval", "never"], default="interval")
+    dev.add_argument("--flush", choices=["always", "interval", "never"], default="always")
     dev.add_argument(
         "--plaintext",
         action="store_true",
@@ -509,6 +522,15 @@ def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_partition(args: argparse.Namespace, out: TextIO) -> int:
+    from replog.client import Client
+
+    with Client(args.address, timeout_s=args.timeout, tls=client_tls(args)) as client:
+        leader = client.transfer_leadership(args.topic, args.partition, args.to)
+    print(f"{args.topic}/{args.partition}: leadership handed to node {leader}", file=out)
+    return 0
+
+
 def cmd_offsets(args: argparse.Namespace, out: TextIO) -> int:
     from replog.client import Client
 
@@ -671,6 +693,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             return cmd_consume(args, out)
         if args.command == "offsets":
             return cmd_offsets(args, out)
+        if args.command == "partition":
+            return cmd_partition(args, out)
         if args.command == "dev-cluster":
             return cmd_dev_cluster(args, out)
         if args.command == "verify":

@@ -269,6 +269,18 @@ class Client:
             Offsets(p.partition, p.earliest, p.latest, p.log_end_offset) for p in resp.partitions
         ]
 
+    def transfer_leadership(self, topic: str, partition: int, to: int = 0) -> int:
+        """Hand the partition's leadership to voter `to` (0: the freshest caught-up one);
+        returns the node it went to once the old leader stepped down."""
+        req = admin_pb2.TransferLeadershipRequest(
+            topic=topic, partition=partition, target_node_id=to
+        )
+        resp = self._call(
+            lambda: self._admin().TransferLeadership(req, timeout=self.timeout_s),
+            idempotent=False,
+        )
+        return int(resp.leader_id)
+
     def partition_count(self, topic: str) -> int:
         topics = self.list_topics()
         if topic not in topics:

@@ -9,10 +9,20 @@ is the authoritative one.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
-from replog.errors import LeaderUnknownError, NotLeaderError, ReplogError, UnavailableError
+from replog.errors import (
+    InvalidArgumentError,
+    LeaderUnknownError,
+    NotLeaderError,
+    ReplogError,
+    UnavailableError,
+)
+from replog.replication import Role
+from replog.server.handover import pick_target
 from replog.server.metrics import Metrics
 from replog.server.peers import FORWARD_METADATA, FORWARDED, Peers, remote
 from replog.server.replicated import ReplicatedPartition
@@ -24,6 +34,16 @@ from replog.v1 import admin_pb2, admin_pb2_grpc
 NO_LEADER = -1
 REMOTE_TIMEOUT_S = 10.0
 FORWARD = FORWARD_METADATA
+
+
+async def _wait(condition: Callable[[], bool], timeout_s: float) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
 
 
 def _forwarded(context: Context) -> bool:
@@ -179,6 +199,53 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     )
                 )
         return out
+
+    @unary("TransferLeadership")
+    async def TransferLeadership(
+        self, request: admin_pb2.TransferLeadershipRequest, context: Context
+    ) -> admin_pb2.TransferLeadershipResponse:
+        topic, p = request.topic, request.partition
+        part = await self._local(topic, p)
+        if part is None or not part.is_leader:
+            # The leader does it: forward once (a forwarded call answers for itself only).
+            leader_id = part.leader.leader_id if part is not None else None
+            if _forwarded(context) or (part is not None and leader_id in (None, self.node_id)):
+                raise LeaderUnknownError(
+                    f"{topic}/{p}: no leader to hand over from right now; retry",
+                    topic=topic,
+                    partition=p,
+                )
+            stub = self.peers.admin(leader_id) if leader_id else await self._peer(topic, p)
+            return await remote(  # type: ignore[no-any-return]
+                stub.TransferLeadership(request, timeout=REMOTE_TIMEOUT_S, metadata=FORWARD)
+            )
+        driver = part.driver
+        voters = driver.config.voters
+        target = request.target_node_id
+        if target == 0:
+            picked = pick_target(self.node_id, voters, driver.replica_status())
+            if picked is None:
+                raise UnavailableError(
+                    f"{topic}/{p}: no other voter is caught up and alive to take over; retry"
+                )
+            target = picked
+        elif target == self.node_id or target not in voters:
+            raise InvalidArgumentError(
+                f"target_node_id {target} is not another voter of {topic}/{p} "
+                f"(voters {list(voters)}, leader {self.node_id})"
+            )
+        epoch = driver.epoch
+        await driver.transfer_leadership(target)
+        # The core gives up after election_timeout_ms_max; wait a little longer than that.
+        timeout_s = 2 * driver.config.election_timeout_ms_max / 1000
+        if not await _wait(
+            lambda: driver.epoch > epoch or driver.role is not Role.LEADER, timeout_s
+        ):
+            raise UnavailableError(
+                f"{topic}/{p}: node {target} did not take over in time (it may lag); "
+                "the leader leads on"
+            )
+        return admin_pb2.TransferLeadershipResponse(leader_id=target, previous_epoch=epoch)
 
     @unary("ListOffsets")
     async def ListOffsets(

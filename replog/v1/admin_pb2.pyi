@@ -167,3 +167,21 @@ class ListOffsetsResponse(_message.Message):
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionOffsets]
     def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionOffsets, _Mapping]]] = ...) -> None: ...
+
+class TransferLeadershipRequest(_message.Message):
+    __slots__ = ("topic", "partition", "target_node_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    TARGET_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    target_node_id: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., target_node_id: _Optional[int] = ...) -> None: ...
+
+class TransferLeadershipResponse(_message.Message):
+    __slots__ = ("leader_id", "previous_epoch")
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    leader_id: int
+    previous_epoch: int
+    def __init__(self, leader_id: _Optional[int] = ..., previous_epoch: _Optional[int] = ...) -> None: ...

@@ -64,6 +64,11 @@ class AdminStub:
                 request_serializer=replog_dot_v1_dot_admin__pb2.ListOffsetsRequest.SerializeToString,
                 response_deserializer=replog_dot_v1_dot_admin__pb2.ListOffsetsResponse.FromString,
                 _registered_method=True)
+        self.TransferLeadership = channel.unary_unary(
+                '/replog.v1.Admin/TransferLeadership',
+                request_serializer=replog_dot_v1_dot_admin__pb2.TransferLeadershipRequest.SerializeToString,
+                response_deserializer=replog_dot_v1_dot_admin__pb2.TransferLeadershipResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -106,6 +111,14 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TransferLeadership(self, request, context):
+        """Move a partition's leadership to another of its voters (Raft's TimeoutNow). Answers
+        once the old leader has stepped down: `leader_id` is the node it handed over to.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -138,6 +151,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ListOffsets,
                     request_deserializer=replog_dot_v1_dot_admin__pb2.ListOffsetsRequest.FromString,
                     response_serializer=replog_dot_v1_dot_admin__pb2.ListOffsetsResponse.SerializeToString,
+            ),
+            'TransferLeadership': grpc.unary_unary_rpc_method_handler(
+                    servicer.TransferLeadership,
+                    request_deserializer=replog_dot_v1_dot_admin__pb2.TransferLeadershipRequest.FromString,
+                    response_serializer=replog_dot_v1_dot_admin__pb2.TransferLeadershipResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -302,6 +320,33 @@ class Admin:
             '/replog.v1.Admin/ListOffsets',
             replog_dot_v1_dot_admin__pb2.ListOffsetsRequest.SerializeToString,
             replog_dot_v1_dot_admin__pb2.ListOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TransferLeadership(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/replog.v1.Admin/TransferLeadership',
+            replog_dot_v1_dot_admin__pb2.TransferLeadershipRequest.SerializeToString,
+            replog_dot_v1_dot_admin__pb2.TransferLeadershipResponse.FromString,
             options,
             channel_credentials,
             insecure,
