@@ -586,7 +586,9 @@ class ReplicaDriver:
             out = queue[i]
             i += 1
             if isinstance(out, Send):
-                self.transport.send(out.to, self._fill(out.message))
+                message = self._fill(out.message)
+                if message is not None:
+                    self.transport.send(out.to, message)
             elif isinstance(out, PersistQuorumState):
                 s = out.state
                 data = {"epoch": s.epoch, "voted_for": s.voted_for, "leader_id": s.leader_id}
@@ -638,16 +640,30 @@ class ReplicaDriver:
         await of the perform path."""
         return await asyncio.to_thread(fn)
 
-    def _fill(self, message: Message) -> Message:
-        """Put the raw frames of `[start, end)` (as much as fits) into a Records answer."""
+    def _fill(self, message: Message) -> Message | None:
+        """Put the raw frames of `[start, end)` (as much as fits) into a Records answer.
+        None (send nothing) when storage refuses the range as corrupt: the follower asks
+        again after its fetch retry, and the node's repair loop (`server/repair.py`), which
+        sees the range in `log.corrupt_ranges()`, hands leadership to a healthy voter. Not a
+        failed log operation: the core's view of the log is still the log's."""
         if not isinstance(message, FetchResponse) or not isinstance(message.result, Records):
             return message
         rec = message.result
         if rec.start_offset >= rec.end_offset:
             return message
-        data = self.log.read_uncommitted(
-            rec.start_offset, self.fetch_bytes_max, end_offset=rec.end_offset
-        )
+        try:
+            data = self.log.read_uncommitted(
+                rec.start_offset, self.fetch_bytes_max, end_offset=rec.end_offset
+            )
+        except CorruptDataError as exc:
+            _log.error(
+                "replica %s/%s: not answering a fetch from %d: %s",
+                self.log.topic,
+                self.log.partition,
+                rec.start_offset,
+                exc,
+            )
+            return None
         end = frames.next_offset(data, rec.start_offset)
         return FetchResponse(
             message.epoch,
