@@ -36,6 +36,11 @@ class _PartitionCollector(Collector):
             "start": GaugeMetricFamily("replog_log_start_offset", "Log start", labels=labels),
             "segments": GaugeMetricFamily("replog_segments", "Segment files", labels=labels),
             "bytes": GaugeMetricFamily("replog_log_bytes", "Bytes on disk", labels=labels),
+            "corrupt": GaugeMetricFamily(
+                "replog_corrupt_ranges",
+                "Corrupt ranges found in this replica's log and not repaired yet (never served)",
+                labels=labels,
+            ),
         }
         for plog in self._partitions():
             key = [plog.topic, str(plog.partition)]
@@ -44,6 +49,7 @@ class _PartitionCollector(Collector):
             families["start"].add_metric(key, plog.log_start_offset)
             families["segments"].add_metric(key, plog.segment_count)
             families["bytes"].add_metric(key, plog.size_bytes)
+            families["corrupt"].add_metric(key, len(plog.corrupt_ranges()))
         yield from families.values()
 
 
@@ -78,6 +84,11 @@ class _ReplicationCollector(Collector):
         truncations = CounterMetricFamily(
             "replog_truncations", "Divergent tails this replica truncated", labels=labels
         )
+        repairs = CounterMetricFamily(
+            "replog_repairs",
+            "Times this replica discarded its log to refetch it (a corrupt range)",
+            labels=labels,
+        )
         for topic, partition, driver in self._replicas():
             key = [topic, str(partition)]
             for r in Role:
@@ -92,7 +103,8 @@ class _ReplicationCollector(Collector):
             elections.add_metric(key, driver.elections)
             leaderships.add_metric(key, driver.leaderships)
             truncations.add_metric(key, driver.truncations)
-        yield from (role, epoch, lag, age, elections, leaderships, truncations)
+            repairs.add_metric(key, driver.repairs)
+        yield from (role, epoch, lag, age, elections, leaderships, truncations, repairs)
 
 
 class _ReplicaFailureCollector(Collector):
@@ -111,6 +123,24 @@ class _ReplicaFailureCollector(Collector):
             family.add_metric(
                 [topic, "" if partition is None else str(partition), action], attempts
             )
+        yield family
+
+
+class _RepairCollector(Collector):
+    """Replicas with a corrupt range that cannot be repaired right now (see `repair`)."""
+
+    def __init__(self, blocked: Callable[[], Iterable[tuple[str, int]]]) -> None:
+        self._blocked = blocked
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "replog_repair_blocked",
+            "1: this replica has a corrupt range it cannot repair now (no other replica, no "
+            "leader, or no voter to hand leadership to)",
+            labels=["topic", "partition"],
+        )
+        for topic, partition in self._blocked():
+            family.add_metric([topic, str(partition)], 1)
         yield family
 
 
@@ -177,6 +207,10 @@ class Metrics:
         """Export the local replica failures `failures()` lists: (topic, partition, action,
         attempts)."""
         self.registry.register(_ReplicaFailureCollector(failures))
+
+    def watch_repairs(self, blocked: Callable[[], Iterable[tuple[str, int]]]) -> None:
+        """Export the replicas `blocked()` lists: corrupt and not repairable right now."""
+        self.registry.register(_RepairCollector(blocked))
 
     def watch_limits(
         self,

@@ -8,6 +8,7 @@ the parts and hands each what it needs; none reaches back into the node:
     MetadataLog     the `__cluster` replica, its apply loop and MetadataImage (desired state)
     ReplicaManager  the reconciler: local replicas follow the image (local state)
     Router          where each request is served; Topics: create/delete on the leader
+    Repairer        scrubs the logs and repairs corrupt ranges from the replicas (repair.py)
     LogService, AdminService, ReplicationService   the gRPC services
 
 `serve(settings)` runs the gRPC server until SIGTERM/SIGINT, then shuts down gracefully:
@@ -60,6 +61,7 @@ from replog.server.metadata_log import MetadataLog, replica_config_members
 from replog.server.metrics import Metrics
 from replog.server.peers import Peers
 from replog.server.reflection import enable_reflection
+from replog.server.repair import Repairer, corrupt_found, run_scrubber
 from replog.server.replica_manager import ReplicaManager
 from replog.server.replicated import ReplicatedPartition
 from replog.server.replication_transport import CHANNEL_OPTIONS, PeerLinks, ReplicationService
@@ -126,7 +128,9 @@ class Node:
             timeout_s=settings.ack_timeout_ms / 1000,
         )
         self.metrics = Metrics(self.logs)
+        self.repairer = Repairer(self.drivers)
         self.metrics.watch_replicas(self.drivers)
+        self.metrics.watch_repairs(lambda: list(self.repairer.blocked))
         self.metrics.watch_limits(self.limits.snapshot, lambda: self.limits.malformed)
         self.metrics.watch_failures(
             lambda: [(f.topic, f.partition, f.action, f.attempts) for f in self.replicas.failures()]
@@ -199,7 +203,12 @@ class Node:
             spawn(self.replicas.run(), "reconciler"),
             spawn(run_flusher(self.logs, self.settings.storage_config()), "flusher"),
             spawn(self.run_retention(), "retention"),
+            spawn(self.repairer.run(), "repair"),
         ]
+        if self.settings.scrub_bytes_per_s:
+            found = corrupt_found(asyncio.get_running_loop(), self.repairer)
+            scrub = run_scrubber(self.logs, self.settings.scrub_bytes_per_s, found)
+            self._tasks.append(spawn(scrub, "scrubber"))
         if self.settings.leader_balance_interval_ms:
             interval_s = self.settings.leader_balance_interval_ms / 1000
             drivers = lambda: [d for _t, _p, d in self.drivers()]  # noqa: E731

@@ -74,6 +74,13 @@ class Settings:
     retention_check_interval_ms: int = field(
         default=60_000, metadata=_help("how often retention runs")
     )
+    scrub_bytes_per_s: int = field(
+        default=8 * MIB,
+        metadata=_help(
+            "the background scrubber re-verifies every segment's checksums at most this fast "
+            "(0: no scrubber); a corrupt range it finds is refetched from a healthy replica"
+        ),
+    )
     fetch_bytes_max: int = field(
         default=1 * MIB, metadata=_help("largest frames payload of one Fetch/StreamFrom reply")
     )
@@ -266,6 +273,7 @@ class Settings:
         need(self.shutdown_handover_ms >= 0, "shutdown_handover_ms must be >= 0")
         need(self.leader_balance_interval_ms >= 0, "leader_balance_interval_ms must be >= 0")
         need(self.retention_check_interval_ms >= 1, "retention_check_interval_ms must be >= 1")
+        need(self.scrub_bytes_per_s >= 0, "scrub_bytes_per_s must be >= 0")
         need(self.election_timeout_ms >= 50, "election_timeout_ms must be >= 50")
         need(
             0 < self.replica_fetch_wait_ms < self.election_timeout_ms // 2,
