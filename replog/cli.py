@@ -65,6 +65,8 @@ JSON_KEYS = {
     "offsets": '{"topic", "partitions": [{"partition", "earliest", "latest", "log_end_offset"}]}',
     "verify": '{"ok", "data_dirs": [{"data_dir", "ok", "partitions", "segments", "records", '
     '"bytes_checked", "findings": [{"severity", "path", "detail"}]}]}',
+    "acl list": '{"acls": [{"principal", "resource_type", "resource_name", "prefix", '
+    '"operation"}]}',
 }
 
 
@@ -137,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
             "--tls-key",
             default=env("REPLOG_TLS_KEY"),
             help="PEM key of --tls-cert (env REPLOG_TLS_KEY)",
+        )
+        tls.add_argument(
+            "--token",
+            default=env("REPLOG_TOKEN"),
+            help="bearer token sent with every call (TLS only; env REPLOG_TOKEN)",
         )
         tls.add_argument(
             "--tls-server-name",
@@ -226,6 +233,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="no TLS (default: a throwaway CA in DATA_DIR/tls, TLS and mutual TLS between nodes)",
     )
 
+    acl = sub.add_parser(
+        "acl", help="manage ACLs (who may do what)", description="Manage ACLs (docs/api.md)."
+    )
+    asub = acl.add_subparsers(dest="acl_command", required=True, metavar="ACTION")
+    for name, text in (("add", "allow an operation"), ("remove", "remove an ACL")):
+        p = client_parser(name, text, asub)
+        p.add_argument("--principal", required=True, help="User:<name>, User:* or Node:<id>")
+        p.add_argument(
+            "--operation",
+            required=True,
+            choices=["read", "write", "create", "delete", "describe", "alter", "all"],
+        )
+        target = p.add_mutually_exclusive_group(required=True)
+        target.add_argument("--topic", help="a topic name (or a prefix with --prefix)")
+        target.add_argument("--cluster", action="store_true", help="the cluster")
+        p.add_argument("--prefix", action="store_true", help="--topic is a name prefix")
+    add_output_argument(client_parser("list", "list ACLs", asub), "acl list")
+
+    token = sub.add_parser(
+        "token",
+        help="hash a bearer token for the server's token file",
+        description="Print the token file line for a token read from stdin: "
+        "`User:<name> sha256:<hex>` (the server stores hashes only).",
+    )
+    token.add_argument("token_command", choices=["hash"])
+    token.add_argument("--principal", required=True, help="User:<name>")
+
     certs = sub.add_parser(
         "certs",
         help="make a CA and node or client certificates (PEM) for TLS",
@@ -278,7 +312,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_topic(args: argparse.Namespace, out: TextIO) -> int:
     from replog.client import Client
 
-    with Client(args.address, timeout_s=args.timeout, tls=client_tls(args)) as client:
+    with Client(
+        args.address, timeout_s=args.timeout, tls=client_tls(args), token=args.token
+    ) as client:
         if args.topic_command == "create":
             client.create_topic(args.name, args.partitions, args.replication_factor)
             print(f"created topic {args.name} with {args.partitions} partition(s)", file=out)
@@ -401,7 +437,9 @@ def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
     progress = Progress(
         sys.stderr, "produced", enabled=progress_enabled(args), total_bytes=input_bytes_left(stdin)
     )
-    with Client(args.address, timeout_s=args.timeout, tls=client_tls(args)) as client:
+    with Client(
+        args.address, timeout_s=args.timeout, tls=client_tls(args), token=args.token
+    ) as client:
         partitions = client.partition_count(args.topic)
         partition = args.partition
         if partition is None and args.key is not None:
@@ -465,7 +503,9 @@ def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError("--max-records must be >= 0")
     if args.follow and args.until_latest:
         raise UsageError("--follow and --until-latest exclude each other")
-    with Client(args.address, timeout_s=args.timeout, tls=client_tls(args)) as client:
+    with Client(
+        args.address, timeout_s=args.timeout, tls=client_tls(args), token=args.token
+    ) as client:
         (offs,) = client.list_offsets(args.topic, [args.partition])
         start: str = args.start
         if start == "earliest":
@@ -534,7 +574,9 @@ def cmd_partition(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_offsets(args: argparse.Namespace, out: TextIO) -> int:
     from replog.client import Client
 
-    with Client(args.address, timeout_s=args.timeout, tls=client_tls(args)) as client:
+    with Client(
+        args.address, timeout_s=args.timeout, tls=client_tls(args), token=args.token
+    ) as client:
         offsets = client.list_offsets(args.topic)
         if args.output == "json":
             rows = [
@@ -626,6 +668,49 @@ def cmd_dev_cluster(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_acl(args: argparse.Namespace, out: TextIO) -> int:
+    from replog.client import Client
+
+    with Client(
+        args.address, timeout_s=args.timeout, tls=client_tls(args), token=args.token
+    ) as client:
+        if args.acl_command == "list":
+            acls = client.list_acls()
+            if args.output == "json":
+                print_json({"acls": acls}, out)
+            else:
+                print("principal\toperation\tresource", file=out)
+                for a in acls:
+                    if a["resource_type"] == "cluster":
+                        resource = "cluster"
+                    else:
+                        kind = "topic-prefix" if a["prefix"] else "topic"
+                        resource = f"{kind}:{a['resource_name']}"
+                    print(f"{a['principal']}\t{a['operation']}\t{resource}", file=out)
+            return 0
+        call = client.add_acl if args.acl_command == "add" else client.remove_acl
+        call(
+            args.principal,
+            args.operation,
+            topic=args.topic or "",
+            prefix=args.prefix,
+            cluster=args.cluster,
+        )
+    return 0
+
+
+def cmd_token(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
+    import hashlib
+
+    if not args.principal.startswith("User:") or len(args.principal) <= len("User:"):
+        raise UsageError("--principal must be User:<name>")
+    token = stdin.readline().strip()
+    if not token:
+        raise UsageError("give the token on stdin")
+    print(f"{args.principal} sha256:{hashlib.sha256(token.encode()).hexdigest()}", file=out)
+    return 0
+
+
 def cmd_certs(args: argparse.Namespace, out: TextIO) -> int:
     from replog import certs
 
@@ -701,6 +786,10 @@ def run(argv: Sequence[str] | None = None) -> int:
             return cmd_verify(args, out)
         if args.command == "certs":
             return cmd_certs(args, out)
+        if args.command == "acl":
+            return cmd_acl(args, out)
+        if args.command == "token":
+            return cmd_token(args, sys.stdin, out)
         if args.command == "completion":
             from replog.cli_completion import bash_script, zsh_script
 

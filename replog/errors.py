@@ -294,3 +294,21 @@ class StorageError(ReplogError):
 
     code = "INTERNAL"
     reason = "STORAGE_ERROR"
+
+
+# --- security: who the caller is, and what it may do -----------------------------------------
+
+
+class UnauthenticatedError(ReplogError):
+    """The call's credentials are missing or wrong (a bearer token no entry matches; no
+    credentials where the node requires them)."""
+
+    code = "UNAUTHENTICATED"
+    reason = "UNAUTHENTICATED"
+
+
+class PermissionDeniedError(ReplogError):
+    """The caller is known, but no ACL allows it this operation on this resource."""
+
+    code = "PERMISSION_DENIED"
+    reason = "PERMISSION_DENIED"

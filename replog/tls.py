@@ -103,19 +103,42 @@ class ClientTls:
         )
 
 
+def _credentials(tls: ClientTls, token: str | None) -> grpc.ChannelCredentials:
+    creds = tls.credentials()
+    if token is None:
+        return creds
+    # Every call carries `authorization: Bearer <token>` (gRPC sends it over TLS only).
+    return grpc.composite_channel_credentials(creds, grpc.access_token_call_credentials(token))
+
+
+def _plaintext(token: str | None) -> None:
+    if token is not None:
+        raise ValueError("a bearer token needs TLS (tls=ClientTls(ca_file)): never in the clear")
+
+
 def channel(
-    address: str, tls: ClientTls | None, options: Sequence[tuple[str, Any]]
+    address: str,
+    tls: ClientTls | None,
+    options: Sequence[tuple[str, Any]],
+    token: str | None = None,
 ) -> grpc.Channel:
-    """A sync channel to `address`: TLS with `tls`, else plaintext."""
+    """A sync channel to `address`: TLS with `tls` (and `token` on every call), else plaintext."""
     if tls is None:
+        _plaintext(token)
         return grpc.insecure_channel(address, options=options)
-    return grpc.secure_channel(address, tls.credentials(), options=[*options, *tls.options()])
+    creds = _credentials(tls, token)
+    return grpc.secure_channel(address, creds, options=[*options, *tls.options()])
 
 
 def aio_channel(
-    address: str, tls: ClientTls | None, options: Sequence[tuple[str, Any]]
+    address: str,
+    tls: ClientTls | None,
+    options: Sequence[tuple[str, Any]],
+    token: str | None = None,
 ) -> grpc.aio.Channel:
-    """An asyncio channel to `address`: TLS with `tls`, else plaintext."""
+    """An asyncio channel to `address`: TLS with `tls` (and `token`), else plaintext."""
     if tls is None:
+        _plaintext(token)
         return grpc.aio.insecure_channel(address, options=options)
-    return grpc.aio.secure_channel(address, tls.credentials(), options=[*options, *tls.options()])
+    creds = _credentials(tls, token)
+    return grpc.aio.secure_channel(address, creds, options=[*options, *tls.options()])

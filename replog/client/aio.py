@@ -21,11 +21,16 @@ from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
 
 class AsyncClient:
     def __init__(
-        self, address: str, *, timeout_s: float = 30.0, tls: ClientTls | None = None
+        self,
+        address: str,
+        *,
+        timeout_s: float = 30.0,
+        tls: ClientTls | None = None,
+        token: str | None = None,
     ) -> None:
         self.address = address
         self.timeout_s = timeout_s
-        self._channel = aio_channel(address, tls, CHANNEL_OPTIONS)
+        self._channel = aio_channel(address, tls, CHANNEL_OPTIONS, token)
         self._log = log_pb2_grpc.LogStub(self._channel)  # type: ignore[no-untyped-call]
         self._admin = admin_pb2_grpc.AdminStub(self._channel)  # type: ignore[no-untyped-call]
 

@@ -7,7 +7,8 @@ surfaces as the typed `ReplogError` the server raised (`replog.rpc_errors`). Onl
 retriable errors are retried, with backoff (`RetryPolicy`).
 
 TLS: `Client(address, tls=ClientTls(ca_file))` verifies the servers against `ca_file`;
-`ClientTls(ca_file, cert_file, key_file)` also presents a client certificate (mutual TLS).
+`ClientTls(ca_file, cert_file, key_file)` also presents a client certificate (mutual TLS);
+`token="..."` sends `authorization: Bearer <token>` with every call (TLS only).
 
 Note on retries of Append: without idempotent producers (planned), a retried Append whose
 first attempt did land (e.g. after a timeout) writes the batch twice.
@@ -44,7 +45,7 @@ from replog.errors import (
 )
 from replog.rpc_errors import from_rpc_error
 from replog.tls import ClientTls, channel
-from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
+from replog.v1 import acl_pb2, acl_pb2_grpc, admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
 
 T = TypeVar("T")
 MESSAGE_BYTES_MAX = 4 * 1024 * 1024
@@ -59,15 +60,28 @@ CHANNEL_OPTIONS = [
 ACKS = {"none": log_pb2.ACKS_NONE, "leader": log_pb2.ACKS_LEADER, "all": log_pb2.ACKS_ALL}
 
 
+def _acl(principal: str, operation: str, topic: str, prefix: bool, cluster: bool) -> Any:
+    if cluster == bool(topic):
+        raise ValueError("an ACL is for a topic (topic=...) or for the cluster (cluster=True)")
+    return acl_pb2.Acl(
+        principal=principal,
+        resource_type="cluster" if cluster else "topic",
+        resource_name=topic,
+        prefix=prefix,
+        operation=operation,
+    )
+
+
 def _timed_out(err: ReplogError) -> bool:
     """A retriable stand-in for a read's client deadline (see `Client._call`)."""
     return err.metadata.get("grpc_code") == "DEADLINE_EXCEEDED"
 
 
 class _Node:
-    def __init__(self, address: str, tls: ClientTls | None) -> None:
+    def __init__(self, address: str, tls: ClientTls | None, token: str | None) -> None:
         self.address = address
-        self.channel = channel(address, tls, CHANNEL_OPTIONS)
+        self.channel = channel(address, tls, CHANNEL_OPTIONS, token)
+        self.acls = acl_pb2_grpc.AclsStub(self.channel)  # type: ignore[no-untyped-call]
         self.log = log_pb2_grpc.LogStub(self.channel)  # type: ignore[no-untyped-call]
         self.admin = admin_pb2_grpc.AdminStub(self.channel)  # type: ignore[no-untyped-call]
 
@@ -80,8 +94,14 @@ class Client:
         timeout_s: float = 30.0,
         retry: RetryPolicy | None = None,
         tls: ClientTls | None = None,
+        token: str | None = None,
     ) -> None:
+        if token is not None and tls is None:
+            raise ValueError(
+                "a bearer token needs TLS (tls=ClientTls(ca_file)): never in the clear"
+            )
         self.tls = tls
+        self.token = token
         # Several comma-separated bootstrap addresses: admin calls move to the next one when
         # the current one is unreachable.
         self.bootstraps = [a.strip() for a in address.split(",") if a.strip()]
@@ -99,7 +119,7 @@ class Client:
         with self._lock:
             node = self._nodes.get(address)
             if node is None:
-                node = self._nodes[address] = _Node(address, self.tls)
+                node = self._nodes[address] = _Node(address, self.tls, self.token)
             return node
 
     def _leader(self, topic: str, partition: int) -> _Node:
@@ -226,6 +246,52 @@ class Client:
     def delete_topic(self, name: str) -> None:
         req = admin_pb2.DeleteTopicRequest(name=name)
         self._call(lambda: self._admin().DeleteTopic(req, timeout=self.timeout_s))
+
+    # -- ACLs (replog.v1.Acls): principal x resource x operation -----------------------------
+
+    def add_acl(
+        self,
+        principal: str,
+        operation: str,
+        *,
+        topic: str = "",
+        prefix: bool = False,
+        cluster: bool = False,
+    ) -> None:
+        """Allow `principal` ("User:alice") `operation` on `topic` (a prefix with `prefix`)
+        or on the cluster."""
+        acl = _acl(principal, operation, topic, prefix, cluster)
+        self._call(lambda: self._node(self.bootstrap).acls.AddAcl(acl, timeout=self.timeout_s))
+
+    def remove_acl(
+        self,
+        principal: str,
+        operation: str,
+        *,
+        topic: str = "",
+        prefix: bool = False,
+        cluster: bool = False,
+    ) -> None:
+        acl = _acl(principal, operation, topic, prefix, cluster)
+        self._call(lambda: self._node(self.bootstrap).acls.RemoveAcl(acl, timeout=self.timeout_s))
+
+    def list_acls(self) -> list[dict[str, object]]:
+        resp = self._call(
+            lambda: self._node(self.bootstrap).acls.ListAcls(
+                acl_pb2.ListAclsRequest(), timeout=self.timeout_s
+            ),
+            idempotent=True,
+        )
+        return [
+            {
+                "principal": a.principal,
+                "resource_type": a.resource_type,
+                "resource_name": a.resource_name,
+                "prefix": a.prefix,
+                "operation": a.operation,
+            }
+            for a in resp.acls
+        ]
 
     def list_topics(self) -> dict[str, int]:
         resp = self._call(

@@ -42,12 +42,12 @@ def server_options(message_bytes_max: int) -> list[tuple[str, int]]:
 
 
 def add_port(
-    server: grpc.aio.Server, address: str, tls: TlsFiles | None, *, peers_only: bool
+    server: grpc.aio.Server, address: str, tls: TlsFiles | None, *, require_client_auth: bool
 ) -> tuple[int, ReloadingCredentials | None]:
     """Bind `address` (plaintext without `tls`); the port and the reloading credentials."""
     if tls is None:
         return server.add_insecure_port(address), None
-    creds = ReloadingCredentials(tls, require_client_auth=peers_only)
+    creds = ReloadingCredentials(tls, require_client_auth=require_client_auth)
     return server.add_secure_port(address, creds.credentials), creds
 
 

@@ -13,6 +13,15 @@ Record value, JSON (UTF-8), version 1 (written)::
     {"kind": "create_topic", "version": 1, "name": "orders", "partitions": 3,
      "assignment": [[1, 2, 3], [2, 3, 1], [3, 1, 2]]}
     {"kind": "delete_topic", "version": 1, "name": "orders"}
+    {"kind": "add_acl", "version": 1, "acl": {"principal": "User:alice",
+     "resource_type": "topic", "resource_name": "orders.", "prefix": true,
+     "operation": "write"}}
+    {"kind": "remove_acl", "version": 1, "acl": {...the same fields...}}
+
+ACLs (`AclEntry`) allow a principal an operation on a resource: a topic (by name, or by
+prefix), or the cluster. `MetadataImage.allowed` is the authorizer's question; a cluster
+ACL of an operation covers every topic too. Principals are "User:<name>" ("User:*": any
+authenticated user) and "Node:<id>".
 
 Version 0 (read, never written) is the untyped format of earlier releases, with "op" in
 place of "kind" and no "version". A record whose kind or version this node does not know,
@@ -32,7 +41,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from replog.errors import InvalidArgumentError, TopicExistsError, TopicNotFoundError
+from replog.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    TopicExistsError,
+    TopicNotFoundError,
+)
 from replog.storage import validate_topic_name
 from replog.storage.names import PARTITIONS_MAX
 
@@ -62,7 +76,82 @@ class DeleteTopic:
     KIND = "delete_topic"
 
 
-Command = CreateTopic | DeleteTopic
+OPERATIONS = ("read", "write", "create", "delete", "describe", "alter")
+RESOURCE_TYPES = ("topic", "cluster")
+PRINCIPAL_BYTES_MAX = 255
+ANY_USER = "User:*"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class AclEntry:
+    principal: str
+    resource_type: str  # "topic" or "cluster"
+    resource_name: str  # a topic name or prefix; "" for the cluster
+    prefix: bool
+    operation: str  # one of OPERATIONS, or "all"
+
+    @classmethod
+    def checked(
+        cls, principal: str, resource_type: str, resource_name: str, prefix: bool, operation: str
+    ) -> AclEntry:
+        """An entry, or InvalidArgumentError (for a client) when a field is out of shape."""
+        kind, sep, name = principal.partition(":")
+        if not (
+            sep and kind in ("User", "Node") and name and len(principal) <= PRINCIPAL_BYTES_MAX
+        ):
+            raise InvalidArgumentError("a principal is User:<name> or Node:<id>")
+        if resource_type not in RESOURCE_TYPES:
+            raise InvalidArgumentError(f"resource_type must be one of {list(RESOURCE_TYPES)}")
+        if operation not in (*OPERATIONS, "all"):
+            raise InvalidArgumentError(f"operation must be one of {[*OPERATIONS, 'all']}")
+        if resource_type == "cluster":
+            if resource_name or prefix:
+                raise InvalidArgumentError("a cluster ACL names no resource and no prefix")
+        elif prefix:
+            if not resource_name or len(resource_name) > PRINCIPAL_BYTES_MAX:
+                raise InvalidArgumentError("a topic prefix must be 1-255 characters")
+        else:
+            validate_topic_name(resource_name)
+        return cls(principal, resource_type, resource_name, prefix, operation)
+
+    def grants(self, principal: str, operation: str, resource_type: str, name: str) -> bool:
+        if self.principal != principal and not (
+            self.principal == ANY_USER and principal.startswith("User:")
+        ):
+            return False
+        if self.operation not in (operation, "all"):
+            return False
+        if self.resource_type == "cluster":
+            return True  # cluster rights cover every topic
+        if resource_type != "topic":
+            return False
+        return name.startswith(self.resource_name) if self.prefix else name == self.resource_name
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "principal": self.principal,
+            "resource_type": self.resource_type,
+            "resource_name": self.resource_name,
+            "prefix": self.prefix,
+            "operation": self.operation,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class AddAcl:
+    acl: AclEntry
+
+    KIND = "add_acl"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveAcl:
+    acl: AclEntry
+
+    KIND = "remove_acl"
+
+
+Command = CreateTopic | DeleteTopic | AddAcl | RemoveAcl
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +170,11 @@ class TopicMeta:
 
 
 def encode(command: Command) -> bytes:
-    body: dict[str, Any] = {"kind": command.KIND, "version": COMMAND_VERSION, "name": command.name}
+    body: dict[str, Any] = {"kind": command.KIND, "version": COMMAND_VERSION}
+    if isinstance(command, AddAcl | RemoveAcl):
+        body["acl"] = command.acl.as_dict()
+    else:
+        body["name"] = command.name
     if isinstance(command, CreateTopic):
         body["partitions"] = command.partitions
         body["assignment"] = [list(r) for r in command.assignment]
@@ -114,7 +207,10 @@ def decode(value: bytes) -> Command:
             )
         if kind == DeleteTopic.KIND:
             return DeleteTopic(_name(body["name"]))
-    except (KeyError, TypeError, ValueError) as exc:
+        if kind in (AddAcl.KIND, RemoveAcl.KIND) and version >= 1:
+            acl = _acl(body["acl"])
+            return AddAcl(acl) if kind == AddAcl.KIND else RemoveAcl(acl)
+    except (KeyError, TypeError, ValueError, InvalidArgumentError) as exc:
         raise UnknownCommandError(f"malformed {kind!r} metadata command: {exc!r}") from None
     raise UnknownCommandError(
         f"unknown metadata command kind {kind!r} (version {version}): upgrade this node"
@@ -125,6 +221,19 @@ def _name(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"name must be a string, got {value!r}")
     return value
+
+
+def _acl(value: object) -> AclEntry:
+    if not isinstance(value, dict):
+        raise TypeError("acl must be an object")
+    prefix = value["prefix"]
+    if not isinstance(prefix, bool):
+        raise TypeError("acl prefix must be a boolean")
+    fields = [value[k] for k in ("principal", "resource_type", "resource_name", "operation")]
+    if not all(isinstance(f, str) for f in fields):
+        raise TypeError("acl fields must be strings")
+    principal, resource_type, resource_name, operation = fields
+    return AclEntry.checked(principal, resource_type, resource_name, prefix, operation)
 
 
 def _int(value: object) -> int:
@@ -166,6 +275,7 @@ class MetadataImage:
 
     def __init__(self) -> None:
         self.topics: dict[str, TopicMeta] = {}
+        self.acls: set[AclEntry] = set()
         self.applied_offset = 0  # the next __cluster offset to apply
 
     # -- validation (before proposing) -------------------------------------------------------
@@ -196,6 +306,18 @@ class MetadataImage:
         self.topic(name)
         return DeleteTopic(name)
 
+    def add_acl(self, acl: AclEntry) -> AddAcl:
+        return AddAcl(acl)  # adding one that exists changes nothing: idempotent
+
+    def remove_acl(self, acl: AclEntry) -> RemoveAcl:
+        if acl not in self.acls:
+            raise NotFoundError("no such ACL")
+        return RemoveAcl(acl)
+
+    def allowed(self, principal: str, operation: str, resource_type: str, name: str = "") -> bool:
+        """Whether an ACL grants `principal` `operation` on the resource."""
+        return any(a.grants(principal, operation, resource_type, name) for a in self.acls)
+
     def topic(self, name: str) -> TopicMeta:
         meta = self.topics.get(name)
         if meta is None:
@@ -217,4 +339,8 @@ class MetadataImage:
                 )
         elif isinstance(command, DeleteTopic):
             self.topics.pop(command.name, None)
+        elif isinstance(command, AddAcl):
+            self.acls.add(command.acl)
+        elif isinstance(command, RemoveAcl):
+            self.acls.discard(command.acl)
         self.applied_offset = offset + 1

@@ -44,7 +44,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from replog.errors import ReplogError, UnavailableError
 from replog.replication import Message, ReplicaConfig
 from replog.replication.driver import ReplicaDriver
-from replog.server import logs
+from replog.server import auth, logs
+from replog.server.acl_service import AclService
 from replog.server.admin_service import AdminService
 from replog.server.balancer import run_balancer
 from replog.server.flusher import run_flusher
@@ -71,7 +72,14 @@ from replog.server.settings import Settings
 from replog.server.supervisor import EXIT_TASK_FAILED, Supervisor
 from replog.server.topics import Topics
 from replog.storage import FlushPolicy, PartitionLog
-from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc, replication_pb2_grpc
+from replog.v1 import (
+    acl_pb2_grpc,
+    admin_pb2,
+    admin_pb2_grpc,
+    log_pb2,
+    log_pb2_grpc,
+    replication_pb2_grpc,
+)
 
 _log = logging.getLogger("replog.server")
 
@@ -279,15 +287,27 @@ async def _serve(settings: Settings) -> int:
     node = Node(settings, supervisor)
     await node.open()
     guard = Guard(node.limits)  # malformed bodies, limits (guard.py)
+    # Who calls and what it may do (auth.py; none with --authorization off): after the guard,
+    # so that it sees decoded requests.
+    authorizer = auth.interceptors(
+        settings.authorization,
+        settings.token_file,
+        settings.super_users,
+        lambda: node.metadata.image,
+    )
     server = grpc.aio.server(
         options=[*server_options(settings.message_bytes_max), *guard_options(node.limits)],
-        interceptors=[guard],
+        interceptors=[guard, *authorizer],
         maximum_concurrent_rpcs=maximum_concurrent_rpcs(node.limits),
     )
     log_service = LogService(node.router, node.metrics, settings)
     admin_service = AdminService(node.router, node.topics, node.peers, node.metrics)
     log_pb2_grpc.add_LogServicer_to_server(log_service, server)  # type: ignore[no-untyped-call]
     admin_pb2_grpc.add_AdminServicer_to_server(admin_service, server)  # type: ignore[no-untyped-call]
+    acl_service = AclService(
+        node.metadata, node.node_id, node.peers.acls, node.metrics, settings.ack_timeout_ms / 1000
+    )
+    acl_pb2_grpc.add_AclsServicer_to_server(acl_service, server)  # type: ignore[no-untyped-call]
     tls = settings.tls
     authenticate = node.authenticate if tls is not None else None
     replication = ReplicationService(node.route, authenticate)
@@ -301,6 +321,8 @@ async def _serve(settings: Settings) -> int:
             admin_service if authenticate is None else MembersOnly(admin_service, authenticate)
         )
         admin_pb2_grpc.add_AdminServicer_to_server(peer_admin, peer_server)  # type: ignore[no-untyped-call]
+        peer_acls = acl_service if authenticate is None else MembersOnly(acl_service, authenticate)
+        acl_pb2_grpc.add_AclsServicer_to_server(peer_acls, peer_server)  # type: ignore[no-untyped-call]
     replication_pb2_grpc.add_ReplicationServicer_to_server(  # type: ignore[no-untyped-call]
         replication, peer_server or server
     )
@@ -314,9 +336,12 @@ async def _serve(settings: Settings) -> int:
     enable_reflection((*SERVICE_NAMES, health.SERVICE_NAME), server)
     peer_bound = None
     try:
-        port, _ = add_port(server, settings.listen, tls, peers_only=False)
+        client_auth = settings.tls_client_auth == "require"
+        port, _ = add_port(server, settings.listen, tls, require_client_auth=client_auth)
         if peer_server is not None:
-            peer_port, _ = add_port(peer_server, settings.peer_listen, tls, peers_only=True)
+            peer_port, _ = add_port(
+                peer_server, settings.peer_listen, tls, require_client_auth=True
+            )
             peer_bound = f"{settings.peer_listen.rpartition(':')[0]}:{peer_port}"
         if health_server is not None:
             health_server.add_insecure_port(settings.health_listen)

@@ -16,7 +16,7 @@ import grpc
 
 from replog.errors import ReplogError
 from replog.rpc_errors import from_rpc_error
-from replog.v1 import admin_pb2_grpc
+from replog.v1 import acl_pb2_grpc, admin_pb2_grpc
 
 FORWARDED = "x-replog-forwarded"
 FORWARD_METADATA = ((FORWARDED, "1"),)
@@ -50,11 +50,18 @@ class Peers:
 
     def admin(self, node_id: int) -> Any:
         """An Admin stub of node `node_id`."""
+        return admin_pb2_grpc.AdminStub(self._channel(node_id))  # type: ignore[no-untyped-call]
+
+    def acls(self, node_id: int) -> Any:
+        """An Acls stub of node `node_id` (forwarded ACL changes)."""
+        return acl_pb2_grpc.AclsStub(self._channel(node_id))  # type: ignore[no-untyped-call]
+
+    def _channel(self, node_id: int) -> grpc.aio.Channel:
         address = self.dial_addresses.get(node_id) or self.addresses[node_id]
         channel = self._channels.get(address)
         if channel is None:
             channel = self._channels[address] = self._dial(address)
-        return admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+        return channel
 
     async def close(self) -> None:
         for channel in self._channels.values():

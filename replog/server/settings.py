@@ -161,6 +161,28 @@ class Settings:
             "(empty: off; Health is always served on the client listener too)"
         ),
     )
+    tls_client_auth: str = field(
+        default="none",
+        metadata=_help(
+            "client certificates on the client listener: none | require (mutual TLS; the "
+            "certificate's URI SAN replog://client/<name> is the principal User:<name>)"
+        ),
+    )
+    authorization: str = field(
+        default="off",
+        metadata=_help(
+            "off (anyone may do anything) | acl (callers must authenticate; ACLs in the "
+            "cluster metadata decide; see docs/api.md, Authentication)"
+        ),
+    )
+    token_file: Path | None = field(
+        default=None,
+        metadata=_help("bearer tokens: lines `User:<name> sha256:<hex>` (reloaded; hashes only)"),
+    )
+    super_users: str = field(
+        default="",
+        metadata=_help("principals allowed everything, comma-separated (e.g. User:admin)"),
+    )
     tls_cert_file: Path | None = field(
         default=None,
         metadata=_help("PEM certificate chain of this node (TLS on when given; reloaded)"),
@@ -287,6 +309,20 @@ class Settings:
         need(
             all(f is None for f in tls_files) or all(f is not None for f in tls_files),
             "tls_cert_file, tls_key_file and tls_ca_file go together",
+        )
+        need(self.tls_client_auth in ("none", "require"), "tls_client_auth must be none|require")
+        need(self.authorization in ("off", "acl"), "authorization must be off|acl")
+        need(
+            self.tls_client_auth == "none" or self.tls is not None,
+            "tls_client_auth=require needs TLS (tls_cert_file, tls_key_file, tls_ca_file)",
+        )
+        need(
+            self.authorization == "off" or self.tls is not None,
+            "authorization=acl needs TLS: credentials never cross the network in the clear",
+        )
+        need(
+            self.token_file is None or self.tls is not None,
+            "bearer tokens need TLS: without it they cross the network in the clear",
         )
         for name in ("peer_listen", "health_listen"):
             value = getattr(self, name)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from replog import certs
@@ -62,3 +64,18 @@ def test_statefulset_mode_dials_each_pod_on_the_peer_port() -> None:
     assert settings.node_id == 2
     assert settings.advertised_address == "replog-1.h:7070"
     assert settings.peer_dial_map()[3] == "replog-2.h:7071"
+
+
+def test_authorization_and_tokens_need_tls(tls_files: dict[str, str], tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("")
+    with pytest.raises(InvalidConfigError, match="needs TLS"):
+        Settings.from_sources({"authorization": "acl"}, env={})
+    with pytest.raises(InvalidConfigError, match="need TLS"):
+        Settings.from_sources({"token_file": str(tokens)}, env={})
+    with pytest.raises(InvalidConfigError, match="needs TLS"):
+        Settings.from_sources({"tls_client_auth": "require"}, env={})
+    settings = Settings.from_sources(
+        {**tls_files, "authorization": "acl", "token_file": str(tokens)}, env={}
+    )
+    assert settings.authorization == "acl"

@@ -1,0 +1,259 @@
+"""Authentication and ACLs over real TLS, between real processes.
+
+A 3-node TLS cluster runs with `--authorization acl`, a token file (hashes only) and the
+super user `User:admin`. Each RPC is tried by `User:alice` without an ACL (PERMISSION_DENIED),
+with the ACL it needs (allowed), and after the ACL is removed (denied again); anonymous
+callers and wrong tokens are UNAUTHENTICATED; a client certificate names its principal.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from replog import certs
+from replog.client import Client, ClientTls, RetryPolicy
+from replog.devcluster import DevCluster
+from replog.errors import PermissionDeniedError, ReplogError, UnauthenticatedError
+from replog.server.auth import hash_token
+
+TOKENS = {"User:admin": "admin-secret-token", "User:alice": "alice-secret-token"}
+ONCE = RetryPolicy(attempts_max=1)
+PATIENT = RetryPolicy(attempts_max=100, deadline_ms=60_000)
+_names = itertools.count()
+
+
+@dataclass
+class Secured:
+    cluster: DevCluster
+    ca: ClientTls
+
+    def client(self, principal: str | None, retry: RetryPolicy = ONCE) -> Client:
+        token = TOKENS.get(principal) if principal else None
+        return Client(self.cluster.bootstrap, tls=self.ca, token=token, retry=retry)
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    work = tmp_path_factory.mktemp("authz")
+    token_file = work / "tokens"
+    token_file.write_text(
+        "# principal sha256:<hex>\n" + "".join(f"{p} {hash_token(t)}\n" for p, t in TOKENS.items())
+    )
+    cluster = DevCluster(
+        work / "cluster",
+        3,
+        tls=True,
+        extra_args=[
+            "--flush", "interval",
+            "--authorization", "acl",
+            "--token-file", str(token_file),
+            "--super-users", "User:admin",
+        ],
+    )  # fmt: skip
+    cluster.start()
+    try:
+        assert cluster.client_tls is not None
+        yield Secured(cluster, ClientTls(cluster.client_tls.ca_file))
+    finally:
+        cluster.kill_all()
+
+
+def new_topic(s: Secured) -> str:
+    name = f"t{next(_names)}"
+    with s.client("User:admin", PATIENT) as admin:
+        admin.create_topic(name, 1, replication_factor=3)
+        admin.append(name, 0, [b"x"], acks="all")
+    return name
+
+
+def test_a_caller_without_credentials_is_unauthenticated(secured: Secured) -> None:
+    with secured.client(None) as anonymous, pytest.raises(UnauthenticatedError):
+        anonymous.list_topics()
+
+
+def test_a_wrong_token_is_unauthenticated(secured: Secured) -> None:
+    with (
+        Client(secured.cluster.bootstrap, tls=secured.ca, token="guess", retry=ONCE) as c,
+        pytest.raises(UnauthenticatedError, match="not valid"),
+    ):
+        c.refresh_metadata()
+
+
+def test_any_authenticated_caller_may_read_the_metadata(secured: Secured) -> None:
+    with secured.client("User:alice") as alice:
+        assert alice.refresh_metadata().nodes
+
+
+# (RPC, what it needs, the call) -- `topic` is a fresh topic with one record
+Call = Callable[[Client, str], Any]
+RPCS: list[tuple[str, str, bool, Call]] = [
+    ("Append", "write", False, lambda c, t: c.append(t, 0, [b"v"], acks="all")),
+    ("Fetch", "read", False, lambda c, t: c.fetch(t, 0, 0)),
+    ("StreamFrom", "read", False, lambda c, t: next(iter(c.consumer(t, 0, 0).batches()))),
+    ("DescribeTopic", "describe", False, lambda c, t: c.describe_topic(t)),
+    ("ListOffsets", "describe", False, lambda c, t: c.list_offsets(t)),
+    ("DeleteTopic", "delete", False, lambda c, t: c.delete_topic(t)),
+    ("CreateTopic", "create", False, lambda c, t: c.create_topic(t + "-new", 1)),
+    ("ListTopics", "describe", True, lambda c, t: c.list_topics()),
+    ("ListAcls", "describe", True, lambda c, t: c.list_acls()),
+    (
+        "AddAcl",
+        "alter",
+        True,
+        lambda c, t: c.add_acl("User:carol", "read", topic=t),
+    ),
+]
+
+
+def eventually_allowed(call: Callable[[], Any]) -> Any:
+    """ACLs apply on every node from the replicated metadata: a few ms after the leader."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return call()
+        except PermissionDeniedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def eventually_denied(call: Callable[[], Any]) -> PermissionDeniedError:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            call()
+        except PermissionDeniedError as err:
+            return err
+        assert time.monotonic() < deadline, "still allowed after the ACL was removed"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(("rpc", "operation", "on_cluster", "call"), RPCS, ids=[r[0] for r in RPCS])
+def test_each_rpc_is_denied_without_its_acl_and_allowed_with_it(
+    secured: Secured, rpc: str, operation: str, on_cluster: bool, call: Call
+) -> None:
+    topic = new_topic(secured)
+    acl: dict[str, Any] = {"cluster": True} if on_cluster else {"topic": topic}
+    if rpc == "CreateTopic":
+        acl = {"topic": topic + "-new"}
+    with (
+        secured.client("User:alice", PATIENT) as alice,
+        secured.client("User:admin", PATIENT) as admin,
+    ):
+        with pytest.raises(PermissionDeniedError) as denied:
+            call(alice, topic)
+        assert operation in denied.value.message and "User:alice" in denied.value.message
+        admin.add_acl("User:alice", operation, **acl)
+        eventually_allowed(lambda: call(alice, topic))
+        if rpc in ("DeleteTopic", "CreateTopic"):
+            return  # done once; the topic is gone (or made)
+        admin.remove_acl("User:alice", operation, **acl)
+        eventually_denied(lambda: call(alice, topic))
+
+
+def test_a_prefix_acl_covers_the_topics_it_prefixes_and_no_other(secured: Secured) -> None:
+    with (
+        secured.client("User:admin", PATIENT) as admin,
+        secured.client("User:alice", PATIENT) as alice,
+    ):
+        for name in ("orders.eu", "orders.us", "payments"):
+            admin.create_topic(name, 1, replication_factor=3)
+        admin.add_acl("User:alice", "write", topic="orders.", prefix=True)
+        eventually_allowed(lambda: alice.append("orders.eu", 0, [b"a"]))
+        alice.append("orders.us", 0, [b"a"])
+        with pytest.raises(PermissionDeniedError):
+            alice.append("payments", 0, [b"a"])
+        with pytest.raises(PermissionDeniedError):
+            alice.fetch("orders.eu", 0, 0)  # write does not grant read
+
+
+def test_a_client_certificate_names_its_principal(secured: Secured, tmp_path: Any) -> None:
+    """A client certificate (replog://client/alice) is User:alice when no token is sent.
+    The client listener here does not require certificates, so it never asks for one:
+    the certificate path is covered by a node with --tls-client-auth require below."""
+    cluster = secured.cluster
+    ca = certs.Issued(cluster.tls_dir / "ca.pem", cluster.tls_dir / "ca-key.pem")
+    bob = certs.issue_client(ca, tmp_path, "bob")
+    tls = ClientTls(ca.cert_file, bob.cert_file, bob.key_file)
+    with (
+        Client(cluster.bootstrap, tls=tls, retry=ONCE) as c,
+        pytest.raises(UnauthenticatedError),
+    ):
+        c.list_topics()
+
+
+def test_the_cli_adds_lists_and_removes_acls_with_a_token(secured: Secured) -> None:
+    t = secured.ca
+
+    def replog(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [
+            sys.executable, "-m", "replog", *args,
+            "--address", secured.cluster.bootstrap, "--tls-ca", str(t.ca_file),
+            "--token", TOKENS["User:admin"],
+        ]  # fmt: skip
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+
+    added = replog("acl", "add", "--principal", "User:dave", "--operation", "read", "--cluster")
+    assert added.returncode == 0, added.stderr
+    listed = replog("acl", "list")
+    assert "User:dave\tread\tcluster" in listed.stdout
+    removed = replog(
+        "acl", "remove", "--principal", "User:dave", "--operation", "read", "--cluster"
+    )
+    assert removed.returncode == 0, removed.stderr
+    assert "User:dave" not in replog("acl", "list").stdout
+    with pytest.raises(ReplogError), secured.client("User:alice") as alice:
+        alice.remove_acl("User:dave", "read", cluster=True)
+
+
+def test_a_required_client_certificate_authenticates_its_principal(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    from tests.integration.servers import ServerProcess
+
+    work = tmp_path_factory.mktemp("mtls")
+    ca = certs.create_ca(work / "tls")
+    node = certs.issue_node(ca, work / "tls", 0)
+    erin = certs.issue_client(ca, work / "tls", "erin")
+    admin = certs.issue_client(ca, work / "tls", "admin")
+    server = ServerProcess(
+        work / "data",
+        work,
+        [
+            "--tls-cert-file", str(node.cert_file),
+            "--tls-key-file", str(node.key_file),
+            "--tls-ca-file", str(ca.cert_file),
+            "--tls-client-auth", "require",
+            "--authorization", "acl",
+            "--super-users", "User:admin",
+        ],
+    ).start()  # fmt: skip
+    try:
+        as_admin = ClientTls(ca.cert_file, admin.cert_file, admin.key_file)
+        as_erin = ClientTls(ca.cert_file, erin.cert_file, erin.key_file)
+        with Client(server.address, tls=as_admin, retry=PATIENT) as c:
+            c.create_topic("secured", 1)
+        with (
+            Client(server.address, tls=as_erin, retry=ONCE) as c,
+            pytest.raises(PermissionDeniedError, match="User:erin may not write"),
+        ):
+            c.append("secured", 0, [b"x"])
+        with Client(server.address, tls=as_admin, retry=PATIENT) as c:
+            c.add_acl("User:erin", "write", topic="secured")
+        with Client(server.address, tls=as_erin, retry=ONCE) as c:
+            assert c.append("secured", 0, [b"x"]).last_offset >= 1
+        with (
+            Client(server.address, tls=ClientTls(ca.cert_file), retry=ONCE) as c,
+            pytest.raises(ReplogError),  # no certificate: the handshake fails (UNAVAILABLE)
+        ):
+            c.list_topics()
+    finally:
+        server.kill()
