@@ -43,6 +43,11 @@ def acks_from_wire(value: int) -> Acks:
     return acks
 
 
+# Reads up to this size run in the event loop (a pread and a CRC check of page-cache data);
+# larger ones in a thread.
+INLINE_READ_BYTES_MAX = 64 * 1024
+
+
 class LogService(log_pb2_grpc.LogServicer):
     def __init__(self, router: Router, metrics: Metrics, settings: Settings) -> None:
         self.router = router
@@ -132,7 +137,7 @@ class LogService(log_pb2_grpc.LogServicer):
                     continue
                 await event.wait()
                 continue
-            data = await asyncio.to_thread(part.log.read, offset, max_bytes)
+            data = await _read(part, offset, max_bytes)
 
 
 def _not_committed_yet(part: Partition, offset: int) -> bool:
@@ -147,4 +152,10 @@ async def _read_committed(part: Partition, offset: int, max_bytes: int) -> bytes
     below the log start or past the LEO."""
     if _not_committed_yet(part, offset):
         return b""
+    return await _read(part, offset, max_bytes)
+
+
+async def _read(part: Partition, offset: int, max_bytes: int) -> bytes:
+    if max_bytes <= INLINE_READ_BYTES_MAX:  # a thread hop costs more than the pread
+        return part.log.read(offset, max_bytes)
     return await asyncio.to_thread(part.log.read, offset, max_bytes)
