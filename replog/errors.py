@@ -196,6 +196,12 @@ class ShuttingDownError(UnavailableError):
     reason = "SHUTTING_DOWN"
 
 
+class LogClosedError(ShuttingDownError):
+    """The partition log was closed (its replica stopped: the node is stopping, or the topic
+    was deleted). Storage raises it instead of touching a closed file; on the wire it is
+    SHUTTING_DOWN, and the server turns it into UNKNOWN_TOPIC when the topic was deleted."""
+
+
 class AckTimeoutError(ReplogError):
     """acks=all did not complete in time: the outcome is unknown (the batch may still commit)."""
 

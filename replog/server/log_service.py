@@ -13,11 +13,10 @@ growing queue. Its memory is released when the stream ends.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncGenerator
 
 from replog import frames
-from replog.errors import EmptyBatchError, InvalidArgumentError, ShuttingDownError
+from replog.errors import EmptyBatchError, InvalidArgumentError, LogClosedError
 from replog.replication import Acks
 from replog.server.metrics import Metrics
 from replog.server.partition import Partition
@@ -41,11 +40,6 @@ def acks_from_wire(value: int) -> Acks:
     if acks is None:
         raise InvalidArgumentError(f"unknown acks value {value}", acks=value)
     return acks
-
-
-# Reads up to this size run in the event loop (a pread and a CRC check of page-cache data);
-# larger ones in a thread.
-INLINE_READ_BYTES_MAX = 64 * 1024
 
 
 class LogService(log_pb2_grpc.LogServicer):
@@ -91,10 +85,9 @@ class LogService(log_pb2_grpc.LogServicer):
         max_bytes = self._max_bytes(request.max_bytes)
         wait_s = min(request.max_wait_ms, self.settings.fetch_wait_ms_max) / 1000
         if wait_s > 0 and _not_committed_yet(part, offset):
-            with contextlib.suppress(ShuttingDownError):
-                await part.wait_high_watermark(offset, wait_s)
-            if part.closed:  # deleted or shutting down while waiting: the lookup says which
-                part = await self.router.leader_replica(request.topic, request.partition)
+            # Deleted while waiting: UNKNOWN_TOPIC (even if created again since: that is
+            # another topic); the node is stopping: SHUTTING_DOWN.
+            await part.wait_high_watermark(offset, wait_s)
         data = await _read_committed(part, offset, max_bytes)
         self.metrics.read_bytes.inc(len(data))
         return log_pb2.FetchResponse(
@@ -131,10 +124,9 @@ class LogService(log_pb2_grpc.LogServicer):
                 yield reply
                 del reply
             event = part.hw_changed()
+            if part.closed:  # deleted (UNKNOWN_TOPIC, even if created again) or shutdown
+                raise part.closed_error()
             if offset >= part.high_watermark:
-                if part.closed:  # deleted topic or shutdown: the lookup raises
-                    part = await self.router.leader_replica(topic, partition)
-                    continue
                 await event.wait()
                 continue
             data = await _read(part, offset, max_bytes)
@@ -156,6 +148,9 @@ async def _read_committed(part: Partition, offset: int, max_bytes: int) -> bytes
 
 
 async def _read(part: Partition, offset: int, max_bytes: int) -> bytes:
-    if max_bytes <= INLINE_READ_BYTES_MAX:  # a thread hop costs more than the pread
-        return part.log.read(offset, max_bytes)
-    return await asyncio.to_thread(part.log.read, offset, max_bytes)
+    """Committed frames from `offset`; a log closed under the read (its topic deleted, or
+    the node stopping) ends the request as the replica's closing says."""
+    try:
+        return await asyncio.to_thread(part.log.read, offset, max_bytes)
+    except LogClosedError as exc:
+        raise part.closed_error() from exc

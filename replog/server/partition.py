@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from replog.errors import ShuttingDownError
+from replog.errors import ReplogError, ShuttingDownError, TopicNotFoundError
 from replog.storage import PartitionLog
 
 
@@ -36,6 +36,7 @@ class Partition:
         self.partition = log.partition
         self._hw_changed = asyncio.Event()
         self._closed = False
+        self._deleted = False
 
     @property
     def high_watermark(self) -> int:
@@ -55,7 +56,7 @@ class Partition:
         deadline = loop.time() + timeout_s
         while self.log.high_watermark <= offset:
             if self._closed:
-                raise ShuttingDownError("the server is shutting down")
+                raise self.closed_error()
             event = self._hw_changed
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -66,11 +67,24 @@ class Partition:
                 return self.log.high_watermark > offset
         return True
 
-    def close(self) -> None:
-        """Wake every waiter; they see `closed` and end."""
+    def close(self, *, deleted: bool = False) -> None:
+        """Wake every waiter; they see `closed` and end (with UNKNOWN_TOPIC if `deleted`:
+        the topic was deleted, perhaps created again, and this replica is never used again)."""
+        self._deleted = self._deleted or deleted
         self._closed = True
         self._notify()
 
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def deleted(self) -> bool:
+        return self._deleted
+
+    def closed_error(self) -> ReplogError:
+        """What a request on this replica gets once it is closed: UNKNOWN_TOPIC (NOT_FOUND) if
+        its topic was deleted, SHUTTING_DOWN (retriable) if the node is stopping."""
+        if self._deleted:
+            return TopicNotFoundError(f"topic {self.topic!r} was deleted", topic=self.topic)
+        return ShuttingDownError("the server is shutting down")

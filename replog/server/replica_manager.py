@@ -6,7 +6,9 @@ replica of, each topic's `topic_id`); local state is the topic directories on di
 whenever the image changes and performs, topic by topic:
 
 * a local topic the image no longer has, or has under another `topic_id` (deleted, perhaps
-  created again): stop its replicas, close their logs, move its directory to the trash;
+  created again): mark its replicas deleted (every append, long poll and stream on them ends
+  with UNKNOWN_TOPIC from then on, never with an error of a closed file), stop them, close
+  their logs, move its directory to the trash;
 * a topic the image assigns here: make its directory (or adopt an unstamped one from an
   earlier release), open each hosted partition's log, start its replica.
 
@@ -171,6 +173,8 @@ class ReplicaManager:
         if (local is not None or running) and self._stale(name, meta, local, running):
             if not self._due((name, None), now):
                 return
+            for key in running:  # at once, before any await: requests end with NOT_FOUND
+                self.replicas[key].close(deleted=True)
             try:
                 for key in running:
                     await self._stop(key)

@@ -86,7 +86,7 @@ class ReplicatedPartition(Partition):
 
     def check_leader(self) -> None:
         if self._closed:
-            raise ShuttingDownError("the server is shutting down")
+            raise self.closed_error()
         if self.driver.serving:
             return
         leader = self.driver.leader_id
@@ -138,7 +138,12 @@ class ReplicatedPartition(Partition):
                 self.limits.release_acks_none(size_bytes)
                 raise
             return None
-        base, last = await self.driver.append(values, acks, timeout_s)
+        try:
+            base, last = await self.driver.append(values, acks, timeout_s)
+        except ShuttingDownError as exc:  # stopped meanwhile: the topic may have been deleted
+            if self._closed:
+                raise self.closed_error() from exc
+            raise
         return AppendResult(base, last)
 
     async def _append_unacknowledged(

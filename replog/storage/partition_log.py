@@ -15,6 +15,12 @@ one buffer, writes it with one `write` per segment touched and, under `flush=alw
 to LEO (replication). Both return raw frames, whole, never a partial one, and both verify
 what they read against the segments' CRC32C sidecars (`checksums.py`): a corrupt range
 raises `CorruptDataError` (DATA_LOSS, `CORRUPT_DATA`) and is never served.
+
+Closing is final: every operation that touches a file checks that the log is open under the
+lock that `close` holds while it closes the files, and raises `LogClosedError` otherwise. A
+closed log never reads, writes or fsyncs a file descriptor (whose number the process may
+already have reused for another file), and never writes its directory again (a topic
+created again under the same name reuses the path).
 `integrity_issues()` / `corrupt_ranges()` say what recovery, reads and the scrubber found;
 `scrub_step()` is the unit of work of the background scrubber (`scrub.py`).
 """
@@ -32,10 +38,10 @@ from replog.errors import (
     EmptyBatchError,
     InvalidArgumentError,
     InvalidFramesError,
+    LogClosedError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
     ReplogError,
-    ShuttingDownError,
     StorageError,
 )
 from replog.storage import checkpoint
@@ -108,8 +114,18 @@ class PartitionLog:
         return self._flushed_offset
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        """Under `_lock`: raise LogClosedError once `close` began."""
+        if self._closed:
+            raise LogClosedError(f"partition {self.topic}/{self.partition} is closed")
+
+    @property
     def size_bytes(self) -> int:
         with self._lock:
+            self._check_open()
             return self._log.size_bytes
 
     @property
@@ -123,6 +139,11 @@ class PartitionLog:
         self._hw = hw
 
     def checkpoint_high_watermark(self) -> None:
+        with self._lock:
+            self._check_open()
+            self._checkpoint_locked()
+
+    def _checkpoint_locked(self) -> None:
         hw = self._hw
         if hw != self._hw_checkpointed:
             try:
@@ -155,8 +176,7 @@ class PartitionLog:
 
     def _submit(self, request: _Request) -> AppendResult:
         with self._queue_lock:
-            if self._closed:
-                raise ShuttingDownError(f"partition {self.topic}/{self.partition} is closed")
+            self._check_open()
             self._queue.append(request)
             lead = not self._writing
             if lead:
@@ -202,6 +222,7 @@ class PartitionLog:
 
     def _write_group(self, group: list[_Request]) -> None:
         with self._lock:
+            self._check_open()  # closed after the requests were queued: none is written
             leo = self._leo
             parts: list[bytes] = []
             ends: list[int] = []
@@ -259,6 +280,7 @@ class PartitionLog:
     def flush(self) -> None:
         """fsync everything appended so far."""
         with self._lock:
+            self._check_open()
             self._flush_locked()
 
     def _flush_locked(self) -> None:
@@ -272,6 +294,7 @@ class PartitionLog:
     def truncate_to(self, offset: int) -> None:
         """Drop every record at or above `offset`; HW drops with it if it was above."""
         with self._lock:
+            self._check_open()
             if not self._log.log_start_offset <= offset <= self._leo:
                 raise self._out_of_range(offset, self._leo)
             try:
@@ -284,7 +307,7 @@ class PartitionLog:
             if self._hw_checkpointed > self._hw:
                 # A checkpoint above the new end would resurrect HW over records appended
                 # later in place of the truncated ones: rewrite it before anything else.
-                self.checkpoint_high_watermark()
+                self._checkpoint_locked()
 
     def reset_to(self, offset: int) -> None:
         """Discard the whole log and start it empty at `offset`, with HW = `offset`.
@@ -296,12 +319,13 @@ class PartitionLog:
         if offset < 0:
             raise InvalidArgumentError(f"offset must be >= 0, got {offset}")
         with self._lock:
+            self._check_open()
             try:
                 self._log.reset_to(offset)
             except OSError as exc:
                 raise storage_error(exc, f"reset {self.directory}") from exc
             self._leo = self._flushed_offset = self._hw = offset
-            self.checkpoint_high_watermark()
+            self._checkpoint_locked()
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete whole closed segments past the retention limits, below HW. Returns how many."""
@@ -309,6 +333,7 @@ class PartitionLog:
         if cfg.retention_bytes is None and cfg.retention_ms is None:
             return 0
         with self._lock:
+            self._check_open()
             count = self._log.retention_candidates(
                 now_ms, self._hw, cfg.retention_bytes, cfg.retention_ms
             )
@@ -333,6 +358,7 @@ class PartitionLog:
             raise InvalidArgumentError(f"max_bytes must be >= 1, got {max_bytes}")
         max_bytes = min(max_bytes, self.config.read_bytes_max)
         with self._lock:
+            self._check_open()
             if not self._log.log_start_offset <= offset <= upper:
                 raise self._out_of_range(offset, upper)
             end = upper if end_offset is None else min(end_offset, upper)
@@ -357,6 +383,7 @@ class PartitionLog:
         """Everything found so far: corruption, torn tails cut, indexes rebuilt, damaged
         sidecars, unverified (pre-checksum) segments. See `replog.storage.integrity`."""
         with self._lock:
+            self._check_open()
             return self._log.issues()
 
     def corrupt_ranges(self) -> list[IntegrityIssue]:
@@ -391,7 +418,7 @@ class PartitionLog:
             errors: list[ReplogError] = []
             try:
                 self._flush_locked()
-                self.checkpoint_high_watermark()
+                self._checkpoint_locked()
             except ReplogError as exc:
                 errors.append(exc)
             self._log.close()
