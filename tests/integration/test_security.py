@@ -94,7 +94,14 @@ class Setup:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     work = tmp_path_factory.mktemp("secure")
-    cluster = DevCluster(work / "cluster", 3, tls=True, extra_args=["--flush", "interval"])
+    # No leadership moves of its own during the attacks: no leader balancing, and an
+    # election timeout that a loaded 2-core machine does not trip by accident.
+    quiet = [
+        "--flush", "interval",
+        "--leader-balance-interval-ms", "0",
+        "--election-timeout-ms", "3000",
+    ]  # fmt: skip
+    cluster = DevCluster(work / "cluster", 3, tls=True, extra_args=quiet)
     cluster.start()
     try:
         ca = certs.Issued(cluster.tls_dir / "ca.pem", cluster.tls_dir / "ca-key.pem")
