@@ -4,7 +4,9 @@ Storage refuses a range whose CRC32C fails (reads raise `CorruptDataError`, DATA
 `CORRUPT_DATA`) and records it in the partition (`PartitionLog.corrupt_ranges()`). Three
 things find such a range: a consumer's read on the leader, the leader's read when it fills
 a fetch answer for a follower, and the scrubber (`replog/storage/scrub.py`), which this
-module runs in a supervised thread at `scrub_bytes_per_s` over every log the node has open.
+module runs in a supervised thread at `scrub_bytes_per_s` over every log the node has open
+(a full pass, a pause of `SCRUB_PASS_INTERVAL_S`, and meanwhile a first pass over each log
+opened since, so a replica that starts after the node is checked soon).
 
 The repair loop (one supervised task per node) looks at every replica's corrupt ranges
 when woken (the scrubber's findings wake it) and every `interval_s`, and acts (`decide` is
@@ -32,6 +34,8 @@ import contextlib
 import enum
 import logging
 import threading
+import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -48,6 +52,8 @@ _log = logging.getLogger("replog.server")
 
 REPAIR_INTERVAL_S = 1.0  # how often the loop looks even when nothing woke it
 WAITING_LOG_INTERVAL_S = 30.0  # a replica that cannot repair yet is logged this often
+SCRUB_PASS_INTERVAL_S = 60.0  # pause between two full scrubber passes
+SCRUB_POLL_S = 1.0  # how often the scrubber looks for logs opened since its last pass
 
 Replicas = Callable[[], Sequence[tuple[str, int, ReplicaDriver]]]
 
@@ -244,14 +250,15 @@ async def run_scrubber(
     bytes_per_s: int,
     on_corrupt: Callable[[PartitionLog, IntegrityIssue], None],
     *,
-    pass_interval_s: float = 60.0,
+    pass_interval_s: float = SCRUB_PASS_INTERVAL_S,
+    poll_s: float = SCRUB_POLL_S,
 ) -> None:
     """Run the scrubber in a thread until cancelled (a supervised task). Cancelling sets
     its stop event and waits for the thread, which notices between two steps."""
     scrubber = Scrubber(logs, bytes_per_s=bytes_per_s, on_corrupt=on_corrupt)
     stop = threading.Event()
     thread = asyncio.ensure_future(
-        asyncio.to_thread(scrubber.run, stop, pass_interval_s=pass_interval_s)
+        asyncio.to_thread(scrub_forever, scrubber, logs, stop, pass_interval_s, poll_s)
     )
     try:
         await asyncio.shield(thread)
@@ -259,6 +266,31 @@ async def run_scrubber(
         stop.set()
         await asyncio.wait([thread])
         raise
+
+
+def scrub_forever(
+    scrubber: Scrubber,
+    logs: Callable[[], list[PartitionLog]],
+    stop: threading.Event,
+    pass_interval_s: float,
+    poll_s: float,
+) -> None:
+    """A full pass every `pass_interval_s`, and in between, every `poll_s`, a first pass
+    over each log opened since (a replica that starts after the node, e.g. once the
+    metadata names it, is checked soon, not a pass interval later)."""
+    seen: weakref.WeakSet[PartitionLog] = weakref.WeakSet()
+    next_pass_at = time.monotonic()
+    while not stop.is_set():
+        if time.monotonic() >= next_pass_at:
+            seen = weakref.WeakSet(logs())
+            scrubber.run_pass(stop)
+            next_pass_at = time.monotonic() + pass_interval_s
+        else:
+            for plog in logs():
+                if plog not in seen and not stop.is_set():
+                    seen.add(plog)
+                    scrubber.scrub_partition(plog, stop)
+        stop.wait(poll_s)
 
 
 def corrupt_found(
