@@ -61,7 +61,8 @@ JSON_KEYS = {
     "topic describe": '{"topic", "partitions": [{"partition", "leader_id" (null: none), '
     '"epoch", "replicas": [id], "log_start_offset", "high_watermark", "log_end_offset", '
     '"segment_count", "size_bytes", "replica_status": [{"replica_id", "log_end_offset", '
-    '"lag_records", "last_fetch_ms_ago"}]}]}',
+    '"lag_records", "last_fetch_ms_ago"}], "corrupt_ranges": [{"replica_id", "segment", '
+    '"start_position", "end_position", "first_offset", "end_offset", "detail"}]}]}',
     "offsets": '{"topic", "partitions": [{"partition", "earliest", "latest", "log_end_offset"}]}',
     "verify": '{"ok", "data_dirs": [{"data_dir", "ok", "partitions", "segments", "records", '
     '"bytes_checked", "findings": [{"severity", "path", "detail"}]}]}',
@@ -335,7 +336,7 @@ def cmd_topic(args: argparse.Namespace, out: TextIO) -> int:
                 return 0
             print(
                 "partition\tleader\tepoch\treplicas\tlog_start\thw\tleo\tsegments\tbytes"
-                "\treplica:leo/lag",
+                "\treplica:leo/lag\tcorrupt",
                 file=out,
             )
             for p in infos:
@@ -348,10 +349,17 @@ def cmd_topic(args: argparse.Namespace, out: TextIO) -> int:
                     or "-"
                 )
                 leader = "-" if p.leader_id is None else p.leader_id
+                corrupt = (
+                    ",".join(
+                        f"{c.replica_id}:[{c.first_offset},{c.end_offset})"
+                        for c in p.corrupt_ranges
+                    )
+                    or "-"
+                )
                 print(
                     f"{p.partition}\t{leader}\t{p.epoch}\t{replicas}\t{p.log_start_offset}\t"
                     f"{p.high_watermark}\t{p.log_end_offset}\t{p.segment_count}\t{p.size_bytes}"
-                    f"\t{status}",
+                    f"\t{status}\t{corrupt}",
                     file=out,
                 )
         elif args.topic_command == "delete":
@@ -379,6 +387,18 @@ def describe_row(p: PartitionInfo) -> dict[str, object]:
                 "last_fetch_ms_ago": r.last_fetch_ms_ago,
             }
             for r in p.replica_status
+        ],
+        "corrupt_ranges": [
+            {
+                "replica_id": c.replica_id,
+                "segment": c.segment,
+                "start_position": c.start_position,
+                "end_position": c.end_position,
+                "first_offset": c.first_offset,
+                "end_offset": c.end_offset,
+                "detail": c.detail,
+            }
+            for c in p.corrupt_ranges
         ],
     }
 

@@ -28,6 +28,7 @@ from replog.client.consumer import Consumer
 from replog.client.producer import Producer
 from replog.client.results import (
     AppendResult,
+    CorruptRange,
     FetchResult,
     Offsets,
     PartitionInfo,
@@ -321,6 +322,18 @@ class Client:
                         r.replica_id, r.log_end_offset, r.lag_records, r.last_fetch_ms_ago
                     )
                     for r in p.replica_status
+                ),
+                corrupt_ranges=tuple(
+                    CorruptRange(
+                        c.replica_id,
+                        c.segment,
+                        c.start_position,
+                        c.end_position,
+                        c.first_offset,
+                        c.end_offset,
+                        c.detail,
+                    )
+                    for c in p.corrupt_ranges
                 ),
             )
             for p in resp.partitions

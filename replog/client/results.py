@@ -45,6 +45,20 @@ class ReplicaStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class CorruptRange:
+    """A range of one replica's log that failed its checksum and is not repaired yet (never
+    served: reads touching it fail with `CorruptDataError`)."""
+
+    replica_id: int
+    segment: str  # the `.log` file name
+    start_position: int  # byte range [start_position, end_position) in it
+    end_position: int
+    first_offset: int  # records that may be affected: [first_offset, end_offset)
+    end_offset: int
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionInfo:
     partition: int
     leader_id: int | None
@@ -56,6 +70,8 @@ class PartitionInfo:
     segment_count: int
     epoch: int = 0
     replica_status: tuple[ReplicaStatus, ...] = ()
+    # the leader's and the asked node's (see admin.proto's PartitionDescription)
+    corrupt_ranges: tuple[CorruptRange, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

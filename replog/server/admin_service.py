@@ -135,6 +135,9 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                         )
                         found = [d for d in desc.partitions if d.partition == p]
                         if found:
+                            # ... and this replica's corrupt ranges, which the leader does
+                            # not know.
+                            found[0].corrupt_ranges.extend(self._corrupt_ranges(part))
                             out.partitions.append(found[0])
                             continue
             leader = part.leader
@@ -157,9 +160,24 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     size_bytes=plog.size_bytes,
                     segment_count=plog.segment_count,
                     epoch=leader.epoch,
+                    corrupt_ranges=self._corrupt_ranges(part),
                 )
             )
         return out
+
+    def _corrupt_ranges(self, part: ReplicatedPartition) -> list[admin_pb2.CorruptRange]:
+        return [
+            admin_pb2.CorruptRange(
+                replica_id=self.node_id,
+                segment=i.segment,
+                start_position=i.start_position,
+                end_position=i.end_position,
+                first_offset=i.first_offset,
+                end_offset=i.end_offset,
+                detail=i.detail,
+            )
+            for i in part.log.corrupt_ranges()
+        ]
 
     @unary("GetMetadata")
     async def GetMetadata(

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15replog/v1/admin.proto\x12\treplog.v1\"R\n\x12\x43reateTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\x12\x1a\n\x12replication_factor\x18\x03 \x01(\r\"\x15\n\x13\x43reateTopicResponse\"\"\n\x12\x44\x65leteTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x15\n\x13\x44\x65leteTopicResponse\"\x13\n\x11ListTopicsRequest\"0\n\x0cTopicSummary\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\"=\n\x12ListTopicsResponse\x12\'\n\x06topics\x18\x01 \x03(\x0b\x32\x17.replog.v1.TopicSummary\"$\n\x14\x44\x65scribeTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x84\x02\n\x14PartitionDescription\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x10\n\x08replicas\x18\x02 \x03(\r\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12\x18\n\x10log_start_offset\x18\x04 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x05 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x06 \x01(\x03\x12\x12\n\nsize_bytes\x18\x07 \x01(\x04\x12\x15\n\rsegment_count\x18\x08 \x01(\r\x12\r\n\x05\x65poch\x18\t \x01(\x04\x12\x30\n\x0ereplica_status\x18\n \x03(\x0b\x32\x18.replog.v1.ReplicaStatus\"k\n\rReplicaStatus\x12\x12\n\nreplica_id\x18\x01 \x01(\r\x12\x16\n\x0elog_end_offset\x18\x02 \x01(\x03\x12\x13\n\x0blag_records\x18\x03 \x01(\x03\x12\x19\n\x11last_fetch_ms_ago\x18\x04 \x01(\x03\"U\n\x10TopicDescription\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x33\n\npartitions\x18\x02 \x03(\x0b\x32\x1f.replog.v1.PartitionDescription\"$\n\x12GetMetadataRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"#\n\x04Node\x12\n\n\x02id\x18\x01 \x01(\r\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"Z\n\x11PartitionMetadata\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x11\n\tleader_id\x18\x02 \x01(\x05\x12\x10\n\x08replicas\x18\x03 \x03(\r\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\"O\n\rTopicMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.replog.v1.PartitionMetadata\"e\n\x08Metadata\x12\x1e\n\x05nodes\x18\x01 \x03(\x0b\x32\x0f.replog.v1.Node\x12(\n\x06topics\x18\x02 \x03(\x0b\x32\x18.replog.v1.TopicMetadata\x12\x0f\n\x07node_id\x18\x03 \x01(\r\"7\n\x12ListOffsetsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\r\"_\n\x10PartitionOffsets\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x10\n\x08\x65\x61rliest\x18\x02 \x01(\x03\x12\x0e\n\x06latest\x18\x03 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x04 \x01(\x03\"F\n\x13ListOffsetsResponse\x12/\n\npartitions\x18\x01 \x03(\x0b\x32\x1b.replog.v1.PartitionOffsets\"U\n\x19TransferLeadershipRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x16\n\x0etarget_node_id\x18\x03 \x01(\r\"G\n\x1aTransferLeadershipResponse\x12\x11\n\tleader_id\x18\x01 \x01(\r\x12\x16\n\x0eprevious_epoch\x18\x02 \x01(\x04\x32\xb1\x04\n\x05\x41\x64min\x12L\n\x0b\x43reateTopic\x12\x1d.replog.v1.CreateTopicRequest\x1a\x1e.replog.v1.CreateTopicResponse\x12L\n\x0b\x44\x65leteTopic\x12\x1d.replog.v1.DeleteTopicRequest\x1a\x1e.replog.v1.DeleteTopicResponse\x12I\n\nListTopics\x12\x1c.replog.v1.ListTopicsRequest\x1a\x1d.replog.v1.ListTopicsResponse\x12M\n\rDescribeTopic\x12\x1f.replog.v1.DescribeTopicRequest\x1a\x1b.replog.v1.TopicDescription\x12\x41\n\x0bGetMetadata\x12\x1d.replog.v1.GetMetadataRequest\x1a\x13.replog.v1.Metadata\x12L\n\x0bListOffsets\x12\x1d.replog.v1.ListOffsetsRequest\x1a\x1e.replog.v1.ListOffsetsResponse\x12\x61\n\x12TransferLeadership\x12$.replog.v1.TransferLeadershipRequest\x1a%.replog.v1.TransferLeadershipResponseB1Z/github.com/replog/replog/gen/replog/v1;replogv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15replog/v1/admin.proto\x12\treplog.v1\"R\n\x12\x43reateTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\x12\x1a\n\x12replication_factor\x18\x03 \x01(\r\"\x15\n\x13\x43reateTopicResponse\"\"\n\x12\x44\x65leteTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x15\n\x13\x44\x65leteTopicResponse\"\x13\n\x11ListTopicsRequest\"0\n\x0cTopicSummary\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\"=\n\x12ListTopicsResponse\x12\'\n\x06topics\x18\x01 \x03(\x0b\x32\x17.replog.v1.TopicSummary\"$\n\x14\x44\x65scribeTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xb5\x02\n\x14PartitionDescription\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x10\n\x08replicas\x18\x02 \x03(\r\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12\x18\n\x10log_start_offset\x18\x04 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x05 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x06 \x01(\x03\x12\x12\n\nsize_bytes\x18\x07 \x01(\x04\x12\x15\n\rsegment_count\x18\x08 \x01(\r\x12\r\n\x05\x65poch\x18\t \x01(\x04\x12\x30\n\x0ereplica_status\x18\n \x03(\x0b\x32\x18.replog.v1.ReplicaStatus\x12/\n\x0e\x63orrupt_ranges\x18\x0b \x03(\x0b\x32\x17.replog.v1.CorruptRange\"\x9b\x01\n\x0c\x43orruptRange\x12\x12\n\nreplica_id\x18\x01 \x01(\r\x12\x0f\n\x07segment\x18\x02 \x01(\t\x12\x16\n\x0estart_position\x18\x03 \x01(\x04\x12\x14\n\x0c\x65nd_position\x18\x04 \x01(\x04\x12\x14\n\x0c\x66irst_offset\x18\x05 \x01(\x03\x12\x12\n\nend_offset\x18\x06 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x07 \x01(\t\"k\n\rReplicaStatus\x12\x12\n\nreplica_id\x18\x01 \x01(\r\x12\x16\n\x0elog_end_offset\x18\x02 \x01(\x03\x12\x13\n\x0blag_records\x18\x03 \x01(\x03\x12\x19\n\x11last_fetch_ms_ago\x18\x04 \x01(\x03\"U\n\x10TopicDescription\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x33\n\npartitions\x18\x02 \x03(\x0b\x32\x1f.replog.v1.PartitionDescription\"$\n\x12GetMetadataRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"#\n\x04Node\x12\n\n\x02id\x18\x01 \x01(\r\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"Z\n\x11PartitionMetadata\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x11\n\tleader_id\x18\x02 \x01(\x05\x12\x10\n\x08replicas\x18\x03 \x03(\r\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\"O\n\rTopicMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.replog.v1.PartitionMetadata\"e\n\x08Metadata\x12\x1e\n\x05nodes\x18\x01 \x03(\x0b\x32\x0f.replog.v1.Node\x12(\n\x06topics\x18\x02 \x03(\x0b\x32\x18.replog.v1.TopicMetadata\x12\x0f\n\x07node_id\x18\x03 \x01(\r\"7\n\x12ListOffsetsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\r\"_\n\x10PartitionOffsets\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x10\n\x08\x65\x61rliest\x18\x02 \x01(\x03\x12\x0e\n\x06latest\x18\x03 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x04 \x01(\x03\"F\n\x13ListOffsetsResponse\x12/\n\npartitions\x18\x01 \x03(\x0b\x32\x1b.replog.v1.PartitionOffsets\"U\n\x19TransferLeadershipRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x16\n\x0etarget_node_id\x18\x03 \x01(\r\"G\n\x1aTransferLeadershipResponse\x12\x11\n\tleader_id\x18\x01 \x01(\r\x12\x16\n\x0eprevious_epoch\x18\x02 \x01(\x04\x32\xb1\x04\n\x05\x41\x64min\x12L\n\x0b\x43reateTopic\x12\x1d.replog.v1.CreateTopicRequest\x1a\x1e.replog.v1.CreateTopicResponse\x12L\n\x0b\x44\x65leteTopic\x12\x1d.replog.v1.DeleteTopicRequest\x1a\x1e.replog.v1.DeleteTopicResponse\x12I\n\nListTopics\x12\x1c.replog.v1.ListTopicsRequest\x1a\x1d.replog.v1.ListTopicsResponse\x12M\n\rDescribeTopic\x12\x1f.replog.v1.DescribeTopicRequest\x1a\x1b.replog.v1.TopicDescription\x12\x41\n\x0bGetMetadata\x12\x1d.replog.v1.GetMetadataRequest\x1a\x13.replog.v1.Metadata\x12L\n\x0bListOffsets\x12\x1d.replog.v1.ListOffsetsRequest\x1a\x1e.replog.v1.ListOffsetsResponse\x12\x61\n\x12TransferLeadership\x12$.replog.v1.TransferLeadershipRequest\x1a%.replog.v1.TransferLeadershipResponseB1Z/github.com/replog/replog/gen/replog/v1;replogv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -49,31 +49,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DESCRIBETOPICREQUEST']._serialized_start=336
   _globals['_DESCRIBETOPICREQUEST']._serialized_end=372
   _globals['_PARTITIONDESCRIPTION']._serialized_start=375
-  _globals['_PARTITIONDESCRIPTION']._serialized_end=635
-  _globals['_REPLICASTATUS']._serialized_start=637
-  _globals['_REPLICASTATUS']._serialized_end=744
-  _globals['_TOPICDESCRIPTION']._serialized_start=746
-  _globals['_TOPICDESCRIPTION']._serialized_end=831
-  _globals['_GETMETADATAREQUEST']._serialized_start=833
-  _globals['_GETMETADATAREQUEST']._serialized_end=869
-  _globals['_NODE']._serialized_start=871
-  _globals['_NODE']._serialized_end=906
-  _globals['_PARTITIONMETADATA']._serialized_start=908
-  _globals['_PARTITIONMETADATA']._serialized_end=998
-  _globals['_TOPICMETADATA']._serialized_start=1000
-  _globals['_TOPICMETADATA']._serialized_end=1079
-  _globals['_METADATA']._serialized_start=1081
-  _globals['_METADATA']._serialized_end=1182
-  _globals['_LISTOFFSETSREQUEST']._serialized_start=1184
-  _globals['_LISTOFFSETSREQUEST']._serialized_end=1239
-  _globals['_PARTITIONOFFSETS']._serialized_start=1241
-  _globals['_PARTITIONOFFSETS']._serialized_end=1336
-  _globals['_LISTOFFSETSRESPONSE']._serialized_start=1338
-  _globals['_LISTOFFSETSRESPONSE']._serialized_end=1408
-  _globals['_TRANSFERLEADERSHIPREQUEST']._serialized_start=1410
-  _globals['_TRANSFERLEADERSHIPREQUEST']._serialized_end=1495
-  _globals['_TRANSFERLEADERSHIPRESPONSE']._serialized_start=1497
-  _globals['_TRANSFERLEADERSHIPRESPONSE']._serialized_end=1568
-  _globals['_ADMIN']._serialized_start=1571
-  _globals['_ADMIN']._serialized_end=2132
+  _globals['_PARTITIONDESCRIPTION']._serialized_end=684
+  _globals['_CORRUPTRANGE']._serialized_start=687
+  _globals['_CORRUPTRANGE']._serialized_end=842
+  _globals['_REPLICASTATUS']._serialized_start=844
+  _globals['_REPLICASTATUS']._serialized_end=951
+  _globals['_TOPICDESCRIPTION']._serialized_start=953
+  _globals['_TOPICDESCRIPTION']._serialized_end=1038
+  _globals['_GETMETADATAREQUEST']._serialized_start=1040
+  _globals['_GETMETADATAREQUEST']._serialized_end=1076
+  _globals['_NODE']._serialized_start=1078
+  _globals['_NODE']._serialized_end=1113
+  _globals['_PARTITIONMETADATA']._serialized_start=1115
+  _globals['_PARTITIONMETADATA']._serialized_end=1205
+  _globals['_TOPICMETADATA']._serialized_start=1207
+  _globals['_TOPICMETADATA']._serialized_end=1286
+  _globals['_METADATA']._serialized_start=1288
+  _globals['_METADATA']._serialized_end=1389
+  _globals['_LISTOFFSETSREQUEST']._serialized_start=1391
+  _globals['_LISTOFFSETSREQUEST']._serialized_end=1446
+  _globals['_PARTITIONOFFSETS']._serialized_start=1448
+  _globals['_PARTITIONOFFSETS']._serialized_end=1543
+  _globals['_LISTOFFSETSRESPONSE']._serialized_start=1545
+  _globals['_LISTOFFSETSRESPONSE']._serialized_end=1615
+  _globals['_TRANSFERLEADERSHIPREQUEST']._serialized_start=1617
+  _globals['_TRANSFERLEADERSHIPREQUEST']._serialized_end=1702
+  _globals['_TRANSFERLEADERSHIPRESPONSE']._serialized_start=1704
+  _globals['_TRANSFERLEADERSHIPRESPONSE']._serialized_end=1775
+  _globals['_ADMIN']._serialized_start=1778
+  _globals['_ADMIN']._serialized_end=2339
 # @@protoc_insertion_point(module_scope)

@@ -55,7 +55,7 @@ class DescribeTopicRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class PartitionDescription(_message.Message):
-    __slots__ = ("partition", "replicas", "leader_id", "log_start_offset", "log_end_offset", "high_watermark", "size_bytes", "segment_count", "epoch", "replica_status")
+    __slots__ = ("partition", "replicas", "leader_id", "log_start_offset", "log_end_offset", "high_watermark", "size_bytes", "segment_count", "epoch", "replica_status", "corrupt_ranges")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,7 @@ class PartitionDescription(_message.Message):
     SEGMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     REPLICA_STATUS_FIELD_NUMBER: _ClassVar[int]
+    CORRUPT_RANGES_FIELD_NUMBER: _ClassVar[int]
     partition: int
     replicas: _containers.RepeatedScalarFieldContainer[int]
     leader_id: int
@@ -76,7 +77,26 @@ class PartitionDescription(_message.Message):
     segment_count: int
     epoch: int
     replica_status: _containers.RepeatedCompositeFieldContainer[ReplicaStatus]
-    def __init__(self, partition: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., leader_id: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., size_bytes: _Optional[int] = ..., segment_count: _Optional[int] = ..., epoch: _Optional[int] = ..., replica_status: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ...) -> None: ...
+    corrupt_ranges: _containers.RepeatedCompositeFieldContainer[CorruptRange]
+    def __init__(self, partition: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., leader_id: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., size_bytes: _Optional[int] = ..., segment_count: _Optional[int] = ..., epoch: _Optional[int] = ..., replica_status: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., corrupt_ranges: _Optional[_Iterable[_Union[CorruptRange, _Mapping]]] = ...) -> None: ...
+
+class CorruptRange(_message.Message):
+    __slots__ = ("replica_id", "segment", "start_position", "end_position", "first_offset", "end_offset", "detail")
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    START_POSITION_FIELD_NUMBER: _ClassVar[int]
+    END_POSITION_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    replica_id: int
+    segment: str
+    start_position: int
+    end_position: int
+    first_offset: int
+    end_offset: int
+    detail: str
+    def __init__(self, replica_id: _Optional[int] = ..., segment: _Optional[str] = ..., start_position: _Optional[int] = ..., end_position: _Optional[int] = ..., first_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class ReplicaStatus(_message.Message):
     __slots__ = ("replica_id", "log_end_offset", "lag_records", "last_fetch_ms_ago")

@@ -200,6 +200,11 @@ def test_a_single_replica_reports_its_corrupt_range_and_keeps_refusing_it(
             "the replica reports it cannot repair",
         )
         assert metric(cluster, node, "replog_corrupt_ranges", "solo") == 1
+        (info,) = client.describe_topic("solo")
+        assert [(c.replica_id, c.segment, c.first_offset) for c in info.corrupt_ranges] == [
+            (node, first_segment(cluster, node, "solo").name, 0)
+        ]
+        assert "CRC32C" in info.corrupt_ranges[0].detail
         assert metric(cluster, node, "replog_repairs_total", "solo") == 0
         with pytest.raises(ReplogError):
             client.fetch("solo", 0, 0, max_bytes=1 << 20)
