@@ -166,6 +166,10 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         return out
 
     def _corrupt_ranges(self, part: ReplicatedPartition) -> list[admin_pb2.CorruptRange]:
+        try:
+            ranges = part.log.corrupt_ranges()
+        except ReplogError:  # closed meanwhile: the replica stopped or the topic went
+            return []
         return [
             admin_pb2.CorruptRange(
                 replica_id=self.node_id,
@@ -176,7 +180,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 end_offset=i.end_offset,
                 detail=i.detail,
             )
-            for i in part.log.corrupt_ranges()
+            for i in ranges
         ]
 
     @unary("GetMetadata")

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from replog.errors import ReplogError
 from replog.replication import Role
 from replog.replication.driver import ReplicaDriver
 from replog.storage import PartitionLog
@@ -49,8 +50,15 @@ class _PartitionCollector(Collector):
             families["start"].add_metric(key, plog.log_start_offset)
             families["segments"].add_metric(key, plog.segment_count)
             families["bytes"].add_metric(key, plog.size_bytes)
-            families["corrupt"].add_metric(key, len(plog.corrupt_ranges()))
+            families["corrupt"].add_metric(key, _corrupt_count(plog))
         yield from families.values()
+
+
+def _corrupt_count(plog: PartitionLog) -> int:
+    try:
+        return len(plog.corrupt_ranges())
+    except ReplogError:  # closed meanwhile (its replica stopped, its topic deleted)
+        return 0
 
 
 class _ReplicationCollector(Collector):
