@@ -60,6 +60,7 @@ from _common import (
 
 from replog import frames
 from replog.storage import FlushPolicy, PartitionLog, StorageConfig
+from replog.storage.open_files import OpenFiles, files_max_for, nofile_soft_limit
 
 SECTION = "## Storage (bench/storage.py)"
 VALUE_BYTES = 100
@@ -128,7 +129,10 @@ def make_values(count: int = BATCH_RECORDS, seed: int = SEED) -> list[bytes]:
 
 
 def open_log(directory: Path, flush: FlushPolicy) -> PartitionLog:
-    return PartitionLog(directory, "bench", 0, StorageConfig(flush=flush))
+    # Counted in an open-files budget as the server's logs are: every operation pays the
+    # budget's cache hit (`replog.storage.open_files`).
+    files = OpenFiles(files_max_for(nofile_soft_limit()))
+    return PartitionLog(directory, "bench", 0, StorageConfig(flush=flush), files)
 
 
 def segment_files(directory: Path) -> list[Path]:

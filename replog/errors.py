@@ -256,6 +256,13 @@ class TooManyStreamsError(LimitExceededError):
     reason = "TOO_MANY_STREAMS"
 
 
+class TooManyPartitionsError(LimitExceededError):
+    """A CreateTopic would make a node host more than `partitions_max` partition replicas,
+    or the node has too few file descriptors left to open more (`limit=open_files`)."""
+
+    reason = "TOO_MANY_PARTITIONS"
+
+
 class TooManyBytesInFlightError(LimitExceededError):
     """acks=none appends already hold `acks_none_bytes_max` bytes not yet written."""
 

@@ -72,6 +72,7 @@ from replog.server.settings import Settings
 from replog.server.supervisor import EXIT_TASK_FAILED, Supervisor
 from replog.server.topics import Topics
 from replog.storage import FlushPolicy, PartitionLog
+from replog.storage.open_files import OpenFiles
 from replog.v1 import (
     acl_pb2_grpc,
     admin_pb2,
@@ -125,6 +126,8 @@ class Node:
             self.metadata.image,
             self._make_replica,
             lambda: self.metadata.ready,
+            files=OpenFiles(settings.files_max()),
+            partitions_max=settings.partitions_max,
         )
         self.router = Router(self.metadata, self.replicas, self.peers)
         self.topics = Topics(

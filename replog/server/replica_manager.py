@@ -24,12 +24,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from replog.errors import ReplogError
+from replog.errors import ReplogError, TooManyPartitionsError
 from replog.server import replica_dirs
 from replog.server.logs import log
 from replog.server.metadata import MetadataImage, TopicMeta
@@ -37,11 +39,13 @@ from replog.server.replica_dirs import LocalTopic
 from replog.server.replicated import ReplicatedPartition
 from replog.storage import PartitionLog, StorageConfig
 from replog.storage.names import partition_dir
+from replog.storage.open_files import FILES_PER_SEGMENT, OpenFiles, nofile_soft_limit
 
 _log = logging.getLogger("replog.server.replicas")
 
 BACKOFF_S_MIN = 0.1
 BACKOFF_S_MAX = 30.0
+FILES_RESERVE = 32  # descriptors kept free for sockets and files opened briefly
 
 MakeReplica = Callable[[TopicMeta, int, PartitionLog], ReplicatedPartition]
 Key = tuple[str, int | None]  # (topic, partition); None: the topic's directory
@@ -68,6 +72,8 @@ class ReplicaManager:
         metadata_ready: Callable[[], bool],
         *,
         clock: Callable[[], float] = time.monotonic,
+        files: OpenFiles | None = None,
+        partitions_max: int = 1 << 30,
     ) -> None:
         self.node_id = node_id
         self.data_dir = data_dir
@@ -76,6 +82,8 @@ class ReplicaManager:
         self._make_replica = make_replica
         self._metadata_ready = metadata_ready
         self._clock = clock
+        self.files = files  # the open-files budget of every replica's log (open_files.py)
+        self.partitions_max = partitions_max
         self.replicas: dict[tuple[str, int], ReplicatedPartition] = {}
         self._local: dict[str, LocalTopic] = {}
         self._failures: dict[Key, Failure] = {}
@@ -146,6 +154,38 @@ class ReplicaManager:
         self._closed = True
         for key in list(self.replicas):
             await self._stop(key)
+
+    # -- capacity ----------------------------------------------------------------------------
+
+    def check_capacity(self, assignment: Sequence[Sequence[int]]) -> None:
+        """Before a create of a topic with `assignment` (each partition's replicas), on the
+        metadata leader: RESOURCE_EXHAUSTED TOO_MANY_PARTITIONS if any node would host more
+        than `partitions_max` replicas (every node is assumed to run this node's setting),
+        or if this node has so few descriptors left that opening its new logs (one at a
+        time, each at least one segment's files, parked afterwards) could fail with EMFILE."""
+        hosted: Counter[int] = Counter()
+        for meta in self.image.topics.values():
+            for replicas in meta.assignment:
+                hosted.update(replicas)
+        adding = Counter(n for replicas in assignment for n in replicas)
+        for node, count in sorted(adding.items()):
+            if hosted[node] + count > self.partitions_max:
+                raise TooManyPartitionsError(
+                    f"node {node} hosts {hosted[node]} partition replicas; {count} more would "
+                    f"exceed partitions_max={self.partitions_max}",
+                    limit="partitions_max",
+                    limit_value=self.partitions_max,
+                )
+        more = adding[self.node_id]
+        if more and self.files is not None:
+            free = nofile_soft_limit() - _open_descriptors()
+            need = FILES_PER_SEGMENT + FILES_RESERVE  # logs open one at a time, then park
+            if free < need:
+                raise TooManyPartitionsError(
+                    f"node {self.node_id} has {free} file descriptors left (RLIMIT_NOFILE)",
+                    limit="open_files",
+                    limit_value=nofile_soft_limit(),
+                )
 
     # -- lookups ---------------------------------------------------------------------------
 
@@ -237,7 +277,9 @@ class ReplicaManager:
 
     async def _start(self, meta: TopicMeta, p: int) -> None:
         directory = partition_dir(self.data_dir, meta.name, p)
-        plog = await asyncio.to_thread(PartitionLog, directory, meta.name, p, self.config)
+        plog = await asyncio.to_thread(
+            PartitionLog, directory, meta.name, p, self.config, self.files
+        )
         try:
             part = self._make_replica(meta, p, plog)
             await part.start()
@@ -284,3 +326,11 @@ class ReplicaManager:
             return None
         soonest = min(f.retry_at for f in self._failures.values())
         return max(0.0, soonest - self._clock())
+
+
+def _open_descriptors() -> int:
+    """How many descriptors the process has open (0 where /proc is not available)."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0

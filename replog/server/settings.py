@@ -22,6 +22,7 @@ from replog.errors import InvalidConfigError
 from replog.frames import HEADER_BYTES
 from replog.server.limits import LimitsConfig
 from replog.storage import FlushPolicy, StorageConfig
+from replog.storage.open_files import FILES_MAX_MIN, files_max_for, nofile_soft_limit
 from replog.tls import TlsFiles
 
 KIB = 1024
@@ -73,6 +74,17 @@ class Settings:
     )
     retention_check_interval_ms: int = field(
         default=60_000, metadata=_help("how often retention runs")
+    )
+    open_files_max: int = field(
+        default=0,
+        metadata=_help(
+            "storage files kept open at once; idle partitions' files are closed and reopened "
+            "on use (0: half of RLIMIT_NOFILE's soft limit)"
+        ),
+    )
+    partitions_max: int = field(
+        default=20_000,
+        metadata=_help("partition replicas one node hosts; a CreateTopic past it is refused"),
     )
     scrub_bytes_per_s: int = field(
         default=8 * MIB,
@@ -268,6 +280,11 @@ class Settings:
             f"metrics_listen must be host:port or empty, got {self.metrics_listen!r}",
         )
         need(self.node_id >= 0, "node_id must be >= 0")
+        need(
+            self.open_files_max == 0 or self.open_files_max >= FILES_MAX_MIN,
+            f"open_files_max must be 0 (derived) or >= {FILES_MAX_MIN}",
+        )
+        need(self.partitions_max >= 1, "partitions_max must be >= 1")
         need(self.message_bytes_max >= 64 * KIB, "message_bytes_max must be >= 64 KiB")
         need(self.fetch_bytes_max >= HEADER_BYTES, "fetch_bytes_max must be >= 12")
         # A reply holds up to fetch_bytes_max of frames, or one whole frame if it is larger.
@@ -388,6 +405,10 @@ class Settings:
             flush_interval_ms=self.flush_interval_ms,
             read_bytes_max=self.fetch_bytes_max,
         )
+
+    def files_max(self) -> int:
+        """The open-files budget of storage: the setting, or half of RLIMIT_NOFILE."""
+        return self.open_files_max or files_max_for(nofile_soft_limit())
 
     def limits_config(self) -> LimitsConfig:
         return LimitsConfig(

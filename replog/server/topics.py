@@ -73,6 +73,7 @@ class Topics:
             command = image.create_topic(name, partitions, rf, nodes)
             hosted = sum(self.peers.node_id in replicas for replicas in command.assignment)
             replica_dirs.check_space(self.replicas.data_dir, hosted, self.replicas.config)
+            self.replicas.check_capacity(command.assignment)
             return command
 
         await self.metadata.propose(make, self.timeout_s)

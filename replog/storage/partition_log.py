@@ -47,6 +47,7 @@ from replog.errors import (
 from replog.storage import checkpoint
 from replog.storage.config import FlushPolicy, StorageConfig
 from replog.storage.integrity import CORRUPT, IntegrityIssue
+from replog.storage.open_files import FILES_PER_SEGMENT, OpenFiles
 from replog.storage.segment_log import SegmentLog, storage_error
 
 HW_FILE = "high-watermark"
@@ -75,30 +76,112 @@ class _Request:
 
 
 class PartitionLog:
-    def __init__(self, directory: Path, topic: str, partition: int, config: StorageConfig) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        topic: str,
+        partition: int,
+        config: StorageConfig,
+        files: OpenFiles | None = None,
+    ) -> None:
         self.topic = topic
         self.partition = partition
         self.directory = directory
         self.config = config
-        self._log = SegmentLog(directory, config)
+        self._files = files  # None: the files stay open until `close`
+        log = SegmentLog(directory, config)
+        self._log: SegmentLog | None = log  # None: parked (files closed, see open_files.py)
+        self._files_counted = 0
+        self._parked_start = self._parked_size = self._parked_segments = 0
         self._lock = threading.Lock()  # the segment log
         self._queue_lock = threading.Lock()  # the group-commit queue
         self._queue: list[_Request] = []
         self._writing = False
         self._closed = False
-        self._leo = self._log.log_end_offset
+        self._leo = log.log_end_offset
         self._flushed_offset = self._leo  # what recovery found is what the disk holds
         checkpointed = checkpoint.read_int(directory / HW_FILE) or 0
         # Retention deletes committed records only, so everything below the log start is
         # committed even if the checkpoint is older than the deletion.
-        self._hw = max(min(checkpointed, self._leo), self._log.log_start_offset)
+        self._hw = max(min(checkpointed, self._leo), log.log_start_offset)
         self._hw_checkpointed = checkpointed  # what the file says, which may exceed LEO
+        if files is not None:
+            with self._lock:
+                self._count_files(log)
+
+    # -- open files (open_files.py) ----------------------------------------------------------
+
+    def _opened(self) -> SegmentLog:
+        """Under `_lock`: the segment log, reopened if it was parked; counted as just used."""
+        self._check_open()
+        log = self._log
+        if log is None:
+            try:
+                log = SegmentLog(self.directory, self.config)
+            except OSError as exc:
+                raise storage_error(exc, f"reopen {self.directory}") from exc
+            if log.log_end_offset != self._leo:  # changed on disk while parked
+                log.close(trim=False)
+                raise StorageError(
+                    f"reopen {self.directory}: the log ends at {log.log_end_offset}, "
+                    f"not at {self._leo} as when its files were closed"
+                )
+            self._log = log
+        elif self._files is None or (
+            self._files_counted == FILES_PER_SEGMENT * len(log.segments) and self._files.touch(self)
+        ):
+            return log  # the fast path: one lock, one move in an ordered dict
+        self._count_files(log)
+        return log
+
+    def _recount(self, log: SegmentLog) -> None:
+        """Under `_lock`, after a change that may roll or delete segments."""
+        if self._files is not None and self._files_counted != FILES_PER_SEGMENT * len(log.segments):
+            self._count_files(log)
+
+    def _count_files(self, log: SegmentLog) -> None:
+        assert self._files is not None
+        self._files_counted = FILES_PER_SEGMENT * len(log.segments)
+        # Parking others only tries their locks (never waits): safe with ours held.
+        self._files.park(self._files.use(self, self._files_counted))
+
+    def park(self) -> bool:
+        """Close the files if the log is idle (its lock free) and clean of integrity issues
+        (which live in the open segments); the next operation reopens them. For `OpenFiles`."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            log = self._log
+            if log is None or self._closed:
+                return log is None
+            if log.issues():
+                return False
+            try:
+                self._flush_locked()
+                self._checkpoint_locked()
+            except ReplogError:
+                return False
+            self._parked_start = log.log_start_offset
+            self._parked_size = log.size_bytes
+            self._parked_segments = len(log.segments)
+            self._log = None
+            log.close()
+            if self._files is not None:
+                self._files.release(self)
+            return True
+        finally:
+            self._lock.release()
+
+    @property
+    def parked(self) -> bool:
+        return self._log is None
 
     # -- state ---------------------------------------------------------------------------
 
     @property
     def log_start_offset(self) -> int:
-        return self._log.log_start_offset
+        log = self._log
+        return self._parked_start if log is None else log.log_start_offset
 
     @property
     def log_end_offset(self) -> int:
@@ -126,11 +209,13 @@ class PartitionLog:
     def size_bytes(self) -> int:
         with self._lock:
             self._check_open()
-            return self._log.size_bytes
+            log = self._log
+            return self._parked_size if log is None else log.size_bytes
 
     @property
     def segment_count(self) -> int:
-        return len(self._log.segments)
+        log = self._log
+        return self._parked_segments if log is None else len(log.segments)
 
     def set_high_watermark(self, hw: int) -> None:
         """Move HW (forward, or back only after a truncation; never past LEO)."""
@@ -222,7 +307,7 @@ class PartitionLog:
 
     def _write_group(self, group: list[_Request]) -> None:
         with self._lock:
-            self._check_open()  # closed after the requests were queued: none is written
+            log = self._opened()  # LogClosedError if closed after the requests were queued
             leo = self._leo
             parts: list[bytes] = []
             ends: list[int] = []
@@ -260,7 +345,10 @@ class PartitionLog:
             if not accepted:
                 return
             buf = parts[0] if len(parts) == 1 else b"".join(parts)
-            self._log.append(buf, ends)
+            try:
+                log.append(buf, ends)
+            finally:
+                self._recount(log)
             self._leo = leo
             if self.config.flush is FlushPolicy.ALWAYS:
                 self._flush_locked()
@@ -284,23 +372,27 @@ class PartitionLog:
             self._flush_locked()
 
     def _flush_locked(self) -> None:
-        self._log.flush()
+        if self._log is not None:  # a parked log was flushed when it was parked
+            self._log.flush()
         self._flushed_offset = self._leo
 
     @property
     def needs_flush(self) -> bool:
-        return self._log.dirty
+        log = self._log
+        return log is not None and log.dirty
 
     def truncate_to(self, offset: int) -> None:
         """Drop every record at or above `offset`; HW drops with it if it was above."""
         with self._lock:
-            self._check_open()
-            if not self._log.log_start_offset <= offset <= self._leo:
+            log = self._opened()
+            if not log.log_start_offset <= offset <= self._leo:
                 raise self._out_of_range(offset, self._leo)
             try:
-                self._log.truncate_to(offset)
+                log.truncate_to(offset)
             except OSError as exc:
                 raise storage_error(exc, f"truncate {self.directory}") from exc
+            finally:
+                self._recount(log)
             self._leo = offset
             self._hw = min(self._hw, offset)
             self._flushed_offset = min(self._flushed_offset, offset)
@@ -319,11 +411,13 @@ class PartitionLog:
         if offset < 0:
             raise InvalidArgumentError(f"offset must be >= 0, got {offset}")
         with self._lock:
-            self._check_open()
+            log = self._opened()
             try:
-                self._log.reset_to(offset)
+                log.reset_to(offset)
             except OSError as exc:
                 raise storage_error(exc, f"reset {self.directory}") from exc
+            finally:
+                self._recount(log)
             self._leo = self._flushed_offset = self._hw = offset
             self._checkpoint_locked()
 
@@ -333,12 +427,13 @@ class PartitionLog:
         if cfg.retention_bytes is None and cfg.retention_ms is None:
             return 0
         with self._lock:
-            self._check_open()
-            count = self._log.retention_candidates(
+            log = self._opened()
+            count = log.retention_candidates(
                 now_ms, self._hw, cfg.retention_bytes, cfg.retention_ms
             )
             if count:
-                self._log.delete_oldest(count)
+                log.delete_oldest(count)
+                self._recount(log)
             return count
 
     # -- reads ---------------------------------------------------------------------------
@@ -358,17 +453,17 @@ class PartitionLog:
             raise InvalidArgumentError(f"max_bytes must be >= 1, got {max_bytes}")
         max_bytes = min(max_bytes, self.config.read_bytes_max)
         with self._lock:
-            self._check_open()
-            if not self._log.log_start_offset <= offset <= upper:
+            log = self._opened()
+            if not log.log_start_offset <= offset <= upper:
                 raise self._out_of_range(offset, upper)
             end = upper if end_offset is None else min(end_offset, upper)
             try:
-                return self._log.read(offset, max_bytes, end)
+                return log.read(offset, max_bytes, end)
             except OSError as exc:
                 raise storage_error(exc, f"read {self.directory}") from exc
 
     def _out_of_range(self, offset: int, upper: int) -> OffsetOutOfRangeError:
-        start = self._log.log_start_offset
+        start = self.log_start_offset
         return OffsetOutOfRangeError(
             f"offset {offset} is outside [{start}, {upper}] of {self.topic}/{self.partition}",
             offset=offset,
@@ -384,7 +479,8 @@ class PartitionLog:
         sidecars, unverified (pre-checksum) segments. See `replog.storage.integrity`."""
         with self._lock:
             self._check_open()
-            return self._log.issues()
+            log = self._log
+            return [] if log is None else log.issues()  # parked only without issues
 
     def corrupt_ranges(self) -> list[IntegrityIssue]:
         """The ranges that are never served (reads touching them raise CorruptDataError)."""
@@ -399,10 +495,11 @@ class PartitionLog:
         with self._lock:
             if self._closed:
                 return None, 0
+            log = self._opened()
             if cursor is None:
-                cursor = (self._log.log_start_offset, 0)
+                cursor = (log.log_start_offset, 0)
             try:
-                return self._log.scrub(cursor[0], cursor[1], max_bytes)
+                return log.scrub(cursor[0], cursor[1], max_bytes)
             except OSError as exc:
                 raise storage_error(exc, f"scrub {self.directory}") from exc
 
@@ -421,7 +518,11 @@ class PartitionLog:
                 self._checkpoint_locked()
             except ReplogError as exc:
                 errors.append(exc)
-            self._log.close()
+            log, self._log = self._log, None
+            if log is not None:
+                log.close()
+            if self._files is not None:
+                self._files.release(self)
         if errors:
             raise errors[0]
 
@@ -430,7 +531,11 @@ class PartitionLog:
         with self._queue_lock:
             self._closed = True
         with self._lock:
-            self._log.close(trim=False)
+            log, self._log = self._log, None
+            if log is not None:
+                log.close(trim=False)
+            if self._files is not None:
+                self._files.release(self)
 
 
 __all__ = ["AppendResult", "PartitionLog", "StorageError"]
