@@ -142,6 +142,9 @@ class Repairer:
         for key in list(self.blocked):
             if key not in seen:
                 del self.blocked[key]
+        for key in list(self._logged_at):
+            if key not in self.blocked:
+                del self._logged_at[key]  # blocked again later: logged at once
 
     async def _repair_one(self, key: tuple[str, int], driver: ReplicaDriver) -> None:
         ranges = driver.log.corrupt_ranges()
