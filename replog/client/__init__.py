@@ -11,7 +11,13 @@ from replog.client.aio import AsyncClient
 from replog.client.client import Client
 from replog.client.consumer import Consumer
 from replog.client.producer import OffsetFuture, Producer, partition_for_key
-from replog.client.results import AppendResult, FetchResult, Offsets, PartitionInfo
+from replog.client.results import (
+    AppendResult,
+    CorruptRange,
+    FetchResult,
+    Offsets,
+    PartitionInfo,
+)
 from replog.client.retry import RetryPolicy
 from replog.tls import ClientTls
 
@@ -21,6 +27,7 @@ __all__ = [
     "Client",
     "ClientTls",
     "Consumer",
+    "CorruptRange",
     "FetchResult",
     "OffsetFuture",
     "Offsets",
