@@ -109,6 +109,7 @@ class Repairer:
         self.blocked: dict[tuple[str, int], str] = {}  # replicas that cannot repair now: why
         self.handovers = 0  # leaderships handed over to repair
         self._logged_at: dict[tuple[str, int], float] = {}
+        self._reported: dict[tuple[str, int], set[tuple[str, int]]] = {}  # ranges logged
 
     def wake(self) -> None:
         """Look now (thread-safe through `loop.call_soon_threadsafe`)."""
@@ -145,9 +146,13 @@ class Repairer:
         for key in list(self._logged_at):
             if key not in self.blocked:
                 del self._logged_at[key]  # blocked again later: logged at once
+        for key in list(self._reported):
+            if key not in seen:
+                del self._reported[key]
 
     async def _repair_one(self, key: tuple[str, int], driver: ReplicaDriver) -> None:
         ranges = driver.log.corrupt_ranges()
+        self._report(key, ranges)
         decision = self._decide(driver, ranges)
         if decision.action in (Action.WAIT, Action.IMPOSSIBLE):
             self._blocked(key, decision, ranges)
@@ -197,6 +202,31 @@ class Repairer:
                 leader=driver.leader_id,
                 log_start_offset=driver.log.log_start_offset,
             )
+
+    def _report(self, key: tuple[str, int], ranges: list[IntegrityIssue]) -> None:
+        """Log each corrupt range once, whoever found it (a read, the scrubber, recovery):
+        the scrubber's own report comes only after its pass over the partition, which a
+        quick repair can beat."""
+        if not ranges:
+            self._reported.pop(key, None)
+            return
+        reported = self._reported.setdefault(key, set())
+        for issue in ranges:
+            if (issue.segment, issue.start_position) not in reported:
+                reported.add((issue.segment, issue.start_position))
+                log(
+                    _log,
+                    "corrupt.found",
+                    logging.ERROR,
+                    topic=key[0],
+                    partition=key[1],
+                    segment=issue.segment,
+                    start_position=issue.start_position,
+                    end_position=issue.end_position,
+                    first_offset=issue.first_offset,
+                    end_offset=issue.end_offset,
+                    detail=issue.detail,
+                )
 
     def _decide(self, driver: ReplicaDriver, ranges: list[IntegrityIssue]) -> Decision:
         cfg = driver.config

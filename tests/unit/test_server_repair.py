@@ -87,7 +87,9 @@ def replicas(cluster: Cluster) -> Repairer:
     return Repairer(lambda: [("t", 0, cluster.drivers[n]) for n in sorted(cluster.drivers)])
 
 
-def test_a_corrupt_follower_is_refetched_and_ends_identical_to_the_leader(tmp_path: Path) -> None:
+def test_a_corrupt_follower_is_refetched_and_ends_identical_to_the_leader(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     async def scenario(cluster: Cluster) -> None:
         leader = await cluster.leader()
         acked = await fill(cluster, leader)
@@ -100,6 +102,7 @@ def test_a_corrupt_follower_is_refetched_and_ends_identical_to_the_leader(tmp_pa
         repairer = replicas(cluster)
         await repairer.repair_once()
         assert cluster.drivers[follower].repairs == 1 and not flog.corrupt_ranges()
+        assert caplog.messages.count("corrupt.found") == 1  # reported once, then repaired
         await cluster.drivers[leader].append([b"after"], Acks.ALL, DEADLINE_S)
         end = cluster.logs[leader].log_end_offset
         await wait_for(lambda: flog.log_end_offset == end)
