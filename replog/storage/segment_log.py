@@ -133,14 +133,15 @@ class SegmentLog:
 
     def reset_to(self, offset: int) -> None:
         """Drop every segment and start empty at `offset`. Oldest segments go first, so a crash
-        part-way leaves a contiguous suffix (or nothing: an empty log at 0)."""
+        part-way leaves a contiguous suffix (or nothing: an empty log at 0). The lists are
+        replaced at the end in one step: a lock-free reader (`log_start_offset`, metrics)
+        never sees a log without segments."""
         assert offset >= 0
-        while self.segments:
-            seg = self.segments.pop(0)
-            self._bases.pop(0)
+        for seg in self.segments:
             self._dirty.discard(seg)
             seg.delete()
-        self._add(Segment(self.directory, offset, self.config, create=True))
+        segment = Segment(self.directory, offset, self.config, create=True)
+        self.segments, self._bases = [segment], [segment.base_offset]
 
     def truncate_to(self, offset: int) -> None:
         """Drop every record at or above `offset` (log_start_offset <= offset <= LEO)."""
