@@ -5,11 +5,21 @@ allow) and binds its own loopback address, so a node's gRPC address is `host:por
 test's host too. The data dir is a bind mount of a host directory, so a restarted container
 (`docker start` of the same container) recovers the same log, and the test can read the
 segment files. Every container carries the test label that `conftest.remove_labelled` uses.
+
+TLS is on, as in deploy/k8s: `Pki` makes a throwaway CA in the test's tmp dir
+(`replog.certs`) and, per node, a directory with `ca.pem`, `node<id>.pem` and
+`node<id>-key.pem` (URI SAN replog://node/<id>, IP SAN of the node's loopback address; the
+CA's key stays on the host). It is bind-mounted read-only at /etc/replog/tls. Each node has
+three listeners: the client listener (TLS), the peer listener (mutual TLS with a member's
+certificate; replication and forwarded calls) and a plaintext grpc.health.v1 listener, which
+the readiness probe here uses as the kubelet's does. Clients use `Pki.client_tls`.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,15 +29,20 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from testcontainers.core.container import DockerContainer
 
+from replog import certs
+from replog.tls import ClientTls
 from tests.containers.conftest import LABEL
 
 READY_S = 60.0
 STOP_TIMEOUT_S = 30  # `docker stop` grace before SIGKILL: longer than the server's drain
 DATA_DIR = "/var/lib/replog"
+TLS_DIR = "/etc/replog/tls"  # as in deploy/k8s/statefulset.yaml
+IMAGE_UID = 10001  # the image's `replog` user (Dockerfile)
 
 
 def serving(address: str) -> bool:
-    """Whether the node's gRPC health service answers SERVING (one probe, 1 s at most)."""
+    """Whether the node's plaintext gRPC health listener answers SERVING (one probe, 1 s at
+    most)."""
     channel = grpc.insecure_channel(
         address,
         options=[
@@ -52,8 +67,38 @@ def data_dir_for(path: Path) -> Path:
     return path
 
 
+def readable_by_the_image(path: Path) -> None:
+    """Let the container's user read a file the test wrote (keys are written 0600): owned by
+    that user when the test runs as root, else readable by all (a throwaway tmp file)."""
+    if os.geteuid() == 0:
+        os.chown(path, IMAGE_UID, IMAGE_UID)
+    else:
+        path.chmod(0o644)
+
+
+class Pki:
+    """A throwaway CA in `root` and, per node, the directory its container mounts."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.ca = certs.create_ca(root / "ca", "replog container tests CA")
+        # What a client needs: the CA that signs the nodes' certificates (the client
+        # listener does not ask for client certificates, as in deploy/k8s).
+        self.client_tls = ClientTls(self.ca.cert_file)
+
+    def node_dir(self, node_id: int, host: str) -> Path:
+        """`ca.pem`, `node<id>.pem`, `node<id>-key.pem` for node `node_id` reached at `host`."""
+        directory = self.root / f"node{node_id}"
+        issued = certs.issue_node(self.ca, directory, node_id, (host,))
+        shutil.copyfile(self.ca.cert_file, directory / "ca.pem")
+        for path in (issued.cert_file, issued.key_file, directory / "ca.pem"):
+            readable_by_the_image(path)
+        return directory
+
+
 class Node:
-    """One node in one container; `env` adds `REPLOG_*` settings to the defaults below."""
+    """One node in one container, TLS on; `env` adds `REPLOG_*` settings to the defaults
+    below. `port`, `peer_port` and `health_port` are its three listeners on `host`."""
 
     def __init__(
         self,
@@ -61,14 +106,26 @@ class Node:
         host: str,
         port: int,
         data_dir: Path,
+        pki: Pki,
+        peer_port: int,
+        health_port: int,
         env: Mapping[str, str] | None = None,
         node_id: int = 0,
     ) -> None:
         self.image, self.host, self.port, self.data_dir = image, host, port, data_dir
         self.node_id = node_id
         self.address = f"{host}:{port}"
+        self.peer_address = f"{host}:{peer_port}"
+        self.health_address = f"{host}:{health_port}"
+        self.tls_dir = pki.node_dir(node_id, host)
+        self.client_tls = pki.client_tls
         self.env = {
             "REPLOG_LISTEN": self.address,
+            "REPLOG_PEER_LISTEN": self.peer_address,
+            "REPLOG_HEALTH_LISTEN": self.health_address,
+            "REPLOG_TLS_CERT_FILE": f"{TLS_DIR}/node{node_id}.pem",
+            "REPLOG_TLS_KEY_FILE": f"{TLS_DIR}/node{node_id}-key.pem",
+            "REPLOG_TLS_CA_FILE": f"{TLS_DIR}/ca.pem",
             "REPLOG_METRICS_LISTEN": "",
             "REPLOG_FLUSH": "always",
             "REPLOG_LOG_FORMAT": "json",
@@ -87,6 +144,7 @@ class Node:
             network_mode="host", labels={LABEL: "1"}, stop_signal="SIGTERM"
         )
         container.with_volume_mapping(str(self.data_dir), DATA_DIR, "rw")
+        container.with_volume_mapping(str(self.tls_dir), TLS_DIR, "ro")
         for key, value in self.env.items():
             container.with_env(key, value)
         self.container = container.start()
@@ -103,7 +161,7 @@ class Node:
 
     def wait_serving(self) -> None:
         deadline = time.monotonic() + READY_S
-        while not serving(self.address):
+        while not serving(self.health_address):
             status = self.status()
             assert status in ("created", "running"), f"{self} is {status}:\n{self.logs()}"
             assert time.monotonic() < deadline, f"{self} not serving:\n{self.logs()}"

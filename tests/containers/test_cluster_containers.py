@@ -6,6 +6,10 @@ and runs a steady acks=all producer through `Client("a,b,c")` while it breaks a 
 an operator or the orchestrator would: `docker kill`, `docker stop`, `docker pause`. Then it
 reads the partition back and checks that every acknowledged record is still at its offset.
 
+TLS is on as in deploy/k8s (`nodes.py`): every client call goes over TLS to a client
+listener, replication and forwarded calls over mutual TLS between the nodes' peer listeners,
+with certificates from a throwaway CA; readiness is probed on the plaintext health listener.
+
 Every wait is on a condition with a generous deadline; nothing asserts wall-clock speed.
 """
 
@@ -20,8 +24,8 @@ import pytest
 
 from replog.client import Client, PartitionInfo, RetryPolicy
 from replog.errors import ReplogError
-from tests.containers.conftest import free_port
-from tests.containers.nodes import Node, data_dir_for
+from tests.containers.conftest import free_ports
+from tests.containers.nodes import Node, Pki, data_dir_for
 from tests.integration.waiting import wait_until
 
 HOSTS = {1: "127.0.0.21", 2: "127.0.0.22", 3: "127.0.0.23"}
@@ -39,14 +43,22 @@ class ContainerCluster:
     """Nodes 1..3, each in its own container on its own loopback address."""
 
     def __init__(self, image: str, root: Path) -> None:
-        ports = {i: free_port(host) for i, host in HOSTS.items()}
-        peers = ",".join(f"{i}={host}:{ports[i]}" for i, host in HOSTS.items())
+        self.pki = Pki(root / "tls")
+        # Per node: client, peer and health ports.
+        ports = {i: free_ports(host, 3) for i, host in HOSTS.items()}
+        # id=client address/peer address: clients are sent to the first, peers dial the second.
+        peers = ",".join(
+            f"{i}={host}:{ports[i][0]}/{host}:{ports[i][1]}" for i, host in HOSTS.items()
+        )
         self.nodes = {
             i: Node(
                 image,
                 host,
-                ports[i],
+                ports[i][0],
                 data_dir_for(root / f"node{i}"),
+                self.pki,
+                peer_port=ports[i][1],
+                health_port=ports[i][2],
                 env={"REPLOG_NODE_ID": str(i), "REPLOG_PEERS": peers},
                 node_id=i,
             )
@@ -68,7 +80,7 @@ class ContainerCluster:
         return ",".join(n.address for i, n in self.nodes.items() if i not in set(excluding))
 
     def client(self, excluding: Iterable[int] = ()) -> Client:
-        return Client(self.bootstrap(excluding), retry=PATIENT)
+        return Client(self.bootstrap(excluding), retry=PATIENT, tls=self.pki.client_tls)
 
     def logs(self) -> str:
         return "\n".join(f"--- node {i} ---\n{n.logs(3000)}" for i, n in self.nodes.items())
@@ -77,10 +89,15 @@ class ContainerCluster:
 # -- observing the cluster ------------------------------------------------------------------
 
 
+def probe_client(node: Node) -> Client:
+    """A client of `node` alone (over TLS) that tries once, briefly."""
+    return Client(node.address, timeout_s=PROBE_TIMEOUT_S, retry=ONCE, tls=node.client_tls)
+
+
 def leader_seen_by(node: Node, topic: str) -> tuple[int | None, int] | None:
     """(leader id, epoch) of partition 0 as `node` itself knows it (GetMetadata is answered
     locally); None when the node does not answer."""
-    with Client(node.address, timeout_s=PROBE_TIMEOUT_S, retry=ONCE) as probe:
+    with probe_client(node) as probe:
         try:
             meta = probe.refresh_metadata([topic])
         except ReplogError:
@@ -115,7 +132,7 @@ def describe(cluster: ContainerCluster, topic: str, among: Iterable[int]) -> Par
     """The leader's description of partition 0 (with every replica's progress), asked of the
     first node of `among` that answers; a follower forwards the call to its leader."""
     for i in among:
-        with Client(cluster.nodes[i].address, timeout_s=PROBE_TIMEOUT_S, retry=ONCE) as probe:
+        with probe_client(cluster.nodes[i]) as probe:
             try:
                 info = probe.describe_topic(topic)[0]
             except ReplogError:
@@ -194,7 +211,10 @@ class SteadyProducer:
         duration_s_max: float = 240.0,
     ) -> None:
         self.client = Client(
-            cluster.bootstrap(excluding), timeout_s=PRODUCER_TIMEOUT_S, retry=PATIENT
+            cluster.bootstrap(excluding),
+            timeout_s=PRODUCER_TIMEOUT_S,
+            retry=PATIENT,
+            tls=cluster.pki.client_tls,
         )
         self.topic = topic
         self.name = name  # in every value, so that two producers never write the same one
