@@ -103,15 +103,35 @@ def load_quorum_state(directory: Path) -> QuorumState:
         return QuorumState()
     try:
         data = json.loads(raw)
-        state = QuorumState(data["epoch"], data["voted_for"], data["leader_id"])
-        ok = _in_range(state.epoch, EPOCH_MAX) and all(
-            i is None or _in_range(i, NODE_ID_MAX) for i in (state.voted_for, state.leader_id)
+        if not isinstance(data, dict):
+            raise TypeError("not an object")
+        floor, floor_epoch = data.get("vote_floor", 0), data.get("vote_floor_epoch", 0)
+        state = QuorumState(data["epoch"], data["voted_for"], data["leader_id"], floor, floor_epoch)
+        ok = (
+            _in_range(state.epoch, EPOCH_MAX)
+            and _in_range(floor, OFFSET_MAX)
+            and _in_range(floor_epoch, EPOCH_MAX)
+            and all(
+                i is None or _in_range(i, NODE_ID_MAX) for i in (state.voted_for, state.leader_id)
+            )
         )
     except (ValueError, TypeError, KeyError):
         ok = False
     if not ok:
         raise CorruptDataError(f"{directory / QUORUM_STATE_FILE}: invalid {raw[:200]!r}")
     return state
+
+
+def encode_quorum_state(s: QuorumState) -> bytes:
+    data: dict[str, int | None] = {
+        "epoch": s.epoch,
+        "voted_for": s.voted_for,
+        "leader_id": s.leader_id,
+    }
+    if s.vote_floor:  # only after a repair: files of older versions stay as they were
+        data["vote_floor"] = s.vote_floor
+        data["vote_floor_epoch"] = s.vote_floor_epoch
+    return json.dumps(data).encode()
 
 
 def load_epoch_history(directory: Path) -> list[EpochStart]:
@@ -446,6 +466,13 @@ class ReplicaDriver:
             self.log.partition,
             self.log.log_start_offset,
         )
+        # First, durably: it must not vote until it holds again what it may have acknowledged
+        # (QuorumState.vote_floor), or a vote from it could elect a leader without them.
+        s, core = self.replica.quorum_state, self.replica
+        former = (core.last_epoch, self.log.log_end_offset)
+        floor_epoch, floor = max((s.vote_floor_epoch, s.vote_floor), former)
+        floored = QuorumState(s.epoch, s.voted_for, s.leader_id, floor, floor_epoch)
+        await self._durable(QUORUM_STATE_FILE, encode_quorum_state(floored))
         await self._io(partial(self.log.reset_to, self.log.log_start_offset))
         self.repairs += 1
         self.replica = self._new_replica()
@@ -590,9 +617,7 @@ class ReplicaDriver:
                 if message is not None:
                     self.transport.send(out.to, message)
             elif isinstance(out, PersistQuorumState):
-                s = out.state
-                data = {"epoch": s.epoch, "voted_for": s.voted_for, "leader_id": s.leader_id}
-                await self._durable(QUORUM_STATE_FILE, json.dumps(data).encode())
+                await self._durable(QUORUM_STATE_FILE, encode_quorum_state(out.state))
             elif isinstance(out, PersistEpochHistory):
                 data_h = [[e.epoch, e.start_offset] for e in out.entries]
                 await self._durable(EPOCH_HISTORY_FILE, json.dumps(data_h).encode())

@@ -148,6 +148,7 @@ class Replica:
         self._control_offset = -1
         self._leader_since_ms = 0
         self._transfer: tuple[int, int] | None = None  # (target, give up at ms)
+        self._leader_hw_seen = 0  # follower: the HW in the last records answer
         self._timeout_now_sent = False
         self._pending_leader: deque[_PendingAck] = deque()
         self._pending_all: deque[_PendingAck] = deque()
@@ -193,6 +194,44 @@ class Replica:
     @property
     def high_watermark(self) -> int:
         return self._hw
+
+    @property
+    def last_epoch(self) -> int:
+        """The epoch of the last record of the log (0: empty)."""
+        return self._history.last_epoch(self._leo)
+
+    @property
+    def below_vote_floor(self) -> bool:
+        """This replica's log was discarded and has not caught up yet: no votes."""
+        return self._leo < self._state.vote_floor
+
+    def _caught_up_after_repair(self) -> bool:
+        """Durably back at what it held before its log was discarded, or durably holding
+        everything its leader has committed once that leader's HW covers its own epoch (it
+        then covers every record committed before, this replica's acknowledgements
+        included). Durably: a power loss must not take the refetched records again."""
+        end = self._flushed if self.config.flush_always else self._leo
+        if end >= self._state.vote_floor:
+            return True
+        entries = self._history.entries
+        epoch_start = (
+            entries[-1].start_offset if entries and entries[-1].epoch == self.epoch else None
+        )
+        return epoch_start is not None and epoch_start < self._leader_hw_seen <= end
+
+    def _clear_vote_floor(self) -> None:
+        s = self._state
+        if s.vote_floor:
+            self._state = QuorumState(s.epoch, s.voted_for, s.leader_id)
+            self._out.append(PersistQuorumState(self._state))
+
+    def _log_for_votes(self) -> tuple[int, int]:
+        """(last epoch, end) a candidate's log must be at least as up to date as: this
+        log's, or the former log's while the vote floor is set."""
+        mine = (self._history.last_epoch(self._leo), self._leo)
+        if self.below_vote_floor:
+            return max(mine, (self._state.vote_floor_epoch, self._state.vote_floor))
+        return mine
 
     @property
     def serving(self) -> bool:
@@ -252,8 +291,9 @@ class Replica:
         return self._take()
 
     def campaign(self, now_ms: int) -> list[Output]:
-        """Start an election now (no-op on a leader and on an observer)."""
-        if self._role is not Role.LEADER and self.config.is_voter:
+        """Start an election now (no-op on a leader, an observer, and a replica whose
+        discarded log has not caught up: see `QuorumState.vote_floor`)."""
+        if self._role is not Role.LEADER and self.config.is_voter and not self.below_vote_floor:
             self._start_election(now_ms)
         return self._take()
 
@@ -318,8 +358,11 @@ class Replica:
                 self._out.append(AckCompleted(ack.request_id, ack.base_offset, ack.last_offset))
             self._update_high_watermark(now_ms)
             self._maybe_timeout_now()
-        elif self._role is Role.FOLLOWER and self._fetch_sent_ms is None:
-            self._send_fetch(now_ms)
+        else:
+            if self._state.vote_floor and self._caught_up_after_repair():
+                self._clear_vote_floor()
+            if self._role is Role.FOLLOWER and self._fetch_sent_ms is None:
+                self._send_fetch(now_ms)
         return self._take()
 
     def log_start_advanced(self, offset: int, now_ms: int) -> list[Output]:
@@ -352,11 +395,18 @@ class Replica:
             and message.leader_id == self.leader_id
             and self._role is Role.FOLLOWER
             and self.config.is_voter
+            and not self.below_vote_floor
         ):
             self._start_election(now_ms)
 
     def _set_state(self, state: QuorumState) -> None:
         assert state.epoch >= self._state.epoch, (state, self._state)
+        if state.vote_floor != self._state.vote_floor and state.vote_floor == 0:
+            # the callers build states without the floor: it stays until it is cleared
+            s = self._state
+            state = QuorumState(
+                state.epoch, state.voted_for, state.leader_id, s.vote_floor, s.vote_floor_epoch
+            )
         if state != self._state:
             self._state = state
             self._out.append(PersistQuorumState(state))
@@ -400,9 +450,11 @@ class Replica:
     def _start_prevote(self, now_ms: int) -> None:
         """Ask the voters whether they would vote for this replica in the next epoch."""
         me = self.replica_id
-        self._prevotes = {me}
         self._reset_election_timer(now_ms)
-        if len(self._prevotes) >= self.config.majority:
+        self._prevotes = {me}
+        # Below its vote floor it never starts the election, but it still asks: a pre-vote
+        # in a newer epoch moves the others there, so that it learns who leads.
+        if len(self._prevotes) >= self.config.majority and not self.below_vote_floor:
             self._start_election(now_ms)
             return
         last_epoch = self._history.last_epoch(self._leo)
@@ -549,8 +601,10 @@ class Replica:
         progress = self._progress[sender]
         progress.last_fetch_ms = now_ms
         # Offsets below fetch_offset are on the follower (flushed, under flush_always) and
-        # agree with this log; they stay so for the rest of this epoch, hence max().
-        progress.match = max(progress.match, request.fetch_offset)
+        # agree with this log. The latest fetch wins, even when it is lower: a follower that
+        # discarded its log to repair corrupt data no longer holds what it acknowledged (a
+        # stale, reordered fetch only delays the HW; the HW itself never goes back).
+        progress.match = request.fetch_offset
         progress.parked = None
         self._update_high_watermark(now_ms)
         self._maybe_timeout_now()
@@ -669,6 +723,9 @@ class Replica:
                 self._out.append(PersistEpochHistory(self._history.entries))
             self._out.append(AppendFrames(records))
             self._leo = end
+        self._leader_hw_seen = records.high_watermark
+        if self._state.vote_floor and self._caught_up_after_repair():
+            self._clear_vote_floor()
         hw = max(self._hw, min(records.high_watermark, self._leo))
         if hw != self._hw:
             self._hw = hw
@@ -687,7 +744,7 @@ class Replica:
             self._leader_contact_ms is not None
             and now_ms - self._leader_contact_ms < self.config.election_timeout_ms_min
         )
-        mine = (self._history.last_epoch(self._leo), self._leo)
+        mine = self._log_for_votes()
         theirs = (request.last_epoch, request.log_end_offset)
         granted = (
             self.config.is_voter
@@ -711,7 +768,7 @@ class Replica:
             self._become_follower(request.epoch, None, now_ms)
         granted = False  # an observer answers, but never grants
         if request.epoch == self.epoch and self._role is Role.FOLLOWER and self.config.is_voter:
-            mine = (self._history.last_epoch(self._leo), self._leo)
+            mine = self._log_for_votes()
             theirs = (request.last_epoch, request.log_end_offset)
             if (
                 self.leader_id is None
@@ -734,7 +791,7 @@ class Replica:
                 return  # a round that ended, or an answer about another epoch
             assert self._role is not Role.LEADER and self.config.is_voter
             self._prevotes.add(response.voter_id)
-            if len(self._prevotes) >= self.config.majority:
+            if len(self._prevotes) >= self.config.majority and not self.below_vote_floor:
                 self._start_election(now_ms)
             return
         if response.epoch > self.epoch:

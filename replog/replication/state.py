@@ -22,6 +22,16 @@ NODE_ID_MAX = 2**31 - 1
 
 @dataclass(frozen=True, slots=True)
 class QuorumState:
+    """`vote_floor` / `vote_floor_epoch`: set when this replica's log was discarded (a repair
+    of corrupt data): the end and last epoch of the log it had, whose records it may have
+    acknowledged. Until its log is back there (or a leader's HW shows it holds all that is
+    committed), it does not campaign, and it votes only for a candidate whose log is at least
+    as up to date as that former log, not merely as its own (emptied) one: otherwise its vote
+    could elect a leader that lacks records it had helped to commit (the wiped-disk hazard
+    that KIP-853 addresses)."""
+
     epoch: int = 0
     voted_for: int | None = None
     leader_id: int | None = None
+    vote_floor: int = 0
+    vote_floor_epoch: int = 0

@@ -21,6 +21,7 @@ def main() -> None:
         "--interrupts", action="store_true", help="owner model with cancelled callers"
     )
     parser.add_argument("--transfers", action="store_true", help="leadership transfers")
+    parser.add_argument("--corruption", action="store_true", help="bit rot on one node's disk")
     args = parser.parse_args()
     config = SimConfig.random(
         args.seed,
@@ -29,6 +30,7 @@ def main() -> None:
         observers=args.observers,
         interrupts=args.interrupts,
         transfers=args.transfers,
+        corruption=args.corruption,
     )
     print(config)
     outcome = run_schedule(config)

@@ -97,15 +97,17 @@ class SimConfig:
     interrupts_per_s: float = 0.0  # cancelled callers of in-flight inputs (owner only)
     interrupt_drops_outputs: bool = False  # the old driver: a cancel drops outputs
     transfers_per_s: float = 0.0  # leadership transfers to a random voter
+    corruptions_per_s: float = 0.0  # a committed record's bytes flipped on one node's disk
 
     def repro(self) -> str:
         flush = "" if self.flush_always else " --flush never"
         observers = f" --observers {self.observers}" if self.observers else ""
         owner = " --interrupts" if self.owner else ""
         transfers = " --transfers" if self.transfers_per_s else ""
+        corruption = " --corruption" if self.corruptions_per_s else ""
         return (
             f"python -m tests.simulation.run --seed {self.seed} --nodes {self.nodes}"
-            f"{observers}{flush}{owner}{transfers}"
+            f"{observers}{flush}{owner}{transfers}{corruption}"
         )
 
     @property
@@ -123,6 +125,7 @@ class SimConfig:
         observers: int = 0,
         interrupts: bool = False,
         transfers: bool = False,
+        corruption: bool = False,
     ) -> SimConfig:
         """Fault rates drawn from the seed, so that seeds cover calm and hostile networks.
         `interrupts`: the owner model with cancelled callers (a rate drawn separately, so
@@ -131,7 +134,9 @@ class SimConfig:
         rng = random.Random(f"config-{seed}-{shape}")
         owner_rate = random.Random(f"interrupts-{seed}-{shape}").choice([2.0, 10.0, 40.0])
         transfer_rate = random.Random(f"transfers-{seed}-{shape}").choice([0.5, 2.0, 10.0])
+        corruption_rate = random.Random(f"corruption-{seed}-{shape}").choice([0.5, 2.0, 5.0])
         return SimConfig(
+            corruptions_per_s=corruption_rate if corruption else 0.0,
             transfers_per_s=transfer_rate if transfers else 0.0,
             owner=interrupts,
             interrupts_per_s=owner_rate if interrupts else 0.0,
@@ -170,6 +175,21 @@ class Node:
     inbox: deque[Callable[[Replica], list[Output]]] = field(default_factory=deque)
     caller: int | None = None  # request id of the client append whose outputs run now
     perform_scheduled: bool = False
+    # disk damage: offsets whose bytes were flipped (the checksums know); a repaired node is
+    # damaged until its vote floor is cleared (quorum.vote_floor)
+    corrupt: set[int] = field(default_factory=set)
+    before_repair: list[SimRecord] | None = None  # its log when it was discarded
+
+    def held(self, leader_log: list[SimRecord], hw: int) -> list[SimRecord]:
+        """Its log, or, if only that holds the leader's record at `hw - 1`, what it held
+        before a repair discarded its log (it acknowledged from that)."""
+        old = self.before_repair
+        if hw > 0 and old is not None and len(old) >= hw:
+            chain = leader_log[hw - 1].chain
+            holds_now = len(self.log) >= hw and self.log[hw - 1].chain == chain
+            if not holds_now and old[hw - 1].chain == chain:
+                return old
+        return self.log
 
     @property
     def idle(self) -> bool:
@@ -287,6 +307,9 @@ class Simulation:
             assert isinstance(payload, int)
             if self.nodes[payload].replica is None:
                 self._start_node(payload)
+        elif kind == "repair":
+            assert isinstance(payload, int)
+            self.repair(payload)
         elif kind == "chaos":
             if self.chaos:
                 self._chaos_step()
@@ -317,6 +340,8 @@ class Simulation:
             leader = self.leader()
             if leader is not None and len(self.voters) > 1:
                 self.transfer(leader.id, rng.choice([v for v in self.voters if v != leader.id]))
+        if cfg.corruptions_per_s and rng.random() < cfg.corruptions_per_s * per_tick:
+            self.corrupt(rng.choice(self.ids))
         if cfg.interrupts_per_s and rng.random() < cfg.interrupts_per_s * per_tick:
             busy = [n for n in self.nodes.values() if n.replica is not None and not n.idle]
             if busy:
@@ -347,6 +372,50 @@ class Simulation:
 
     def heal(self) -> None:
         self.groups = dict.fromkeys(self.ids, 0)
+
+    def corrupt(self, node_id: int, offset: int | None = None) -> None:
+        """Flip the bytes of one committed record on one node's disk (bit rot). One node at
+        a time is damaged or under repair: the quorum tolerates the loss of a minority's
+        copies, not of a majority's. The checksums know the record is bad: a read of it for
+        a fetch answer is refused (never served) and starts a repair, and so does the
+        scrubber, some time later."""
+        node = self.nodes[node_id]
+        # damaged: a corrupt record, or repaired and not durably caught up (its vote floor)
+        if node.replica is None or any(
+            n.corrupt or n.quorum.vote_floor for n in self.nodes.values()
+        ):
+            return
+        if node.hw <= node.log_start:
+            return
+        if offset is None:
+            offset = self.rng.randint(node.log_start, node.hw - 1)
+        rec = node.log[offset]
+        flipped = bytes([rec.value[0] ^ 0x01]) + rec.value[1:] if rec.value else b"\x01"
+        node.log[offset] = SimRecord(flipped, rec.control, rec.epoch, rec.chain)
+        node.corrupt.add(offset)
+        self._schedule(self.rng.randint(100, 1000), "repair", node_id)  # the scrubber
+
+    def repair(self, node_id: int) -> None:
+        """The node discards its log (keeping votes and epoch history) and fetches it again;
+        a leader first stops leading (here: the process restarts, as a hand-over would make
+        it a follower). A node that is down is repaired where it lies (it restarts later)."""
+        node = self.nodes[node_id]
+        if not node.corrupt:
+            return
+        up = node.replica is not None
+        self.crash(node_id)
+        # durable first, as the driver does: no votes until it holds again what it may have
+        # acknowledged (QuorumState.vote_floor)
+        q = node.quorum
+        former = (node.history.last_epoch(len(node.log)), len(node.log))
+        floor_epoch, floor = max((q.vote_floor_epoch, q.vote_floor), former)
+        node.quorum = QuorumState(q.epoch, q.voted_for, q.leader_id, floor, floor_epoch)
+        node.before_repair = list(node.log)
+        del node.log[node.log_start :]
+        node.flushed = node.hw_checkpoint = node.log_start
+        node.corrupt.clear()
+        if up:
+            self._start_node(node_id)
 
     def interrupt(self, node_id: int) -> None:
         """Cancel the caller of the node's in-flight input (a gRPC handler whose client went
@@ -393,6 +462,9 @@ class Simulation:
                 return []
             start = self.rng.randint(node.log_start, upper) if offset is None else offset
             node.log_start = start
+            for gone in [o for o in node.corrupt if o < start]:  # deleted with its segment
+                node.corrupt.discard(gone)
+                node.log[gone] = self.checker.committed[gone]  # a stand-in, like ResetLog's
             return replica.log_start_advanced(start, self.now)
 
         self._input(node, call)
@@ -450,7 +522,8 @@ class Simulation:
         self._check_epochs(node)
 
     def settle(self) -> None:
-        """End the chaos: heal the network, stop faults, restart every node."""
+        """End the chaos: heal the network, stop faults, restart every node (the scrubber
+        still repairs what is damaged)."""
         self.chaos = False
         self.heal()
         self.loss = 0.0
@@ -574,7 +647,10 @@ class Simulation:
             elif isinstance(out, SetHighWatermark):
                 checker.on_high_watermark(node.id, node.log, out.offset)
                 if node.replica is not None and node.replica.role is Role.LEADER:
-                    voter_logs = [self.nodes[v].log for v in self.voters]
+                    # a node repairing its log still counts with what it held when it
+                    # acknowledged (the leader may use that acknowledgement): the repair is
+                    # a lost disk, made safe by its vote floor, not an undone commit
+                    voter_logs = [self.nodes[v].held(node.log, out.offset) for v in self.voters]
                     checker.on_commit(node.id, node.log, out.offset, voter_logs)
                 node.hw = out.offset
                 if self.rng.random() < 0.2:  # the driver checkpoints HW periodically
@@ -616,8 +692,13 @@ class Simulation:
         for value, control in zip(decoded.values, controls, strict=True):
             self._append(node, value, control=control, assigned_here=False)
 
-    def _read_frames(self, node: Node, start: int, end: int) -> bytes:
+    def _read_frames(self, node: Node, start: int, end: int) -> bytes | None:
+        """The frames of `[start, end)`, or None when the checksums refuse a damaged record
+        in the range (the answer is not sent; the node repairs itself)."""
         check(start >= node.log_start, f"node {node.id}: read at {start} < its log start")
+        if any(start <= offset < end for offset in node.corrupt):
+            self._schedule(1, "repair", node.id)
+            return None
         chunks = [
             frames.encode(offset, [rec.value], control=rec.control)
             for offset, rec in enumerate(node.log[start:end], start)
@@ -634,6 +715,8 @@ class Simulation:
             records = message.result
             end = min(records.end_offset, records.start_offset + self.fetch_records_max)
             data = self._read_frames(node, records.start_offset, end)
+            if data is None:
+                return
             message = FetchResponse(
                 message.epoch,
                 message.leader_id,
@@ -660,6 +743,8 @@ class Simulation:
                 continue
             leo = replica.log_end_offset
             hw = replica.high_watermark
+            if node.before_repair is not None and not replica.below_vote_floor:
+                node.before_repair = None
             if hw > leo or (node.idle and (leo != len(node.log) or hw != node.hw)):
                 check(
                     False,
@@ -678,7 +763,7 @@ class Simulation:
                     )
                 if node.was_leader_epoch != epoch:
                     node.was_leader_epoch = epoch
-                    checker.on_new_leader(node.id, epoch, node.log)
+                    checker.on_new_leader(node.id, epoch, node.log, node.corrupt)
 
     def _check_epochs(self, node: Node) -> None:
         """The core's epoch history describes the records the node really holds."""
@@ -758,7 +843,10 @@ def _check_converged(sim: Simulation, deadline: int) -> None:
             return False
         hw = leader.replica.high_watermark
         return hw == len(leader.log) and all(
-            n.replica is not None and n.idle and n.replica.high_watermark == hw
+            n.replica is not None
+            and n.idle
+            and n.replica.high_watermark == hw
+            and not n.corrupt  # the scrubber finds what no read did
             for n in sim.nodes.values()
         )
 

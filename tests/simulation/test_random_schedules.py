@@ -99,3 +99,20 @@ def test_leadership_transfers_among_faults_keep_every_invariant(seeds: range, no
                 seed, nodes, flush_always=seed % 2 == 0, interrupts=True, transfers=True
             )
         )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seeds", _blocks(600), ids=lambda r: f"seeds{r.start}-{r.stop - 1}")
+@pytest.mark.parametrize("nodes", [3, 5])
+def test_bit_rot_on_one_node_at_a_time_is_repaired_and_never_loses_or_serves_bad_data(
+    seeds: range, nodes: int
+) -> None:
+    # A committed record's bytes flip on one node's disk; its checksums refuse to serve it,
+    # the node discards its log and fetches it again (and, with its vote floor, does not
+    # vote for a log that lacks what it had acknowledged until it holds it again).
+    for seed in seeds:
+        config = SimConfig.random(
+            seed, nodes, flush_always=seed % 2 == 0, interrupts=True, transfers=True,
+            corruption=True,
+        )  # fmt: skip
+        run_schedule(config)

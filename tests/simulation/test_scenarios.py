@@ -435,3 +435,28 @@ def test_a_transfer_that_cannot_finish_is_abandoned_and_the_leader_takes_appends
     assert sim.run_for(1000, lambda: sim.replica(1).serving), "the transfer was not abandoned"
     request = sim.client_append(Acks.ALL, 1, 1)
     assert sim.run_for(1000, lambda: sim.requests[request].outcome == "acked")
+
+
+def test_a_repaired_voter_does_not_elect_a_leader_that_lacks_what_it_acknowledged() -> None:
+    """The wiped-disk hazard: a record committed by nodes 1 and 2 only; node 2's copy rots
+    and node 2 discards its log. Node 3, which never had the record, must not become leader
+    with node 2's vote: node 2 votes only for a log as up to date as the one it discarded."""
+    sim = calm(3, election_timeout_ms_min=150, election_timeout_ms_max=300)
+    elect(sim, 1)
+    wait_replicated(sim, 1, [2, 3])
+    sim.partition({1, 2}, {3})
+    request = sim.client_append(Acks.ALL, 1, 1)
+    assert sim.run_for(1000, lambda: sim.requests[request].outcome == "acked")
+    sim.corrupt(2, offset=len(sim.nodes[2].log) - 1)
+    sim.repair(2)
+    assert sim.nodes[2].quorum.vote_floor > 0
+    sim.crash(1)  # the only intact copy is down for now
+    sim.partition({2, 3})
+    sim.run_for(2000)
+    assert all(sim.replica(n).role is not Role.LEADER for n in (2, 3)), "elected without it"
+    sim.heal()
+    sim.restart(1)  # the holder returns: the three elect a leader with the record
+    assert sim.run_for(5000, lambda: sim.leader() is not None)
+    done = sim.client_append(Acks.ALL, sim.leader().id, 1)  # type: ignore[union-attr]
+    assert sim.run_for(5000, lambda: sim.requests[done].outcome == "acked")
+    assert sim.nodes[2].quorum.vote_floor == 0, "node 2 caught up and votes again"

@@ -564,7 +564,11 @@ def test_a_leader_serves_observers_but_counts_only_voters_toward_the_high_waterm
     out = fetch(r, 2, 3, 1)
     assert of_type(out, SetHighWatermark) == [SetHighWatermark(3)]
     assert of_type(out, AckCompleted) == [AckCompleted(7, 1, 2)]
-    assert r.followers()[4][0] == 3  # the observer's progress is tracked all the same
+    # the observer's progress is tracked all the same: its latest fetch (from 0) wins, as a
+    # replica that fetches from lower down no longer holds what it had (a repaired log)
+    assert r.followers()[4][0] == 0
+    fetch(r, 4, 3, 1)
+    assert r.followers()[4][0] == 3
 
 
 def test_a_leader_long_polls_an_observer_fetch_and_answers_it_on_new_data() -> None:
