@@ -12,7 +12,9 @@ node sends:
     node ids           id <= NODE_ID_MAX, and the sender's own id where the message
                        names its sender (replica_id, candidate_id, voter_id, leader_id)
     last epochs        last_fetched_epoch, last_epoch <= epoch (nobody holds a future epoch)
-    records            start_offset == fetch_offset <= end_offset; boundaries strictly
+    records            frames match frames_crc32c (when sent: a follower never appends bytes
+                       that changed on the way); start_offset == fetch_offset <= end_offset;
+                       boundaries strictly
                        increasing in epoch (<= epoch) and inside [start, end); frames are
                        whole, with consecutive offsets start .. end - 1
     diverging          epoch <= last_fetched_epoch
@@ -21,6 +23,8 @@ node sends:
 from __future__ import annotations
 
 from collections.abc import Iterable
+
+import google_crc32c
 
 from replog import frames
 from replog.replication.epochs import EpochStart
@@ -65,6 +69,8 @@ def to_envelope(topic: str, partition: int, from_id: int, message: Message) -> p
             rec.end_offset = result.end_offset
             rec.high_watermark = result.high_watermark
             rec.frames = result.frames
+            if result.frames:
+                rec.frames_crc32c = google_crc32c.value(result.frames)
             rec.boundaries.extend(
                 pb.EpochBoundary(epoch=b.epoch, start_offset=b.start_offset)
                 for b in result.boundaries
@@ -176,6 +182,9 @@ def from_envelope(env: pb.Envelope) -> Message:
                 all(start <= b.start_offset < end for b in boundaries),
                 "a boundary outside the records",
             )
+            if rec.HasField("frames_crc32c"):
+                crc = google_crc32c.value(rec.frames) if rec.frames else 0
+                _check(crc == rec.frames_crc32c, "frames do not match their CRC32C")
             try:
                 ends = frames.scan(rec.frames, start) if rec.frames else []
             except frames.FrameError as exc:

@@ -57,18 +57,20 @@ class EpochBoundary(_message.Message):
 class ReplicaFetchResponse(_message.Message):
     __slots__ = ("epoch", "leader_id", "fetch_offset", "last_fetched_epoch", "records", "diverging", "fenced", "start_at")
     class Records(_message.Message):
-        __slots__ = ("start_offset", "end_offset", "boundaries", "high_watermark", "frames")
+        __slots__ = ("start_offset", "end_offset", "boundaries", "high_watermark", "frames", "frames_crc32c")
         START_OFFSET_FIELD_NUMBER: _ClassVar[int]
         END_OFFSET_FIELD_NUMBER: _ClassVar[int]
         BOUNDARIES_FIELD_NUMBER: _ClassVar[int]
         HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
         FRAMES_FIELD_NUMBER: _ClassVar[int]
+        FRAMES_CRC32C_FIELD_NUMBER: _ClassVar[int]
         start_offset: int
         end_offset: int
         boundaries: _containers.RepeatedCompositeFieldContainer[EpochBoundary]
         high_watermark: int
         frames: bytes
-        def __init__(self, start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., boundaries: _Optional[_Iterable[_Union[EpochBoundary, _Mapping]]] = ..., high_watermark: _Optional[int] = ..., frames: _Optional[bytes] = ...) -> None: ...
+        frames_crc32c: int
+        def __init__(self, start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., boundaries: _Optional[_Iterable[_Union[EpochBoundary, _Mapping]]] = ..., high_watermark: _Optional[int] = ..., frames: _Optional[bytes] = ..., frames_crc32c: _Optional[int] = ...) -> None: ...
     class Diverging(_message.Message):
         __slots__ = ("epoch", "end_offset")
         EPOCH_FIELD_NUMBER: _ClassVar[int]

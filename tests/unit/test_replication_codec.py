@@ -15,6 +15,7 @@ from replog.replication.messages import (
     Message,
     Records,
     StartAt,
+    TimeoutNow,
     VoteRequest,
     VoteResponse,
 )
@@ -141,3 +142,27 @@ def test_a_records_answer_with_matching_frames_is_accepted() -> None:
     message = from_envelope(_records(5, 7, frames.encode(5, [b"a", b"b"])))
     assert isinstance(message, FetchResponse) and isinstance(message.result, Records)
     assert (message.result.start_offset, message.result.end_offset) == (5, 7)
+
+
+def test_frames_changed_on_the_way_are_refused_by_their_crc32c() -> None:
+    data = frames.encode(41, [b"value-a", b"value-b"])
+    message = FetchResponse(3, 1, 41, 2, Records(41, 43, (), 40, data))
+    env = to_envelope("orders", 0, 1, message)
+    assert env.fetch_response.records.HasField("frames_crc32c")
+    assert from_envelope(pb.Envelope.FromString(env.SerializeToString())) == message
+    for position in (len(data) - 1, 20, 12):  # a value byte, a value byte, a header byte
+        bad = bytearray(data)
+        bad[position] ^= 0x04
+        env.fetch_response.records.frames = bytes(bad)
+        with pytest.raises(ImpossibleMessage, match="CRC32C"):
+            from_envelope(env)
+    env.fetch_response.records.ClearField("frames_crc32c")  # an older sender: not checked
+    env.fetch_response.records.frames = data
+    assert from_envelope(env) == message
+
+
+def test_a_timeout_now_round_trips_and_must_come_from_the_leader_it_names() -> None:
+    message = TimeoutNow(epoch=4, leader_id=2)
+    assert from_envelope(to_envelope("orders", 0, 2, message)) == message
+    with pytest.raises(ImpossibleMessage):
+        from_envelope(to_envelope("orders", 0, 3, message))
