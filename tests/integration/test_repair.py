@@ -98,14 +98,18 @@ def check_acked(client: Client, acked: dict[int, bytes]) -> None:
 
 
 def converge_and_stop(cluster: DevCluster, client: Client) -> None:
-    """Wait until every replica holds the leader's whole log, then stop every node."""
+    """Wait until every replica holds the leader's whole log, then stop every node: the
+    followers first, so that no new leader writes an epoch marker that a node already
+    stopped would lack."""
 
     def same_end() -> bool:
         ends = {metric(cluster, n, "replog_log_end_offset") for n in cluster.members}
         return len(ends) == 1 and None not in ends
 
     wait_until(same_end, "every replica holds the whole log")
-    cluster.stop()
+    leader = leader_of(client, TOPIC)
+    for node in sorted(cluster.members, key=lambda n: n == leader):
+        assert cluster.members[node].stop() == 0
 
 
 def assert_identical_and_verified(cluster: DevCluster) -> None:
