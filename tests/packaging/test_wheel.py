@@ -196,7 +196,8 @@ def test_the_installed_package_comes_from_the_venv_and_ships_its_type_hints(
     assert Path(seen["file"]).is_relative_to(installed.venv)
     assert seen["version"] == seen["metadata"] == replog.__version__
     assert seen["typed"], "py.typed missing: typed users would not see the client's hints"
-    assert seen["stubs"] == ["admin_pb2.pyi", "log_pb2.pyi", "replication_pb2.pyi"]
+    protos = sorted(p.stem for p in (REPO / "proto" / "replog" / "v1").glob("*.proto"))
+    assert seen["stubs"] == [f"{name}_pb2.pyi" for name in protos]
 
 
 def test_records_produced_with_the_installed_cli_are_consumed_back(
