@@ -13,6 +13,7 @@ import grpc
 
 from replog import frames
 from replog.client.client import ACKS, CHANNEL_OPTIONS
+from replog.client.consumer import STREAM_REPLY_BYTES
 from replog.client.results import AppendResult, FetchResult, Offsets
 from replog.rpc_errors import from_rpc_error
 from replog.tls import ClientTls, aio_channel
@@ -97,7 +98,9 @@ class AsyncClient:
         self, topic: str, partition: int, offset: int
     ) -> AsyncIterator[frames.DecodedFrames]:
         """Data records from `offset` via StreamFrom, following the tail until cancelled."""
-        req = log_pb2.StreamFromRequest(topic=topic, partition=partition, offset=offset)
+        req = log_pb2.StreamFromRequest(
+            topic=topic, partition=partition, offset=offset, max_bytes=STREAM_REPLY_BYTES
+        )
         call = self._log.StreamFrom(req)
         try:
             async for batch in call:

@@ -13,6 +13,10 @@ from typing import TYPE_CHECKING, Protocol
 from replog import frames
 from replog.errors import InvalidArgumentError
 
+# StreamFrom batch size a consumer asks for: granted while it is behind (catching up costs
+# few messages), the server's small default once it follows the tail.
+STREAM_REPLY_BYTES = 1024 * 1024
+
 if TYPE_CHECKING:
     from replog.client.results import Offsets
     from replog.v1 import log_pb2
@@ -62,7 +66,9 @@ class Consumer:
         """Runs of data records, as the server sends them; follows the tail until closed."""
         offset = self.position if self.position is not None else self._resolve()
         self.position = offset
-        stream = self.client.stream(self.topic, self.partition, offset)
+        stream = self.client.stream(
+            self.topic, self.partition, offset, max_bytes=STREAM_REPLY_BYTES
+        )
         self._stream = stream
         try:
             for batch in stream:

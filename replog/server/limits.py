@@ -10,6 +10,8 @@ so the client may retry with backoff.
     streams_max                 StreamFrom calls open on the node
     streams_per_connection_max  StreamFrom calls open on one client connection
     acks_none_bytes_max         record bytes of acks=none appends accepted, not yet written
+    stream_bytes_pool_max       bytes that StreamFrom replies may hold above their floor,
+                                all streams together (`StreamWindow`)
 
 When open streams fall to half their peak (or none), the memory they used is given back to
 the system (`memory.MemoryReleaser`).
@@ -34,10 +36,12 @@ class LimitsConfig:
     streams_max: int = 1000
     streams_per_connection_max: int = 100
     acks_none_bytes_max: int = 64 * 1024 * 1024
+    stream_bytes_pool_max: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         assert self.rpcs_max >= 1 and self.streams_max >= 1
         assert self.streams_per_connection_max >= 1 and self.acks_none_bytes_max >= 1
+        assert self.stream_bytes_pool_max >= 0
 
 
 class Limits:
@@ -47,6 +51,7 @@ class Limits:
         self.streams = 0
         self.streams_by_connection: dict[str, int] = {}
         self.acks_none_bytes = 0
+        self.stream_pool_bytes = 0  # borrowed by StreamWindows above their floor
         self.memory = MemoryReleaser()
         self.refused: dict[str, int] = {}  # setting name -> calls refused by it (metrics)
         self.malformed = 0  # request bodies that did not decode (counted by the guard)
@@ -72,6 +77,7 @@ class Limits:
                 c.acks_none_bytes_max,
                 self.refused.get("acks_none_bytes_max", 0),
             ),
+            ("stream_bytes_pool_max", self.stream_pool_bytes, c.stream_bytes_pool_max, 0),
         ]
 
     @contextlib.contextmanager
@@ -143,3 +149,49 @@ class Limits:
     def release_acks_none(self, size_bytes: int) -> None:
         self.acks_none_bytes -= size_bytes
         assert self.acks_none_bytes >= 0, self.acks_none_bytes
+
+    def stream_window(self, floor_bytes: int, ceiling_bytes: int) -> StreamWindow:
+        """A reply-size window for one stream, between `floor_bytes` and `ceiling_bytes`
+        (what the reader asked for), borrowing from `stream_bytes_pool_max`; `close()` it
+        when the stream ends."""
+        return StreamWindow(self, floor_bytes, max(floor_bytes, ceiling_bytes))
+
+
+class StreamWindow:
+    """How many bytes a stream's next reply may carry.
+
+    A stream starts at `floor_bytes` (small: an idle or stuck reader costs the node one
+    small reply). A reader that asked for larger replies (StreamFrom `max_bytes`, up to
+    `ceiling_bytes`) gets them while it is behind the HW (`widen`): fewer messages and thread
+    hops per byte while it catches up. The bytes above the floor are borrowed from the
+    node's pool (`stream_bytes_pool_max`, all streams together); when the pool is spent a
+    stream gets what is left, at least its floor. A reader that has caught up gives its
+    borrowed bytes back (`shrink`), as does a stream that ends (`close`). So what streams
+    hold is at most `streams_max` x floor + the pool, whatever the readers do.
+    """
+
+    __slots__ = ("_limits", "ceiling_bytes", "floor_bytes", "size_bytes")
+
+    def __init__(self, limits: Limits, floor_bytes: int, ceiling_bytes: int) -> None:
+        self._limits = limits
+        self.floor_bytes = floor_bytes
+        self.ceiling_bytes = ceiling_bytes
+        self.size_bytes = floor_bytes
+
+    def widen(self) -> int:
+        """Borrow up to the ceiling (as the pool allows); the size to read now."""
+        pool = self._limits
+        free = pool.config.stream_bytes_pool_max - pool.stream_pool_bytes
+        extra = min(self.ceiling_bytes - self.size_bytes, free)
+        if extra > 0:
+            pool.stream_pool_bytes += extra
+            self.size_bytes += extra
+        return self.size_bytes
+
+    def shrink(self) -> None:
+        borrowed = self.size_bytes - self.floor_bytes
+        self._limits.stream_pool_bytes -= borrowed
+        assert self._limits.stream_pool_bytes >= 0, self._limits.stream_pool_bytes
+        self.size_bytes = self.floor_bytes
+
+    close = shrink

@@ -7,7 +7,11 @@ one whole frame when one is committed), which the settings keep under the gRPC m
 A stream's replies are bounded by `stream_bytes_max` (small: 64 KiB by default), and a
 stream reads its next batch only once gRPC's flow control has taken the previous reply
 (`rpc.streaming`): an idle or slow reader costs the node about one small batch, not a
-growing queue. Its memory is released when the stream ends.
+growing queue. A reader that asks for larger replies (`max_bytes`, up to `fetch_bytes_max`)
+gets them while it is behind the HW, the bytes above `stream_bytes_max` borrowed from the
+node's `stream_bytes_pool_max` (`limits.StreamWindow`): catching up costs few messages, and
+all streams together never hold more than the pool above their floors. Its memory is
+released when the stream ends.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import AsyncGenerator
 from replog import frames
 from replog.errors import EmptyBatchError, InvalidArgumentError, LogClosedError
 from replog.replication import Acks
+from replog.server.limits import Limits
 from replog.server.metrics import Metrics
 from replog.server.partition import Partition
 from replog.server.routing import Router
@@ -43,10 +48,13 @@ def acks_from_wire(value: int) -> Acks:
 
 
 class LogService(log_pb2_grpc.LogServicer):
-    def __init__(self, router: Router, metrics: Metrics, settings: Settings) -> None:
+    def __init__(
+        self, router: Router, metrics: Metrics, settings: Settings, limits: Limits
+    ) -> None:
         self.router = router
         self.metrics = metrics
         self.settings = settings
+        self.limits = limits
 
     def _max_bytes(self, requested: int) -> int:
         limit = self.settings.fetch_bytes_max
@@ -106,30 +114,36 @@ class LogService(log_pb2_grpc.LogServicer):
         topic, partition = request.topic, request.partition
         part = await self.router.leader_replica(topic, partition)
         offset = request.offset
-        max_bytes = min(self._max_bytes(request.max_bytes), self.settings.stream_bytes_max)
-        # Validate the start offset now (OUT_OF_RANGE) rather than after a wait.
-        data = await _read_committed(part, offset, max_bytes)
-        while True:
-            if data:
-                nxt = frames.next_offset(data, offset)
-                self.metrics.read_bytes.inc(len(data))
-                reply = log_pb2.StreamBatch(
-                    frames=data,
-                    high_watermark=part.high_watermark,
-                    log_start_offset=part.log.log_start_offset,
-                    next_offset=nxt,
-                )
-                data = b""  # the reply holds the one copy while it waits for flow control
-                offset = nxt
-                yield reply
-                del reply
-            event = part.hw_changed()
-            if part.closed:  # deleted (UNKNOWN_TOPIC, even if created again) or shutdown
-                raise part.closed_error()
-            if offset >= part.high_watermark:
-                await event.wait()
-                continue
-            data = await _read(part, offset, max_bytes)
+        asked = self._max_bytes(request.max_bytes)
+        floor = min(asked, self.settings.stream_bytes_max)
+        window = self.limits.stream_window(floor, asked if request.max_bytes else floor)
+        try:
+            # Validate the start offset now (OUT_OF_RANGE) rather than after a wait.
+            data = await _read_committed(part, offset, window.widen())
+            while True:
+                if data:
+                    nxt = frames.next_offset(data, offset)
+                    self.metrics.read_bytes.inc(len(data))
+                    reply = log_pb2.StreamBatch(
+                        frames=data,
+                        high_watermark=part.high_watermark,
+                        log_start_offset=part.log.log_start_offset,
+                        next_offset=nxt,
+                    )
+                    data = b""  # the reply holds the one copy while it waits for flow control
+                    offset = nxt
+                    yield reply
+                    del reply
+                event = part.hw_changed()
+                if part.closed:  # deleted (UNKNOWN_TOPIC, even if created again) or shutdown
+                    raise part.closed_error()
+                if offset >= part.high_watermark:
+                    window.shrink()  # caught up: wait holding the floor only
+                    await event.wait()
+                    continue
+                data = await _read(part, offset, window.widen())
+        finally:
+            window.close()
 
 
 def _not_committed_yet(part: Partition, offset: int) -> bool:

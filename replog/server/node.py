@@ -303,7 +303,7 @@ async def _serve(settings: Settings) -> int:
         interceptors=[guard, *authorizer],
         maximum_concurrent_rpcs=maximum_concurrent_rpcs(node.limits),
     )
-    log_service = LogService(node.router, node.metrics, settings)
+    log_service = LogService(node.router, node.metrics, settings, node.limits)
     admin_service = AdminService(node.router, node.topics, node.peers, node.metrics)
     log_pb2_grpc.add_LogServicer_to_server(log_service, server)  # type: ignore[no-untyped-call]
     admin_pb2_grpc.add_AdminServicer_to_server(admin_service, server)  # type: ignore[no-untyped-call]

@@ -100,8 +100,17 @@ class Settings:
     stream_bytes_max: int = field(
         default=64 * KIB,
         metadata=_help(
-            "largest frames payload of one StreamFrom reply (or one whole record); a stream "
-            "holds one reply in flight while its reader is slow"
+            "frames payload of a StreamFrom reply to start with (or one whole record); a "
+            "stream holds one reply in flight while its reader is slow. A reader that keeps "
+            "up but is behind gets replies doubling up to fetch_bytes_max, borrowing from "
+            "stream_bytes_pool_max"
+        ),
+    )
+    stream_bytes_pool_max: int = field(
+        default=64 * MIB,
+        metadata=_help(
+            "bytes StreamFrom replies may hold above stream_bytes_max, all streams of the "
+            "node together (0: every reply stays at stream_bytes_max)"
         ),
     )
     rpcs_max: int = field(
@@ -295,6 +304,7 @@ class Settings:
         )
         need(self.fetch_wait_ms_max >= 0, "fetch_wait_ms_max must be >= 0")
         need(self.stream_bytes_max >= HEADER_BYTES, "stream_bytes_max must be >= 12")
+        need(self.stream_bytes_pool_max >= 0, "stream_bytes_pool_max must be >= 0")
         need(self.rpcs_max >= 1, "rpcs_max must be >= 1")
         need(self.streams_max >= 1, "streams_max must be >= 1")
         need(self.streams_per_connection_max >= 1, "streams_per_connection_max must be >= 1")
@@ -416,6 +426,7 @@ class Settings:
             streams_max=self.streams_max,
             streams_per_connection_max=self.streams_per_connection_max,
             acks_none_bytes_max=self.acks_none_bytes_max,
+            stream_bytes_pool_max=self.stream_bytes_pool_max,
         )
 
     @property
