@@ -114,4 +114,3 @@ def test_the_kubernetes_objects_still_pass_strict_schema_validation(
         if obj["apiVersion"].startswith("cert-manager.io/"):
             continue  # a CRD: not in the bundled schemas
         kubernetes_validate.validate(obj, version, strict=True)
-
