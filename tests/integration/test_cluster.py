@@ -6,6 +6,7 @@ Every wait is on a condition with a generous deadline; nothing depends on wall-c
 from __future__ import annotations
 
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,9 +68,13 @@ class SteadyProducer:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    RECORDS_MAX = 1_000_000  # bounded in count and in time; a test stops it long before
+    RUN_S_MAX = 600.0
+
     def _run(self) -> None:
         n = 0
-        while not self._stop.is_set() and n < 100_000:
+        deadline = time.monotonic() + self.RUN_S_MAX
+        while not self._stop.is_set() and n < self.RECORDS_MAX and time.monotonic() < deadline:
             batch = [b"v%06d" % (n + i) for i in range(20)]
             try:
                 res = self.client.append(self.topic, 0, batch, acks="all")
@@ -90,8 +95,14 @@ class SteadyProducer:
         self._thread.join(60)
 
     def wait_acked(self, count: int) -> None:
+        def acked() -> bool | None:
+            if len(self.acked) >= count:
+                return True
+            assert self._thread.is_alive(), f"the producer stopped at its bounds ({count} wanted)"
+            return None
+
         wait_until(
-            lambda: len(self.acked) >= count or None,
+            acked,
             f"{count} records acked (have {len(self.acked)}; last errors {self.errors[-5:]})",
         )
 

@@ -44,7 +44,9 @@ def test_many_logs_stay_within_the_budget_and_keep_every_record(tmp_path: Path) 
     for log in logs:
         log.close()
     assert files.total == 0 and len(files) == 0
-    assert open_fds() == baseline
+    # <=: a descriptor of the process that was open at the start (another test's) may have
+    # been closed since; none of ours is left.
+    assert open_fds() <= baseline
     for i in range(LOGS):  # a parked log closed cleanly: it reopens with its HW
         again = open_log(tmp_path / f"p{i}")
         assert again.high_watermark == len(model[i])
@@ -62,7 +64,7 @@ def test_a_parked_log_answers_offsets_and_sizes_without_opening_files(tmp_path: 
     baseline = open_fds()
     assert (log.size_bytes, log.segment_count, log.log_start_offset) == (size, segments, start)
     assert log.log_end_offset == 30 and not log.needs_flush and log.integrity_issues() == []
-    assert open_fds() == baseline
+    assert open_fds() <= baseline  # opened nothing (another test's descriptor may close)
     assert log.read_uncommitted(0, 1 << 20)  # reopens
     assert not log.parked and files.total == FILES_PER_SEGMENT * segments
     log.close()
