@@ -65,7 +65,12 @@ from replog.server.reflection import enable_reflection
 from replog.server.repair import Repairer, corrupt_found, run_scrubber
 from replog.server.replica_manager import ReplicaManager
 from replog.server.replicated import ReplicatedPartition
-from replog.server.replication_transport import CHANNEL_OPTIONS, PeerLinks, ReplicationService
+from replog.server.replication_transport import (
+    CHANNEL_OPTIONS,
+    PeerLinks,
+    ReplicationService,
+    same_incarnation,
+)
 from replog.server.routing import Router
 from replog.server.security import peer_node_id
 from replog.server.settings import Settings
@@ -168,7 +173,7 @@ class Node:
         return ReplicatedPartition(
             plog,
             self.replica_config(meta.assignment[p]),
-            self.links.transport(meta.name, p),
+            self.links.transport(meta.name, p, meta.topic_id),
             self.peers.addresses,
             fetch_bytes_max=self.settings.fetch_bytes_max,
             spawn=self.supervisor.spawn,
@@ -190,12 +195,15 @@ class Node:
         """The member a peer call's certificate names (None: none, or TLS is off)."""
         return peer_node_id(context, self.dial_addresses)
 
-    def route(self, topic: str, partition: int) -> ReplicationTarget | None:
-        """The replica an incoming replication message is for (None: not hosted here)."""
+    def route(self, topic: str, partition: int, topic_id: int = 0) -> ReplicationTarget | None:
+        """The replica an incoming replication message is for (None: not hosted here, or
+        the message was meant for another incarnation of the topic's name)."""
         if topic == METADATA_TOPIC:
             return self.metadata.driver.deliver
         part = self.replicas.replicas.get((topic, partition))
-        return part.driver.deliver if part is not None else None
+        if part is None or not same_incarnation(topic_id, part.topic_id):
+            return None
+        return part.driver.deliver
 
     # -- lifecycle --------------------------------------------------------------------------
 

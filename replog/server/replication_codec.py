@@ -45,8 +45,10 @@ from replog.replication.state import EPOCH_MAX, NODE_ID_MAX, OFFSET_MAX
 from replog.v1 import replication_pb2 as pb
 
 
-def to_envelope(topic: str, partition: int, from_id: int, message: Message) -> pb.Envelope:
-    env = pb.Envelope(topic=topic, partition=partition, from_id=from_id)
+def to_envelope(
+    topic: str, partition: int, from_id: int, message: Message, topic_id: int = 0
+) -> pb.Envelope:
+    env = pb.Envelope(topic=topic, partition=partition, from_id=from_id, topic_id=topic_id)
     if isinstance(message, FetchRequest):
         env.fetch_request.CopyFrom(
             pb.ReplicaFetchRequest(

@@ -52,7 +52,17 @@ CHANNEL_OPTIONS = [
 
 DROP_LOG_INTERVAL_S = 10.0
 
-Router = Callable[[str, int], Callable[[Message], Awaitable[None]] | None]
+# (topic, partition, topic_id) -> the replica's delivery, None when not hosted here
+Router = Callable[[str, int, int], Callable[[Message], Awaitable[None]] | None]
+
+
+def same_incarnation(sent_topic_id: int, local_topic_id: int) -> bool:
+    """A message is for this replica unless both sides know the topic's incarnation and
+    they differ (the message was sent for a deleted topic of the same name). 0: unknown
+    (a sender or a replica directory that predates topic ids)."""
+    return not sent_topic_id or not local_topic_id or sent_topic_id == local_topic_id
+
+
 Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
 # The member a call's channel authenticated (None: not a member); see security.py.
 Authenticate = Callable[[Any], int | None]
@@ -88,8 +98,8 @@ class PeerLinks:
             coro, name = self._run(link), f"peer-{link.peer}"
             link.task = spawn(coro, name) if spawn else asyncio.create_task(coro, name=name)
 
-    def transport(self, topic: str, partition: int) -> PartitionTransport:
-        return PartitionTransport(self, topic, partition)
+    def transport(self, topic: str, partition: int, topic_id: int = 0) -> PartitionTransport:
+        return PartitionTransport(self, topic, partition, topic_id)
 
     def send(self, peer: int, envelope: pb.Envelope) -> None:
         link = self._links.get(peer)
@@ -133,13 +143,17 @@ class PeerLinks:
 class PartitionTransport:
     """The `Transport` one partition's driver sees."""
 
-    def __init__(self, links: PeerLinks, topic: str, partition: int) -> None:
+    def __init__(self, links: PeerLinks, topic: str, partition: int, topic_id: int = 0) -> None:
         self.links = links
         self.topic = topic
         self.partition = partition
+        self.topic_id = topic_id
 
     def send(self, to: int, message: Message) -> None:
-        self.links.send(to, to_envelope(self.topic, self.partition, self.links.node_id, message))
+        self.links.send(
+            to,
+            to_envelope(self.topic, self.partition, self.links.node_id, message, self.topic_id),
+        )
 
 
 class ReplicationService(replication_pb2_grpc.ReplicationServicer):
@@ -192,7 +206,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 await self._refuse(
                     context, f"node {peer} sent an envelope as node {envelope.from_id}"
                 )
-            deliver = self.router(envelope.topic, envelope.partition)
+            deliver = self.router(envelope.topic, envelope.partition, envelope.topic_id)
             if deliver is None:
                 continue
             try:

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Envelope(_message.Message):
-    __slots__ = ("topic", "partition", "from_id", "fetch_request", "fetch_response", "vote_request", "vote_response", "begin_epoch", "timeout_now")
+    __slots__ = ("topic", "partition", "from_id", "fetch_request", "fetch_response", "vote_request", "vote_response", "begin_epoch", "timeout_now", "topic_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     FROM_ID_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +17,7 @@ class Envelope(_message.Message):
     VOTE_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     BEGIN_EPOCH_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_NOW_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     from_id: int
@@ -26,7 +27,8 @@ class Envelope(_message.Message):
     vote_response: VoteResponse
     begin_epoch: BeginEpoch
     timeout_now: TimeoutNow
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., from_id: _Optional[int] = ..., fetch_request: _Optional[_Union[ReplicaFetchRequest, _Mapping]] = ..., fetch_response: _Optional[_Union[ReplicaFetchResponse, _Mapping]] = ..., vote_request: _Optional[_Union[VoteRequest, _Mapping]] = ..., vote_response: _Optional[_Union[VoteResponse, _Mapping]] = ..., begin_epoch: _Optional[_Union[BeginEpoch, _Mapping]] = ..., timeout_now: _Optional[_Union[TimeoutNow, _Mapping]] = ...) -> None: ...
+    topic_id: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., from_id: _Optional[int] = ..., fetch_request: _Optional[_Union[ReplicaFetchRequest, _Mapping]] = ..., fetch_response: _Optional[_Union[ReplicaFetchResponse, _Mapping]] = ..., vote_request: _Optional[_Union[VoteRequest, _Mapping]] = ..., vote_response: _Optional[_Union[VoteResponse, _Mapping]] = ..., begin_epoch: _Optional[_Union[BeginEpoch, _Mapping]] = ..., timeout_now: _Optional[_Union[TimeoutNow, _Mapping]] = ..., topic_id: _Optional[int] = ...) -> None: ...
 
 class ExchangeSummary(_message.Message):
     __slots__ = ("envelopes",)

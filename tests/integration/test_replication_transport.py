@@ -13,7 +13,7 @@ import grpc
 from replog import frames
 from replog.replication import Acks, Message, ReplicaConfig, Role
 from replog.replication.driver import ReplicaDriver
-from replog.server.replication_transport import PeerLinks, ReplicationService
+from replog.server.replication_transport import PeerLinks, ReplicationService, same_incarnation
 from replog.storage import FlushPolicy, PartitionLog, StorageConfig
 from replog.v1 import replication_pb2_grpc
 
@@ -24,17 +24,22 @@ T = TypeVar("T")
 
 
 class Node:
-    def __init__(self, node_id: int, root: Path) -> None:
+    def __init__(self, node_id: int, root: Path, topic_id: int = 0) -> None:
         self.node_id = node_id
         self.root = root
+        self.topic_id = topic_id  # the incarnation of topic "t" this node hosts
         self.port = 0
         self.server: grpc.aio.Server | None = None
         self.driver: ReplicaDriver | None = None
         self.links: PeerLinks | None = None
         self.log: PartitionLog | None = None
 
-    def _route(self, topic: str, partition: int) -> Callable[[Message], Awaitable[None]] | None:
-        return self.driver.deliver if self.driver is not None and topic == "t" else None
+    def _route(
+        self, topic: str, partition: int, topic_id: int
+    ) -> Callable[[Message], Awaitable[None]] | None:
+        if self.driver is None or topic != "t" or not same_incarnation(topic_id, self.topic_id):
+            return None
+        return self.driver.deliver
 
     async def listen(self) -> None:
         self.server = grpc.aio.server()
@@ -53,7 +58,7 @@ class Node:
             fetch_wait_ms_max=100, fetch_retry_ms=300, begin_epoch_retry_ms=100,
         )  # fmt: skip
         self.driver = ReplicaDriver(
-            self.log, config, self.links.transport("t", 0),
+            self.log, config, self.links.transport("t", 0, self.topic_id),
             rng=random.Random(self.node_id), tick_ms=20,
         )  # fmt: skip
         await self.driver.start()
@@ -130,3 +135,46 @@ def test_three_nodes_replicate_over_grpc_and_survive_a_leader_crash(tmp_path: Pa
                     await node.crash()
 
     asyncio.run(main())
+
+
+def test_a_replica_of_another_incarnation_of_the_topic_takes_no_message_from_this_one(
+    tmp_path: Path,
+) -> None:
+    """Node 3 hosts a re-created topic "t" (topic_id 9) while nodes 1 and 2 still run the
+    deleted one (topic_id 5): none of their votes, epochs or records reach node 3's log,
+    and node 3's own messages do not disturb them."""
+
+    async def main() -> None:
+        nodes = {n: Node(n, tmp_path, topic_id=9 if n == 3 else 5) for n in VOTERS}
+        for node in nodes.values():
+            await node.listen()
+        peers = {n: f"127.0.0.1:{node.port}" for n, node in nodes.items()}
+        for node in nodes.values():
+            await node.start(peers)
+        try:
+            old = {n: v for n, v in nodes.items() if n != 3}
+            first = await wait_for(lambda: leader_of(old))
+            driver = nodes[first].driver
+            assert driver is not None
+            for i in range(5):
+                await driver.append([b"old-%d" % i], Acks.ALL, DEADLINE_S)
+            stale = nodes[3]
+            assert stale.log is not None and stale.driver is not None
+            assert stale.log.log_end_offset == 0, "no record of the deleted topic reached it"
+            assert stale.driver.leader_id is None, "it never learned the old topic's leader"
+            assert all(
+                n.driver is not None and n.driver.leader_id == first for n in old.values()
+            ), "node 3's campaigns for its own incarnation did not unseat the old leader"
+        finally:
+            for node in nodes.values():
+                if node.server is not None:
+                    await node.crash()
+
+    asyncio.run(main())
+
+
+def test_messages_are_taken_unless_both_sides_know_the_incarnation_and_it_differs() -> None:
+    assert same_incarnation(5, 5)
+    assert not same_incarnation(5, 9)
+    assert same_incarnation(0, 9)  # a sender that predates topic ids
+    assert same_incarnation(5, 0)  # a replica directory that predates them
