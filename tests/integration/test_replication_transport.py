@@ -86,6 +86,16 @@ def leader_of(nodes: dict[int, Node]) -> int | None:
     return leaders[0] if len(leaders) == 1 else None
 
 
+async def start_all(nodes: dict[int, Node]) -> dict[int, str]:
+    """Every node listens, then starts replicating to the others; their addresses."""
+    for node in nodes.values():
+        await node.listen()
+    peers = {n: f"127.0.0.1:{node.port}" for n, node in nodes.items()}
+    for node in nodes.values():
+        await node.start(peers)
+    return peers
+
+
 def values_of(log: PartitionLog, upto: int) -> list[bytes]:
     out: list[bytes] = []
     offset = 0
@@ -99,11 +109,7 @@ def values_of(log: PartitionLog, upto: int) -> list[bytes]:
 def test_three_nodes_replicate_over_grpc_and_survive_a_leader_crash(tmp_path: Path) -> None:
     async def main() -> None:
         nodes = {n: Node(n, tmp_path) for n in VOTERS}
-        for node in nodes.values():
-            await node.listen()
-        peers = {n: f"127.0.0.1:{node.port}" for n, node in nodes.items()}
-        for node in nodes.values():
-            await node.start(peers)
+        peers = await start_all(nodes)
         try:
             first = await wait_for(lambda: leader_of(nodes))
             acked: list[bytes] = []
@@ -146,11 +152,7 @@ def test_a_replica_of_another_incarnation_of_the_topic_takes_no_message_from_thi
 
     async def main() -> None:
         nodes = {n: Node(n, tmp_path, topic_id=9 if n == 3 else 5) for n in VOTERS}
-        for node in nodes.values():
-            await node.listen()
-        peers = {n: f"127.0.0.1:{node.port}" for n, node in nodes.items()}
-        for node in nodes.values():
-            await node.start(peers)
+        await start_all(nodes)
         try:
             old = {n: v for n, v in nodes.items() if n != 3}
             first = await wait_for(lambda: leader_of(old))
