@@ -341,17 +341,24 @@ class ReplicaDriver:
         performed (and may commit) all the same."""
         self._check_running()
         request_id = next(self._request_ids)
-        fut = self._future()
+        # The caller's own future, not the owner's: cancelling or timing out the caller
+        # cancels it, and the owner, which answers only futures not done yet, goes on with
+        # the append all the same. (No shield or wait_for: each costs an event-loop hop
+        # per append.)
+        fut: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
         self._acks[request_id] = fut
         try:
             self._submit(_Append(request_id, tuple(values), acks))
-            return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                return await fut
         except TimeoutError:
             raise AckTimeoutError(
                 f"acks={acks.value} not reached within {timeout_s:.3f}s: the batch may still commit"
             ) from None
         finally:
             self._acks.pop(request_id, None)
+            if fut.done() and not fut.cancelled():
+                fut.exception()  # answered as the caller left: not 'never retrieved'
 
     def _future(self) -> asyncio.Future[Any]:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
