@@ -517,6 +517,10 @@ class ReplicaDriver:
         return self.replica.leader_id
 
     @property
+    def caught_up(self) -> bool:
+        return self.replica.caught_up(self._now_ms())
+
+    @property
     def serving(self) -> bool:
         """Leader with its own epoch committed and no transfer under way: see
         `Replica.serving`."""

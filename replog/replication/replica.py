@@ -149,6 +149,7 @@ class Replica:
         self._leader_since_ms = 0
         self._transfer: tuple[int, int] | None = None  # (target, give up at ms)
         self._leader_hw_seen = 0  # follower: the HW in the last records answer
+        self._records_epoch = 0  # follower: the epoch of that answer
         self._timeout_now_sent = False
         self._pending_leader: deque[_PendingAck] = deque()
         self._pending_all: deque[_PendingAck] = deque()
@@ -204,6 +205,20 @@ class Replica:
     def below_vote_floor(self) -> bool:
         """This replica's log was discarded and has not caught up yet: no votes."""
         return self._leo < self._state.vote_floor
+
+    def caught_up(self, now_ms: int) -> bool:
+        """The leader, or a follower that heard from its leader within the election timeout
+        and whose log reached the HW of that leader's latest records answer in this epoch:
+        what a rolling restart waits for before it stops the next node. A replica in an
+        election, or cut off from its leader, is not (it cannot know what it lacks)."""
+        if self.role is Role.LEADER:
+            return True
+        contact = self._leader_contact_ms
+        if self.role is not Role.FOLLOWER or self.leader_id is None or contact is None:
+            return False
+        if now_ms - contact >= self.config.election_timeout_ms_min:
+            return False
+        return self._records_epoch == self.epoch and self._leo >= self._leader_hw_seen
 
     def _caught_up_after_repair(self) -> bool:
         """Durably back at what it held before its log was discarded, or durably holding
@@ -724,6 +739,7 @@ class Replica:
             self._out.append(AppendFrames(records))
             self._leo = end
         self._leader_hw_seen = records.high_watermark
+        self._records_epoch = self.epoch
         if self._state.vote_floor and self._caught_up_after_repair():
             self._clear_vote_floor()
         hw = max(self._hw, min(records.high_watermark, self._leo))

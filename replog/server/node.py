@@ -36,7 +36,9 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -61,6 +63,7 @@ from replog.server.metadata import METADATA_TOPIC, TopicMeta
 from replog.server.metadata_log import MetadataLog, replica_config_members
 from replog.server.metrics import Metrics
 from replog.server.peers import Peers
+from replog.server.readiness import READY_SERVICE, report_readiness
 from replog.server.reflection import enable_reflection
 from replog.server.repair import Repairer, corrupt_found, run_scrubber
 from replog.server.replica_manager import ReplicaManager
@@ -386,6 +389,13 @@ async def _serve(settings: Settings) -> int:
             ) from None
     for name in ("", *SERVICE_NAMES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    supervisor.spawn(
+        report_readiness(
+            lambda: [driver for _topic, _p, driver in node.drivers()],
+            partial(_publish_ready, health_servicer),
+        ),
+        "readiness",
+    )
     if settings.ready_file is not None:
         write_ready_file(settings.ready_file, node.address, metrics_address, peer_bound)
     log(
@@ -439,6 +449,11 @@ async def _serve(settings: Settings) -> int:
         return EXIT_TASK_FAILED
     log(_log, "server.stopped")
     return 0
+
+
+async def _publish_ready(servicer: Any, ready: bool) -> None:
+    status = health_pb2.HealthCheckResponse
+    await servicer.set(READY_SERVICE, status.SERVING if ready else status.NOT_SERVING)
 
 
 async def _close(node: Node, supervisor: Supervisor) -> None:

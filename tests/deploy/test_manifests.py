@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 
 import replog
-from replog.server.node import SERVICE_NAMES
+from replog.server.readiness import READY_SERVICE
 from replog.server.settings import Settings
 from tests.deploy.conftest import REPO
 
@@ -293,16 +293,15 @@ def test_every_probe_targets_a_port_the_container_exposes(rendered: list[Obj]) -
     assert settings.health_listen == f"0.0.0.0:{ports['health']}"
 
 
-def test_liveness_never_depends_on_peers_and_readiness_asks_for_the_log_api(
+def test_liveness_never_depends_on_peers_and_readiness_asks_for_caught_up_replicas(
     rendered: list[Obj],
 ) -> None:
     c = container(rendered)
     # "" is the overall service: SERVING whenever the process serves, whatever its peers do
     assert c["livenessProbe"]["grpc"].get("service", "") == ""
     assert c["startupProbe"]["grpc"].get("service", "") == ""
-    readiness = c["readinessProbe"]["grpc"]["service"]
-    assert readiness == "replog.v1.Log"
-    assert readiness in SERVICE_NAMES  # a name the server really registers with health
+    # the name the server publishes once every replica it hosts has caught up
+    assert c["readinessProbe"]["grpc"]["service"] == READY_SERVICE
 
 
 def test_startup_probe_leaves_minutes_for_log_recovery(rendered: list[Obj]) -> None:

@@ -387,6 +387,31 @@ def test_a_follower_sets_hw_to_the_smaller_of_the_leader_hw_and_its_log_end() ->
     assert r.high_watermark == 2
 
 
+def test_a_follower_is_caught_up_once_its_log_reaches_its_leaders_hw_in_this_epoch() -> None:
+    r = replica(2)
+    assert not r.caught_up(0), "no leader known: it cannot know what it lacks"
+    r.receive(BeginEpoch(5, 1), 0)
+    assert not r.caught_up(0), "a leader, and no records answer from it yet"
+    answer(r, Records(0, 2, (EpochStart(5, 0),), 4))
+    assert not r.caught_up(0), "2 records of the 4 its leader has committed"
+    r.flushed(2, 0)
+    answer(r, Records(2, 4, (), 4))
+    assert r.caught_up(0)
+    assert not r.caught_up(1000), "no word from its leader for an election timeout"
+    r.receive(BeginEpoch(6, 3), 0)
+    assert not r.caught_up(0), "a new leader: caught up again only after its first answer"
+    r.flushed(4, 0)
+    r.receive(FetchResponse(6, 3, 4, 5, Records(4, 4, (), 4)), 0)
+    assert r.caught_up(0)
+
+
+def test_a_leader_is_caught_up_and_a_candidate_is_not() -> None:
+    assert leader().caught_up(10_000)
+    r = replica(1)
+    r.campaign(0)
+    assert role(r) is Role.CANDIDATE and not r.caught_up(0)
+
+
 def test_a_follower_fetches_again_only_once_its_records_are_flushed() -> None:
     r = follower()
     out = answer(r, Records(0, 2, (EpochStart(5, 0),), 0))

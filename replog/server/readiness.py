@@ -1,0 +1,52 @@
+"""Readiness: the health name `replog.ready` is SERVING once every replica the node hosts
+has caught up with its leader (`Replica.caught_up`), the metadata partition included.
+
+A Kubernetes readiness probe asks for it (deploy/k8s/statefulset.yaml), so a rolling
+restart stops the next pod only when the restarted one holds again what its leaders have
+committed, and a node that is far behind takes no traffic from the client Service. It
+turns NOT_SERVING at once when the node starts its drain (SIGTERM), like every other
+health name. `report_readiness` checks every `interval_s` and logs each change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from replog.replication.driver import ReplicaDriver
+from replog.server.logs import log
+
+_log = logging.getLogger("replog.server")
+
+READY_SERVICE = "replog.ready"
+INTERVAL_S = 1.0
+
+
+def behind(drivers: Sequence[ReplicaDriver]) -> list[ReplicaDriver]:
+    """The replicas still catching up with their leader."""
+    return [d for d in drivers if not d.caught_up]
+
+
+async def report_readiness(
+    drivers: Callable[[], Sequence[ReplicaDriver]],
+    publish: Callable[[bool], Awaitable[None]],
+    interval_s: float = INTERVAL_S,
+) -> None:
+    """Publish readiness now and on every change, checking every `interval_s`."""
+    ready: bool | None = None
+    while True:
+        lagging = behind(drivers())
+        now = not lagging
+        if now != ready:
+            await publish(now)
+            if ready is not None or not now:
+                log(
+                    _log,
+                    "readiness.changed",
+                    ready=now,
+                    behind=[f"{d.log.topic}/{d.log.partition}" for d in lagging[:10]],
+                    behind_count=len(lagging),
+                )
+            ready = now
+        await asyncio.sleep(interval_s)
