@@ -58,6 +58,7 @@ from replog.errors import (
     ReplogError,
     ShuttingDownError,
 )
+from replog.replication.batch_ends import BatchEnds
 from replog.replication.coalesce import coalesce
 from replog.replication.config import ReplicaConfig
 from replog.replication.epochs import EpochStart
@@ -232,6 +233,7 @@ class ReplicaDriver:
         rng: random.Random | None = None,
         tick_ms: int = 50,
         fetch_bytes_max: int = 1024 * 1024,
+        answer_bytes_max: int = 4 * 1024 * 1024 - 64 * 1024,
         on_high_watermark: Callable[[int], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         spawn: Spawn | None = None,
@@ -241,6 +243,10 @@ class ReplicaDriver:
         self.transport = transport
         self.tick_ms = tick_ms
         self.fetch_bytes_max = fetch_bytes_max
+        # A fetch answer may exceed fetch_bytes_max up to this to carry one batch whole
+        # (under the peers' gRPC message limit).
+        self.answer_bytes_max = max(answer_bytes_max, fetch_bytes_max)
+        self._batch_ends = BatchEnds()  # uncommitted batches' ends: where answers may end
         self._clock = clock
         self._on_hw = on_high_watermark
         self._spawn = spawn or _spawn_task
@@ -635,22 +641,27 @@ class ReplicaDriver:
             elif isinstance(out, AppendRecords):
                 result = await self._write(partial(self.log.append, out.values))
                 assert result.base_offset == out.base_offset, (result, out.base_offset)
+                self._batch_ends.appended(out.base_offset + len(out.values))
                 queue += self._flush_progress()
             elif isinstance(out, AppendControl):
                 m = out.marker
                 value = encode_marker(m.epoch, m.leader_id, m.voters)
                 result = await self._write(partial(self.log.append, [value], control=True))
                 assert result.base_offset == out.offset, (result, out.offset)
+                self._batch_ends.appended(out.offset + 1)
                 queue += self._flush_progress()
             elif isinstance(out, AppendFrames):
                 await self._write(partial(self.log.append_frames, out.records.frames))
                 queue += self._flush_progress()
             elif isinstance(out, TruncateTo):
                 self.truncations += 1
+                self._batch_ends.truncated(out.offset)
                 await self._io(partial(self.log.truncate_to, out.offset))
             elif isinstance(out, ResetLog):
+                self._batch_ends.clear()
                 await self._io(partial(self.log.reset_to, out.offset))
             elif isinstance(out, SetHighWatermark):
+                self._batch_ends.committed(out.offset)
                 self.log.set_high_watermark(out.offset)
                 if self._on_hw is not None:
                     self._on_hw(out.offset)
@@ -688,9 +699,7 @@ class ReplicaDriver:
         if rec.start_offset >= rec.end_offset:
             return message
         try:
-            data = self.log.read_uncommitted(
-                rec.start_offset, self.fetch_bytes_max, end_offset=rec.end_offset
-            )
+            data = self._read_batches(rec.start_offset, rec.end_offset)
         except CorruptDataError as exc:
             _log.error(
                 "replica %s/%s: not answering a fetch from %d: %s",
@@ -708,6 +717,22 @@ class ReplicaDriver:
             message.last_fetched_epoch,
             rec.clipped(end, data),
         )
+
+    def _read_batches(self, start: int, end: int) -> bytes:
+        """Frames from `start`, about `fetch_bytes_max` of them, ending above the HW only at
+        a batch boundary (`batch_ends`): back to the last one the read reached, or on to the
+        end of a batch larger than the read (up to `answer_bytes_max`; past that the batch is
+        sent in parts, as before)."""
+        data = self.log.read_uncommitted(start, self.fetch_bytes_max, end_offset=end)
+        reached = frames.next_offset(data, start)
+        cut = self._batch_ends.cut(start, reached, end, self.log.high_watermark)
+        if cut < reached:
+            return self.log.read_uncommitted(start, self.fetch_bytes_max, end_offset=cut)
+        if cut > reached:
+            whole = self.log.read_uncommitted(start, self.answer_bytes_max, end_offset=cut)
+            if frames.next_offset(whole, start) == cut:
+                return whole
+        return data
 
     def _failure(self, out: AckFailed) -> Exception:
         if out.failure is AckFailure.NOT_LEADER:

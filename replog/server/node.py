@@ -95,6 +95,7 @@ _log = logging.getLogger("replog.server")
 FAILED_CLOSE_TIMEOUT_S = 5.0
 OPEN_WAIT_S = 60.0
 ReplicationTarget = Callable[[Message], Awaitable[None]]
+ANSWER_MARGIN_BYTES = 64 * 1024  # a fetch answer's envelope fields, under the message limit
 SERVICE_NAMES = (
     log_pb2.DESCRIPTOR.services_by_name["Log"].full_name,
     admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
@@ -179,6 +180,7 @@ class Node:
             self.links.transport(meta.name, p, meta.topic_id),
             self.peers.addresses,
             fetch_bytes_max=self.settings.fetch_bytes_max,
+            answer_bytes_max=self.settings.message_bytes_max - ANSWER_MARGIN_BYTES,
             spawn=self.supervisor.spawn,
             topic_id=meta.topic_id,
             limits=self.limits,

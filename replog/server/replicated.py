@@ -47,6 +47,7 @@ class ReplicatedPartition(Partition):
         *,
         fetch_bytes_max: int,
         spawn: Spawn,
+        answer_bytes_max: int = 4 * 1024 * 1024 - 64 * 1024,
         rng: random.Random | None = None,
         topic_id: int = 0,
         limits: Limits | None = None,
@@ -63,6 +64,7 @@ class ReplicatedPartition(Partition):
             transport,
             rng=rng,
             fetch_bytes_max=fetch_bytes_max,
+            answer_bytes_max=answer_bytes_max,
             on_high_watermark=lambda _hw: self._notify(),
             spawn=spawn,
         )

@@ -413,7 +413,9 @@ class Settings:
             retention_ms=self.retention_ms,
             flush=FlushPolicy(self.flush),
             flush_interval_ms=self.flush_interval_ms,
-            read_bytes_max=self.fetch_bytes_max,
+            # Client reads are capped at fetch_bytes_max by the services; a leader's fetch
+            # answer may read up to a message to carry one batch whole (replication).
+            read_bytes_max=max(self.fetch_bytes_max, self.message_bytes_max),
         )
 
     def files_max(self) -> int:
