@@ -28,6 +28,8 @@ test: lint typecheck
 	bash scripts/ensure-command.sh java openjdk-17-jre-headless
 	bash scripts/ensure-command.sh kubectl kubectl kubernetes-client
 	bash scripts/ensure-command.sh promtool prometheus
+	bash scripts/ensure-command.sh nats-server nats-server  # bench/peers.py's smoke test
+	bash scripts/ensure-command.sh redis-server redis-server
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
