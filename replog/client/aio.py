@@ -1,23 +1,39 @@
-"""The asyncio twin of `Client` (thin): the same calls, awaited, over a `grpc.aio` channel.
+"""The asyncio twin of `Client`: the same calls, awaited, over `grpc.aio` channels.
 
-No producer batching or routing cache here: each call goes to the one address given, and
-errors come back as the same typed `ReplogError`s (`replog.rpc_errors`). Retries: none;
-wrap calls yourself if you need them.
+Routing and retries as in `Client` (`routing.Routing`, `retry.acall_with_retry`): one
+bootstrap address is enough (the client learns every node from metadata before its first
+call), a node that does not answer is passed over, data calls go to the partition's
+leader (NOT_LEADER hints followed), and retriable errors are retried within the
+`RetryPolicy`. No producer batching here. Errors come back as the same typed
+`ReplogError`s (`replog.rpc_errors`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import grpc
 
 from replog import frames
-from replog.client.client import ACKS, CHANNEL_OPTIONS
+from replog.client.client import (
+    ACKS,
+    CHANNEL_OPTIONS,
+    Node,
+    metadata_request,
+    partition_info,
+)
 from replog.client.consumer import STREAM_REPLY_BYTES
-from replog.client.results import AppendResult, FetchResult, Offsets
+from replog.client.results import AppendResult, FetchResult, Offsets, PartitionInfo
+from replog.client.retry import Attempts, RetryPolicy, acall_with_retry, one_try_each
+from replog.client.routing import Routing, split_addresses
+from replog.errors import NotLeaderError, ReplogError, TopicExistsError
 from replog.rpc_errors import from_rpc_error
 from replog.tls import ClientTls, aio_channel
-from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
+from replog.v1 import admin_pb2, log_pb2
+
+T = TypeVar("T")
 
 
 class AsyncClient:
@@ -26,17 +42,101 @@ class AsyncClient:
         address: str,
         *,
         timeout_s: float = 30.0,
+        retry: RetryPolicy | None = None,
         tls: ClientTls | None = None,
         token: str | None = None,
     ) -> None:
         self.address = address
         self.timeout_s = timeout_s
-        self._channel = aio_channel(address, tls, CHANNEL_OPTIONS, token)
-        self._log = log_pb2_grpc.LogStub(self._channel)  # type: ignore[no-untyped-call]
-        self._admin = admin_pb2_grpc.AdminStub(self._channel)  # type: ignore[no-untyped-call]
+        self.retry = retry or RetryPolicy()
+        self.tls = tls
+        self.token = token
+        self.routing = Routing(split_addresses(address))
+        self._discovering = False
+        self._nodes: dict[str, Node] = {}
+        self._node(self.routing.current)  # bad TLS files fail here, not at the first call
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _node(self, address: str) -> Node:
+        node = self._nodes.get(address)
+        if node is None:
+            made = aio_channel(address, self.tls, CHANNEL_OPTIONS, self.token)
+            node = self._nodes[address] = Node(address, made)
+        return node
+
+    async def _call(
+        self,
+        fn: Callable[[Node], Awaitable[T]],
+        topic: str | None = None,
+        partition: int = 0,
+        *,
+        idempotent: bool = False,
+        discover: bool = True,
+        retry: RetryPolicy | None = None,
+    ) -> T:
+        """`fn(node)` with typed errors, retries and routing (see `Client._call`)."""
+        if discover:
+            await self._discover(topic)
+
+        async def attempt() -> T:
+            address = self.routing.address(topic, partition)
+            try:
+                return await fn(self._node(address))
+            except grpc.RpcError as exc:
+                err = from_rpc_error(exc)
+                raise self.routing.failed(err, address, idempotent=idempotent) from None
+
+        async def reroute(err: ReplogError) -> bool:
+            return await self._reroute(err, topic, partition)
+
+        return await acall_with_retry(attempt, retry or self.retry, reroute)
+
+    async def _discover(self, topic: str | None) -> None:
+        """Before the first call: learn every node of the cluster (see `Client._discover`)."""
+        if self.routing.discovered or self._discovering:
+            return
+        self._discovering = True
+        try:
+            policy = one_try_each(len(self.routing.bootstraps), self.retry)
+            await self._refresh(metadata_request(topic), policy)
+        except ReplogError:
+            pass
+        finally:
+            self._discovering = False
+
+    async def _reroute(self, err: ReplogError, topic: str | None, partition: int) -> bool:
+        rerouted = self.routing.reroute(err, topic, partition)
+        if isinstance(err, NotLeaderError) and topic is not None and not err.leader_address:
+            await self.refresh_metadata([topic])
+        return rerouted
+
+    @property
+    def known_nodes(self) -> tuple[str, ...]:
+        """Every address this client may call: the bootstraps and the nodes metadata named."""
+        return self.routing.known
+
+    async def refresh_metadata(self, topics: Sequence[str] = ()) -> admin_pb2.Metadata:
+        """Fetch nodes and partition leaders; update the known nodes and the leader cache."""
+        return await self._refresh(admin_pb2.GetMetadataRequest(topics=list(topics)), self.retry)
+
+    async def _refresh(
+        self, req: admin_pb2.GetMetadataRequest, retry: RetryPolicy
+    ) -> admin_pb2.Metadata:
+        meta: admin_pb2.Metadata = await self._call(
+            lambda node: node.admin.GetMetadata(req, timeout=self.timeout_s),
+            idempotent=True,
+            discover=False,
+            retry=retry,
+        )
+        self.routing.learn(meta)
+        return meta
 
     async def close(self) -> None:
-        await self._channel.close(None)
+        nodes = list(self._nodes.values())
+        self._nodes.clear()
+        for node in nodes:
+            await node.channel.close(None)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -44,22 +144,52 @@ class AsyncClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def create_topic(self, name: str, partitions: int = 1) -> None:
-        req = admin_pb2.CreateTopicRequest(name=name, partitions=partitions)
+    # -- admin ------------------------------------------------------------------------------
+
+    async def create_topic(
+        self, name: str, partitions: int = 1, replication_factor: int = 0
+    ) -> None:
+        req = admin_pb2.CreateTopicRequest(
+            name=name, partitions=partitions, replication_factor=replication_factor
+        )
+        attempts = 0
+
+        async def call(node: Node) -> None:
+            nonlocal attempts
+            attempts += 1
+            await node.admin.CreateTopic(req, timeout=self.timeout_s)
+
         try:
-            await self._admin.CreateTopic(req, timeout=self.timeout_s)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+            await self._call(call)
+        except TopicExistsError:
+            if attempts > 1:
+                return  # an earlier attempt whose answer was lost created it
+            raise
+
+    async def list_topics(self) -> dict[str, int]:
+        req = admin_pb2.ListTopicsRequest()
+        resp = await self._call(
+            lambda node: node.admin.ListTopics(req, timeout=self.timeout_s), idempotent=True
+        )
+        return {t.name: t.partitions for t in resp.topics}
+
+    async def describe_topic(self, name: str) -> list[PartitionInfo]:
+        req = admin_pb2.DescribeTopicRequest(name=name)
+        resp = await self._call(
+            lambda node: node.admin.DescribeTopic(req, timeout=self.timeout_s), idempotent=True
+        )
+        return [partition_info(p) for p in resp.partitions]
 
     async def list_offsets(self, topic: str, partitions: Sequence[int] = ()) -> list[Offsets]:
         req = admin_pb2.ListOffsetsRequest(topic=topic, partitions=list(partitions))
-        try:
-            resp = await self._admin.ListOffsets(req, timeout=self.timeout_s)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+        resp = await self._call(
+            lambda node: node.admin.ListOffsets(req, timeout=self.timeout_s), idempotent=True
+        )
         return [
             Offsets(p.partition, p.earliest, p.latest, p.log_end_offset) for p in resp.partitions
         ]
+
+    # -- records ----------------------------------------------------------------------------
 
     async def append(
         self, topic: str, partition: int, values: Sequence[bytes], *, acks: str = "all"
@@ -67,11 +197,12 @@ class AsyncClient:
         req = log_pb2.AppendRequest(
             topic=topic, partition=partition, values=values, acks=ACKS[acks]
         )
-        try:
-            resp = await self._log.Append(req, timeout=self.timeout_s)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
-        return AppendResult(resp.base_offset, resp.last_offset, resp.high_watermark)
+
+        async def call(node: Node) -> AppendResult:
+            resp = await node.log.Append(req, timeout=self.timeout_s)
+            return AppendResult(resp.base_offset, resp.last_offset, resp.high_watermark)
+
+        return await self._call(call, topic, partition)
 
     async def fetch(
         self, topic: str, partition: int, offset: int, *, max_bytes: int = 0, max_wait_ms: int = 0
@@ -83,33 +214,52 @@ class AsyncClient:
             max_bytes=max_bytes,
             max_wait_ms=max_wait_ms,
         )
-        try:
-            resp = await self._log.Fetch(req, timeout=self.timeout_s + max_wait_ms / 1000)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
-        return FetchResult(
-            frames.decode(resp.frames).data_records(),
-            resp.high_watermark,
-            resp.log_start_offset,
-            resp.next_offset,
-        )
+        timeout_s = self.timeout_s + max_wait_ms / 1000
+
+        async def call(node: Node) -> FetchResult:
+            resp = await node.log.Fetch(req, timeout=timeout_s)
+            return FetchResult(
+                frames.decode(resp.frames).data_records(),
+                resp.high_watermark,
+                resp.log_start_offset,
+                resp.next_offset,
+            )
+
+        return await self._call(call, topic, partition, idempotent=True)
 
     async def batches(
         self, topic: str, partition: int, offset: int
     ) -> AsyncIterator[frames.DecodedFrames]:
-        """Data records from `offset` via StreamFrom, following the tail until cancelled."""
-        req = log_pb2.StreamFromRequest(
-            topic=topic, partition=partition, offset=offset, max_bytes=STREAM_REPLY_BYTES
-        )
-        call = self._log.StreamFrom(req)
-        try:
-            async for batch in call:
-                decoded = frames.decode(batch.frames)
-                if decoded.control is not None:
-                    decoded = decoded.data_records()
-                if len(decoded):
-                    yield decoded
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
-        finally:
-            call.cancel()
+        """Data records from `offset` via StreamFrom, following the tail until cancelled;
+        reconnects (to the partition's leader, wherever it is now) on retriable errors."""
+        await self._discover(topic)
+        attempts = Attempts(self.retry)
+        while True:
+            req = log_pb2.StreamFromRequest(
+                topic=topic, partition=partition, offset=offset, max_bytes=STREAM_REPLY_BYTES
+            )
+            address = self.routing.address(topic, partition)
+            call = self._node(address).log.StreamFrom(req)
+            progressed = False
+            try:
+                async for batch in call:
+                    progressed = True
+                    offset = batch.next_offset
+                    decoded = frames.decode(batch.frames)
+                    if decoded.control is not None:
+                        decoded = decoded.data_records()
+                    if len(decoded):
+                        yield decoded
+                return  # the server ended the stream normally
+            except grpc.RpcError as exc:
+                err = self.routing.failed(from_rpc_error(exc), address, idempotent=True)
+                if progressed:  # the budget counts failures in a row
+                    attempts = Attempts(self.retry)
+                backoff_s = attempts.budget_left(err)
+                if backoff_s is None:
+                    raise err from None
+                pause_s = attempts.pause_s(backoff_s, await self._reroute(err, topic, partition))
+                if pause_s:
+                    await asyncio.sleep(pause_s)
+            finally:
+                call.cancel()

@@ -1,17 +1,26 @@
 """The synchronous Python client: admin calls, appends, fetches, streams, with routing.
 
-`Client("127.0.0.1:7070")` opens one channel per node address. Produce and consume calls go
-to the partition's leader (from `GetMetadata`, cached); a `NOT_LEADER` answer updates the
-cache from the error's leader hint (or refetches metadata) before the retry. Every failure
-surfaces as the typed `ReplogError` the server raised (`replog.rpc_errors`). Only
-retriable errors are retried, with backoff (`RetryPolicy`).
+`Client("127.0.0.1:7070")` opens one channel per node address it uses. One address is
+enough: before its first call the client asks that node for the cluster's metadata and
+from then on knows every node (`routing.Routing`: the bootstrap addresses plus the nodes
+the latest metadata named). A node that does not answer (connection refused or reset, no
+answer before the deadline) is passed over: admin and metadata calls move to the next
+known node, calls to a partition leader go to another node, which names the new leader
+once it knows it. Produce and consume calls go to the partition's leader (from
+`GetMetadata`, cached); a `NOT_LEADER` answer updates the cache from the error's leader
+hint (or refetches metadata) before the retry. Every failure surfaces as the typed
+`ReplogError` the server raised (`replog.rpc_errors`). Only retriable errors are retried,
+with backoff, within the call's `RetryPolicy` (attempts and total time).
 
 TLS: `Client(address, tls=ClientTls(ca_file))` verifies the servers against `ca_file`;
 `ClientTls(ca_file, cert_file, key_file)` also presents a client certificate (mutual TLS);
-`token="..."` sends `authorization: Bearer <token>` with every call (TLS only).
+`token="..."` sends `authorization: Bearer <token>` with every call (TLS only). Every node
+is reached with the same TLS settings and token.
 
 Note on retries of Append: without idempotent producers (planned), a retried Append whose
-first attempt did land (e.g. after a timeout) writes the batch twice.
+first attempt did land (e.g. after a lost connection) writes the batch twice. An Append
+that got no answer before its deadline is not retried: it raises DEADLINE_EXCEEDED (the
+outcome is unknown), and the next call goes to another node.
 """
 
 from __future__ import annotations
@@ -35,14 +44,12 @@ from replog.client.results import (
     RawFetch,
     ReplicaStatus,
 )
-from replog.client.retry import RetryPolicy, call_with_retry
+from replog.client.retry import Attempts, RetryPolicy, call_with_retry, one_try_each
+from replog.client.routing import Routing, split_addresses
 from replog.errors import (
-    DeadlineExceededError,
-    LeaderUnknownError,
     NotLeaderError,
     ReplogError,
     TopicExistsError,
-    UnavailableError,
 )
 from replog.rpc_errors import from_rpc_error
 from replog.tls import ClientTls, channel
@@ -73,18 +80,53 @@ def _acl(principal: str, operation: str, topic: str, prefix: bool, cluster: bool
     )
 
 
-def _timed_out(err: ReplogError) -> bool:
-    """A retriable stand-in for a read's client deadline (see `Client._call`)."""
-    return err.metadata.get("grpc_code") == "DEADLINE_EXCEEDED"
+def partition_info(p: admin_pb2.PartitionDescription) -> PartitionInfo:
+    """A `DescribeTopic` answer's partition as the client's value (shared with `aio`)."""
+    return PartitionInfo(
+        partition=p.partition,
+        leader_id=None if p.leader_id < 0 else p.leader_id,
+        replicas=tuple(p.replicas),
+        log_start_offset=p.log_start_offset,
+        log_end_offset=p.log_end_offset,
+        high_watermark=p.high_watermark,
+        size_bytes=p.size_bytes,
+        segment_count=p.segment_count,
+        epoch=p.epoch,
+        replica_status=tuple(
+            ReplicaStatus(r.replica_id, r.log_end_offset, r.lag_records, r.last_fetch_ms_ago)
+            for r in p.replica_status
+        ),
+        corrupt_ranges=tuple(
+            CorruptRange(
+                c.replica_id,
+                c.segment,
+                c.start_position,
+                c.end_position,
+                c.first_offset,
+                c.end_offset,
+                c.detail,
+            )
+            for c in p.corrupt_ranges
+        ),
+    )
 
 
-class _Node:
-    def __init__(self, address: str, tls: ClientTls | None, token: str | None) -> None:
+def metadata_request(topic: str | None) -> admin_pb2.GetMetadataRequest:
+    """What a client asks to learn the cluster: the topic it is about to use (its leaders
+    come with the nodes), or every topic for a call without one (`CreateTopic` names a
+    topic that does not exist yet)."""
+    return admin_pb2.GetMetadataRequest(topics=[topic] if topic else [])
+
+
+class Node:
+    """One node's channel and stubs (on an asyncio channel, the stubs' calls are awaited)."""
+
+    def __init__(self, address: str, channel: Any) -> None:
         self.address = address
-        self.channel = channel(address, tls, CHANNEL_OPTIONS, token)
-        self.acls = acl_pb2_grpc.AclsStub(self.channel)  # type: ignore[no-untyped-call]
-        self.log = log_pb2_grpc.LogStub(self.channel)  # type: ignore[no-untyped-call]
-        self.admin = admin_pb2_grpc.AdminStub(self.channel)  # type: ignore[no-untyped-call]
+        self.channel = channel
+        self.acls = acl_pb2_grpc.AclsStub(channel)  # type: ignore[no-untyped-call]
+        self.log = log_pb2_grpc.LogStub(channel)  # type: ignore[no-untyped-call]
+        self.admin = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
 
 
 class Client:
@@ -103,109 +145,100 @@ class Client:
             )
         self.tls = tls
         self.token = token
-        # Several comma-separated bootstrap addresses: admin calls move to the next one when
-        # the current one is unreachable.
-        self.bootstraps = [a.strip() for a in address.split(",") if a.strip()]
-        self.bootstrap = self.bootstraps[0]
+        # One or several comma-separated bootstrap addresses; more nodes come from metadata.
+        self.routing = Routing(split_addresses(address))
         self.timeout_s = timeout_s
         self.retry = retry or RetryPolicy()
         self._lock = threading.Lock()
-        self._nodes: dict[str, _Node] = {}
-        self._leaders: dict[tuple[str, int], str] = {}  # (topic, partition) -> address
-        self._node(address)
+        self._discovering = threading.Lock()
+        self._nodes: dict[str, Node] = {}
+        self._node(self.routing.current)  # bad TLS files fail here, not at the first call
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def _node(self, address: str) -> _Node:
+    def _node(self, address: str) -> Node:
         with self._lock:
             node = self._nodes.get(address)
             if node is None:
-                node = self._nodes[address] = _Node(address, self.tls, self.token)
+                made = channel(address, self.tls, CHANNEL_OPTIONS, self.token)
+                node = self._nodes[address] = Node(address, made)
             return node
 
-    def _leader(self, topic: str, partition: int) -> _Node:
-        address = self._leaders.get((topic, partition), self.bootstrap)
-        return self._node(address)
+    def _leader(self, topic: str, partition: int) -> Node:
+        return self._node(self.routing.address(topic, partition))
 
     def _call(
         self,
-        fn: Callable[[], T],
+        fn: Callable[[Node], T],
         topic: str | None = None,
         partition: int = 0,
         *,
         idempotent: bool = False,
+        discover: bool = True,
+        retry: RetryPolicy | None = None,
     ) -> T:
-        """`fn` with typed errors, retries and routing updates. A node that does not answer
-        before the deadline (hung, paused, cut off) is dropped from routing; an `idempotent`
-        call (a read) is then retried elsewhere, any other is raised: its outcome is unknown."""
+        """`fn(node)` with typed errors, retries and routing: to the partition's leader with
+        a `topic`, else to the current node. A node that does not answer is passed over
+        (`Routing.failed`); an `idempotent` call (a read) that timed out is retried
+        elsewhere, any other is raised: its outcome is unknown."""
+        if discover:
+            self._discover(topic)
 
         def attempt() -> T:
+            address = self.routing.address(topic, partition)
             try:
-                return fn()
+                return fn(self._node(address))
             except grpc.RpcError as exc:
                 err = from_rpc_error(exc)
-                if isinstance(err, DeadlineExceededError):
-                    self._next_bootstrap(topic, partition)
-                    if idempotent:
-                        raise UnavailableError(
-                            f"no answer before the deadline; trying another node ({err})",
-                            grpc_code="DEADLINE_EXCEEDED",
-                        ) from None
-                raise err from None
+                raise self.routing.failed(err, address, idempotent=idempotent) from None
 
         return call_with_retry(
-            attempt, self.retry, lambda err: self._reroute(err, topic, partition)
+            attempt, retry or self.retry, lambda err: self._reroute(err, topic, partition)
         )
 
-    def _reroute(self, err: ReplogError, topic: str | None, partition: int) -> bool:
-        """Update routing after a retriable error; True when the retry goes to a newly named
-        leader (worth trying at once)."""
-        if isinstance(err, NotLeaderError) and topic is not None:
-            return self._on_not_leader(topic, partition, err)
-        if isinstance(err, LeaderUnknownError) and topic is not None:
-            # This replica is between leaders; another node may already know the new one.
-            self._leaders.pop((topic, partition), None)
-            if len(self.bootstraps) > 1:
-                self._next_bootstrap(topic, partition)
-        elif isinstance(err, UnavailableError) and not _timed_out(err):
-            self._next_bootstrap(topic, partition)  # (a deadline has moved on already)
-        return False
-
-    def _next_bootstrap(self, topic: str | None, partition: int) -> None:
-        """The current node is unreachable: forget it as a leader, use the next bootstrap."""
-        if topic is not None:
-            self._leaders.pop((topic, partition), None)
-        if len(self.bootstraps) < 2:
+    def _discover(self, topic: str | None) -> None:
+        """Before the first call: learn every node of the cluster (best effort: one try per
+        bootstrap address; whatever else fails, the call itself reports)."""
+        if self.routing.discovered or not self._discovering.acquire(blocking=False):
             return
-        i = self.bootstraps.index(self.bootstrap) if self.bootstrap in self.bootstraps else -1
-        self.bootstrap = self.bootstraps[(i + 1) % len(self.bootstraps)]
+        try:
+            policy = one_try_each(len(self.routing.bootstraps), self.retry)
+            self._refresh(metadata_request(topic), policy)
+        except ReplogError:
+            pass
+        finally:
+            self._discovering.release()
+
+    def _reroute(self, err: ReplogError, topic: str | None, partition: int) -> bool:
+        """Update routing after a retriable error; True when the retry goes to another node
+        (worth trying at once)."""
+        rerouted = self.routing.reroute(err, topic, partition)
+        if isinstance(err, NotLeaderError) and topic is not None and not err.leader_address:
+            self.refresh_metadata([topic])
+        return rerouted
 
     def _on_not_leader(self, topic: str, partition: int, err: NotLeaderError) -> bool:
         """Route to the leader the error names (True: a new address, worth retrying at once)
         or refetch metadata."""
-        if err.leader_address:
-            before = self._leaders.get((topic, partition), self.bootstrap)
-            self._leaders[(topic, partition)] = err.leader_address
-            return err.leader_address != before
-        self.refresh_metadata([topic])
-        return False
+        return self._reroute(err, topic, partition)
+
+    @property
+    def known_nodes(self) -> tuple[str, ...]:
+        """Every address this client may call: the bootstraps and the nodes metadata named."""
+        return self.routing.known
 
     def refresh_metadata(self, topics: Sequence[str] = ()) -> admin_pb2.Metadata:
-        """Fetch nodes and partition leaders; update the leader cache."""
+        """Fetch nodes and partition leaders; update the known nodes and the leader cache."""
+        return self._refresh(admin_pb2.GetMetadataRequest(topics=list(topics)), self.retry)
+
+    def _refresh(self, req: admin_pb2.GetMetadataRequest, retry: RetryPolicy) -> admin_pb2.Metadata:
         meta: admin_pb2.Metadata = self._call(
-            lambda: self._node(self.bootstrap).admin.GetMetadata(
-                admin_pb2.GetMetadataRequest(topics=list(topics)), timeout=self.timeout_s
-            ),
+            lambda node: node.admin.GetMetadata(req, timeout=self.timeout_s),
             idempotent=True,
+            discover=False,
+            retry=retry,
         )
-        addresses = {n.id: n.address for n in meta.nodes}
-        for t in meta.topics:
-            for p in t.partitions:
-                if p.leader_id in addresses:
-                    self._leaders[(t.name, p.partition)] = addresses[p.leader_id]
-                elif p.replicas and p.replicas[0] in addresses:
-                    # The answering node holds no replica: a replica knows the leader.
-                    self._leaders[(t.name, p.partition)] = addresses[p.replicas[0]]
+        self.routing.learn(meta)
         return meta
 
     def close(self) -> None:
@@ -222,31 +255,27 @@ class Client:
 
     # -- admin ------------------------------------------------------------------------------
 
-    def _admin(self) -> Any:
-        return self._node(self.bootstrap).admin
-
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 0) -> None:
         req = admin_pb2.CreateTopicRequest(
             name=name, partitions=partitions, replication_factor=replication_factor
         )
         attempts = 0
 
-        def call() -> None:
+        def call(node: Node) -> None:
             nonlocal attempts
             attempts += 1
-            try:
-                self._admin().CreateTopic(req, timeout=self.timeout_s)
-            except grpc.RpcError as exc:
-                err = from_rpc_error(exc)
-                if attempts > 1 and isinstance(err, TopicExistsError):
-                    return  # an earlier attempt whose answer was lost created it
-                raise err from None
+            node.admin.CreateTopic(req, timeout=self.timeout_s)
 
-        self._call(call)
+        try:
+            self._call(call)
+        except TopicExistsError:
+            if attempts > 1:
+                return  # an earlier attempt whose answer was lost created it
+            raise
 
     def delete_topic(self, name: str) -> None:
         req = admin_pb2.DeleteTopicRequest(name=name)
-        self._call(lambda: self._admin().DeleteTopic(req, timeout=self.timeout_s))
+        self._call(lambda node: node.admin.DeleteTopic(req, timeout=self.timeout_s))
 
     # -- ACLs (replog.v1.Acls): principal x resource x operation -----------------------------
 
@@ -262,7 +291,7 @@ class Client:
         """Allow `principal` ("User:alice") `operation` on `topic` (a prefix with `prefix`)
         or on the cluster."""
         acl = _acl(principal, operation, topic, prefix, cluster)
-        self._call(lambda: self._node(self.bootstrap).acls.AddAcl(acl, timeout=self.timeout_s))
+        self._call(lambda node: node.acls.AddAcl(acl, timeout=self.timeout_s))
 
     def remove_acl(
         self,
@@ -274,13 +303,11 @@ class Client:
         cluster: bool = False,
     ) -> None:
         acl = _acl(principal, operation, topic, prefix, cluster)
-        self._call(lambda: self._node(self.bootstrap).acls.RemoveAcl(acl, timeout=self.timeout_s))
+        self._call(lambda node: node.acls.RemoveAcl(acl, timeout=self.timeout_s))
 
     def list_acls(self) -> list[dict[str, object]]:
         resp = self._call(
-            lambda: self._node(self.bootstrap).acls.ListAcls(
-                acl_pb2.ListAclsRequest(), timeout=self.timeout_s
-            ),
+            lambda node: node.acls.ListAcls(acl_pb2.ListAclsRequest(), timeout=self.timeout_s),
             idempotent=True,
         )
         return [
@@ -296,7 +323,9 @@ class Client:
 
     def list_topics(self) -> dict[str, int]:
         resp = self._call(
-            lambda: self._admin().ListTopics(admin_pb2.ListTopicsRequest(), timeout=self.timeout_s),
+            lambda node: node.admin.ListTopics(
+                admin_pb2.ListTopicsRequest(), timeout=self.timeout_s
+            ),
             idempotent=True,
         )
         return {t.name: t.partitions for t in resp.topics}
@@ -304,45 +333,14 @@ class Client:
     def describe_topic(self, name: str) -> list[PartitionInfo]:
         req = admin_pb2.DescribeTopicRequest(name=name)
         resp = self._call(
-            lambda: self._admin().DescribeTopic(req, timeout=self.timeout_s), idempotent=True
+            lambda node: node.admin.DescribeTopic(req, timeout=self.timeout_s), idempotent=True
         )
-        return [
-            PartitionInfo(
-                partition=p.partition,
-                leader_id=None if p.leader_id < 0 else p.leader_id,
-                replicas=tuple(p.replicas),
-                log_start_offset=p.log_start_offset,
-                log_end_offset=p.log_end_offset,
-                high_watermark=p.high_watermark,
-                size_bytes=p.size_bytes,
-                segment_count=p.segment_count,
-                epoch=p.epoch,
-                replica_status=tuple(
-                    ReplicaStatus(
-                        r.replica_id, r.log_end_offset, r.lag_records, r.last_fetch_ms_ago
-                    )
-                    for r in p.replica_status
-                ),
-                corrupt_ranges=tuple(
-                    CorruptRange(
-                        c.replica_id,
-                        c.segment,
-                        c.start_position,
-                        c.end_position,
-                        c.first_offset,
-                        c.end_offset,
-                        c.detail,
-                    )
-                    for c in p.corrupt_ranges
-                ),
-            )
-            for p in resp.partitions
-        ]
+        return [partition_info(p) for p in resp.partitions]
 
     def list_offsets(self, topic: str, partitions: Sequence[int] = ()) -> list[Offsets]:
         req = admin_pb2.ListOffsetsRequest(topic=topic, partitions=list(partitions))
         resp = self._call(
-            lambda: self._admin().ListOffsets(req, timeout=self.timeout_s), idempotent=True
+            lambda node: node.admin.ListOffsets(req, timeout=self.timeout_s), idempotent=True
         )
         return [
             Offsets(p.partition, p.earliest, p.latest, p.log_end_offset) for p in resp.partitions
@@ -355,7 +353,7 @@ class Client:
             topic=topic, partition=partition, target_node_id=to
         )
         resp = self._call(
-            lambda: self._admin().TransferLeadership(req, timeout=self.timeout_s),
+            lambda node: node.admin.TransferLeadership(req, timeout=self.timeout_s),
             idempotent=False,
         )
         return int(resp.leader_id)
@@ -378,8 +376,8 @@ class Client:
             topic=topic, partition=partition, values=values, acks=ACKS[acks]
         )
 
-        def call() -> AppendResult:
-            resp = self._leader(topic, partition).log.Append(req, timeout=self.timeout_s)
+        def call(node: Node) -> AppendResult:
+            resp = node.log.Append(req, timeout=self.timeout_s)
             return AppendResult(resp.base_offset, resp.last_offset, resp.high_watermark)
 
         return self._call(call, topic, partition)
@@ -422,8 +420,8 @@ class Client:
         )
         timeout_s = self.timeout_s + max_wait_ms / 1000
 
-        def call() -> RawFetch:
-            resp = self._leader(topic, partition).log.Fetch(req, timeout=timeout_s)
+        def call(node: Node) -> RawFetch:
+            resp = node.log.Fetch(req, timeout=timeout_s)
             return RawFetch(
                 resp.frames, resp.high_watermark, resp.log_start_offset, resp.next_offset
             )
@@ -437,28 +435,31 @@ class Client:
 
         Closing the iterator cancels the stream.
         """
-        attempt = 0
-        rerouted = False
+        self._discover(topic)
+        attempts = Attempts(self.retry)
         while True:
             req = log_pb2.StreamFromRequest(
                 topic=topic, partition=partition, offset=offset, max_bytes=max_bytes
             )
-            call = self._leader(topic, partition).log.StreamFrom(req)
+            address = self.routing.address(topic, partition)
+            call = self._node(address).log.StreamFrom(req)
+            progressed = False
             try:
                 for batch in call:
-                    attempt = 0
+                    progressed = True
                     offset = batch.next_offset
                     yield batch
                 return  # the server ended the stream normally
             except grpc.RpcError as exc:
-                err = from_rpc_error(exc)
-                attempt += 1
-                if not err.retriable or attempt >= self.retry.attempts_max:
+                err = self.routing.failed(from_rpc_error(exc), address, idempotent=True)
+                if progressed:  # the budget counts failures in a row
+                    attempts = Attempts(self.retry)
+                backoff_s = attempts.budget_left(err)
+                if backoff_s is None:
                     raise err from None
-                # at once after a redirect to a new leader, once in a row (as `_call` does)
-                rerouted = self._reroute(err, topic, partition) and not rerouted
-                if not rerouted:
-                    time.sleep(self.retry.backoff_s(attempt))
+                pause_s = attempts.pause_s(backoff_s, self._reroute(err, topic, partition))
+                if pause_s:
+                    time.sleep(pause_s)
             finally:
                 call.cancel()
 

@@ -1,10 +1,15 @@
-"""Retries with exponential backoff and jitter, only for retriable `ReplogError`s."""
+"""Retries with exponential backoff and jitter, only for retriable `ReplogError`s.
+
+`Attempts` is one call's budget and the decision after each failure; `call_with_retry`
+(sync) and `acall_with_retry` (asyncio) are the two loops around it.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -29,6 +34,51 @@ class RetryPolicy:
 NO_RETRY = RetryPolicy(attempts_max=1)
 
 
+def one_try_each(addresses: int, policy: RetryPolicy) -> RetryPolicy:
+    """One attempt per address, without backoff, within `policy`'s time budget: how a
+    client looks for a node that answers before it knows the cluster."""
+    return RetryPolicy(
+        attempts_max=max(1, addresses),
+        backoff_initial_ms=0,
+        backoff_max_ms=0,
+        deadline_ms=policy.deadline_ms,
+    )
+
+
+class Attempts:
+    """One call's attempts under `policy`: after each failure, whether and when to retry.
+
+    A call that the failure sent somewhere else (`rerouted`: e.g. to a newly named leader,
+    or off a node that did not answer) is retried at once, without backoff, once in a row:
+    a second such failure backs off, so that two nodes pointing at each other cannot spin.
+    """
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self.policy = policy
+        self.started = time.monotonic()
+        self.count = 0
+        self._rerouted = False
+
+    def budget_left(self, err: ReplogError) -> float | None:
+        """Count a failure: the backoff before the next attempt, or None when `err` is final
+        (not retriable, or the attempt or time budget is spent)."""
+        self.count += 1
+        if not err.retriable or self.count >= self.policy.attempts_max:
+            return None
+        pause_s = self.policy.backoff_s(self.count)
+        if time.monotonic() - self.started + pause_s > self.policy.deadline_ms / 1000:
+            return None
+        return pause_s
+
+    def pause_s(self, backoff_s: float, rerouted: bool) -> float:
+        """The wait before the retry: none after a first reroute in a row, else the backoff."""
+        if rerouted and not self._rerouted:
+            self._rerouted = True
+            return 0.0
+        self._rerouted = False
+        return backoff_s
+
+
 def call_with_retry(
     fn: Callable[[], T],
     policy: RetryPolicy,
@@ -38,24 +88,37 @@ def call_with_retry(
 
     `on_error` sees every retriable error before the retry (e.g. to refresh routing); when it
     returns True (the call now goes somewhere else, e.g. to a newly named leader), the retry
-    happens at once, without backoff, once in a row: a second such answer backs off.
+    happens at once (see `Attempts`).
     """
-    started = time.monotonic()
-    attempt = 0
-    rerouted = False
+    attempts = Attempts(policy)
     while True:
-        attempt += 1
         try:
             return fn()
         except ReplogError as err:
-            if not err.retriable or attempt >= policy.attempts_max:
+            backoff_s = attempts.budget_left(err)
+            if backoff_s is None:
                 raise
-            pause_s = policy.backoff_s(attempt)
-            if time.monotonic() - started + pause_s > policy.deadline_ms / 1000:
+            rerouted = bool(on_error(err)) if on_error is not None else False
+            pause_s = attempts.pause_s(backoff_s, rerouted)
+            if pause_s:
+                time.sleep(pause_s)
+
+
+async def acall_with_retry(
+    fn: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    on_error: Callable[[ReplogError], Awaitable[bool]] | None = None,
+) -> T:
+    """`call_with_retry` for coroutines: the same budget and decisions, awaited."""
+    attempts = Attempts(policy)
+    while True:
+        try:
+            return await fn()
+        except ReplogError as err:
+            backoff_s = attempts.budget_left(err)
+            if backoff_s is None:
                 raise
-            now = bool(on_error(err)) if on_error is not None else False
-            if now and not rerouted:
-                rerouted = True
-                continue
-            rerouted = False
-            time.sleep(pause_s)
+            rerouted = await on_error(err) if on_error is not None else False
+            pause_s = attempts.pause_s(backoff_s, rerouted)
+            if pause_s:
+                await asyncio.sleep(pause_s)

@@ -1,0 +1,158 @@
+"""Where a client's calls go: the nodes it knows, the one it talks to, the partition leaders.
+
+Pure state, no I/O (the sync `Client` and the `AsyncClient` share it):
+
+- `known`: the bootstrap addresses, then every node the latest metadata named (bootstraps
+  first, in the order given; duplicates dropped). One bootstrap address is enough: the
+  client learns the rest from `GetMetadata` before its first call (`discovered`) and
+  whenever it fetches metadata again.
+- `current`: the node that admin and metadata calls go to, and data calls whose partition
+  leader is not known.
+- `leaders`: (topic, partition) -> the leader's address, from metadata and NOT_LEADER hints.
+
+A node that does not answer (connection refused or reset, shutting down, no answer before
+the deadline) is suspect for `SUSPECT_S`: it is forgotten as a leader, `current` moves to
+the next known node that is not suspect, and a NOT_LEADER hint naming it is not followed
+(a follower names its dead leader until it notices). How often and how long a call retries
+is its `RetryPolicy`'s business (`retry.py`): rotating never loops on its own.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from replog.errors import (
+    DeadlineExceededError,
+    LeaderUnknownError,
+    NotLeaderError,
+    ReplogError,
+    UnavailableError,
+)
+
+if TYPE_CHECKING:
+    from replog.v1 import admin_pb2
+
+# How long a node that did not answer is passed over (rotation, leader hints). About one
+# election: by then its partitions have new leaders, or it is back.
+SUSPECT_S = 1.0
+
+
+def split_addresses(address: str) -> list[str]:
+    """`"host:port,host:port"` -> the addresses, in order (blanks dropped)."""
+    out = [a.strip() for a in address.split(",") if a.strip()]
+    if not out:
+        raise ValueError(f"no address in {address!r}")
+    return out
+
+
+def unreachable_error(err: ReplogError) -> bool:
+    """Whether `err` says the node itself did not serve the call (any node may do better)."""
+    if isinstance(err, DeadlineExceededError):
+        return True
+    return isinstance(err, UnavailableError) and not isinstance(err, LeaderUnknownError)
+
+
+class Routing:
+    def __init__(self, bootstraps: Sequence[str]) -> None:
+        assert bootstraps, "a client needs at least one address"
+        self.bootstraps = tuple(dict.fromkeys(bootstraps))
+        self.known = self.bootstraps
+        self.current = self.bootstraps[0]
+        self.leaders: dict[tuple[str, int], str] = {}
+        self.discovered = False  # metadata has named the cluster's nodes at least once
+        self._suspects: dict[str, float] = {}  # address -> monotonic time it failed
+        self._lock = threading.Lock()
+
+    def address(self, topic: str | None = None, partition: int = 0) -> str:
+        """Where a call goes: the partition's leader when known, else `current`."""
+        if topic is None:
+            return self.current
+        return self.leaders.get((topic, partition), self.current)
+
+    def suspect(self, address: str, now: float | None = None) -> bool:
+        failed = self._suspects.get(address)
+        now = time.monotonic() if now is None else now
+        return failed is not None and now - failed < SUSPECT_S
+
+    # -- what the client learned ----------------------------------------------------------
+
+    def learn(self, meta: admin_pb2.Metadata) -> None:
+        """Take the nodes and partition leaders of a `GetMetadata` answer."""
+        addresses = {n.id: n.address for n in meta.nodes}
+        with self._lock:
+            self.known = tuple(dict.fromkeys((*self.bootstraps, *addresses.values())))
+            if self.current not in self.known:
+                self.current = self.known[0]
+            self.discovered = True
+            for t in meta.topics:
+                for p in t.partitions:
+                    if p.leader_id in addresses:
+                        self.leaders[(t.name, p.partition)] = addresses[p.leader_id]
+                    elif p.replicas and p.replicas[0] in addresses:
+                        # The answering node holds no replica: a replica knows the leader.
+                        self.leaders[(t.name, p.partition)] = addresses[p.replicas[0]]
+
+    def failed(
+        self, err: ReplogError, address: str, *, idempotent: bool, now: float | None = None
+    ) -> ReplogError:
+        """Note that a call to `address` failed with `err`; returns what the call raises.
+
+        A timed-out idempotent call (a read) becomes a retriable UNAVAILABLE, to be retried
+        elsewhere; any other timed-out call stays DEADLINE_EXCEEDED: its outcome is unknown.
+        """
+        if unreachable_error(err):
+            self.unreachable(address, now)
+        if isinstance(err, DeadlineExceededError) and idempotent:
+            return UnavailableError(
+                f"no answer before the deadline; trying another node ({err.message})",
+                grpc_code="DEADLINE_EXCEEDED",
+            )
+        return err
+
+    def reroute(
+        self, err: ReplogError, topic: str | None, partition: int, now: float | None = None
+    ) -> bool:
+        """Before the retry of a call that failed with `err`: True when the retry goes to
+        another node and is worth making at once (no backoff)."""
+        if isinstance(err, NotLeaderError) and topic is not None:
+            return self.not_leader(topic, partition, err.leader_address or "", now)
+        if isinstance(err, LeaderUnknownError) and topic is not None:
+            # This replica is between leaders; another node may already know the new one.
+            self.leaders.pop((topic, partition), None)
+            self._rotate(self.current, now)
+            return False
+        return unreachable_error(err) and len(self.known) > 1
+
+    def not_leader(
+        self, topic: str, partition: int, leader_address: str, now: float | None = None
+    ) -> bool:
+        """Route the partition to the leader a NOT_LEADER answer names; True when that is a
+        new address. A hint naming a suspect node, or none, leaves the call to `current`."""
+        before = self.address(topic, partition)
+        if not leader_address or self.suspect(leader_address, now):
+            self.leaders.pop((topic, partition), None)
+            return False
+        self.leaders[(topic, partition)] = leader_address
+        return leader_address != before
+
+    def unreachable(self, address: str, now: float | None = None) -> None:
+        """`address` did not answer: suspect it, forget it as a leader, move off it."""
+        with self._lock:
+            self._suspects[address] = time.monotonic() if now is None else now
+            for key in [k for k, a in self.leaders.items() if a == address]:
+                del self.leaders[key]
+        if self.current == address:
+            self._rotate(address, now)
+
+    def _rotate(self, address: str, now: float | None) -> None:
+        """`current` becomes the next known node after `address` that is not suspect (the
+        plain next one when all are)."""
+        with self._lock:
+            known = self.known
+            start = known.index(address) + 1 if address in known else 0
+            ring = [known[(start + i) % len(known)] for i in range(len(known))]
+            healthy = [a for a in ring if a != address and not self.suspect(a, now)]
+            self.current = healthy[0] if healthy else ring[0]
