@@ -11,6 +11,7 @@ other sections as they are. This module holds only what two scripts would otherw
 * `Summary` / `summarize`: median, min and max of repeated runs.
 * `machine_info`: cores, CPU model, Python, kernel, filesystem of a directory, load average,
   git commit.
+* `process_cpu_s`: a server process's CPU time so far, to charge a phase its server CPU.
 * `bench_tmpdir`: a scratch directory on the repository's filesystem (not tmpfs).
 * `replace_section`: rewrite one `## heading` section of a Markdown file in place.
 """
@@ -153,6 +154,13 @@ def machine_info(data_dir: Path) -> dict[str, str]:
         "load average (1/5/15 min) at start": load_average(),
         "commit": git_commit(),
     }
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds that process `pid` has used so far (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager
