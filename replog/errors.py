@@ -175,6 +175,41 @@ class FencedEpochError(ReplogError):
         return self._int("epoch")
 
 
+class ProducerFencedError(ReplogError):
+    """An idempotent producer's epoch is older than one this partition has seen for its
+    producer id: a newer instance of the same producer took over (InitProducer with the
+    same name). Nothing was appended; this instance must stop."""
+
+    code = "FAILED_PRECONDITION"
+    reason = "PRODUCER_FENCED"
+
+    @property
+    def producer_epoch(self) -> int | None:
+        return self._int("producer_epoch")
+
+
+class OutOfOrderSequenceError(ReplogError):
+    """An idempotent batch's base sequence is not the next one the partition expects for
+    its producer (a batch before it is missing): nothing was appended. The producer resends
+    its unacknowledged batches in order (`expected_sequence` says where to start)."""
+
+    code = "FAILED_PRECONDITION"
+    reason = "OUT_OF_ORDER_SEQUENCE"
+
+    @property
+    def expected_sequence(self) -> int | None:
+        return self._int("expected_sequence")
+
+
+class DuplicateSequenceError(ReplogError):
+    """An idempotent batch that the partition already holds, too old for its offsets to be
+    remembered (older than the last `producer_batches_kept` batches of its producer).
+    Nothing was appended again: for the producer the batch is written."""
+
+    code = "ALREADY_EXISTS"
+    reason = "DUPLICATE_SEQUENCE"
+
+
 # --- UNAVAILABLE / DEADLINE_EXCEEDED -------------------------------------------------------
 
 
@@ -325,3 +360,81 @@ class PermissionDeniedError(ReplogError):
 
     code = "PERMISSION_DENIED"
     reason = "PERMISSION_DENIED"
+
+
+# --- consumer groups (replog.v1.Groups) -----------------------------------------------------
+
+
+class InvalidGroupNameError(InvalidArgumentError):
+    reason = "INVALID_GROUP_NAME"
+
+
+class OffsetMetadataTooLargeError(InvalidArgumentError):
+    """A committed offset's metadata is longer than `group_metadata_bytes_max`."""
+
+    reason = "OFFSET_METADATA_TOO_LARGE"
+
+
+class NotCoordinatorError(NotLeaderError):
+    """This node does not coordinate the group (it does not lead the group's partition of
+    `__consumer_offsets`); `leader_id` and `leader_address` name the node it believes does."""
+
+    reason = "NOT_COORDINATOR"
+
+
+class CoordinatorLoadingError(UnavailableError):
+    """The coordinator was just elected and is rebuilding its groups from the log."""
+
+    reason = "COORDINATOR_LOADING"
+
+
+class UnknownGroupError(NotFoundError):
+    reason = "UNKNOWN_GROUP"
+
+
+class UnknownMemberError(NotFoundError):
+    """The coordinator does not know this member: it left, missed heartbeats for its session
+    timeout, kept a revoked partition past its rebalance timeout, or the coordinator moved.
+    It holds no partitions any more; it must join again (as a new member)."""
+
+    reason = "UNKNOWN_MEMBER"
+
+
+class IllegalGenerationError(ReplogError):
+    """The request's generation is not the one the coordinator last gave this member (a
+    heartbeat answer it has not seen): heartbeat, then retry with the new generation."""
+
+    code = "FAILED_PRECONDITION"
+    reason = "ILLEGAL_GENERATION"
+
+    @property
+    def generation(self) -> int | None:
+        return self._int("generation")
+
+
+class PartitionNotAssignedError(ReplogError):
+    """A member committed an offset of a partition it does not hold (never handed to it, or
+    already released): refused, so that it cannot overwrite the holder's progress."""
+
+    code = "FAILED_PRECONDITION"
+    reason = "PARTITION_NOT_ASSIGNED"
+
+
+class GroupNotEmptyError(ReplogError):
+    """The group has members: it cannot be deleted, and offsets cannot be committed outside
+    membership (a reset of its offsets needs its members stopped)."""
+
+    code = "FAILED_PRECONDITION"
+    reason = "GROUP_NOT_EMPTY"
+
+
+class TooManyGroupsError(LimitExceededError):
+    """The coordinator holds `groups_max` groups; a new one is refused."""
+
+    reason = "TOO_MANY_GROUPS"
+
+
+class TooManyMembersError(LimitExceededError):
+    """The group has `group_members_max` members; a new one is refused."""
+
+    reason = "TOO_MANY_MEMBERS"

@@ -287,3 +287,49 @@ def next_offset(buf: bytes, offset: int) -> int:
     if _uniform(buf, raw_len, size):
         return int(_unpack_header(buf, len(buf) - size)[0]) + 1
     return last_offset(buf, scan(buf, offset)) + 1
+
+
+_RUN_WINDOW_MIN = 64  # frames compared at once when measuring a run of equal lengths
+
+
+def control_records(buf: bytes | memoryview) -> list[tuple[int, bytes]]:
+    """(offset, value) of every control record in a run of frames, in order.
+
+    Walks the run by *runs* of equally long data frames, each measured with strided numpy
+    compares of the length fields (galloping windows), so a batch of equal records costs a
+    few numpy calls, not a Python step per record. Stops quietly at a malformed or cut tail:
+    callers that must know use `scan`.
+    """
+    size = len(buf)
+    out: list[tuple[int, bytes]] = []
+    pos = 0
+    while pos + HEADER_BYTES <= size:
+        offset, raw_len = _unpack_header(buf, pos)
+        frame = HEADER_BYTES + (raw_len & LENGTH_MASK)
+        if pos + frame > size:
+            break
+        if raw_len & CONTROL_FLAG:
+            out.append((int(offset), bytes(buf[pos + HEADER_BYTES : pos + frame])))
+            pos += frame
+            continue
+        pos += frame * _run_length(buf, pos, raw_len, frame)
+    return out
+
+
+def _run_length(buf: bytes | memoryview, pos: int, raw_len: int, frame: int) -> int:
+    """How many frames from `pos` on (at least 1: the one at `pos`) are whole and carry
+    length field `raw_len`, i.e. have size `frame`."""
+    available = (len(buf) - pos) // frame
+    run = 1
+    window = _RUN_WINDOW_MIN
+    while run < available:
+        count = min(window, available - run)
+        lengths = np.ndarray(
+            (count,), dtype=">u4", buffer=buf, offset=pos + run * frame + 8, strides=(frame,)
+        )
+        differs = np.flatnonzero(lengths != raw_len)
+        if len(differs):
+            return run + int(differs[0])
+        run += count
+        window *= 2
+    return run

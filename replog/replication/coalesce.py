@@ -5,7 +5,8 @@ then performs them through `coalesce`, which may **only move outputs later, neve
 earlier**, and never across an output that must be durable before the next one:
 
 * consecutive `AppendRecords` (offsets contiguous) become one `AppendRecords` with all the
-  values: one write, and under flush=always one fsync, for the whole group;
+  values (or, when some carry a producer batch header, one `AppendPieces`): one write,
+  and under flush=always one fsync, for the whole group;
 * outputs that do not change the log or durable state (`Send`, `SetHighWatermark`,
   `AckCompleted`, `AckFailed`) met between those appends are deferred until just after the
   merged write. That is safe because each of them only needs what came before it: a
@@ -22,6 +23,7 @@ from itertools import chain
 from replog.replication.outputs import (
     AckCompleted,
     AckFailed,
+    AppendPieces,
     AppendRecords,
     Output,
     Send,
@@ -42,6 +44,8 @@ def coalesce(outputs: list[Output]) -> list[Output]:
     def emit_group() -> None:
         if len(group) == 1:
             result.append(group[0])
+        elif group and any(a.header is not None for a in group):
+            result.append(AppendPieces(group[0].base_offset, tuple(group)))
         elif group:  # no Python work per record: the values are concatenated in C
             values = tuple(chain.from_iterable(a.values for a in group))
             result.append(AppendRecords(group[0].base_offset, values))
@@ -53,7 +57,7 @@ def coalesce(outputs: list[Output]) -> list[Output]:
         if isinstance(out, AppendRecords):
             if group:
                 last = group[-1]
-                assert out.base_offset == last.base_offset + len(last.values), (last, out)
+                assert out.base_offset == last.base_offset + last.frame_count, (last, out)
             group.append(out)
         elif group and isinstance(out, _DEFERRABLE):
             deferred.append(out)

@@ -54,7 +54,10 @@ from replog import frames
 from replog.errors import (
     AckTimeoutError,
     CorruptDataError,
+    DuplicateSequenceError,
     NotLeaderError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
     ReplogError,
     ShuttingDownError,
 )
@@ -70,6 +73,7 @@ from replog.replication.outputs import (
     Acks,
     AppendControl,
     AppendFrames,
+    AppendPieces,
     AppendRecords,
     Output,
     PersistEpochHistory,
@@ -79,6 +83,7 @@ from replog.replication.outputs import (
     SetHighWatermark,
     TruncateTo,
 )
+from replog.replication.producers import ProducerBatch, ProducerTable, headers_in
 from replog.replication.replica import Replica, Role
 from replog.replication.state import EPOCH_MAX, NODE_ID_MAX, OFFSET_MAX, QuorumState
 from replog.storage import FlushPolicy, PartitionLog, checkpoint
@@ -201,6 +206,8 @@ class _Append(_Input):
     request_id: int
     values: tuple[bytes, ...]
     acks: Acks
+    producer: ProducerBatch | None = None
+    timestamp_ms: int = 0
 
 
 @dataclass(slots=True)
@@ -278,6 +285,7 @@ class ReplicaDriver:
         """Start the owner task and perform the core's start-up outputs (and, in a replica
         set of one, its first election)."""
         assert self._task is None, "started twice"
+        self.replica.producers = await self._io(self._scan_producers)
         name = f"replica-{self.log.topic}-{self.log.partition}"
         self._task = self._spawn(self._run(), name)
         await self._call(_Start())
@@ -340,11 +348,16 @@ class ReplicaDriver:
         return result
 
     async def append(
-        self, values: Sequence[bytes], acks: Acks, timeout_s: float
+        self,
+        values: Sequence[bytes],
+        acks: Acks,
+        timeout_s: float,
+        producer: ProducerBatch | None = None,
     ) -> tuple[int, int]:
         """Append as leader; returns (base_offset, last_offset) once `acks` is satisfied.
         A caller that is cancelled or times out leaves the append to the owner: it is
-        performed (and may commit) all the same."""
+        performed (and may commit) all the same. With `producer`, a batch the log already
+        holds is answered with its offsets instead of being appended again."""
         self._check_running()
         request_id = next(self._request_ids)
         # The caller's own future, not the owner's: cancelling or timing out the caller
@@ -354,7 +367,8 @@ class ReplicaDriver:
         fut: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
         self._acks[request_id] = fut
         try:
-            self._submit(_Append(request_id, tuple(values), acks))
+            now_ms = time.time_ns() // 1_000_000 if producer is not None else 0
+            self._submit(_Append(request_id, tuple(values), acks, producer, now_ms))
             async with asyncio.timeout(timeout_s):
                 return await fut
         except TimeoutError:
@@ -457,7 +471,14 @@ class ReplicaDriver:
             if isinstance(item, _Deliver):
                 outputs += self.replica.receive(item.message, now)
             elif isinstance(item, _Append):
-                outputs += self.replica.append(item.request_id, item.values, item.acks, now)
+                outputs += self.replica.append(
+                    item.request_id,
+                    item.values,
+                    item.acks,
+                    now,
+                    item.producer,
+                    item.timestamp_ms,
+                )
             elif isinstance(item, _Start):
                 outputs += self._start_outputs(now)
             elif isinstance(item, _Campaign):
@@ -577,6 +598,7 @@ class ReplicaDriver:
                     fut.set_exception(exc)
             self.rebuilds += 1
             self.replica = self._new_replica()
+            self.replica.producers = await self._io(self._scan_producers)
             # No campaign here even in a replica set of one: its election timer starts one
             # later, so a disk that stays full costs a rebuild per election timeout, not a
             # busy loop. Should the start-up repairs fail too, the owner ends (loudly).
@@ -610,6 +632,19 @@ class ReplicaDriver:
             log.high_watermark,
         )
 
+    def _scan_producers(self) -> ProducerTable:
+        """The producer table of the log as it is on disk: every batch header from the log
+        start to the LEO, read in `fetch_bytes_max` chunks (a thread: blocking I/O)."""
+        table = ProducerTable()
+        offset, end = self.log.log_start_offset, self.log.log_end_offset
+        while offset < end:
+            data = self.log.read_uncommitted(offset, self.fetch_bytes_max, end_offset=end)
+            if not data:
+                break
+            table.record_all(headers_in(data))
+            offset = frames.next_offset(data, offset)
+        return table
+
     def _new_replica(self) -> Replica:
         directory = self.log.directory
         return Replica(
@@ -638,10 +673,22 @@ class ReplicaDriver:
             elif isinstance(out, PersistEpochHistory):
                 data_h = [[e.epoch, e.start_offset] for e in out.entries]
                 await self._durable(EPOCH_HISTORY_FILE, json.dumps(data_h).encode())
-            elif isinstance(out, AppendRecords):
+            elif isinstance(out, AppendRecords) and out.header is None:
                 result = await self._write(partial(self.log.append, out.values))
                 assert result.base_offset == out.base_offset, (result, out.base_offset)
                 self._batch_ends.appended(out.base_offset + len(out.values))
+                queue += self._flush_progress()
+            elif isinstance(out, AppendRecords | AppendPieces):
+                batches = out.pieces if isinstance(out, AppendPieces) else (out,)
+                pieces = [
+                    (None if b.header is None else b.header.encode(), b.values) for b in batches
+                ]
+                result = await self._write(partial(self.log.append_pieces, pieces))
+                assert result.base_offset == out.base_offset, (result, out.base_offset)
+                end = out.base_offset
+                for b in batches:
+                    end += b.frame_count
+                    self._batch_ends.appended(end)
                 queue += self._flush_progress()
             elif isinstance(out, AppendControl):
                 m = out.marker
@@ -735,6 +782,21 @@ class ReplicaDriver:
         return data
 
     def _failure(self, out: AckFailed) -> Exception:
+        where = f"{self.log.topic}/{self.log.partition}"
+        if out.failure is AckFailure.PRODUCER_FENCED:
+            return ProducerFencedError(
+                f"a newer epoch ({out.detail}) of this producer writes to {where}",
+                producer_epoch=out.detail,
+            )
+        if out.failure is AckFailure.OUT_OF_ORDER_SEQUENCE:
+            return OutOfOrderSequenceError(
+                f"{where} expects sequence {out.detail} next from this producer",
+                expected_sequence=out.detail,
+            )
+        if out.failure is AckFailure.DUPLICATE_SEQUENCE:
+            return DuplicateSequenceError(
+                f"{where} already holds this batch (too old for its offsets to be known)"
+            )
         if out.failure is AckFailure.NOT_LEADER:
             return NotLeaderError(
                 f"replica {self.config.replica_id} does not lead {self.log.topic}/"

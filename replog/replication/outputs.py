@@ -9,7 +9,9 @@ not be flushed before the next output: the driver reports flushes with `Replica.
 |-----------------------|------------------------------------------------------------------|
 | PersistQuorumState    | writes `quorum-state` atomically                                 |
 | PersistEpochHistory   | writes `epoch-history` atomically (the whole list)               |
-| AppendRecords         | `PartitionLog.append(values)` (offsets must come out as given)   |
+| AppendRecords         | `PartitionLog.append(values)` (offsets must come out as given);  |
+|                       | with a `header`, that control record first, then the values      |
+| AppendPieces          | several AppendRecords merged by `coalesce`: one write            |
 | AppendControl         | encodes `marker` (LeaderEpochMarker) and appends it, control=True |
 | AppendFrames          | `PartitionLog.append_frames(records.frames)`                     |
 | TruncateTo            | `PartitionLog.truncate_to(offset)`                               |
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 
 from replog.replication.epochs import EpochStart
 from replog.replication.messages import Message, Records
+from replog.replication.producers import BatchHeader
 from replog.replication.state import QuorumState
 
 
@@ -42,6 +45,10 @@ class AckFailure(enum.Enum):
 
     NOT_LEADER = "NOT_LEADER"
     OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
+    # Idempotent producers (nothing was appended): see `producers.Verdict`.
+    PRODUCER_FENCED = "PRODUCER_FENCED"
+    OUT_OF_ORDER_SEQUENCE = "OUT_OF_ORDER_SEQUENCE"
+    DUPLICATE_SEQUENCE = "DUPLICATE_SEQUENCE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +72,28 @@ class PersistEpochHistory:
 
 @dataclass(frozen=True, slots=True)
 class AppendRecords:
+    """`values` from `base_offset` on; with a `header` (an idempotent producer's batch), the
+    header's control record takes `base_offset` and the values follow it."""
+
     base_offset: int
     values: tuple[bytes, ...]
+    header: BatchHeader | None = None
+
+    @property
+    def frame_count(self) -> int:
+        return len(self.values) + (self.header is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendPieces:
+    """Consecutive `AppendRecords` some of which carry a header, as one write."""
+
+    base_offset: int
+    pieces: tuple[AppendRecords, ...]
+
+    @property
+    def frame_count(self) -> int:
+        return sum(p.frame_count for p in self.pieces)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,12 +143,14 @@ class AckFailed:
     request_id: int
     failure: AckFailure
     leader_id: int | None
+    detail: int = -1  # PRODUCER_FENCED: newest epoch; OUT_OF_ORDER_SEQUENCE: expected seq
 
 
 Output = (
     PersistQuorumState
     | PersistEpochHistory
     | AppendRecords
+    | AppendPieces
     | AppendControl
     | AppendFrames
     | TruncateTo

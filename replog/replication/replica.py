@@ -7,7 +7,8 @@ input method and performs the returned outputs in order (see `outputs.py`):
 * `tick(now_ms)`: time passed (timers: election, fetch retry, long-poll expiry,
   BeginEpoch retry, check-quorum).
 * `receive(message, now_ms)`: a message from another replica.
-* `append(request_id, values, acks, now_ms)`: a client Append on this replica.
+* `append(request_id, values, acks, now_ms, producer)`: a client Append on this replica
+  (`producer`: an idempotent producer's batch, deduplicated through `self.producers`).
 * `flushed(offset, now_ms)`: every offset below `offset` is now fsynced.
 * `log_start_advanced(offset, now_ms)`: retention deleted every offset below `offset`.
 * `campaign(now_ms)`: start an election now (tests, single node).
@@ -48,6 +49,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from replog.replication import producers
 from replog.replication.config import ReplicaConfig
 from replog.replication.epochs import EpochHistory, EpochStart
 from replog.replication.messages import (
@@ -80,6 +82,7 @@ from replog.replication.outputs import (
     SetHighWatermark,
     TruncateTo,
 )
+from replog.replication.producers import BatchHeader, Check, ProducerBatch, ProducerTable, Verdict
 from replog.replication.quorum import next_high_watermark
 from replog.replication.state import QuorumState
 
@@ -124,8 +127,12 @@ class Replica:
         log_end_offset: int = 0,
         high_watermark: int = 0,
         log_start_offset: int = 0,
+        producers: ProducerTable | None = None,
     ) -> None:
         self.config = config
+        # Idempotent producers' last batches, a function of the log (`producers`): updated
+        # here as offsets are assigned (leader) or fetched records appended (follower).
+        self.producers = producers if producers is not None else ProducerTable()
         self._rng = rng
         self._out: list[Output] = []
         self._state = state or QuorumState()
@@ -339,9 +346,20 @@ class Replica:
         return self._take()
 
     def append(
-        self, request_id: int, values: Sequence[bytes], acks: Acks, now_ms: int
+        self,
+        request_id: int,
+        values: Sequence[bytes],
+        acks: Acks,
+        now_ms: int,
+        producer: ProducerBatch | None = None,
+        timestamp_ms: int = 0,
     ) -> list[Output]:
-        """A client Append. Completes (or fails) through `AckCompleted` / `AckFailed`."""
+        """A client Append. Completes (or fails) through `AckCompleted` / `AckFailed`.
+
+        With `producer` (an idempotent producer's batch), a batch the log already holds is
+        not appended again: the call waits for `acks` on the batch's original offsets. A
+        stale epoch or a sequence gap fails with nothing appended. `timestamp_ms` (the
+        leader's wall clock) goes into the batch header."""
         assert values, "an append needs at least one record"
         if self._role is not Role.LEADER:
             self._out.append(AckFailed(request_id, AckFailure.NOT_LEADER, self.leader_id))
@@ -349,19 +367,47 @@ class Replica:
         if self._transfer is not None:  # handing over: the target leads next
             self._out.append(AckFailed(request_id, AckFailure.NOT_LEADER, self._transfer[0]))
             return self._take()
-        base = self._leo
-        self._out.append(AppendRecords(base, tuple(values)))
-        self._leo += len(values)
-        ack = _PendingAck(request_id, base, self._leo - 1)
+        header = None
+        if producer is not None:
+            check = self.producers.check(producer, len(values))
+            if check.verdict is Verdict.DUPLICATE:
+                ack = _PendingAck(request_id, check.base_offset, check.last_offset)
+                self._await_ack(ack, acks, now_ms)
+                return self._take()
+            if check.verdict is not Verdict.APPEND:
+                self._out.append(_refusal(request_id, check))
+                return self._take()
+            header = BatchHeader(
+                producer.producer_id,
+                producer.producer_epoch,
+                producer.base_sequence,
+                len(values),
+                timestamp_ms,
+            )
+            self.producers.record(self._leo, header)
+        frame_offset = self._leo
+        self._out.append(AppendRecords(frame_offset, tuple(values), header))
+        base = frame_offset + (header is not None)
+        self._leo = base + len(values)
+        self._await_ack(_PendingAck(request_id, base, self._leo - 1), acks, now_ms)
+        return self._take()
+
+    def _await_ack(self, ack: _PendingAck, acks: Acks, now_ms: int) -> None:
+        """Answer `ack` now or once its records are flushed (acks=leader under flush=always)
+        or committed (acks=all)."""
         if acks is Acks.NONE or (acks is Acks.LEADER and not self.config.flush_always):
-            self._out.append(AckCompleted(request_id, base, ack.last_offset))
+            self._out.append(AckCompleted(ack.request_id, ack.base_offset, ack.last_offset))
         elif acks is Acks.LEADER:
-            self._pending_leader.append(ack)
-        else:
+            if self._flushed > ack.last_offset:
+                self._out.append(AckCompleted(ack.request_id, ack.base_offset, ack.last_offset))
+            else:
+                self._pending_leader.append(ack)
+        elif self._hw > ack.last_offset:  # a retry of a committed batch
+            self._out.append(AckCompleted(ack.request_id, ack.base_offset, ack.last_offset))
+        else:  # (a retry may queue behind newer batches: they commit first anyway)
             self._pending_all.append(ack)
         self._update_high_watermark(now_ms)
         self._answer_parked(now_ms, force=False)
-        return self._take()
 
     def flushed(self, offset: int, now_ms: int) -> list[Output]:
         """Log fact: every offset below `offset` is durable."""
@@ -703,6 +749,7 @@ class Replica:
         assert offset < self._leo, ("divergence must move back", offset, self._leo)
         assert offset >= self._hw, f"truncation to {offset} below high watermark {self._hw}"
         self._out.append(TruncateTo(offset))  # the log first: the history must cover it
+        self.producers.truncate(offset)
         self._leo = offset
         self._flushed = min(self._flushed, offset)
         if self._history.truncate_to(offset):
@@ -717,6 +764,7 @@ class Replica:
         self._history = EpochHistory(start_at.history)
         self._out.append(PersistEpochHistory(self._history.entries))
         self._out.append(ResetLog(offset))
+        self.producers.clear()
         self._leo = self._flushed = self._log_start = offset
         if offset > self._hw:  # every offset below the leader's log start is committed
             self._hw = offset
@@ -736,6 +784,7 @@ class Replica:
                 changed = True
             if changed:  # the history before the records it describes
                 self._out.append(PersistEpochHistory(self._history.entries))
+            self.producers.record_all(producers.headers_in(records.frames))
             self._out.append(AppendFrames(records))
             self._leo = end
         self._leader_hw_seen = records.high_watermark
@@ -828,3 +877,15 @@ class Replica:
                 self._become_follower(message.epoch, message.leader_id, now_ms)
             else:
                 assert self.leader_id == message.leader_id, ("two leaders in one epoch", message)
+
+
+_REFUSALS = {
+    Verdict.FENCED: AckFailure.PRODUCER_FENCED,
+    Verdict.OUT_OF_ORDER: AckFailure.OUT_OF_ORDER_SEQUENCE,
+    Verdict.DUPLICATE_OLD: AckFailure.DUPLICATE_SEQUENCE,
+}
+
+
+def _refusal(request_id: int, check: Check) -> AckFailed:
+    detail = check.epoch if check.verdict is Verdict.FENCED else check.expected_sequence
+    return AckFailed(request_id, _REFUSALS[check.verdict], None, detail)

@@ -22,9 +22,17 @@ from collections.abc import AsyncGenerator
 from replog import frames
 from replog.errors import EmptyBatchError, InvalidArgumentError, LogClosedError
 from replog.replication import Acks
+from replog.replication.producers import (
+    PRODUCER_EPOCH_MAX,
+    PRODUCER_ID_MAX,
+    SEQUENCE_MAX,
+    ProducerBatch,
+)
 from replog.server.limits import Limits
 from replog.server.metrics import Metrics
 from replog.server.partition import Partition
+from replog.server.peers import FORWARDED
+from replog.server.producer_ids import ProducerIds
 from replog.server.routing import Router
 from replog.server.rpc import Context, streaming, unary
 from replog.server.settings import Settings
@@ -47,10 +55,34 @@ def acks_from_wire(value: int) -> Acks:
     return acks
 
 
+def producer_from_wire(request: log_pb2.AppendRequest) -> ProducerBatch | None:
+    """The request's idempotent-producer fields, range-checked (None: not idempotent)."""
+    pid, epoch, seq = request.producer_id, request.producer_epoch, request.base_sequence
+    if pid == 0:
+        if epoch or seq:
+            raise InvalidArgumentError(
+                "producer_epoch and base_sequence need a producer_id", producer_id=0
+            )
+        return None
+    if pid > PRODUCER_ID_MAX or epoch > PRODUCER_EPOCH_MAX:
+        raise InvalidArgumentError(
+            "producer_id or producer_epoch out of range", producer_id=pid, producer_epoch=epoch
+        )
+    if seq + len(request.values) - 1 > SEQUENCE_MAX:
+        raise InvalidArgumentError("base_sequence out of range", base_sequence=seq)
+    return ProducerBatch(pid, epoch, seq)
+
+
 class LogService(log_pb2_grpc.LogServicer):
     def __init__(
-        self, router: Router, metrics: Metrics, settings: Settings, limits: Limits
+        self,
+        router: Router,
+        metrics: Metrics,
+        settings: Settings,
+        limits: Limits,
+        producer_ids: ProducerIds,
     ) -> None:
+        self.producer_ids = producer_ids
         self.router = router
         self.metrics = metrics
         self.settings = settings
@@ -70,8 +102,9 @@ class LogService(log_pb2_grpc.LogServicer):
         if not values:
             raise EmptyBatchError("an append needs at least one record")
         acks = acks_from_wire(request.acks)
+        producer = producer_from_wire(request)
         part = await self.router.leader_replica(request.topic, request.partition)
-        result = await part.append(values, acks, self.settings.ack_timeout_ms / 1000)
+        result = await part.append(values, acks, self.settings.ack_timeout_ms / 1000, producer)
         self.metrics.append_records.inc(len(values))
         self.metrics.append_bytes.inc(sum(map(len, values)))
         if result is None:  # acks=none: no offsets
@@ -83,6 +116,16 @@ class LogService(log_pb2_grpc.LogServicer):
             last_offset=result.last_offset,
             high_watermark=part.high_watermark,
         )
+
+    # -- InitProducer -------------------------------------------------------------------------
+
+    @unary("InitProducer")
+    async def InitProducer(
+        self, request: log_pb2.InitProducerRequest, context: Context
+    ) -> log_pb2.InitProducerResponse:
+        forwarded = any(k == FORWARDED for k, _ in (context.invocation_metadata() or ()))
+        pid, epoch = await self.producer_ids.init(request.name, forwarded=forwarded)
+        return log_pb2.InitProducerResponse(producer_id=pid, producer_epoch=epoch)
 
     # -- Fetch ------------------------------------------------------------------------------
 

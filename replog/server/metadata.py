@@ -17,6 +17,11 @@ Record value, JSON (UTF-8), version 1 (written)::
      "resource_type": "topic", "resource_name": "orders.", "prefix": true,
      "operation": "write"}}
     {"kind": "remove_acl", "version": 1, "acl": {...the same fields...}}
+    {"kind": "init_producer", "version": 1, "name": "spark-query-7"}   ("" : anonymous)
+
+A producer id is 1 + the `__cluster` offset of the `init_producer` command that first
+made it: unique in the cluster, never reused. A named producer keeps its id; each further
+`init_producer` of its name raises its epoch by one (fencing the older instances).
 
 ACLs (`AclEntry`) allow a principal an operation on a resource: a topic (by name, or by
 prefix), or the cluster. `MetadataImage.allowed` is the authorizer's question; a cluster
@@ -43,6 +48,7 @@ from typing import Any
 
 from replog.errors import (
     InvalidArgumentError,
+    LimitExceededError,
     NotFoundError,
     TopicExistsError,
     TopicNotFoundError,
@@ -151,7 +157,18 @@ class RemoveAcl:
     KIND = "remove_acl"
 
 
-Command = CreateTopic | DeleteTopic | AddAcl | RemoveAcl
+@dataclass(frozen=True, slots=True)
+class InitProducer:
+    name: str  # "": anonymous
+
+    KIND = "init_producer"
+
+
+PRODUCER_NAME_BYTES_MAX = 255
+PRODUCER_NAMES_MAX = 100_000
+PRODUCER_EPOCH_MAX = 2**31 - 1
+
+Command = CreateTopic | DeleteTopic | AddAcl | RemoveAcl | InitProducer
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +224,8 @@ def decode(value: bytes) -> Command:
             )
         if kind == DeleteTopic.KIND:
             return DeleteTopic(_name(body["name"]))
+        if kind == InitProducer.KIND and version >= 1:
+            return InitProducer(_name(body["name"]))
         if kind in (AddAcl.KIND, RemoveAcl.KIND) and version >= 1:
             acl = _acl(body["acl"])
             return AddAcl(acl) if kind == AddAcl.KIND else RemoveAcl(acl)
@@ -276,6 +295,8 @@ class MetadataImage:
     def __init__(self) -> None:
         self.topics: dict[str, TopicMeta] = {}
         self.acls: set[AclEntry] = set()
+        self.producer_names: dict[str, tuple[int, int]] = {}  # name -> (id, epoch)
+        self.producers_made: dict[int, tuple[int, int]] = {}  # offset -> (id, epoch), recent
         self.applied_offset = 0  # the next __cluster offset to apply
 
     # -- validation (before proposing) -------------------------------------------------------
@@ -314,6 +335,23 @@ class MetadataImage:
             raise NotFoundError("no such ACL")
         return RemoveAcl(acl)
 
+    def init_producer(self, name: str) -> InitProducer:
+        if len(name.encode()) > PRODUCER_NAME_BYTES_MAX:
+            raise InvalidArgumentError(
+                f"a producer name has at most {PRODUCER_NAME_BYTES_MAX} bytes",
+                name=name[:64],
+            )
+        known = self.producer_names.get(name) if name else None
+        if name and known is None and len(self.producer_names) >= PRODUCER_NAMES_MAX:
+            raise LimitExceededError(
+                f"the cluster holds {PRODUCER_NAMES_MAX} named producers already",
+                limit="producer_names_max",
+                limit_value=PRODUCER_NAMES_MAX,
+            )
+        if known is not None and known[1] >= PRODUCER_EPOCH_MAX:
+            raise InvalidArgumentError(f"producer {name!r} has used every epoch")
+        return InitProducer(name)
+
     def allowed(self, principal: str, operation: str, resource_type: str, name: str = "") -> bool:
         """Whether an ACL grants `principal` `operation` on the resource."""
         return any(a.grants(principal, operation, resource_type, name) for a in self.acls)
@@ -343,4 +381,22 @@ class MetadataImage:
             self.acls.add(command.acl)
         elif isinstance(command, RemoveAcl):
             self.acls.discard(command.acl)
+        elif isinstance(command, InitProducer):
+            self._apply_init_producer(offset, command.name)
         self.applied_offset = offset + 1
+
+    def _apply_init_producer(self, offset: int, name: str) -> None:
+        known = self.producer_names.get(name) if name else None
+        if known is None:
+            made = (offset + 1, 0)
+            if name and len(self.producer_names) < PRODUCER_NAMES_MAX:
+                self.producer_names[name] = made
+        elif known[1] < PRODUCER_EPOCH_MAX:
+            made = self.producer_names[name] = (known[0], known[1] + 1)
+        else:
+            made = known
+        # The proposer reads its answer here once the command applied; only the newest
+        # answers are kept (a proposer waits for its own offset, then reads at once).
+        self.producers_made[offset] = made
+        while len(self.producers_made) > 1024:
+            del self.producers_made[next(iter(self.producers_made))]

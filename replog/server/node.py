@@ -52,6 +52,8 @@ from replog.server.admin_service import AdminService
 from replog.server.balancer import run_balancer
 from replog.server.flusher import run_flusher
 from replog.server.guard import Guard, maximum_concurrent_rpcs
+from replog.server.groups import service as groups_service
+from replog.server.groups.coordinator import Coordinator
 from replog.server.guard import server_options as guard_options
 from replog.server.handover import hand_over
 from replog.server.legacy_import import import_legacy_topics, metadata_dir
@@ -63,6 +65,7 @@ from replog.server.metadata import METADATA_TOPIC, TopicMeta
 from replog.server.metadata_log import MetadataLog, replica_config_members
 from replog.server.metrics import Metrics
 from replog.server.peers import Peers
+from replog.server.producer_ids import ProducerIds
 from replog.server.readiness import READY_SERVICE, report_readiness
 from replog.server.reflection import enable_reflection
 from replog.server.repair import Repairer, corrupt_found, run_scrubber
@@ -85,6 +88,7 @@ from replog.v1 import (
     acl_pb2_grpc,
     admin_pb2,
     admin_pb2_grpc,
+    groups_pb2,
     log_pb2,
     log_pb2_grpc,
     replication_pb2_grpc,
@@ -99,6 +103,7 @@ ANSWER_MARGIN_BYTES = 64 * 1024  # a fetch answer's envelope fields, under the m
 SERVICE_NAMES = (
     log_pb2.DESCRIPTOR.services_by_name["Log"].full_name,
     admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
+    groups_pb2.DESCRIPTOR.services_by_name["Groups"].full_name,
 )
 
 
@@ -146,6 +151,14 @@ class Node:
             self.peers,
             default_replication_factor=settings.default_replication_factor,
             timeout_s=settings.ack_timeout_ms / 1000,
+        )
+        self.groups = Coordinator(  # consumer groups (server/groups/)
+            settings.groups_config(),
+            self.router,
+            self.metadata,
+            self.replicas,
+            self.topics,
+            self.peers,
         )
         self.metrics = Metrics(self.logs)
         self.repairer = Repairer(self.drivers)
@@ -229,6 +242,7 @@ class Node:
             spawn(self.run_retention(), "retention"),
             spawn(self.repairer.run(), "repair"),
         ]
+        self.groups.start(spawn)
         if self.settings.scrub_bytes_per_s:
             found = corrupt_found(asyncio.get_running_loop(), self.repairer)
             scrub = run_scrubber(self.logs, self.settings.scrub_bytes_per_s, found)
@@ -250,6 +264,7 @@ class Node:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.groups.close()
         await self.replicas.close()
         await self.metadata.close()
         await self.links.close()
@@ -316,7 +331,10 @@ async def _serve(settings: Settings) -> int:
         interceptors=[guard, *authorizer],
         maximum_concurrent_rpcs=maximum_concurrent_rpcs(node.limits),
     )
-    log_service = LogService(node.router, node.metrics, settings, node.limits)
+    producer_ids = ProducerIds(
+        node.router, node.metadata, node.peers, timeout_s=settings.ack_timeout_ms / 1000
+    )
+    log_service = LogService(node.router, node.metrics, settings, node.limits, producer_ids)
     admin_service = AdminService(node.router, node.topics, node.peers, node.metrics)
     log_pb2_grpc.add_LogServicer_to_server(log_service, server)  # type: ignore[no-untyped-call]
     admin_pb2_grpc.add_AdminServicer_to_server(admin_service, server)  # type: ignore[no-untyped-call]
@@ -341,6 +359,9 @@ async def _serve(settings: Settings) -> int:
         acl_pb2_grpc.add_AclsServicer_to_server(peer_acls, peer_server)  # type: ignore[no-untyped-call]
     replication_pb2_grpc.add_ReplicationServicer_to_server(  # type: ignore[no-untyped-call]
         replication, peer_server or server
+    )
+    groups_service.register(
+        node.groups, node.metrics, server, peer_server, authenticate, supervisor.spawn
     )
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

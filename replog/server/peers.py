@@ -16,7 +16,7 @@ import grpc
 
 from replog.errors import ReplogError
 from replog.rpc_errors import from_rpc_error
-from replog.v1 import acl_pb2_grpc, admin_pb2_grpc
+from replog.v1 import acl_pb2_grpc, admin_pb2_grpc, log_pb2_grpc
 
 FORWARDED = "x-replog-forwarded"
 FORWARD_METADATA = ((FORWARDED, "1"),)
@@ -55,6 +55,10 @@ class Peers:
     def acls(self, node_id: int) -> Any:
         """An Acls stub of node `node_id` (forwarded ACL changes)."""
         return acl_pb2_grpc.AclsStub(self._channel(node_id))  # type: ignore[no-untyped-call]
+
+    def log(self, node_id: int) -> Any:
+        """A Log stub of node `node_id` (forwarded InitProducer calls)."""
+        return log_pb2_grpc.LogStub(self._channel(node_id))  # type: ignore[no-untyped-call]
 
     def _channel(self, node_id: int) -> grpc.aio.Channel:
         address = self.dial_addresses.get(node_id) or self.addresses[node_id]

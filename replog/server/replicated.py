@@ -29,6 +29,7 @@ from replog.errors import (
 )
 from replog.replication import Acks, ReplicaConfig, Role
 from replog.replication.driver import ReplicaDriver, Spawn, Transport
+from replog.replication.producers import ProducerBatch
 from replog.server.limits import Limits, LimitsConfig
 from replog.server.logs import log
 from replog.server.partition import LeaderInfo, Partition
@@ -115,9 +116,14 @@ class ReplicatedPartition(Partition):
         )
 
     async def append(
-        self, values: Sequence[bytes], acks: Acks, timeout_s: float
+        self,
+        values: Sequence[bytes],
+        acks: Acks,
+        timeout_s: float,
+        producer: ProducerBatch | None = None,
     ) -> AppendResult | None:
-        """Append as leader; the offsets once `acks` is satisfied (None for acks=none)."""
+        """Append as leader; the offsets once `acks` is satisfied (None for acks=none).
+        `producer`: an idempotent producer's batch (appended once, see `producers`)."""
         self.check_leader()
         # Checked before the driver sees the batch: a write the log refuses would make the
         # driver rebuild its core from disk (and a lone voter hold a new election).
@@ -134,14 +140,15 @@ class ReplicatedPartition(Partition):
             self.limits.take_acks_none(size_bytes)  # TOO_MANY_BYTES_IN_FLIGHT past the limit
             try:
                 self._spawn(
-                    self._append_unacknowledged(values, timeout_s, size_bytes), "append-acks-none"
+                    self._append_unacknowledged(values, timeout_s, size_bytes, producer),
+                    "append-acks-none",
                 )
             except BaseException:
                 self.limits.release_acks_none(size_bytes)
                 raise
             return None
         try:
-            base, last = await self.driver.append(values, acks, timeout_s)
+            base, last = await self.driver.append(values, acks, timeout_s, producer)
         except ShuttingDownError as exc:  # stopped meanwhile: the topic may have been deleted
             if self._closed:
                 raise self.closed_error() from exc
@@ -149,10 +156,14 @@ class ReplicatedPartition(Partition):
         return AppendResult(base, last)
 
     async def _append_unacknowledged(
-        self, values: Sequence[bytes], timeout_s: float, size_bytes: int
+        self,
+        values: Sequence[bytes],
+        timeout_s: float,
+        size_bytes: int,
+        producer: ProducerBatch | None,
     ) -> None:
         try:
-            await self.driver.append(values, Acks.NONE, timeout_s)
+            await self.driver.append(values, Acks.NONE, timeout_s, producer)
         except ReplogError as exc:  # e.g. leadership lost, disk full: nobody waits; log it
             log(_log, "append.dropped", logging.WARNING, topic=self.topic, error=repr(exc))
         finally:

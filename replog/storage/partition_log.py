@@ -68,6 +68,7 @@ class _Request:
     values: Sequence[bytes] | None
     raw: bytes | None
     control: bool
+    pieces: Sequence[tuple[bytes | None, Sequence[bytes]]] | None = None
     waiter: threading.Event | None = None
     result: AppendResult | None = None
     error: BaseException | None = None
@@ -253,6 +254,22 @@ class PartitionLog:
             )
         return self._submit(_Request(values, None, control))
 
+    def append_pieces(self, pieces: Sequence[tuple[bytes | None, Sequence[bytes]]]) -> AppendResult:
+        """Append several runs of records in one write (one fsync under flush=always): each
+        piece is an optional control record (a producer batch header) followed by records.
+        The result spans every frame written, control records included."""
+        if not pieces or not all(values for _, values in pieces):
+            raise EmptyBatchError("an append needs at least one record")
+        limit = self.config.record_bytes_max
+        biggest = max(max(map(len, values)) for _, values in pieces)
+        if biggest > limit:
+            raise RecordTooLargeError(
+                f"a record of {biggest} bytes exceeds record_bytes_max={limit}",
+                record_bytes=biggest,
+                record_bytes_max=limit,
+            )
+        return self._submit(_Request(None, None, False, pieces))
+
     def append_frames(self, raw: bytes) -> AppendResult:
         """Append raw frames as they are (followers): they must start at LEO, contiguous."""
         if not raw:
@@ -316,6 +333,8 @@ class PartitionLog:
             for req in group:
                 if req.values is not None:
                     data, rel_ends = frames.encode_with_ends(leo, req.values, control=req.control)
+                elif req.pieces is not None:
+                    data, rel_ends = _encode_pieces(leo, req.pieces)
                 else:
                     assert req.raw is not None
                     try:
@@ -539,3 +558,26 @@ class PartitionLog:
 
 
 __all__ = ["AppendResult", "PartitionLog", "StorageError"]
+
+
+def _encode_pieces(
+    base_offset: int, pieces: Sequence[tuple[bytes | None, Sequence[bytes]]]
+) -> tuple[bytes, list[int]]:
+    """Frames of `pieces` (each: an optional control record, then data records) from
+    `base_offset`, with the end position of every frame."""
+    parts: list[bytes] = []
+    ends: list[int] = []
+    offset = base_offset
+    size = 0
+    for control, values in pieces:
+        if control is not None:
+            parts.append(frames.encode(offset, [control], control=True))
+            size += len(parts[-1])
+            ends.append(size)
+            offset += 1
+        data, rel_ends = frames.encode_with_ends(offset, values)
+        parts.append(data)
+        ends.extend([e + size for e in rel_ends])
+        size += len(data)
+        offset += len(values)
+    return b"".join(parts), ends

@@ -19,16 +19,36 @@ ACKS_LEADER: Acks
 ACKS_ALL: Acks
 
 class AppendRequest(_message.Message):
-    __slots__ = ("topic", "partition", "values", "acks")
+    __slots__ = ("topic", "partition", "values", "acks", "producer_id", "producer_epoch", "base_sequence")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    BASE_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     values: _containers.RepeatedScalarFieldContainer[bytes]
     acks: Acks
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., values: _Optional[_Iterable[bytes]] = ..., acks: _Optional[_Union[Acks, str]] = ...) -> None: ...
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., values: _Optional[_Iterable[bytes]] = ..., acks: _Optional[_Union[Acks, str]] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., base_sequence: _Optional[int] = ...) -> None: ...
+
+class InitProducerRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class InitProducerResponse(_message.Message):
+    __slots__ = ("producer_id", "producer_epoch")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    producer_epoch: int
+    def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
 
 class AppendResponse(_message.Message):
     __slots__ = ("base_offset", "last_offset", "high_watermark")

@@ -49,6 +49,11 @@ class LogStub:
                 request_serializer=replog_dot_v1_dot_log__pb2.StreamFromRequest.SerializeToString,
                 response_deserializer=replog_dot_v1_dot_log__pb2.StreamBatch.FromString,
                 _registered_method=True)
+        self.InitProducer = channel.unary_unary(
+                '/replog.v1.Log/InitProducer',
+                request_serializer=replog_dot_v1_dot_log__pb2.InitProducerRequest.SerializeToString,
+                response_deserializer=replog_dot_v1_dot_log__pb2.InitProducerResponse.FromString,
+                _registered_method=True)
 
 
 class LogServicer:
@@ -78,6 +83,17 @@ class LogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def InitProducer(self, request, context):
+        """A producer id and epoch for idempotent appends (see AppendRequest.producer_id). Any node
+        answers (it forwards to the cluster metadata leader). With a `name`, the same name gets
+        the same id and a higher epoch each time: appends from older epochs of that producer are
+        refused from then on (PRODUCER_FENCED). Errors: INVALID_ARGUMENT (name too long),
+        UNAVAILABLE (LEADER_UNKNOWN, NO_QUORUM), DEADLINE_EXCEEDED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -95,6 +111,11 @@ def add_LogServicer_to_server(servicer, server):
                     servicer.StreamFrom,
                     request_deserializer=replog_dot_v1_dot_log__pb2.StreamFromRequest.FromString,
                     response_serializer=replog_dot_v1_dot_log__pb2.StreamBatch.SerializeToString,
+            ),
+            'InitProducer': grpc.unary_unary_rpc_method_handler(
+                    servicer.InitProducer,
+                    request_deserializer=replog_dot_v1_dot_log__pb2.InitProducerRequest.FromString,
+                    response_serializer=replog_dot_v1_dot_log__pb2.InitProducerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -178,6 +199,33 @@ class Log:
             '/replog.v1.Log/StreamFrom',
             replog_dot_v1_dot_log__pb2.StreamFromRequest.SerializeToString,
             replog_dot_v1_dot_log__pb2.StreamBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InitProducer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/replog.v1.Log/InitProducer',
+            replog_dot_v1_dot_log__pb2.InitProducerRequest.SerializeToString,
+            replog_dot_v1_dot_log__pb2.InitProducerResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,43 @@
+"""Producer ids and epochs for idempotent appends (`Log.InitProducer`).
+
+One owner: the cluster metadata. An `init_producer` command is proposed on the metadata
+leader (any other node forwards the call there) and the id and epoch are read from the
+image once the command applied (`MetadataImage.producers_made`): ids are unique in the
+cluster and a name's epochs only grow, across leader changes and restarts.
+"""
+
+from __future__ import annotations
+
+from replog.server.metadata import InitProducer, MetadataImage
+from replog.server.metadata_log import MetadataLog
+from replog.server.peers import FORWARD_METADATA, Peers, remote
+from replog.server.routing import Router
+from replog.v1 import log_pb2
+
+
+class ProducerIds:
+    def __init__(
+        self, router: Router, metadata: MetadataLog, peers: Peers, *, timeout_s: float
+    ) -> None:
+        self.router = router
+        self.metadata = metadata
+        self.peers = peers
+        self.timeout_s = timeout_s
+
+    async def init(self, name: str, *, forwarded: bool = False) -> tuple[int, int]:
+        """(producer id, epoch) for a new producer, or for the next instance of `name`."""
+        self.metadata.image.init_producer(name)  # a bad name fails on any node at once
+        leader = self.router.metadata_leader()
+        if leader != self.peers.node_id and not forwarded:
+            request = log_pb2.InitProducerRequest(name=name)
+            call = self.peers.log(leader).InitProducer(
+                request, timeout=self.timeout_s, metadata=FORWARD_METADATA
+            )
+            reply = await remote(call)
+            return int(reply.producer_id), int(reply.producer_epoch)
+
+        def make(image: MetadataImage) -> InitProducer:
+            return image.init_producer(name)
+
+        _, offset = await self.metadata.propose(make, self.timeout_s)
+        return self.metadata.image.producers_made[offset]
