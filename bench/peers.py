@@ -17,7 +17,8 @@ addressable (replog offset, JetStream sequence, Redis entry ID):
   each pipeline).
 * `latency_1_p50/p99`, `latency_3_p50/p99`: single-record produce, one at a time (ms).
 * `*_cpu`: CPU of the server processes (utime + stime from /proc/PID/stat, summed over the
-  3 processes on 3 nodes) over the workload, per record or per single-record append (us).
+  3 processes on 3 nodes) over the workload, per record or per single-record append (us);
+  `*_client_cpu`: this process's CPU (the client) per record.
 
 Interleaved: in each repeat every workload runs on replog, NATS and Redis back to back
 (which goes first rotates); the median of the repeats is reported. 1-node systems run
@@ -104,13 +105,6 @@ def server_cpu_s(target: Target) -> float:
     return sum(process_cpu_s(pid) for pid in target.pids())
 
 
-def timed(target: Target, work: Callable[[], float]) -> tuple[float, float]:
-    """(`work()`'s own result, server CPU seconds its call took)."""
-    before = server_cpu_s(target)
-    value = work()
-    return value, server_cpu_s(target) - before
-
-
 def run_repeat(targets: list[Target], rep: int, counts: Counts, add: Callable[..., None]) -> None:
     """One repeat of the workloads of this size on every target, back to back per workload."""
     nodes = targets[0].nodes
@@ -118,32 +112,31 @@ def run_repeat(targets: list[Target], rep: int, counts: Counts, add: Callable[..
     stream = f"bench{nodes}n{rep}"
     for t in order:
         t.prepare(stream, Deadline(START_TIMEOUT_S, f"{t.system}: create {stream}"))
-
-    def deadline(t: Target, what: str) -> Deadline:
-        return Deadline(counts.phase_s, f"{t.system} {what} ({nodes} nodes)")
-
     records = counts.records if nodes == 1 else counts.replicated_records
+
+    def measure(metric: str, t: Target, work: Callable[[str, int, Deadline], float]) -> None:
+        """`work` moves `records` records: its rate, and the server's and this process's CPU
+        per record (this process: the client, and the idle clients of the other systems)."""
+        deadline = Deadline(counts.phase_s, f"{t.system} {metric}")
+        server, client = server_cpu_s(t), time.process_time()
+        took = work(stream, records, deadline)
+        add(metric, t, records / took)
+        add(f"{metric}_cpu", t, (server_cpu_s(t) - server) / records * 1e6)
+        add(f"{metric}_client_cpu", t, (time.process_time() - client) / records * 1e6)
+
     for t in order:
-        took, cpu = timed(t, lambda t=t: t.produce(stream, records, deadline(t, "produce")))
-        add(f"produce_{nodes}", t, records / took)
-        add(f"produce_{nodes}_cpu", t, cpu / records * 1e6)
+        measure(f"produce_{nodes}", t, t.produce)
     if nodes == 1:
         for t in order:
-            took, cpu = timed(t, lambda t=t: t.consume(stream, records, deadline(t, "consume")))
-            add("consume_1", t, records / took)
-            add("consume_1_cpu", t, cpu / records * 1e6)
+            measure("consume_1", t, t.consume)
         for t in order:
             if isinstance(t, ReplogTarget):
-                took, cpu = timed(
-                    t,
-                    lambda t=t: t.produce_with_producer(stream, records, deadline(t, "Producer")),
-                )
-                add("producer_1", t, records / took)
-                add("producer_1_cpu", t, cpu / records * 1e6)
+                measure("producer_1", t, t.produce_with_producer)
     n = counts.latency_samples
     for t in order:
         before = server_cpu_s(t)  # the 20 unmeasured calls are charged too: (n + 20) appends
-        samples = sorted(t.latencies_ms(stream, n, deadline(t, "single-record produce")))
+        deadline = Deadline(counts.phase_s, f"{t.system} latency_{nodes}")
+        samples = sorted(t.latencies_ms(stream, n, deadline))
         add(f"latency_{nodes}_p50", t, percentile(samples, 0.50))
         add(f"latency_{nodes}_p99", t, percentile(samples, 0.99))
         add(f"latency_{nodes}_cpu", t, (server_cpu_s(t) - before) / (n + 20) * 1e6)
@@ -194,6 +187,10 @@ ROWS = [
     ("server CPU per record: produce, 3 nodes (3 processes)", "produce_3_cpu", "us/record"),
     ("server CPU per single-record append, 1 node", "latency_1_cpu", "us/append"),
     ("server CPU per single-record append, 3 nodes (3 processes)", "latency_3_cpu", "us/append"),
+    ("client CPU per record: produce, 1 node", "produce_1_client_cpu", "us/record"),
+    ("client CPU per record: `Producer`, 1 node", "producer_1_client_cpu", "us/record"),
+    ("client CPU per record: consume", "consume_1_client_cpu", "us/record"),
+    ("client CPU per record: produce, 3 nodes", "produce_3_client_cpu", "us/record"),
 ]
 
 
@@ -282,7 +279,7 @@ def docs_body(
     lines = [
         "The same workloads on replog, NATS JetStream and Redis Streams in one run, "
         "interleaved (in each repeat every workload runs on each system back to back); "
-        f"medians of {info['repeats']} repeat(s), (min-max) in brackets. Each system and its "
+        f"medians of {info['repeats']} repeat(s), (min-max) after each. Each system and its "
         "Python client on this one machine, on 127.0.0.1; 100-byte records, each addressable "
         "(offset, stream sequence, entry ID). What each workload does: the docstrings of "
         "bench/peers.py and bench/peer_*.py.",
@@ -316,13 +313,17 @@ def docs_body(
         "average), and the client and the servers share its 2 cores. Compare systems within "
         "the run (the ratios), not across runs; ranges show the noise.",
         "- Every system is measured through its own Python client, so a rate is what a Python "
-        "user gets, and the client is often the limit: nats-py spends Python work on every "
-        "message (a future per publish, a callback per delivery), which bounds NATS far below "
-        "what its server does with a Go or C client.",
+        "user gets, and the client is often the limit: compare the client CPU per record with "
+        "the time per record (1 / rate). nats-py does Python work for every message (a future "
+        "per asynchronous publish, a callback per delivered message); redis-py builds and "
+        "parses a command per record; replog's client sends a batch as one message.",
         "- Durability is alike: replog `--flush interval` (fsync every second), Redis "
         "`appendonly yes` + `appendfsync everysec`, NATS JetStream file storage with its "
-        "default periodic sync. All of it is on one disk, 3-node setups included.",
-        "- Server CPU counts only the servers' processes (all three on 3 nodes), not the client.",
+        "default (written to the OS at once, fsynced on its own schedule: 2.9 has no setting "
+        "for it). All of it on one disk, the 3-node setups included.",
+        "- Server CPU counts only the servers' processes (all three on 3 nodes); client CPU is "
+        "the harness's own process (the client under test, plus the other systems' idle "
+        "clients). /proc counts in clock ticks (10 ms): small runs round to 0.",
         f"- {VALUE_BYTES}-byte values; Redis stores each as one field of an entry.",
     ]
     return "\n".join(lines)
