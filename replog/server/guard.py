@@ -7,7 +7,7 @@
   when the handler reaches it). Without this, grpc logs an error traceback per bad body and
   answers UNKNOWN. Each is logged at warning, at most `MALFORMED_LOGS_MAX` lines per
   `MALFORMED_LOG_INTERVAL_S` (the next line that is logged counts the dropped ones).
-* Limits (`limits`). Calls of the client services (Log, Admin) hold one of `rpcs_max`;
+* Limits (`limits`). Calls of the client services (Log, Admin, Groups) hold one of `rpcs_max`;
   `StreamFrom` also one of `streams_max` and of `streams_per_connection_max` (the
   connection is `context.peer()`, the client's address and port). Refused calls get the
   typed RESOURCE_EXHAUSTED at once.
@@ -35,7 +35,7 @@ _log = logging.getLogger("replog.server.guard")
 MALFORMED_LOGS_MAX = 10
 MALFORMED_LOG_INTERVAL_S = 10.0
 ERROR_CHARS_MAX = 200
-COUNTED_SERVICES = ("/replog.v1.Log/", "/replog.v1.Admin/")
+COUNTED_SERVICES = ("/replog.v1.Log/", "/replog.v1.Admin/", "/replog.v1.Groups/")
 STREAM_METHODS = ("/replog.v1.Log/StreamFrom",)
 UNCOUNTED_CALLS_HEADROOM = 256
 

@@ -51,9 +51,9 @@ from replog.server.acl_service import AclService
 from replog.server.admin_service import AdminService
 from replog.server.balancer import run_balancer
 from replog.server.flusher import run_flusher
-from replog.server.guard import Guard, maximum_concurrent_rpcs
 from replog.server.groups import service as groups_service
 from replog.server.groups.coordinator import Coordinator
+from replog.server.guard import Guard, maximum_concurrent_rpcs
 from replog.server.guard import server_options as guard_options
 from replog.server.handover import hand_over
 from replog.server.legacy_import import import_legacy_topics, metadata_dir

@@ -20,6 +20,7 @@ from typing import Any
 
 from replog.errors import InvalidConfigError
 from replog.frames import HEADER_BYTES
+from replog.server.groups.config import GroupsConfig
 from replog.server.limits import LimitsConfig
 from replog.storage import FlushPolicy, StorageConfig
 from replog.storage.open_files import FILES_MAX_MIN, files_max_for, nofile_soft_limit
@@ -239,6 +240,52 @@ class Settings:
             "1=<ordinal 0>,...; node_id, unless given, is 1 + the ordinal ending HOSTNAME"
         ),
     )
+    # Consumer groups (server/groups/, docs/api.md "Consumer groups").
+    group_offsets_partitions: int = field(
+        default=8,
+        metadata=_help(
+            "partitions of __consumer_offsets when the cluster first creates it (one group "
+            "coordinator per partition leader)"
+        ),
+    )
+    group_offsets_replication_factor: int = field(
+        default=3, metadata=_help("replicas of __consumer_offsets (capped by the nodes)")
+    )
+    group_offsets_retention_ms: int = field(
+        default=7 * 24 * 3600 * 1000,
+        metadata=_help(
+            "a group with no members and no commit for this long loses its committed offsets"
+        ),
+    )
+    group_session_timeout_ms_default: int = field(
+        default=10_000,
+        metadata=_help("a member's session timeout when its JoinGroup asks for none"),
+    )
+    group_session_timeout_ms_min: int = field(
+        default=1000, metadata=_help("the shortest session timeout a member may ask for")
+    )
+    group_session_timeout_ms_max: int = field(
+        default=300_000, metadata=_help("the longest session timeout a member may ask for")
+    )
+    group_heartbeat_interval_ms: int = field(
+        default=3000,
+        metadata=_help("heartbeat interval told to members (at most a third of their session)"),
+    )
+    groups_max: int = field(
+        default=10_000,
+        metadata=_help("groups one node coordinates; more: RESOURCE_EXHAUSTED TOO_MANY_GROUPS"),
+    )
+    group_members_max: int = field(
+        default=1000,
+        metadata=_help("members of one group; more: RESOURCE_EXHAUSTED TOO_MANY_MEMBERS"),
+    )
+    group_metadata_bytes_max: int = field(
+        default=4096,
+        metadata=_help(
+            "metadata bytes of one committed offset; more: INVALID_ARGUMENT "
+            "OFFSET_METADATA_TOO_LARGE"
+        ),
+    )
 
     # -- construction -----------------------------------------------------------------------
 
@@ -365,6 +412,23 @@ class Settings:
                     all(dial[i] != peers[i] for i in peers),
                     "with peer_listen every peers entry is id=host:port/host:peer_port",
                 )
+        need(self.group_offsets_partitions >= 1, "group_offsets_partitions must be >= 1")
+        need(
+            self.group_offsets_replication_factor >= 1,
+            "group_offsets_replication_factor must be >= 1",
+        )
+        need(self.group_offsets_retention_ms >= 1, "group_offsets_retention_ms must be >= 1")
+        need(
+            1
+            <= self.group_session_timeout_ms_min
+            <= self.group_session_timeout_ms_default
+            <= self.group_session_timeout_ms_max,
+            "group session timeouts must be 1 <= min <= default <= max",
+        )
+        need(self.group_heartbeat_interval_ms >= 1, "group_heartbeat_interval_ms must be >= 1")
+        need(self.groups_max >= 1, "groups_max must be >= 1")
+        need(self.group_members_max >= 1, "group_members_max must be >= 1")
+        need(self.group_metadata_bytes_max >= 0, "group_metadata_bytes_max must be >= 0")
         self.storage_config()  # the storage layer validates its own ranges
 
     def peer_map(self) -> dict[int, str]:
@@ -429,6 +493,23 @@ class Settings:
             streams_per_connection_max=self.streams_per_connection_max,
             acks_none_bytes_max=self.acks_none_bytes_max,
             stream_bytes_pool_max=self.stream_bytes_pool_max,
+        )
+
+    def groups_config(self) -> GroupsConfig:
+        return GroupsConfig(
+            offsets_partitions=self.group_offsets_partitions,
+            offsets_replication_factor=self.group_offsets_replication_factor,
+            offsets_retention_ms=self.group_offsets_retention_ms,
+            retention_check_interval_ms=self.retention_check_interval_ms,
+            log_retention_ms=self.retention_ms,
+            session_timeout_ms_default=self.group_session_timeout_ms_default,
+            session_timeout_ms_min=self.group_session_timeout_ms_min,
+            session_timeout_ms_max=self.group_session_timeout_ms_max,
+            heartbeat_interval_ms=self.group_heartbeat_interval_ms,
+            groups_max=self.groups_max,
+            members_max=self.group_members_max,
+            metadata_bytes_max=self.group_metadata_bytes_max,
+            timeout_s=self.ack_timeout_ms / 1000,
         )
 
     @property

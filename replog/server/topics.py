@@ -25,6 +25,9 @@ from replog.storage.names import PARTITIONS_MAX
 from replog.v1 import admin_pb2
 
 LOCAL_OPEN_WAIT_S = 5.0
+# Consumer groups' committed offsets (server/groups/): created by the node itself, never by
+# a client's CreateTopic, and never deleted by one.
+OFFSETS_TOPIC = "__consumer_offsets"
 
 
 class Topics:
@@ -45,12 +48,15 @@ class Topics:
         self.default_replication_factor = default_replication_factor
         self.timeout_s = timeout_s
 
-    async def create(self, name: str, partitions: int, replication_factor: int = 0) -> None:
+    async def create(
+        self, name: str, partitions: int, replication_factor: int = 0, *, internal: bool = False
+    ) -> None:
+        """`internal`: the node creates an internal topic, on the metadata leader only."""
         nodes = [i for i, _ in self.peers.nodes()]
         # Checks that need no metadata, so that a bad request fails on any node at once.
         validate_topic_name(name)
-        if name == METADATA_TOPIC:
-            raise InvalidArgumentError(f"{METADATA_TOPIC} is reserved", topic=name)
+        if name == METADATA_TOPIC or (name == OFFSETS_TOPIC and not internal):
+            raise InvalidArgumentError(f"{name} is reserved", topic=name)
         if not 1 <= partitions <= PARTITIONS_MAX:
             raise InvalidArgumentError(
                 f"partitions must be in [1, {PARTITIONS_MAX}]", partitions=partitions
@@ -62,7 +68,7 @@ class Topics:
                 replication_factor=rf,
             )
         leader = self.router.metadata_leader()
-        if leader != self.peers.node_id:
+        if leader != self.peers.node_id and not internal:  # (internal: propose refuses)
             request = admin_pb2.CreateTopicRequest(
                 name=name, partitions=partitions, replication_factor=rf
             )
@@ -81,6 +87,8 @@ class Topics:
         await self.replicas.wait_passes(2, LOCAL_OPEN_WAIT_S)
 
     async def delete(self, name: str) -> None:
+        if name == OFFSETS_TOPIC:
+            raise InvalidArgumentError(f"{name} is internal: delete groups instead", topic=name)
         await self.router.topic(name)  # UNKNOWN_TOPIC (or LEADER_UNKNOWN) before forwarding
         leader = self.router.metadata_leader()
         if leader != self.peers.node_id:

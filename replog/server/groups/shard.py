@@ -1,0 +1,153 @@
+"""One partition of `__consumer_offsets` that this node leads: its groups, rebuilt from the log.
+
+A shard exists while this node's replica of the partition serves as leader, for one epoch
+(a new epoch is a new shard). It owns a `state.Groups` and one task (`run`), which applies
+the partition's committed records in offset order: first everything the log holds (the
+load: until then requests get COORDINATOR_LOADING), then each record as it commits. So the
+committed offsets in memory are always those of the log's committed prefix, whichever
+request wrote them, even one whose caller was cancelled after its append was handed to the
+replica (the append goes on; its record is applied when it commits).
+
+`write(record)` appends one record with acks=all and returns once it is committed and
+applied here: a CommitOffsets is answered when its offsets are durable and visible to the
+next FetchCommittedOffsets. If the shard ends meanwhile (leadership moved), a committed
+record is still durable: the next coordinator applies it when it loads.
+
+Membership calls change `groups` directly (synchronous, in the event loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from replog import frames
+from replog.errors import OffsetOutOfRangeError, ReplogError
+from replog.replication import Acks
+from replog.server.groups import records
+from replog.server.groups.state import Groups
+from replog.server.logs import log
+from replog.server.replicated import ReplicatedPartition
+
+_log = logging.getLogger("replog.server.groups")
+
+READ_BYTES_MAX = 1 << 20
+
+
+class Shard:
+    def __init__(
+        self,
+        part: ReplicatedPartition,
+        groups: Groups,
+        *,
+        timeout_s: float,
+        wall_ms: Callable[[], int],
+    ) -> None:
+        self.part = part
+        self.partition = part.partition
+        self.epoch = part.driver.epoch
+        self.groups = groups
+        self.timeout_s = timeout_s
+        self._wall_ms = wall_ms
+        self.applied_offset = part.log.log_start_offset
+        self.load_target = part.high_watermark  # everything an earlier leader committed
+        self.skipped = 0  # records that did not decode (logged)
+        self.closed = False
+        self._applied_changed = asyncio.Event()
+
+    @property
+    def loaded(self) -> bool:
+        return self.applied_offset >= self.load_target
+
+    def current(self) -> bool:
+        """Whether this shard still speaks for its partition: the replica leads and serves
+        in the epoch the shard was loaded for."""
+        return (
+            not self.closed
+            and not self.part.closed
+            and self.part.is_leader
+            and self.part.driver.epoch == self.epoch
+        )
+
+    def close(self) -> None:
+        self.closed = True
+        self._notify()
+
+    # -- applying ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Apply committed records as the HW moves, until the shard or its replica closes."""
+        try:
+            while not self.closed:
+                event = self.part.hw_changed()
+                await self._apply_committed()
+                if self.part.closed:
+                    return
+                if self.applied_offset >= self.part.high_watermark:
+                    await event.wait()
+        except ReplogError as exc:  # the log went away under the read (deleted, closed)
+            log(_log, "groups.shard_stopped", partition=self.partition, error=repr(exc))
+        finally:
+            self.close()
+
+    async def _apply_committed(self) -> None:
+        while not self.closed and self.applied_offset < self.part.high_watermark:
+            try:
+                data = await asyncio.to_thread(
+                    self.part.log.read, self.applied_offset, READ_BYTES_MAX
+                )
+            except OffsetOutOfRangeError:  # retention removed the start: skip to the log start
+                self.applied_offset = max(self.applied_offset, self.part.log.log_start_offset)
+                continue
+            if not data:
+                return
+            decoded = frames.decode(data)
+            control = decoded.control or [False] * len(decoded)
+            wall_ms = self._wall_ms()
+            for offset, value, is_control in zip(
+                decoded.offsets, decoded.values, control, strict=True
+            ):
+                if not is_control:
+                    try:
+                        record = records.decode(value)
+                    except records.UnknownRecordError as exc:
+                        self.skipped += 1
+                        log(
+                            _log,
+                            "groups.record_skipped",
+                            logging.WARNING,
+                            partition=self.partition,
+                            offset=offset,
+                            error=str(exc)[:200],
+                        )
+                    else:
+                        self.groups.apply(record, wall_ms)
+                self.applied_offset = offset + 1
+            if decoded.offsets:
+                self._notify()
+            else:
+                return
+
+    def _notify(self) -> None:
+        event, self._applied_changed = self._applied_changed, asyncio.Event()
+        event.set()
+
+    # -- writing -----------------------------------------------------------------------------
+
+    async def write(self, record: records.Record) -> None:
+        """Append `record` (acks=all) and wait until it is applied here (or the shard ends:
+        the record is committed all the same)."""
+        result = await self.part.append([records.encode(record)], Acks.ALL, self.timeout_s)
+        assert result is not None  # acks=all answers with offsets
+        last = result.last_offset
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        while self.applied_offset <= last and not self.closed:
+            event = self._applied_changed
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return  # committed (acks=all) but not applied yet: durable, answer anyway
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), remaining)
