@@ -650,7 +650,7 @@ def cmd_dev_cluster(args: argparse.Namespace, out: TextIO) -> int:
     import signal
     import threading
 
-    from replog.devcluster import DevCluster
+    from replog.devcluster import DevCluster, Supervisor
 
     if not 1 <= args.nodes <= 5:
         raise UsageError("--nodes must be in [1, 5]")
@@ -662,25 +662,29 @@ def cmd_dev_cluster(args: argparse.Namespace, out: TextIO) -> int:
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    cluster.start()
+
+    def say(line: str) -> None:
+        print(line, file=out, flush=True)
+
     try:
-        for node_id, address in cluster.addresses.items():
-            print(
-                f"node {node_id}: {address}  (log: {cluster.members[node_id].log_file})", file=out
-            )
+        cluster.start()
+        for node_id, node in cluster.members.items():
+            assert node.proc is not None
+            say(f"node {node_id}: {node.address}  pid {node.proc.pid}  (log: {node.log_file})")
         if cluster.client_tls is not None:
             t = cluster.client_tls
-            print(
+            say(
                 f"TLS on; for clients: export REPLOG_TLS_CA={t.ca_file} "
-                f"REPLOG_TLS_CERT={t.cert_file} REPLOG_TLS_KEY={t.key_file}",
-                file=out,
+                f"REPLOG_TLS_CERT={t.cert_file} REPLOG_TLS_KEY={t.key_file}"
             )
-        print(f"bootstrap: {cluster.bootstrap}   (Ctrl-C stops the cluster)", file=out, flush=True)
+        say(f"bootstrap: {cluster.bootstrap}   (Ctrl-C stops the cluster)")
+        say("kill -9 a node's pid to try a failover: it is restarted (same data dir and ports)")
+        supervisor = Supervisor(cluster, say)
         while not stop.wait(0.5):
-            for node in cluster.members.values():
-                if not node.running:
-                    print(f"node {node.node_id} exited; see {node.log_file}", file=out, flush=True)
-                    stop.set()
+            supervisor.check()
+            if not supervisor.any_up:
+                say("every node died too often; stopping")
+                return EXIT_ERROR
     except KeyboardInterrupt:
         pass
     finally:

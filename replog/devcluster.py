@@ -11,6 +11,11 @@ With `tls=True` (the default of `replog dev-cluster` and `make run`) it makes a 
 CA in `{data_dir}/tls/` (`replog.certs`), a certificate per node (URI SAN
 `replog://node/<id>`, IP SAN 127.0.0.1) and a client certificate `admin`; each node gets a
 second port for its peer listener (mutual TLS), and `client_tls` is what a client needs.
+
+`Supervisor` keeps a started cluster's nodes running (`replog dev-cluster` uses it): a node
+that exits is restarted with the same data dir and ports, so that `kill -9 <pid>` of one
+node is a failover to watch locally; a node that died `RestartBudget.deaths_max` times
+within `window_s` is left down (the rest keep running).
 """
 
 from __future__ import annotations
@@ -23,11 +28,13 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 from replog.tls import ClientTls
 
 READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 60.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -102,7 +109,7 @@ class NodeProcess:
         """SIGTERM (graceful) and wait for the exit code."""
         self.signal(signal.SIGTERM)
         assert self.proc is not None
-        return self.proc.wait(60)
+        return self.proc.wait(STOP_TIMEOUT_S)
 
     def log_tail(self, chars: int = 4000) -> str:
         return self.log_file.read_text(errors="replace")[-chars:] if self.log_file.exists() else ""
@@ -201,9 +208,14 @@ class DevCluster:
         return self
 
     def stop(self) -> None:
+        """SIGTERM the running nodes one by one and wait for each (SIGKILL after
+        `STOP_TIMEOUT_S`): every node this cluster started has exited and is reaped."""
         for node in self.members.values():
             if node.running:
-                node.stop()
+                try:
+                    node.stop()
+                except subprocess.TimeoutExpired:
+                    node.kill()
 
     def kill_all(self) -> None:
         for node in self.members.values():
@@ -214,3 +226,86 @@ class DevCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.kill_all()
+
+
+def describe_exit(code: int) -> str:
+    """`-9` -> "killed by SIGKILL"; `1` -> "exit code 1" (as `Popen.returncode` has it)."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+@dataclass
+class RestartBudget:
+    """How often a node may die before it is left down: `deaths_max` deaths within
+    `window_s` seconds (the last of them is not restarted)."""
+
+    deaths_max: int = 3
+    window_s: float = 30.0
+    deaths: list[float] = field(default_factory=list)
+
+    def restart_after_death(self, now: float) -> bool:
+        """Count a death at `now` (monotonic seconds); True when the node may restart."""
+        self.deaths = [t for t in self.deaths if now - t < self.window_s]
+        self.deaths.append(now)
+        return len(self.deaths) < self.deaths_max
+
+
+class NodeState(Enum):
+    SERVING = "serving"
+    STARTING = "starting"  # restarted, not ready yet
+    GIVEN_UP = "given up"  # died too often: left down
+
+
+class Supervisor:
+    """Keeps the nodes of a started `DevCluster` running; `check()` once in a while (it
+    never blocks). What happens is told through `say` (one line each)."""
+
+    def __init__(
+        self,
+        cluster: DevCluster,
+        say: Callable[[str], None],
+        budget: Callable[[], RestartBudget] = RestartBudget,
+    ) -> None:
+        self.cluster = cluster
+        self.say = say
+        self.states = {i: NodeState.SERVING for i in cluster.members}
+        self.budgets = {i: budget() for i in cluster.members}
+
+    @property
+    def any_up(self) -> bool:
+        """Whether some node runs or is coming back."""
+        return any(s is not NodeState.GIVEN_UP for s in self.states.values())
+
+    def check(self, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        for i, node in self.cluster.members.items():
+            state = self.states[i]
+            if state is NodeState.GIVEN_UP:
+                continue
+            assert node.proc is not None, f"node {i} was never started"
+            code = node.proc.poll()
+            if code is not None:
+                self._died(i, node, code, now)
+            elif state is NodeState.STARTING and node.ready_file.exists():
+                node.wait_ready()  # reads the ready-file (new metrics port)
+                self.states[i] = NodeState.SERVING
+                self.say(f"node {i} is back: pid {node.proc.pid}, serving on {node.address}")
+
+    def _died(self, i: int, node: NodeProcess, code: int, now: float) -> None:
+        assert node.proc is not None
+        budget = self.budgets[i]
+        what = f"node {i} (pid {node.proc.pid}) died: {describe_exit(code)}"
+        if not budget.restart_after_death(now):
+            self.states[i] = NodeState.GIVEN_UP
+            self.say(
+                f"{what}; it died {len(budget.deaths)} times within {budget.window_s:g}s: "
+                f"NOT restarting it again (see {node.log_file}); the other nodes keep running"
+            )
+            return
+        node.start(wait=False)  # same args: same data dir and ports
+        self.states[i] = NodeState.STARTING
+        self.say(f"{what}; restarting it as pid {node.proc.pid} (log: {node.log_file})")
