@@ -1,16 +1,26 @@
 """Raw frames -> Arrow record batches for Spark, without a Python object per record.
 
-The Spark schema (modelled on Spark's Kafka source) and its exact Arrow twin::
+The Spark schema is Spark's Kafka source's, column for column, with its exact Arrow twin::
 
-    value      binary   -> pa.binary()      (not large_binary: Spark rejects it)
-    topic      string   -> pa.string()
-    partition  int      -> pa.int32()
-    offset     bigint   -> pa.int64()
+    key            binary     -> pa.binary()      (not large_binary: Spark rejects it)
+    value          binary     -> pa.binary()
+    topic          string     -> pa.string()
+    partition      int        -> pa.int32()
+    offset         bigint     -> pa.int64()
+    timestamp      timestamp  -> pa.timestamp("us", tz="UTC")
+    timestampType  int        -> pa.int32()       (Kafka: 0 CreateTime, 1 LogAppendTime)
+    headers        array<struct<key:string,value:binary>>   (only with includeHeaders=true)
 
 Frames are `[offset u64 BE][length u32 BE, bit 31 = control][value]` (replog.frames). A run of
 equally sized frames (the common case) is decoded with numpy reshapes alone; a mixed run walks
 the headers once (`replog.frames.scan`) and then gathers the value bytes with numpy. Control
 records are dropped.
+
+Today a record is its value only: `key`, `timestamp`, `timestampType` and `headers` are null
+(Kafka's types, so jobs written for Kafka run unchanged). All decoding of a record happens in
+one function, `frames_to_record_batch`: when records carry an envelope with key, timestamp
+and headers (issue 13), it decodes them there, per the topic's format, and nothing else in
+the source changes.
 """
 
 from __future__ import annotations
@@ -20,17 +30,39 @@ import pyarrow as pa
 
 from replog import frames
 
-SPARK_SCHEMA_DDL = "value binary, topic string, partition int, offset bigint"
+HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+
+_COLUMNS = (
+    "key binary, value binary, topic string, partition int, offset bigint, "
+    "timestamp timestamp, timestampType int"
+)
+_HEADERS_DDL = "headers array<struct<key:string,value:binary>>"
+
+
+def spark_schema_ddl(include_headers: bool) -> str:
+    """The source's schema as Spark DDL (Kafka's, `headers` only with includeHeaders)."""
+    return f"{_COLUMNS}, {_HEADERS_DDL}" if include_headers else _COLUMNS
+
+
 ARROW_SCHEMA = pa.schema(
     [
+        pa.field("key", pa.binary()),
         pa.field("value", pa.binary()),
         pa.field("topic", pa.string()),
         pa.field("partition", pa.int32()),
         pa.field("offset", pa.int64()),
+        pa.field("timestamp", TIMESTAMP_TYPE),
+        pa.field("timestampType", pa.int32()),
     ]
 )
+ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
 
-EMPTY_BATCH = pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    return ARROW_SCHEMA_WITH_HEADERS if include_headers else ARROW_SCHEMA
+
+
 _HEADER = frames.HEADER_BYTES
 _BE_U64 = np.dtype(">u8")
 _BE_U32 = np.dtype(">u4")
@@ -68,10 +100,14 @@ def _columns(buf: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
     return offsets, positions + _HEADER, ends - positions - _HEADER, control
 
 
-def frames_to_record_batch(buf: bytes, topic: str, partition: int) -> pa.RecordBatch:
-    """A record batch of the data records in `buf` (whole frames), control records dropped."""
+def frames_to_record_batch(
+    buf: bytes, topic: str, partition: int, include_headers: bool = False
+) -> pa.RecordBatch:
+    """A record batch of the data records in `buf` (whole frames), control records dropped:
+    the one place where a stored record becomes Spark's columns (see the module docstring)."""
+    schema = arrow_schema(include_headers)
     if not buf:
-        return EMPTY_BATCH
+        return _empty(schema)
     offsets, starts, lengths, control = _columns(buf)
     if control.any():
         keep = ~control
@@ -100,12 +136,20 @@ def frames_to_record_batch(buf: bytes, topic: str, partition: int) -> pa.RecordB
     value_array = pa.Array.from_buffers(
         pa.binary(), count, [None, pa.py_buffer(value_offsets), pa.py_buffer(values)]
     )
-    return pa.RecordBatch.from_arrays(
-        [
-            value_array,
-            _constant_string(topic, count),
-            pa.array(np.full(count, partition, dtype=np.int32)),
-            pa.array(offsets),
-        ],
-        schema=ARROW_SCHEMA,
-    )
+    # The raw format has no key, timestamp or headers: null columns of Kafka's types.
+    columns = [
+        pa.nulls(count, pa.binary()),
+        value_array,
+        _constant_string(topic, count),
+        pa.array(np.full(count, partition, dtype=np.int32)),
+        pa.array(offsets),
+        pa.nulls(count, TIMESTAMP_TYPE),
+        pa.nulls(count, pa.int32()),
+    ]
+    if include_headers:
+        columns.append(pa.nulls(count, HEADERS_TYPE))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _empty(schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([], schema=schema)

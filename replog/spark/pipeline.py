@@ -28,8 +28,8 @@ def build_query(spark: Any, args: argparse.Namespace) -> Any:
     register(spark)
     stream = (
         spark.readStream.format("replog")
-        .option("bootstrap", args.bootstrap)
-        .option("topic", args.topic)
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("subscribe", args.topic)
         .option("startingOffsets", args.starting_offsets)
     )
     for key, value in (
@@ -40,7 +40,7 @@ def build_query(spark: Any, args: argparse.Namespace) -> Any:
         if value:
             stream = stream.option(key, value)
     if args.max_records_per_trigger:
-        stream = stream.option("maxRecordsPerTrigger", str(args.max_records_per_trigger))
+        stream = stream.option("maxOffsetsPerTrigger", str(args.max_records_per_trigger))
     writer = (
         stream.load()
         .writeStream.format("parquet")
@@ -59,8 +59,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog="python -m replog.spark.pipeline",
         description="Stream a replog topic into Parquet files with a checkpoint, exactly once.",
     )
-    parser.add_argument("--bootstrap", required=True, help="host:port of any replog node")
-    parser.add_argument("--topic", required=True)
+    parser.add_argument(
+        "--bootstrap", required=True, help="node addresses, comma-separated, or a Service name"
+    )
+    parser.add_argument("--topic", required=True, help="topics, comma-separated")
     parser.add_argument("--output", required=True, help="Parquet output directory")
     parser.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
     parser.add_argument("--starting-offsets", default="earliest", help="earliest|latest|JSON")

@@ -1,15 +1,24 @@
 """The `replog` Spark sink: `df.write.format("replog")` and `df.writeStream.format("replog")`.
 
-Each task appends its rows' `value` column (binary, or string encoded as UTF-8) with
-`acks=all` through the batching producer. Routing: the row's `partition` column when the
-DataFrame has one; else `crc32(key) % partitions` when it has a `key` column; else
-round-robin per batch.
+Kafka's sink, column for column: `value` (binary or string, required), `topic` (string: the
+row's topic, unless option `topic` is set, which wins as in Kafka), `key` (binary or
+string), `partition` (int), `headers`. Options: `kafka.bootstrap.servers` (alias
+`bootstrap`), `topic`, `kafka.acks` (alias `acks`: `all` (default), `1`/`leader`,
+`0`/`none`), TLS (`replog.spark.clients`); unknown options are rejected. Routing: the row's
+`partition` when set; else `crc32(key) % partitions` when it has a key; else round-robin per
+batch. A replog record is its value only, for now: the key picks the partition but is not
+stored, and a row with headers is refused rather than stored without them (the record
+envelope with key, timestamp and headers is issue 13).
+
+Save modes: only `append`. `overwrite` is rejected (as Kafka's sink does); Spark itself
+rejects `ignore` and `errorifexists` for Python data sources. Streaming: the Complete output
+mode appends each trigger's whole result, as Kafka's sink does.
 
 Guarantee: **at least once**. A task that Spark retries (or a micro-batch replayed after a
 driver crash) appends its rows again; replog has no idempotent producer yet, so duplicates
 are possible in those cases and consumers that need exactly-once must deduplicate (for
-example on a business key). Nothing is lost: a task only reports success once every one of
-its records is committed (below the high watermark).
+example on a business key). Nothing is lost: with `acks=all` a task only reports success
+once every one of its records is committed (below the high watermark).
 """
 
 from __future__ import annotations
@@ -25,10 +34,19 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from replog.client.producer import OffsetFuture, Producer
 from replog.errors import InvalidArgumentError
-from replog.spark.clients import client_for, tls_options
+from replog.spark.clients import client_for
+from replog.spark.options import SinkOptions
 
-ACKS_DEFAULT = "all"
+# column -> the Spark types Kafka's sink accepts for it
+_COLUMN_TYPES = {
+    "value": ("binary", "string"),
+    "key": ("binary", "string"),
+    "topic": ("string",),
+    "partition": ("int",),
+    "headers": ("array<struct<key:string,value:binary>>",),
+}
 
 
 @dataclass
@@ -36,52 +54,79 @@ class ReplogCommit(WriterCommitMessage):
     records: int
 
 
-def _value(raw: object) -> bytes:
+def _bytes(raw: object, column: str) -> bytes:
     if isinstance(raw, bytes | bytearray | memoryview):
         return bytes(raw)
     if isinstance(raw, str):
         return raw.encode()
     raise InvalidArgumentError(
-        f"the value column must be binary or string, got {type(raw).__name__}"
+        f"the {column} column must be binary or string, got {type(raw).__name__}"
     )
 
 
 class _Writer:
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
-        opts = {k.lower(): v for k, v in options.items()}
-        for key in ("bootstrap", "topic"):
-            if not opts.get(key):
-                raise InvalidArgumentError(f"the replog sink needs option {key!r}")
-        names = set(schema.fieldNames())
-        if "value" not in names:
+        self.options = SinkOptions.parse(options)
+        types = {f.name: f.dataType.simpleString() for f in schema.fields}
+        if "value" not in types:
             raise InvalidArgumentError("the replog sink needs a 'value' column")
-        self.bootstrap = opts["bootstrap"]
-        self.tls = tls_options(options)
-        self.topic = opts["topic"]
-        self.acks = opts.get("acks", ACKS_DEFAULT)
-        self.has_partition = "partition" in names
-        self.has_key = "key" in names
+        for column, allowed in _COLUMN_TYPES.items():
+            if column in types and types[column] not in allowed:
+                raise InvalidArgumentError(
+                    f"the replog sink's {column} column must be {' or '.join(allowed)}, "
+                    f"got {types[column]}"
+                )
+        if self.options.topic is None and "topic" not in types:
+            raise InvalidArgumentError("the replog sink needs option 'topic' or a 'topic' column")
+        self.has_partition = "partition" in types
+        self.has_key = "key" in types
+        self.has_headers = "headers" in types
+        self.has_topic = "topic" in types
+
+    def _topic(self, row: Row) -> str:
+        topic = self.options.topic or (row["topic"] if self.has_topic else None)
+        if not topic:
+            raise InvalidArgumentError(
+                "a row has no topic: set option 'topic' or fill the 'topic' column"
+            )
+        return str(topic)
 
     def _write(self, rows: Iterator[Row]) -> ReplogCommit:
-        producer = client_for(self.bootstrap, self.tls).producer(
-            self.topic, acks=self.acks, linger_ms=20
-        )
+        opts = self.options
+        client = client_for(opts.bootstrap, opts.tls)
+        producers: dict[str, Producer] = {}
         count = 0
-        futures = []
+        futures: list[OffsetFuture] = []
         try:
             for row in rows:
+                if self.has_headers and row["headers"]:
+                    raise InvalidArgumentError(
+                        "replog records cannot hold headers yet (the record envelope is "
+                        "issue 13): drop the headers column or leave it null"
+                    )
+                topic = self._topic(row)
+                producer = producers.get(topic)
+                if producer is None:
+                    producer = producers[topic] = client.producer(
+                        topic, acks=opts.acks, linger_ms=20
+                    )
                 partition = row["partition"] if self.has_partition else None
                 key = row["key"] if self.has_key else None
-                key_bytes = None if key is None else _value(key)
                 futures.append(
-                    producer.send(_value(row["value"]), key=key_bytes, partition=partition)
+                    producer.send(
+                        _bytes(row["value"], "value"),
+                        key=None if key is None else _bytes(key, "key"),
+                        partition=partition,
+                    )
                 )
                 count += 1
-            producer.flush()
+            for producer in producers.values():
+                producer.flush()
             for fut in futures:
                 fut.result()
         finally:
-            producer.close()
+            for producer in producers.values():
+                producer.close()
         return ReplogCommit(count)
 
 

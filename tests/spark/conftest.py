@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 
-from replog.devcluster import DevCluster
-from tests.spark.replog_cluster import ReplogCluster
+from tests.spark.replog_cluster import ReplogCluster, running_cluster
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -52,9 +51,7 @@ def spark() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def server(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplogCluster]:
     # TLS on, with mutual TLS between the nodes and a client certificate for Spark.
-    cluster = DevCluster(tmp_path_factory.mktemp("replog"), 3, tls=True).start()
-    yield ReplogCluster(cluster)
-    cluster.kill_all()
+    yield from running_cluster(tmp_path_factory, 3, tls=True)
 
 
 @pytest.fixture

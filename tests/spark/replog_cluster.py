@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
+
+import pytest
 
 from replog.devcluster import DevCluster
 from replog.tls import ClientTls
@@ -24,8 +28,8 @@ class ReplogCluster:
 
     @property
     def options(self) -> dict[str, str]:
-        """The source's and sink's connection options: bootstrap, and TLS when it is on."""
-        out = {"bootstrap": self.address}
+        """The source's and sink's connection options: every node, and TLS when it is on."""
+        out = {"kafka.bootstrap.servers": self.address}
         t = self.tls
         if t is not None:
             out["tls.ca"] = str(t.ca_file)
@@ -37,3 +41,12 @@ class ReplogCluster:
         """The same as command-line flags (`replog.spark.pipeline`, the CLI)."""
         names = {"tls.ca": "--tls-ca", "tls.cert": "--tls-cert", "tls.key": "--tls-key"}
         return [x for k, v in self.options.items() if k in names for x in (names[k], v)]
+
+
+def running_cluster(
+    tmp_path_factory: pytest.TempPathFactory, nodes: int, **kwargs: Any
+) -> Iterator[ReplogCluster]:
+    """A started `DevCluster` for a fixture to yield from; killed afterwards."""
+    cluster = DevCluster(tmp_path_factory.mktemp("replog"), nodes, **kwargs).start()
+    yield ReplogCluster(cluster)
+    cluster.kill_all()

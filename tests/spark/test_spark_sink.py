@@ -1,0 +1,96 @@
+"""The replog sink as Kafka's: append only, Kafka's columns and options."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from replog.client import Client
+from tests.spark.helpers import new_topic, produce, reader, rows
+from tests.spark.replog_cluster import ReplogCluster
+
+
+@pytest.fixture
+def client(server: ReplogCluster) -> Iterator[Client]:
+    with Client(server.address, tls=server.tls) as c:
+        yield c
+
+
+def high_watermarks(client: Client, topic: str) -> list[int]:
+    return [o.latest for o in client.list_offsets(topic)]
+
+
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        ("overwrite", r'save mode "overwrite" is not allowed for replog'),
+        ("ignore", r'cannot be written in the "Ignore" mode'),
+        ("errorifexists", r'cannot be written in the "ErrorIfExists" mode'),
+    ],
+)
+def test_the_sink_only_appends_as_kafkas_sink_does(
+    spark: Any, server: ReplogCluster, client: Client, mode: str, message: str
+) -> None:
+    topic = new_topic(client, 1)
+    produce(client, topic, 0, [b"kept"])
+    before = high_watermarks(client, topic)
+    df = spark.createDataFrame([(b"v",)], "value binary")
+    with pytest.raises(Exception, match=message):
+        df.write.format("replog").options(**server.options).option("topic", topic).mode(mode).save()
+    assert high_watermarks(client, topic) == before, "nothing written"
+    assert [v for _, _, _, v in rows(reader(spark, server, subscribe=topic))] == [b"kept"]
+
+
+def test_rows_go_to_their_topic_column_unless_option_topic_is_set(
+    spark: Any, server: ReplogCluster, client: Client
+) -> None:
+    a, b, forced = new_topic(client, 1), new_topic(client, 1), new_topic(client, 1)
+    df = spark.createDataFrame(
+        [(a, "to-a-1"), (b, "to-b"), (a, "to-a-2")],
+        "topic string, value string",
+    )
+    df.write.format("replog").options(**server.options).option("kafka.acks", "1").mode(
+        "append"
+    ).save()
+    assert sorted(v for _, _, _, v in rows(reader(spark, server, subscribe=a))) == [
+        b"to-a-1",
+        b"to-a-2",
+    ]
+    assert [v for _, _, _, v in rows(reader(spark, server, subscribe=b))] == [b"to-b"]
+    # Option topic wins over the column, as in Kafka.
+    df.write.format("replog").options(**server.options).option("topic", forced).mode(
+        "append"
+    ).save()
+    assert len(rows(reader(spark, server, subscribe=forced))) == 3
+
+
+def test_what_the_source_reads_can_be_written_back_with_kafkas_columns(
+    spark: Any, server: ReplogCluster, client: Client
+) -> None:
+    source, copy = new_topic(client, 2), new_topic(client, 2)
+    for p in (0, 1):
+        produce(client, source, p, [b"%d-%d" % (p, i) for i in range(100)])
+    df = reader(spark, server, subscribe=source, includeHeaders="true")
+    # Its null key and headers are accepted; `topic` is overridden by the option.
+    df.write.format("replog").options(**server.options).option("topic", copy).mode("append").save()
+    got = rows(reader(spark, server, subscribe=copy))
+    assert sorted((p, v) for _, p, _, v in got) == sorted(
+        (p, b"%d-%d" % (p, i)) for p in (0, 1) for i in range(100)
+    ), "each row kept its partition"
+
+
+def test_rows_with_headers_are_refused_rather_than_stored_without_them(
+    spark: Any, server: ReplogCluster, client: Client
+) -> None:
+    topic = new_topic(client, 1)
+    before = high_watermarks(client, topic)
+    df = spark.createDataFrame(
+        [(b"v", [("trace", b"1")])], "value binary, headers array<struct<key:string,value:binary>>"
+    )
+    with pytest.raises(Exception, match="cannot hold headers yet"):
+        df.write.format("replog").options(**server.options).option("topic", topic).mode(
+            "append"
+        ).save()
+    assert high_watermarks(client, topic) == before, "nothing written"
