@@ -6,9 +6,11 @@ A stream per run, file storage, one subject; a record's address is its stream se
 * produce: `JetStreamContext.publish_async` of every record with a window of 1000 pending
   acks (the size of the others' batches), then the wait for the last ack; the stream's
   message count is checked after.
-* consume: a push consumer with AckPolicy.NONE delivering the stream from its start to a
-  plain subscription whose callback counts the messages (the fastest nats-py path measured
-  here: an ordered consumer ran at ~0.8x and a pull consumer's `fetch` at ~0.2x of it).
+* consume: an ordered consumer (`subscribe(ordered_consumer=True)`: push, no acks, flow
+  control) from the stream's start, with a callback that counts the messages. The fastest
+  nats-py path that keeps up on 1 M records: a push consumer without flow control ran ~1.25x
+  faster on 200 k, but at 1 M the server cut the client off as a slow consumer; a pull
+  consumer's `fetch` ran at ~0.25x.
 * latency: `await publish()` (the ack) of one record at a time.
 
 The client connects to the server that leads the stream (as replog's client goes to the
@@ -29,7 +31,7 @@ import nats.aio.msg
 import nats.errors
 import nats.js
 import nats.js.errors
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
+from nats.js.api import StorageType, StreamConfig
 from peer_common import (
     BATCH_RECORDS,
     START_TIMEOUT_S,
@@ -150,7 +152,6 @@ class NatsTarget:
         return self.runner.run(self._consume(stream, records, deadline))
 
     async def _consume(self, stream: str, records: int, deadline: Deadline) -> float:
-        nc = self.connections[self.leader]
         js = self.js()
         done = asyncio.Event()
         got = 0
@@ -163,28 +164,21 @@ class NatsTarget:
                 last.append(msg)
                 done.set()
 
-        inbox = nc.new_inbox()
         started = time.perf_counter()
-        sub = await nc.subscribe(
-            inbox,
+        sub = await js.subscribe(
+            stream,
+            ordered_consumer=True,
             cb=on_message,
             pending_msgs_limit=records + BATCH_RECORDS,
             pending_bytes_limit=(records + BATCH_RECORDS) * 1024,
-        )
-        consumer = await js.add_consumer(
-            stream,
-            ConsumerConfig(
-                deliver_subject=inbox, ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL
-            ),
         )
         try:
             await asyncio.wait_for(done.wait(), deadline.remaining())
         except TimeoutError as exc:
             raise PhaseTimeoutError(f"NATS consume: {got} of {records} records") from exc
+        finally:
+            await sub.unsubscribe()  # an ordered consumer is ephemeral: the server drops it
         elapsed = time.perf_counter() - started
-        await sub.unsubscribe()
-        assert consumer.name is not None
-        await js.delete_consumer(stream, consumer.name)
         assert last[0].metadata.sequence.stream == records, "delivered in stream order"
         return elapsed
 
