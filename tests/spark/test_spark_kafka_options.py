@@ -94,6 +94,8 @@ def test_subscribe_reads_a_list_of_topics_in_one_query(
     live = stream(spark, server, subscribe=f"{a},{b}", startingOffsets="earliest")
     assert run_available_now(live, checkpoint(workdir)).rows == sorted(rows_a + rows_b)
     assert other not in {t for t, _, _, _ in rows_a + rows_b}
+    with pytest.raises(Exception, match="no-such-topic"):
+        reader(spark, server, subscribe=f"{a},no-such-topic").collect()
 
 
 def test_subscribe_pattern_reads_matching_topics_and_a_stream_picks_up_new_ones(

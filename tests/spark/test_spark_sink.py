@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from replog.client import Client
-from tests.spark.helpers import new_topic, produce, reader, rows
+from tests.spark.helpers import QUERY_DEADLINE_S, new_topic, produce, reader, rows, stream
 from tests.spark.replog_cluster import ReplogCluster
 
 
@@ -94,3 +95,31 @@ def test_rows_with_headers_are_refused_rather_than_stored_without_them(
             "append"
         ).save()
     assert high_watermarks(client, topic) == before, "nothing written"
+
+
+def test_a_stream_in_complete_mode_appends_each_triggers_whole_result_as_kafkas_sink_does(
+    spark: Any, server: ReplogCluster, client: Client, workdir: Path
+) -> None:
+    source, out = new_topic(client, 2), new_topic(client, 1)
+    produce(client, source, 0, [b"a"] * 30)
+    produce(client, source, 1, [b"b"] * 20)
+    counts = (
+        stream(spark, server, subscribe=source, startingOffsets="earliest")
+        .groupBy("partition")
+        .count()
+        .selectExpr("CAST(CONCAT(partition, '=', count) AS STRING) AS value")
+    )
+    query = (
+        counts.writeStream.format("replog")
+        .options(**server.options)
+        .option("topic", out)
+        .option("checkpointLocation", str(workdir / "checkpoint"))
+        .outputMode("complete")
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(QUERY_DEADLINE_S) and query.exception() is None
+    assert sorted(v for _, _, _, v in rows(reader(spark, server, subscribe=out))) == [
+        b"0=30",
+        b"1=20",
+    ]
