@@ -12,12 +12,11 @@ import sys
 import time
 from pathlib import Path
 
-from e2e import Proc
 from peer_common import BATCH_RECORDS, Deadline, batch_values, timed_loop_ms
 
 from replog import __version__
 from replog.client import Client
-from replog.devcluster import DevCluster
+from replog.devcluster import DevCluster, NodeProcess, free_port
 from replog.errors import ReplogError
 
 NODE_ARGS = ["--flush", "interval", "--metrics-listen", "", "--log-level", "WARNING"]
@@ -31,15 +30,15 @@ class ReplogTarget:
         self.nodes = nodes
         self.acks = "leader" if nodes == 1 else "all"
         self.values = batch_values()
-        self.single: Proc | None = None
+        self.single: NodeProcess | None = None
         self.cluster: DevCluster | None = None
-        if nodes == 1:
-            cmd = [
-                sys.executable, "-m", "replog", "serve", "--data-dir", str(work / "data"),
-                "--listen", "127.0.0.1:0", "--ready-file", str(work / "ready"), *NODE_ARGS,
+        if nodes == 1:  # a plain `replog serve` (no peers), its output in work/node1.log
+            address = f"127.0.0.1:{free_port()}"
+            args = [
+                "--listen", address, "--data-dir", str(work / "data"),
+                "--ready-file", str(work / "node1.ready"), *NODE_ARGS,
             ]  # fmt: skip
-            self.single = Proc(cmd, work / "ready")
-            address = self.single.address
+            self.single = NodeProcess(1, address, work / "data", work, args).start()
         else:
             self.cluster = DevCluster(work, nodes, extra_args=NODE_ARGS).start()
             address = self.cluster.bootstrap
@@ -50,10 +49,12 @@ class ReplogTarget:
         return __version__
 
     def pids(self) -> list[int]:
-        if self.single is not None:
-            return [self.single.proc.pid]
+        nodes = [self.single] if self.single is not None else self.cluster_nodes()
+        return [n.proc.pid for n in nodes if n.proc is not None]
+
+    def cluster_nodes(self) -> list[NodeProcess]:
         assert self.cluster is not None
-        return [n.proc.pid for n in self.cluster.members.values() if n.proc is not None]
+        return list(self.cluster.members.values())
 
     def prepare(self, stream: str, deadline: Deadline) -> None:
         self.client.create_topic(stream, 1, self.nodes)
@@ -112,12 +113,21 @@ class ReplogTarget:
         )
 
     def cleanup(self, stream: str) -> None:
-        self.client.delete_topic(stream)
+        """Nothing: topics stay until the scratch dir goes. Deleting one while the background
+        scrubber reads it ends the server today (LogClosedError in the scrubber task)."""
 
     def close(self) -> None:
         self.client.close()
+        for node in [self.single] if self.single is not None else self.cluster_nodes():
+            if node.proc is not None and node.proc.poll() is not None:  # died before its stop
+                code = node.proc.returncode
+                print(
+                    f"replog node {node.node_id} exited ({code}):\n{node.log_tail()}",
+                    file=sys.stderr,
+                )
         if self.single is not None:
             self.single.stop()
+            self.single.kill()
         if self.cluster is not None:
             self.cluster.stop()
             self.cluster.kill_all()
