@@ -1,7 +1,8 @@
 """The replog Python client (sync): `Client`, its `Producer` and `Consumer`.
 
 Modules: `client` (channels, routing, admin and record calls), `producer` (batching,
-partitioning, futures), `consumer` (iterate a partition via StreamFrom), `results` (the
+partitioning, futures), `consumer` (iterate a partition via StreamFrom), `group_consumer`
+(a member of a consumer group), `groups` (the Groups calls and their results), `results` (the
 values calls return), `aio` (the thin asyncio twin), `retry` (backoff policy). gRPC status
 back to typed `ReplogError`s happens in one place shared with the server,
 `replog.rpc_errors` (`errors` here re-exports it).
@@ -10,6 +11,7 @@ back to typed `ReplogError`s happens in one place shared with the server,
 from replog.client.aio import AsyncClient
 from replog.client.client import Client
 from replog.client.consumer import Consumer
+from replog.client.group_consumer import GroupConsumer, GroupRecord
 from replog.client.producer import OffsetFuture, Producer, partition_for_key
 from replog.client.results import (
     AppendResult,
@@ -29,6 +31,8 @@ __all__ = [
     "Consumer",
     "CorruptRange",
     "FetchResult",
+    "GroupConsumer",
+    "GroupRecord",
     "OffsetFuture",
     "Offsets",
     "PartitionInfo",

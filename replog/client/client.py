@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Generator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Generator, Mapping, Sequence
+from functools import cached_property
+from typing import Any, TypeVar, overload
 
 import grpc
 
 from replog import frames
 from replog.client.consumer import Consumer
+from replog.client.group_consumer import GroupConsumer
+from replog.client.groups import CommittedOffset, GroupCalls, GroupDescription, GroupSummary
 from replog.client.producer import Producer
 from replog.client.results import (
     AppendResult,
@@ -463,8 +466,67 @@ class Client:
             finally:
                 call.cancel()
 
-    def consumer(self, topic: str, partition: int = 0, offset: int | str = "earliest") -> Consumer:
+    @overload
+    def consumer(
+        self, topic: str, partition: int = 0, offset: int | str = "earliest"
+    ) -> Consumer: ...
+
+    @overload
+    def consumer(
+        self, topic: str | Sequence[str], *, group: str, **options: Any
+    ) -> GroupConsumer: ...
+
+    def consumer(
+        self,
+        topic: str | Sequence[str],
+        partition: int = 0,
+        offset: int | str = "earliest",
+        *,
+        group: str | None = None,
+        **options: Any,
+    ) -> Consumer | GroupConsumer:
+        """One partition from `offset`; or, with `group`, a member of that consumer group,
+        which consumes the partitions of `topic` (or of several topics) the group gives it,
+        from the group's committed offsets (`group_consumer.GroupConsumer`, whose keyword
+        arguments `options` are)."""
+        if group is not None:
+            if partition or offset != "earliest":
+                raise ValueError("a group member's partitions and offsets come from its group")
+            return GroupConsumer(self, topic, group, calls=self.groups, **options)
+        if not isinstance(topic, str) or options:
+            raise ValueError("one topic, without options, unless a group is given")
         return Consumer(self, topic, partition, offset)
 
     def producer(self, topic: str, **options: Any) -> Producer:
         return Producer(self, topic, **options)
+
+    # -- consumer groups (replog.v1.Groups) ----------------------------------------------
+
+    @cached_property
+    def groups(self) -> GroupCalls:
+        """The Groups calls, routed to each group's coordinator (`groups.GroupCalls`)."""
+        return GroupCalls(self)
+
+    def list_groups(self) -> list[GroupSummary]:
+        return self.groups.list()
+
+    def describe_group(self, group: str) -> GroupDescription:
+        """Members, their partitions, and each partition's committed offset and lag."""
+        return self.groups.describe(group)
+
+    def delete_group(self, group: str) -> None:
+        """Drop the group's committed offsets (GROUP_NOT_EMPTY while it has members)."""
+        self.groups.delete(group)
+
+    def committed_offsets(
+        self, group: str, partitions: Sequence[tuple[str, int]] = ()
+    ) -> list[CommittedOffset]:
+        """The group's committed offsets of `partitions` (default: all it has)."""
+        return self.groups.committed(group, partitions)
+
+    def commit_offsets(
+        self, group: str, offsets: Mapping[tuple[str, int], int | tuple[int, str]]
+    ) -> None:
+        """Commit offsets outside membership (tools, a job that assigns partitions itself):
+        refused with GROUP_NOT_EMPTY while the group has members."""
+        self.groups.commit(group, offsets)

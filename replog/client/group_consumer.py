@@ -1,0 +1,525 @@
+"""A member of a consumer group: consumes the partitions the coordinator gives it, commits
+its progress, hands partitions over when the group changes (`client.consumer(topic,
+group="g")`).
+
+    with client.consumer("orders", group="billing") as consumer:
+        for record in consumer:               # GroupRecord(topic, partition, offset, value)
+            handle(record)                    # auto-commit: every auto_commit_interval_ms
+
+Threads: a heartbeat thread keeps the membership alive and learns the member's partitions
+(`replog.v1.Groups.Heartbeat`); one fetch thread per partition long-polls its leader
+(`Fetch`) into a bounded queue. Everything else happens in the caller's thread, inside
+`poll()` (or the iterator): joining, taking and releasing partitions, auto-commits.
+
+Delivery is at least once. A record counts as processed once the caller comes back for the
+next one (the iterator) or calls `poll()` again; auto-commit commits processed positions
+only; `commit()` commits every record delivered so far (call it after processing). When a
+partition is revoked, its processed position is committed (with auto-commit; else
+`on_revoke` is the place to commit) before the coordinator is told it is released, and its
+new owner starts from that commit. A member that loses its membership (missed heartbeats
+past its session timeout, a coordinator failover) drops its partitions without committing
+(the commit would be refused) and joins again: what it processed after its last commit is
+delivered again to the partitions' next owners.
+
+`seek(topic, partition, offset | "earliest" | "latest")`, `pause(...)`, `resume(...)`,
+`assignment()`, `position(...)`, `committed()`. Seeking by time is not supported yet (the
+server has no ListOffsets by time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from replog.client.groups import Answer, GroupCalls, TopicPartition
+from replog.client.results import FetchResult, Offsets
+from replog.client.retry import RetryPolicy
+from replog.errors import (
+    IllegalGenerationError,
+    NotFoundError,
+    OffsetOutOfRangeError,
+    ReplogError,
+    UnknownMemberError,
+)
+
+FETCH_BYTES_MAX = 1024 * 1024
+QUEUE_BATCHES_MAX = 16
+Callback = Callable[[set[TopicPartition]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    topic: str
+    partition: int
+    offset: int
+    value: bytes
+
+
+class GroupConsumerClient(Protocol):
+    """What a `GroupConsumer` needs from its client; `replog.client.Client` is one."""
+
+    timeout_s: float
+    retry: RetryPolicy
+
+    def list_offsets(self, topic: str, partitions: Sequence[int] = ()) -> list[Offsets]: ...
+
+    def fetch(
+        self, topic: str, partition: int, offset: int, *, max_bytes: int = 0, max_wait_ms: int = 0
+    ) -> FetchResult: ...
+
+
+@dataclass(slots=True)
+class _Partition:
+    position: int  # the next offset to deliver
+    consumed: int  # the next offset after the records processed
+    epoch: int  # bumped at each (re)start of its fetch; older batches are dropped
+    paused: bool = False
+    stop: threading.Event | None = None
+
+
+class GroupConsumer:
+    def __init__(
+        self,
+        client: Any,
+        topics: str | Sequence[str],
+        group: str,
+        *,
+        auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5000,
+        auto_offset_reset: str = "earliest",
+        session_timeout_ms: int = 0,
+        rebalance_timeout_ms: int = 0,
+        client_id: str = "replog-python",
+        max_poll_records: int = 500,
+        fetch_bytes_max: int = FETCH_BYTES_MAX,
+        fetch_wait_ms: int = 500,
+        on_assign: Callback | None = None,
+        on_revoke: Callback | None = None,
+        calls: GroupCalls | None = None,
+    ) -> None:
+        if auto_offset_reset not in ("earliest", "latest"):
+            raise ValueError("auto_offset_reset is 'earliest' or 'latest'")
+        self.client: GroupConsumerClient = client
+        self.calls = calls or GroupCalls(client)
+        self.topics = [topics] if isinstance(topics, str) else list(topics)
+        self.group = group
+        self.auto_commit = auto_commit
+        self.auto_commit_interval_s = auto_commit_interval_ms / 1000
+        self.auto_offset_reset = auto_offset_reset
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.client_id = client_id
+        self.max_poll_records = max_poll_records
+        self.fetch_bytes_max = fetch_bytes_max
+        self.fetch_wait_ms = fetch_wait_ms
+        self.on_assign = on_assign
+        self.on_revoke = on_revoke
+        self.member_id: str | None = None
+        self.generation = -1
+        self._lock = threading.Lock()
+        self._assigned: frozenset[TopicPartition] = frozenset()  # as last told
+        self._partitions: dict[TopicPartition, _Partition] = {}  # being consumed
+        self._changed = threading.Event()  # the coordinator's answer differs: reconcile
+        self._lost = False  # membership lost: drop everything, join again
+        self._heartbeat_now = threading.Event()
+        self._heartbeat_ms = 3000
+        self._session_ms = 10_000
+        self._last_heartbeat = 0.0
+        self._queue: queue.Queue[tuple[TopicPartition, int, object]] = queue.Queue(
+            QUEUE_BATCHES_MAX
+        )
+        self._closed = threading.Event()
+        self._heartbeats: threading.Thread | None = None
+        self._last_auto_commit = time.monotonic()
+        self._epochs = 0
+        self._poll_api = False  # poll() was used: what it returned is processed at close
+        self._answered = threading.Event()  # set at each heartbeat answer
+        self.rebalances = 0  # times partitions were taken or released (for tests, metrics)
+
+    # -- membership ----------------------------------------------------------------------
+
+    def _join(self) -> None:
+        answer, session_ms = self.calls.join(
+            self.group,
+            self.topics,
+            session_timeout_ms=self.session_timeout_ms,
+            rebalance_timeout_ms=self.rebalance_timeout_ms,
+            client_id=self.client_id,
+        )
+        with self._lock:
+            self.member_id = answer.member_id
+            self._session_ms = session_ms
+            self._lost = False
+            self._take(answer)
+            self._changed.set()
+            self._last_heartbeat = time.monotonic()
+        if self._heartbeats is None:
+            self._heartbeats = threading.Thread(
+                target=self._heartbeat_loop, name=f"replog-heartbeat-{self.group}", daemon=True
+            )
+            self._heartbeats.start()
+
+    def _take(self, answer: Answer) -> None:
+        """A coordinator's answer (under the lock)."""
+        self.generation = answer.generation
+        self._heartbeat_ms = answer.heartbeat_interval_ms or self._heartbeat_ms
+        if answer.partitions != self._assigned:
+            self._assigned = answer.partitions
+            self._changed.set()
+
+    def _owned(self) -> list[TopicPartition]:
+        """What the member may still be consuming: its last answer and what it has not
+        released yet (under the lock)."""
+        return sorted(set(self._assigned) | set(self._partitions))
+
+    def _heartbeat_loop(self) -> None:
+        while not self._closed.is_set():
+            with self._lock:
+                member, generation, owned = self.member_id, self.generation, self._owned()
+                interval_s = self._heartbeat_ms / 1000
+                session_s = self._session_ms / 1000
+            if member is None or self._lost:
+                self._heartbeat_now.wait(interval_s)
+                self._heartbeat_now.clear()
+                continue
+            # One heartbeat may retry for at most half the session: a member must hear
+            # within its session whether it is still one.
+            policy = RetryPolicy(attempts_max=1000, deadline_ms=int(session_s * 500))
+            try:
+                answer = self.calls.heartbeat(
+                    self.group, member, generation, owned, policy, timeout_s=session_s / 2
+                )
+            except UnknownMemberError:
+                self._mark_lost(member)
+            except ReplogError:
+                with self._lock:
+                    if time.monotonic() - self._last_heartbeat > session_s:
+                        self._mark_lost(member)
+            else:
+                with self._lock:
+                    if self.member_id == member and not self._lost:
+                        self._last_heartbeat = time.monotonic()
+                        self._take(answer)
+                self._answered.set()
+            self._heartbeat_now.wait(interval_s)
+            self._heartbeat_now.clear()
+
+    def _mark_lost(self, member: str) -> None:
+        if self.member_id == member:
+            self._lost = True
+            self._changed.set()
+
+    # -- the caller's thread -------------------------------------------------------------
+
+    def poll(self, timeout_s: float = 1.0) -> list[GroupRecord]:
+        """Records of the member's partitions (up to about `max_poll_records`), waiting up to
+        `timeout_s` for some; every record returned by the previous call counts as processed."""
+        self._poll_api = True
+        self._processed()
+        self._maintain()
+        out = self._records(timeout_s)
+        for r in out:
+            self._partitions[(r.topic, r.partition)].position = r.offset + 1
+        return out
+
+    def __iter__(self) -> Iterator[GroupRecord]:
+        """Records one at a time, until `close()`; a record counts as processed when the
+        caller asks for the next one."""
+        while not self._closed.is_set():
+            self._maintain()
+            batch = self._records(1.0)
+            for i, record in enumerate(batch):
+                state = self._partitions.get((record.topic, record.partition))
+                if state is None:
+                    continue
+                state.position = record.offset + 1
+                yield record
+                state.consumed = max(state.consumed, record.offset + 1)
+                if self._changed.is_set() and i + 1 < len(batch):
+                    # Partitions are moving: hand the rest back to the fetchers.
+                    self._rewind(batch[i + 1 :])
+                    break
+
+    def _records(self, timeout_s: float) -> list[GroupRecord]:
+        out: list[GroupRecord] = []
+        deadline = time.monotonic() + timeout_s
+        while len(out) < self.max_poll_records:
+            try:
+                if out:
+                    item = self._queue.get_nowait()
+                else:
+                    item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            out.extend(self._accept(*item))
+            if self._changed.is_set():
+                break  # reconcile before delivering more of partitions that may be moving
+        return out
+
+    def _processed(self) -> None:
+        for state in self._partitions.values():
+            state.consumed = state.position
+
+    def _rewind(self, undelivered: list[GroupRecord]) -> None:
+        """Records taken from the queue but not delivered: fetch them again."""
+        first: dict[TopicPartition, int] = {}
+        for r in undelivered:
+            first.setdefault((r.topic, r.partition), r.offset)
+        for tp, offset in first.items():
+            state = self._partitions.get(tp)
+            if state is not None:
+                state.position = min(state.position, offset)
+                self._restart(tp, state)
+
+    def _accept(self, tp: TopicPartition, epoch: int, item: object) -> list[GroupRecord]:
+        state = self._partitions.get(tp)
+        if state is None or state.epoch != epoch or state.paused:
+            return []  # released, sought or paused since: stale
+        if isinstance(item, FetchResult):
+            records = item.records
+            return [
+                GroupRecord(tp[0], tp[1], o, v)
+                for o, v in zip(records.offsets, records.values, strict=True)
+            ]
+        if isinstance(item, OffsetOutOfRangeError):
+            state.position = state.consumed = self._reset_position(tp)
+            self._restart(tp, state)
+            return []
+        if isinstance(item, NotFoundError):
+            return []  # the topic went: the next generation takes the partition away
+        assert isinstance(item, ReplogError), item
+        raise item
+
+    def _maintain(self) -> None:
+        """Join, reconcile, auto-commit: what poll does before it waits for records."""
+        if self._closed.is_set():
+            raise ReplogError("the consumer is closed")
+        with self._lock:
+            lost = self._lost
+        if lost or self.member_id is None:
+            self._drop(set(self._partitions), commit=False)
+            self._join()
+        with self._lock:
+            behind = set(self._partitions) != self._assigned  # (a reconcile that failed)
+        if self._changed.is_set() or behind:
+            self._changed.clear()
+            self._reconcile()
+        if self.auto_commit and time.monotonic() - self._last_auto_commit >= (
+            self.auto_commit_interval_s
+        ):
+            self._auto_commit()
+
+    def _reconcile(self) -> None:
+        with self._lock:
+            if self._lost:
+                return
+            assigned = set(self._assigned)
+        revoked = set(self._partitions) - assigned
+        added = assigned - set(self._partitions)
+        if revoked:
+            self._drop(revoked, commit=True)
+        if added:
+            self._add(added)
+        if revoked or added:
+            self.rebalances += 1
+            self._heartbeat_now.set()  # tell the coordinator at once
+
+    def _drop(self, tps: set[TopicPartition], *, commit: bool) -> None:
+        if not tps:
+            return
+        if commit and self.auto_commit:
+            with contextlib.suppress(ReplogError):  # refused: its new owner re-reads them
+                self._commit({tp: self._partitions[tp].consumed for tp in tps})
+        if self.on_revoke is not None:
+            self.on_revoke(set(tps))
+        with self._lock:
+            for tp in tps:
+                state = self._partitions.pop(tp)
+                if state.stop is not None:
+                    state.stop.set()
+
+    def _add(self, tps: set[TopicPartition]) -> None:
+        committed = {
+            (c.topic, c.partition): c.offset for c in self.calls.committed(self.group, sorted(tps))
+        }
+        for tp in sorted(tps):
+            offset = committed.get(tp, -1)
+            if offset < 0:
+                offset = self._reset_position(tp)
+            state = _Partition(offset, offset, -1)
+            with self._lock:
+                self._partitions[tp] = state
+            self._restart(tp, state)
+        if self.on_assign is not None:
+            self.on_assign(set(tps))
+
+    def _reset_position(self, tp: TopicPartition) -> int:
+        (offsets,) = self.client.list_offsets(tp[0], [tp[1]])
+        return offsets.earliest if self.auto_offset_reset == "earliest" else offsets.latest
+
+    # -- fetching ------------------------------------------------------------------------
+
+    def _restart(self, tp: TopicPartition, state: _Partition) -> None:
+        """(Re)start the partition's fetch thread at `state.position`."""
+        if state.stop is not None:
+            state.stop.set()
+        self._epochs += 1
+        state.epoch = self._epochs
+        if state.paused:
+            state.stop = None
+            return
+        stop = state.stop = threading.Event()
+        thread = threading.Thread(
+            target=self._fetch_loop,
+            args=(tp, state.epoch, state.position, stop),
+            name=f"replog-fetch-{tp[0]}-{tp[1]}",
+            daemon=True,
+        )
+        thread.start()
+
+    def _fetch_loop(
+        self, tp: TopicPartition, epoch: int, offset: int, stop: threading.Event
+    ) -> None:
+        topic, partition = tp
+        while not stop.is_set() and not self._closed.is_set():
+            item: object
+            try:
+                item = self.client.fetch(
+                    topic,
+                    partition,
+                    offset,
+                    max_bytes=self.fetch_bytes_max,
+                    max_wait_ms=self.fetch_wait_ms,
+                )
+            except ReplogError as err:
+                if err.retriable:  # (the client retried already): a while, then again
+                    stop.wait(self.fetch_wait_ms / 1000)
+                    continue
+                item = err
+            if isinstance(item, FetchResult):
+                offset = item.next_offset
+                if not len(item.records):
+                    continue
+            while not stop.is_set():  # bounded queue: wait for room, or for the end
+                try:
+                    self._queue.put((tp, epoch, item), timeout=0.2)
+                    break
+                except queue.Full:
+                    continue
+            if not isinstance(item, FetchResult):
+                return  # an error: the caller's thread decides (reset, drop, raise)
+
+    # -- commits -------------------------------------------------------------------------
+
+    def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        member = self.member_id
+        if member is None or not offsets:
+            return
+        try:
+            self.calls.commit(self.group, offsets, member, self.generation)
+        except IllegalGenerationError:
+            # A heartbeat answer crossed this commit: learn the new generation, once.
+            self._answered.clear()
+            self._heartbeat_now.set()
+            self._answered.wait(self._session_ms / 1000)
+            self.calls.commit(self.group, offsets, member, self.generation)
+        except UnknownMemberError:
+            with self._lock:
+                self._mark_lost(member)
+            raise
+
+    def _auto_commit(self) -> None:
+        self._last_auto_commit = time.monotonic()
+        with contextlib.suppress(ReplogError):  # next time (or the next owner re-reads)
+            self._commit({tp: s.consumed for tp, s in self._partitions.items()})
+
+    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Commit `offsets` ((topic, partition) -> next offset to read), or the position of
+        every partition (every record delivered so far). Raises UNKNOWN_MEMBER if this
+        member was removed (its partitions are someone else's now)."""
+        if offsets is None:
+            offsets = {tp: s.position for tp, s in self._partitions.items()}
+        self._commit(offsets)
+
+    # -- positions -----------------------------------------------------------------------
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._partitions)
+
+    def position(self, topic: str, partition: int) -> int:
+        return self._partitions[(topic, partition)].position
+
+    def committed(self, partitions: Sequence[TopicPartition] = ()) -> dict[TopicPartition, int]:
+        """The group's committed offsets (-1: none) of `partitions` (default: this member's)."""
+        wanted = list(partitions) or sorted(self._partitions)
+        found = self.calls.committed(self.group, wanted)
+        return {(c.topic, c.partition): c.offset for c in found}
+
+    def seek(self, topic: str, partition: int, offset: int | str) -> None:
+        """Read `topic/partition` (one of this member's) from `offset`: an int, "earliest"
+        or "latest". The next commit stores it."""
+        tp = (topic, partition)
+        state = self._partitions.get(tp)
+        if state is None:
+            raise ValueError(f"{topic}/{partition} is not assigned to this member")
+        if isinstance(offset, str):
+            if offset not in ("earliest", "latest"):
+                raise ValueError("offset is an int, 'earliest' or 'latest'")
+            (offsets,) = self.client.list_offsets(topic, [partition])
+            offset = offsets.earliest if offset == "earliest" else offsets.latest
+        state.position = state.consumed = offset
+        self._restart(tp, state)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop delivering these partitions (still this member's) until `resume`."""
+        for tp in partitions:
+            state = self._partitions.get(tp)
+            if state is not None and not state.paused:
+                state.paused = True
+                self._restart(tp, state)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            state = self._partitions.get(tp)
+            if state is not None and state.paused:
+                state.paused = False
+                self._restart(tp, state)
+
+    def paused(self) -> set[TopicPartition]:
+        return {tp for tp, s in self._partitions.items() if s.paused}
+
+    # -- end -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Commit what was processed (with auto-commit), leave the group, stop the threads."""
+        if self._closed.is_set():
+            return
+        member = self.member_id
+        try:
+            if member is not None and not self._lost:
+                if self.auto_commit:
+                    if self._poll_api:
+                        self._processed()
+                    with contextlib.suppress(ReplogError):
+                        self._commit({tp: s.consumed for tp, s in self._partitions.items()})
+                with contextlib.suppress(ReplogError):
+                    self.calls.leave(self.group, member, RetryPolicy(attempts_max=3))
+        finally:
+            self._closed.set()
+            self._heartbeat_now.set()
+            for state in self._partitions.values():
+                if state.stop is not None:
+                    state.stop.set()
+            if self._heartbeats is not None:
+                self._heartbeats.join(10)
+
+    def __enter__(self) -> GroupConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
