@@ -11,12 +11,14 @@ leader (NOT_LEADER hints followed), and retriable errors are retried within the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from functools import cached_property
+from typing import Any, TypeVar
 
 import grpc
 
 from replog import frames
+from replog.client.aio_groups import AsyncGroupCalls, AsyncGroupConsumer
 from replog.client.client import (
     ACKS,
     CHANNEL_OPTIONS,
@@ -25,6 +27,7 @@ from replog.client.client import (
     partition_info,
 )
 from replog.client.consumer import STREAM_REPLY_BYTES
+from replog.client.groups import CommittedOffset, GroupDescription, GroupSummary
 from replog.client.results import AppendResult, FetchResult, Offsets, PartitionInfo
 from replog.client.retry import Attempts, RetryPolicy, acall_with_retry, one_try_each
 from replog.client.routing import Routing, split_addresses
@@ -263,3 +266,36 @@ class AsyncClient:
                     await asyncio.sleep(pause_s)
             finally:
                 call.cancel()
+
+    # -- consumer groups (replog.v1.Groups) ----------------------------------------------
+
+    def consumer(
+        self, topic: str | Sequence[str], *, group: str, **options: Any
+    ) -> AsyncGroupConsumer:
+        """A member of consumer group `group` (`aio_groups.AsyncGroupConsumer`, whose keyword
+        arguments `options` are); `batches()` reads one partition without a group."""
+        return AsyncGroupConsumer(self, topic, group, calls=self.groups, **options)
+
+    @cached_property
+    def groups(self) -> AsyncGroupCalls:
+        return AsyncGroupCalls(self)
+
+    async def list_groups(self) -> list[GroupSummary]:
+        return await self.groups.list()
+
+    async def describe_group(self, group: str) -> GroupDescription:
+        return await self.groups.describe(group)
+
+    async def delete_group(self, group: str) -> None:
+        await self.groups.delete(group)
+
+    async def committed_offsets(
+        self, group: str, partitions: Sequence[tuple[str, int]] = ()
+    ) -> list[CommittedOffset]:
+        return await self.groups.committed(group, partitions)
+
+    async def commit_offsets(
+        self, group: str, offsets: Mapping[tuple[str, int], int | tuple[int, str]]
+    ) -> None:
+        """Commit outside membership (GROUP_NOT_EMPTY while the group has members)."""
+        await self.groups.commit(group, offsets)

@@ -60,6 +60,27 @@ class GroupRecord:
     value: bytes
 
 
+def records_of(tp: TopicPartition, result: FetchResult) -> list[GroupRecord]:
+    records = result.records
+    return [
+        GroupRecord(tp[0], tp[1], o, v)
+        for o, v in zip(records.offsets, records.values, strict=True)
+    ]
+
+
+def first_offsets(undelivered: list[GroupRecord]) -> dict[TopicPartition, int]:
+    """Each partition's first record among `undelivered` (to fetch again from there)."""
+    first: dict[TopicPartition, int] = {}
+    for r in undelivered:
+        first.setdefault((r.topic, r.partition), r.offset)
+    return first
+
+
+def check_reset(auto_offset_reset: str) -> None:
+    if auto_offset_reset not in ("earliest", "latest"):
+        raise ValueError("auto_offset_reset is 'earliest' or 'latest'")
+
+
 class GroupConsumerClient(Protocol):
     """What a `GroupConsumer` needs from its client; `replog.client.Client` is one."""
 
@@ -102,8 +123,7 @@ class GroupConsumer:
         on_revoke: Callback | None = None,
         calls: GroupCalls | None = None,
     ) -> None:
-        if auto_offset_reset not in ("earliest", "latest"):
-            raise ValueError("auto_offset_reset is 'earliest' or 'latest'")
+        check_reset(auto_offset_reset)
         self.client: GroupConsumerClient = client
         self.calls = calls or GroupCalls(client)
         self.topics = [topics] if isinstance(topics, str) else list(topics)
@@ -267,10 +287,7 @@ class GroupConsumer:
 
     def _rewind(self, undelivered: list[GroupRecord]) -> None:
         """Records taken from the queue but not delivered: fetch them again."""
-        first: dict[TopicPartition, int] = {}
-        for r in undelivered:
-            first.setdefault((r.topic, r.partition), r.offset)
-        for tp, offset in first.items():
+        for tp, offset in first_offsets(undelivered).items():
             state = self._partitions.get(tp)
             if state is not None:
                 state.position = min(state.position, offset)
@@ -281,11 +298,7 @@ class GroupConsumer:
         if state is None or state.epoch != epoch or state.paused:
             return []  # released, sought or paused since: stale
         if isinstance(item, FetchResult):
-            records = item.records
-            return [
-                GroupRecord(tp[0], tp[1], o, v)
-                for o, v in zip(records.offsets, records.values, strict=True)
-            ]
+            return records_of(tp, item)
         if isinstance(item, OffsetOutOfRangeError):
             state.position = state.consumed = self._reset_position(tp)
             self._restart(tp, state)

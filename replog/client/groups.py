@@ -169,6 +169,33 @@ def answer(reply: Any, member_id: str) -> Answer:
     )
 
 
+def join_request(
+    group: str,
+    topics: Sequence[str],
+    session_timeout_ms: int,
+    rebalance_timeout_ms: int,
+    client_id: str,
+) -> groups_pb2.JoinGroupRequest:
+    return groups_pb2.JoinGroupRequest(
+        group=group,
+        topics=list(topics),
+        session_timeout_ms=session_timeout_ms,
+        rebalance_timeout_ms=rebalance_timeout_ms,
+        client_id=client_id,
+    )
+
+
+def commit_request(
+    group: str,
+    offsets: Mapping[TopicPartition, int | tuple[int, str]],
+    member_id: str,
+    generation: int,
+) -> groups_pb2.CommitOffsetsRequest:
+    return groups_pb2.CommitOffsetsRequest(
+        group=group, member_id=member_id, generation=generation, offsets=wire_offsets(offsets)
+    )
+
+
 def follow(err: ReplogError, coordinators: dict[str, str], group: str) -> bool:
     """Update the group's coordinator after a failed call; True when the retry goes to a
     newly named node (worth making at once)."""
@@ -257,13 +284,7 @@ class GroupCalls:
         client_id: str = "",
     ) -> tuple[Answer, int]:
         """A new member: its first answer and the session timeout granted."""
-        req = groups_pb2.JoinGroupRequest(
-            group=group,
-            topics=list(topics),
-            session_timeout_ms=session_timeout_ms,
-            rebalance_timeout_ms=rebalance_timeout_ms,
-            client_id=client_id,
-        )
+        req = join_request(group, topics, session_timeout_ms, rebalance_timeout_ms, client_id)
         reply = self.call(group, lambda stub, t: stub.JoinGroup(req, timeout=t))
         return answer(reply, reply.member_id), reply.session_timeout_ms
 
@@ -299,9 +320,7 @@ class GroupCalls:
     ) -> None:
         """Commit `offsets` ((topic, partition) -> next offset, or (offset, metadata)); as a
         member, or outside membership (member_id "", generation -1)."""
-        req = groups_pb2.CommitOffsetsRequest(
-            group=group, member_id=member_id, generation=generation, offsets=wire_offsets(offsets)
-        )
+        req = commit_request(group, offsets, member_id, generation)
         self.call(group, lambda stub, t: stub.CommitOffsets(req, timeout=t))
 
     def committed(

@@ -1,0 +1,555 @@
+"""The asyncio twin of the consumer groups: `AsyncGroupCalls` and `AsyncGroupConsumer`.
+
+    async with client.consumer("orders", group="billing") as consumer:   # AsyncClient
+        async for record in consumer:
+            await handle(record)
+
+The same protocol and guarantees as `group_consumer.GroupConsumer` (at least once: see its
+docstring), in one event loop: a heartbeat task, one fetch task per partition into a
+bounded queue, and joining, reconciling and auto-commits inside `poll()` / the iterator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+
+from replog.client.group_consumer import (
+    FETCH_BYTES_MAX,
+    QUEUE_BATCHES_MAX,
+    Callback,
+    GroupRecord,
+    check_reset,
+    first_offsets,
+    records_of,
+)
+from replog.client.groups import (
+    Answer,
+    CommittedOffset,
+    GroupDescription,
+    GroupSummary,
+    TopicPartition,
+    answer,
+    commit_request,
+    committed_offsets,
+    description,
+    follow,
+    join_request,
+    summaries,
+    wire_tps,
+)
+from replog.client.results import FetchResult
+from replog.client.retry import RetryPolicy, acall_with_retry
+from replog.errors import (
+    IllegalGenerationError,
+    NotFoundError,
+    OffsetOutOfRangeError,
+    ReplogError,
+    UnknownMemberError,
+)
+from replog.rpc_errors import from_rpc_error
+from replog.v1 import groups_pb2, groups_pb2_grpc
+
+T = TypeVar("T")
+
+
+class AsyncGroupCalls:
+    """`groups.GroupCalls`, awaited (over an `AsyncClient`'s channels and retry policy)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.coordinators: dict[str, str] = {}
+        self._stubs: dict[str, Any] = {}
+
+    def _stub(self, address: str) -> Any:
+        stub = self._stubs.get(address)
+        if stub is None:
+            channel = self.client._node(address).channel
+            stub = self._stubs[address] = groups_pb2_grpc.GroupsStub(channel)  # type: ignore[no-untyped-call]
+        return stub
+
+    async def find_coordinator(self, group: str) -> str:
+        req = groups_pb2.FindCoordinatorRequest(group=group)
+        reply = await self.client._call(
+            lambda node: self._stub(node.address).FindCoordinator(
+                req, timeout=self.client.timeout_s
+            ),
+            idempotent=True,
+        )
+        self.coordinators[group] = reply.address
+        return str(reply.address)
+
+    async def call(
+        self,
+        group: str,
+        fn: Callable[[Any, float], Awaitable[T]],
+        *,
+        retry: RetryPolicy | None = None,
+        timeout_s: float | None = None,
+    ) -> T:
+        timeout = self.client.timeout_s if timeout_s is None else timeout_s
+
+        async def attempt() -> T:
+            address = self.coordinators.get(group) or await self.find_coordinator(group)
+            try:
+                return await fn(self._stub(address), timeout)
+            except grpc.RpcError as exc:
+                raise from_rpc_error(exc) from None
+
+        async def moved(err: ReplogError) -> bool:
+            return follow(err, self.coordinators, group)
+
+        return await acall_with_retry(attempt, retry or self.client.retry, moved)
+
+    async def join(
+        self,
+        group: str,
+        topics: Sequence[str],
+        *,
+        session_timeout_ms: int = 0,
+        rebalance_timeout_ms: int = 0,
+        client_id: str = "",
+    ) -> tuple[Answer, int]:
+        req = join_request(group, topics, session_timeout_ms, rebalance_timeout_ms, client_id)
+        reply = await self.call(group, lambda stub, t: stub.JoinGroup(req, timeout=t))
+        return answer(reply, reply.member_id), reply.session_timeout_ms
+
+    async def heartbeat(
+        self,
+        group: str,
+        member_id: str,
+        generation: int,
+        owned: Iterable[TopicPartition],
+        retry: RetryPolicy | None = None,
+        timeout_s: float | None = None,
+    ) -> Answer:
+        req = groups_pb2.HeartbeatRequest(
+            group=group, member_id=member_id, generation=generation, owned=wire_tps(owned)
+        )
+        reply = await self.call(
+            group, lambda stub, t: stub.Heartbeat(req, timeout=t), retry=retry, timeout_s=timeout_s
+        )
+        return answer(reply, member_id)
+
+    async def leave(self, group: str, member_id: str, retry: RetryPolicy | None = None) -> None:
+        req = groups_pb2.LeaveGroupRequest(group=group, member_id=member_id)
+        await self.call(group, lambda stub, t: stub.LeaveGroup(req, timeout=t), retry=retry)
+
+    async def commit(
+        self,
+        group: str,
+        offsets: Mapping[TopicPartition, int | tuple[int, str]],
+        member_id: str = "",
+        generation: int = -1,
+    ) -> None:
+        req = commit_request(group, offsets, member_id, generation)
+        await self.call(group, lambda stub, t: stub.CommitOffsets(req, timeout=t))
+
+    async def committed(
+        self, group: str, partitions: Iterable[TopicPartition] = ()
+    ) -> list[CommittedOffset]:
+        req = groups_pb2.FetchCommittedOffsetsRequest(group=group, partitions=wire_tps(partitions))
+        reply = await self.call(group, lambda stub, t: stub.FetchCommittedOffsets(req, timeout=t))
+        return committed_offsets(reply)
+
+    async def list(self) -> list[GroupSummary]:
+        req = groups_pb2.ListGroupsRequest()
+        reply = await self.client._call(
+            lambda node: self._stub(node.address).ListGroups(req, timeout=self.client.timeout_s),
+            idempotent=True,
+        )
+        return summaries(reply)
+
+    async def describe(self, group: str) -> GroupDescription:
+        req = groups_pb2.DescribeGroupRequest(group=group)
+        reply = await self.call(group, lambda stub, t: stub.DescribeGroup(req, timeout=t))
+        return description(reply)
+
+    async def delete(self, group: str) -> None:
+        req = groups_pb2.DeleteGroupRequest(group=group)
+        await self.call(group, lambda stub, t: stub.DeleteGroup(req, timeout=t))
+
+
+@dataclass(slots=True)
+class _Partition:
+    position: int  # the next offset to deliver
+    consumed: int  # the next offset after the records processed
+    epoch: int
+    paused: bool = False
+    task: asyncio.Task[None] | None = None
+
+
+class AsyncGroupConsumer:
+    def __init__(
+        self,
+        client: Any,
+        topics: str | Sequence[str],
+        group: str,
+        *,
+        auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5000,
+        auto_offset_reset: str = "earliest",
+        session_timeout_ms: int = 0,
+        rebalance_timeout_ms: int = 0,
+        client_id: str = "replog-python-aio",
+        max_poll_records: int = 500,
+        fetch_bytes_max: int = FETCH_BYTES_MAX,
+        fetch_wait_ms: int = 500,
+        on_assign: Callback | None = None,
+        on_revoke: Callback | None = None,
+        calls: AsyncGroupCalls | None = None,
+    ) -> None:
+        check_reset(auto_offset_reset)
+        self.client = client
+        self.calls = calls or AsyncGroupCalls(client)
+        self.topics = [topics] if isinstance(topics, str) else list(topics)
+        self.group = group
+        self.auto_commit = auto_commit
+        self.auto_commit_interval_s = auto_commit_interval_ms / 1000
+        self.auto_offset_reset = auto_offset_reset
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.client_id = client_id
+        self.max_poll_records = max_poll_records
+        self.fetch_bytes_max = fetch_bytes_max
+        self.fetch_wait_ms = fetch_wait_ms
+        self.on_assign = on_assign
+        self.on_revoke = on_revoke
+        self.member_id: str | None = None
+        self.generation = -1
+        self.rebalances = 0
+        self._assigned: frozenset[TopicPartition] = frozenset()
+        self._partitions: dict[TopicPartition, _Partition] = {}
+        self._changed = asyncio.Event()
+        self._lost = False
+        self._heartbeat_now = asyncio.Event()
+        self._answered = asyncio.Event()
+        self._heartbeat_ms = 3000
+        self._session_ms = 10_000
+        self._last_heartbeat = 0.0
+        self._queue: asyncio.Queue[tuple[TopicPartition, int, object]] = asyncio.Queue(
+            QUEUE_BATCHES_MAX
+        )
+        self._closed = False
+        self._heartbeats: asyncio.Task[None] | None = None
+        self._last_auto_commit = time.monotonic()
+        self._epochs = 0
+        self._poll_api = False
+
+    # -- membership ----------------------------------------------------------------------
+
+    async def _join(self) -> None:
+        answer, session_ms = await self.calls.join(
+            self.group,
+            self.topics,
+            session_timeout_ms=self.session_timeout_ms,
+            rebalance_timeout_ms=self.rebalance_timeout_ms,
+            client_id=self.client_id,
+        )
+        self.member_id = answer.member_id
+        self._session_ms = session_ms
+        self._lost = False
+        self._take(answer)
+        self._changed.set()
+        self._last_heartbeat = time.monotonic()
+        if self._heartbeats is None:
+            self._heartbeats = asyncio.create_task(self._heartbeat_loop())
+
+    def _take(self, answer: Answer) -> None:
+        self.generation = answer.generation
+        self._heartbeat_ms = answer.heartbeat_interval_ms or self._heartbeat_ms
+        if answer.partitions != self._assigned:
+            self._assigned = answer.partitions
+            self._changed.set()
+
+    async def _heartbeat_loop(self) -> None:
+        while not self._closed:
+            member = self.member_id
+            session_s = self._session_ms / 1000
+            if member is not None and not self._lost:
+                owned = sorted(set(self._assigned) | set(self._partitions))
+                policy = RetryPolicy(attempts_max=1000, deadline_ms=int(session_s * 500))
+                try:
+                    answer = await self.calls.heartbeat(
+                        self.group, member, self.generation, owned, policy, session_s / 2
+                    )
+                except UnknownMemberError:
+                    self._mark_lost(member)
+                except ReplogError:
+                    if time.monotonic() - self._last_heartbeat > session_s:
+                        self._mark_lost(member)
+                else:
+                    if self.member_id == member and not self._lost:
+                        self._last_heartbeat = time.monotonic()
+                        self._take(answer)
+                    self._answered.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._heartbeat_now.wait(), self._heartbeat_ms / 1000)
+            self._heartbeat_now.clear()
+
+    def _mark_lost(self, member: str) -> None:
+        if self.member_id == member:
+            self._lost = True
+            self._changed.set()
+
+    # -- the caller's task ---------------------------------------------------------------
+
+    async def poll(self, timeout_s: float = 1.0) -> list[GroupRecord]:
+        """Records (up to about `max_poll_records`), waiting up to `timeout_s` for some; what
+        the previous call returned counts as processed."""
+        self._poll_api = True
+        for state in self._partitions.values():
+            state.consumed = state.position
+        await self._maintain()
+        out = await self._records(timeout_s)
+        for r in out:
+            self._partitions[(r.topic, r.partition)].position = r.offset + 1
+        return out
+
+    async def __aiter__(self) -> AsyncIterator[GroupRecord]:
+        while not self._closed:
+            await self._maintain()
+            batch = await self._records(1.0)
+            for i, record in enumerate(batch):
+                state = self._partitions.get((record.topic, record.partition))
+                if state is None:
+                    continue
+                state.position = record.offset + 1
+                yield record
+                state.consumed = max(state.consumed, record.offset + 1)
+                if self._changed.is_set() and i + 1 < len(batch):
+                    for tp, offset in first_offsets(batch[i + 1 :]).items():
+                        held = self._partitions.get(tp)
+                        if held is not None:
+                            held.position = min(held.position, offset)
+                            self._restart(tp, held)
+                    break
+
+    async def _records(self, timeout_s: float) -> list[GroupRecord]:
+        out: list[GroupRecord] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while len(out) < self.max_poll_records:
+            try:
+                if out:
+                    item = self._queue.get_nowait()
+                else:
+                    remaining = max(0.0, deadline - loop.time())
+                    item = await asyncio.wait_for(self._queue.get(), remaining)
+            except (asyncio.QueueEmpty, TimeoutError):
+                break
+            out.extend(await self._accept(*item))
+            if self._changed.is_set():
+                break
+        return out
+
+    async def _accept(self, tp: TopicPartition, epoch: int, item: object) -> list[GroupRecord]:
+        state = self._partitions.get(tp)
+        if state is None or state.epoch != epoch or state.paused:
+            return []
+        if isinstance(item, FetchResult):
+            return records_of(tp, item)
+        if isinstance(item, OffsetOutOfRangeError):
+            state.position = state.consumed = await self._reset_position(tp)
+            self._restart(tp, state)
+            return []
+        if isinstance(item, NotFoundError):
+            return []
+        assert isinstance(item, ReplogError), item
+        raise item
+
+    async def _maintain(self) -> None:
+        if self._closed:
+            raise ReplogError("the consumer is closed")
+        if self._lost or self.member_id is None:
+            await self._drop(set(self._partitions), commit=False)
+            await self._join()
+        if self._changed.is_set() or set(self._partitions) != self._assigned:
+            self._changed.clear()
+            await self._reconcile()
+        if self.auto_commit and time.monotonic() - self._last_auto_commit >= (
+            self.auto_commit_interval_s
+        ):
+            self._last_auto_commit = time.monotonic()
+            with contextlib.suppress(ReplogError):
+                await self._commit({tp: s.consumed for tp, s in self._partitions.items()})
+
+    async def _reconcile(self) -> None:
+        if self._lost:
+            return
+        revoked = set(self._partitions) - self._assigned
+        added = self._assigned - set(self._partitions)
+        if revoked:
+            await self._drop(revoked, commit=True)
+        if added:
+            await self._add(set(added))
+        if revoked or added:
+            self.rebalances += 1
+            self._heartbeat_now.set()
+
+    async def _drop(self, tps: set[TopicPartition], *, commit: bool) -> None:
+        if not tps:
+            return
+        if commit and self.auto_commit:
+            with contextlib.suppress(ReplogError):
+                await self._commit({tp: self._partitions[tp].consumed for tp in tps})
+        if self.on_revoke is not None:
+            self.on_revoke(set(tps))
+        for tp in tps:
+            state = self._partitions.pop(tp)
+            if state.task is not None:
+                state.task.cancel()
+
+    async def _add(self, tps: set[TopicPartition]) -> None:
+        found = await self.calls.committed(self.group, sorted(tps))
+        committed = {(c.topic, c.partition): c.offset for c in found}
+        for tp in sorted(tps):
+            offset = committed.get(tp, -1)
+            if offset < 0:
+                offset = await self._reset_position(tp)
+            state = self._partitions[tp] = _Partition(offset, offset, -1)
+            self._restart(tp, state)
+        if self.on_assign is not None:
+            self.on_assign(set(tps))
+
+    async def _reset_position(self, tp: TopicPartition) -> int:
+        (offsets,) = await self.client.list_offsets(tp[0], [tp[1]])
+        return int(offsets.earliest if self.auto_offset_reset == "earliest" else offsets.latest)
+
+    # -- fetching ------------------------------------------------------------------------
+
+    def _restart(self, tp: TopicPartition, state: _Partition) -> None:
+        if state.task is not None:
+            state.task.cancel()
+        self._epochs += 1
+        state.epoch = self._epochs
+        state.task = None
+        if not state.paused:
+            state.task = asyncio.create_task(self._fetch_loop(tp, state.epoch, state.position))
+
+    async def _fetch_loop(self, tp: TopicPartition, epoch: int, offset: int) -> None:
+        topic, partition = tp
+        while not self._closed:
+            item: object
+            try:
+                item = await self.client.fetch(
+                    topic,
+                    partition,
+                    offset,
+                    max_bytes=self.fetch_bytes_max,
+                    max_wait_ms=self.fetch_wait_ms,
+                )
+            except ReplogError as err:
+                if err.retriable:
+                    await asyncio.sleep(self.fetch_wait_ms / 1000)
+                    continue
+                item = err
+            if isinstance(item, FetchResult):
+                offset = item.next_offset
+                if not len(item.records):
+                    continue
+            await self._queue.put((tp, epoch, item))
+            if not isinstance(item, FetchResult):
+                return
+
+    # -- commits and positions -----------------------------------------------------------
+
+    async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        member = self.member_id
+        if member is None or not offsets:
+            return
+        try:
+            await self.calls.commit(self.group, offsets, member, self.generation)
+        except IllegalGenerationError:
+            self._answered.clear()
+            self._heartbeat_now.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._answered.wait(), self._session_ms / 1000)
+            await self.calls.commit(self.group, offsets, member, self.generation)
+        except UnknownMemberError:
+            self._mark_lost(member)
+            raise
+
+    async def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Commit `offsets`, or every partition's position (all records delivered so far)."""
+        if offsets is None:
+            offsets = {tp: s.position for tp, s in self._partitions.items()}
+        await self._commit(offsets)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._partitions)
+
+    def position(self, topic: str, partition: int) -> int:
+        return self._partitions[(topic, partition)].position
+
+    async def committed(
+        self, partitions: Sequence[TopicPartition] = ()
+    ) -> dict[TopicPartition, int]:
+        wanted = list(partitions) or sorted(self._partitions)
+        found = await self.calls.committed(self.group, wanted)
+        return {(c.topic, c.partition): c.offset for c in found}
+
+    async def seek(self, topic: str, partition: int, offset: int | str) -> None:
+        tp = (topic, partition)
+        state = self._partitions.get(tp)
+        if state is None:
+            raise ValueError(f"{topic}/{partition} is not assigned to this member")
+        if isinstance(offset, str):
+            if offset not in ("earliest", "latest"):
+                raise ValueError("offset is an int, 'earliest' or 'latest'")
+            (offsets,) = await self.client.list_offsets(topic, [partition])
+            offset = offsets.earliest if offset == "earliest" else offsets.latest
+        state.position = state.consumed = int(offset)
+        self._restart(tp, state)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            state = self._partitions.get(tp)
+            if state is not None and not state.paused:
+                state.paused = True
+                self._restart(tp, state)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            state = self._partitions.get(tp)
+            if state is not None and state.paused:
+                state.paused = False
+                self._restart(tp, state)
+
+    def paused(self) -> set[TopicPartition]:
+        return {tp for tp, s in self._partitions.items() if s.paused}
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        member = self.member_id
+        try:
+            if member is not None and not self._lost:
+                if self.auto_commit:
+                    if self._poll_api:
+                        for state in self._partitions.values():
+                            state.consumed = state.position
+                    with contextlib.suppress(ReplogError):
+                        await self._commit({tp: s.consumed for tp, s in self._partitions.items()})
+                with contextlib.suppress(ReplogError):
+                    await self.calls.leave(self.group, member, RetryPolicy(attempts_max=3))
+        finally:
+            self._closed = True
+            tasks = [s.task for s in self._partitions.values() if s.task is not None]
+            if self._heartbeats is not None:
+                tasks.append(self._heartbeats)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def __aenter__(self) -> AsyncGroupConsumer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
