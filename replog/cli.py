@@ -5,11 +5,13 @@
     replog produce TOPIC < records        (lines, or u32-big-endian length-prefixed values)
     replog consume TOPIC [--from earliest|latest|N] [--follow] [--format text|hex|json]
     replog offsets TOPIC
+    replog group list|describe|reset-offsets|delete ...   (consumer groups: cli_groups.py)
     replog verify DATA_DIR [...]          (offline check of a stopped node's files)
     replog completion bash|zsh            (prints a shell completion script)
     replog --version
 
-Read-only commands (topic list, topic describe, offsets, verify) take `--output json`
+Read-only commands (topic list, topic describe, offsets, verify, group list, group describe;
+and group reset-offsets) take `--output json`
 (`-o json`): one JSON document on stdout with the keys listed in each command's help.
 `produce` and `consume` show progress on stderr when it is a terminal (or with
 `--progress`); stdout carries only the command's output.
@@ -34,7 +36,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
-from replog import __version__
+from replog import __version__, cli_groups
 from replog.cli_progress import Progress
 from replog.errors import InvalidConfigError, ReplogError
 
@@ -68,6 +70,7 @@ JSON_KEYS = {
     '"bytes_checked", "findings": [{"severity", "path", "detail"}]}]}',
     "acl list": '{"acls": [{"principal", "resource_type", "resource_name", "prefix", '
     '"operation"}]}',
+    **cli_groups.JSON_KEYS,
 }
 
 
@@ -219,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     offsets = client_parser("offsets", "show earliest, committed (HW) and end offsets")
     offsets.add_argument("topic")
     add_output_argument(offsets, "offsets")
+
+    cli_groups.add_parser(sub, client_parser, add_output_argument)
 
     dev = sub.add_parser(
         "dev-cluster",
@@ -616,6 +621,15 @@ def cmd_offsets(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_group(args: argparse.Namespace, out: TextIO) -> int:
+    from replog.client import Client
+
+    with Client(
+        args.address, timeout_s=args.timeout, tls=client_tls(args), token=args.token
+    ) as client:
+        return cli_groups.run(args, client, out)
+
+
 def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     from replog.storage.verify import main as verify_main
     from replog.storage.verify import verify_data_dir
@@ -804,6 +818,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             return cmd_offsets(args, out)
         if args.command == "partition":
             return cmd_partition(args, out)
+        if args.command == "group":
+            return cmd_group(args, out)
         if args.command == "dev-cluster":
             return cmd_dev_cluster(args, out)
         if args.command == "verify":
