@@ -195,6 +195,7 @@ class OutOfOrderSequenceError(ReplogError):
 
     code = "FAILED_PRECONDITION"
     reason = "OUT_OF_ORDER_SEQUENCE"
+    retriable = True  # the batch before it may still arrive (several in flight)
 
     @property
     def expected_sequence(self) -> int | None:

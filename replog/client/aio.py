@@ -31,6 +31,7 @@ from replog.client.groups import CommittedOffset, GroupDescription, GroupSummary
 from replog.client.results import AppendResult, FetchResult, Offsets, PartitionInfo
 from replog.client.retry import Attempts, RetryPolicy, acall_with_retry, one_try_each
 from replog.client.routing import Routing, split_addresses
+from replog.client.sequences import Identity, Sequences
 from replog.errors import NotLeaderError, ReplogError, TopicExistsError
 from replog.rpc_errors import from_rpc_error
 from replog.tls import ClientTls, aio_channel
@@ -48,8 +49,14 @@ class AsyncClient:
         retry: RetryPolicy | None = None,
         tls: ClientTls | None = None,
         token: str | None = None,
+        idempotent: bool = True,
+        producer_name: str = "",
     ) -> None:
         self.address = address
+        self.idempotent = idempotent
+        self.producer_name = producer_name
+        self._sequences = Sequences()
+        self._identity_lock = asyncio.Lock()
         self.timeout_s = timeout_s
         self.retry = retry or RetryPolicy()
         self.tls = tls
@@ -197,6 +204,7 @@ class AsyncClient:
     async def append(
         self, topic: str, partition: int, values: Sequence[bytes], *, acks: str = "all"
     ) -> AppendResult:
+        """Append one batch; idempotent as `Client.append` is."""
         req = log_pb2.AppendRequest(
             topic=topic, partition=partition, values=values, acks=ACKS[acks]
         )
@@ -205,7 +213,39 @@ class AsyncClient:
             resp = await node.log.Append(req, timeout=self.timeout_s)
             return AppendResult(resp.base_offset, resp.last_offset, resp.high_watermark)
 
-        return await self._call(call, topic, partition)
+        if not self.idempotent or acks == "none" or not values:
+            return await self._call(call, topic, partition)
+        while True:
+            identity = await self.producer_identity()
+            seq = self._sequences.reserve(identity, topic, partition, len(values))
+            if seq is not None:
+                break
+        req.producer_id = identity.producer_id
+        req.producer_epoch = identity.producer_epoch
+        req.base_sequence = seq
+        try:
+            return await self._call(call, topic, partition, idempotent=True)
+        except ReplogError:
+            self._sequences.abandon(identity)
+            raise
+
+    async def producer_identity(self) -> Identity:
+        """This client's producer id and epoch (see `Client.producer_identity`)."""
+        async with self._identity_lock:
+            identity = self._sequences.identity
+            if identity is None:
+                req = log_pb2.InitProducerRequest(name=self.producer_name)
+
+                async def init(node: Node) -> log_pb2.InitProducerResponse:
+                    resp: log_pb2.InitProducerResponse = await node.log.InitProducer(
+                        req, timeout=self.timeout_s
+                    )
+                    return resp
+
+                resp = await self._call(init)
+                identity = Identity(resp.producer_id, resp.producer_epoch)
+                self._sequences.adopt(identity)
+            return identity
 
     async def fetch(
         self, topic: str, partition: int, offset: int, *, max_bytes: int = 0, max_wait_ms: int = 0

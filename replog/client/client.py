@@ -17,10 +17,16 @@ TLS: `Client(address, tls=ClientTls(ca_file))` verifies the servers against `ca_
 `token="..."` sends `authorization: Bearer <token>` with every call (TLS only). Every node
 is reached with the same TLS settings and token.
 
-Note on retries of Append: without idempotent producers (planned), a retried Append whose
-first attempt did land (e.g. after a lost connection) writes the batch twice. An Append
-that got no answer before its deadline is not retried: it raises DEADLINE_EXCEEDED (the
-outcome is unknown), and the next call goes to another node.
+Appends are idempotent by default (`idempotent=True`): the client gets a producer id from
+the cluster (`InitProducer`) and numbers each partition's records
+(`sequences.Sequences`), so retrying an Append after a timeout, a lost connection or a
+leader change never writes the batch twice: the leader answers a retry with the batch's
+original offsets. Only an Append that raised in the end has an unknown outcome (as with
+Kafka's producer after its delivery timeout); the next Append then starts a new producer
+id. `producer_name="..."` makes the id stable: each client created with the same name gets
+the next epoch, and appends from older instances fail with PRODUCER_FENCED. With
+`idempotent=False` (or acks="none") a retried Append whose first attempt did land writes
+the batch twice, and a timed-out Append is not retried (DEADLINE_EXCEEDED).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from replog.client.results import (
 )
 from replog.client.retry import Attempts, RetryPolicy, call_with_retry, one_try_each
 from replog.client.routing import Routing, split_addresses
+from replog.client.sequences import Identity, Sequences
 from replog.errors import (
     NotLeaderError,
     ReplogError,
@@ -141,6 +148,8 @@ class Client:
         retry: RetryPolicy | None = None,
         tls: ClientTls | None = None,
         token: str | None = None,
+        idempotent: bool = True,
+        producer_name: str = "",
     ) -> None:
         if token is not None and tls is None:
             raise ValueError(
@@ -152,6 +161,11 @@ class Client:
         self.routing = Routing(split_addresses(address))
         self.timeout_s = timeout_s
         self.retry = retry or RetryPolicy()
+        self.idempotent = idempotent
+        self.producer_name = producer_name
+        self._sequences = Sequences()
+        self._identity_lock = threading.Lock()
+        self._partition_locks: dict[tuple[str, int], threading.Lock] = {}
         self._lock = threading.Lock()
         self._discovering = threading.Lock()
         self._nodes: dict[str, Node] = {}
@@ -374,7 +388,9 @@ class Client:
     def append(
         self, topic: str, partition: int, values: Sequence[bytes], *, acks: str = "all"
     ) -> AppendResult:
-        """Append one batch (one RPC) and return its offsets."""
+        """Append one batch (one RPC, retried as needed) and return its offsets. Idempotent
+        (see the module doc) unless the client was made with `idempotent=False` or
+        `acks="none"`."""
         req = log_pb2.AppendRequest(
             topic=topic, partition=partition, values=values, acks=ACKS[acks]
         )
@@ -383,7 +399,54 @@ class Client:
             resp = node.log.Append(req, timeout=self.timeout_s)
             return AppendResult(resp.base_offset, resp.last_offset, resp.high_watermark)
 
-        return self._call(call, topic, partition)
+        if not self.idempotent or acks == "none" or not values:
+            return self._call(call, topic, partition)
+        self._discover(topic)
+        # Sequence numbers are taken and the first attempt is sent under the partition's
+        # lock, so that concurrent appends of this client reach the leader in sequence
+        # order; their answers are awaited outside it (several batches in flight).
+        with self._partition_lock(topic, partition):
+            while True:
+                identity = self.producer_identity()
+                seq = self._sequences.reserve(identity, topic, partition, len(values))
+                if seq is not None:
+                    break
+            req.producer_id = identity.producer_id
+            req.producer_epoch = identity.producer_epoch
+            req.base_sequence = seq
+            node = self._node(self.routing.address(topic, partition))
+            sent = [node.log.Append.future(req, timeout=self.timeout_s)]
+
+        def attempt(node: Node) -> AppendResult:
+            if not sent:  # a retry: the same request, sequence numbers included
+                return call(node)
+            resp = sent.pop().result()
+            return AppendResult(resp.base_offset, resp.last_offset, resp.high_watermark)
+
+        try:
+            return self._call(attempt, topic, partition, idempotent=True)
+        except ReplogError:
+            self._sequences.abandon(identity)
+            raise
+
+    def _partition_lock(self, topic: str, partition: int) -> threading.Lock:
+        with self._lock:
+            lock = self._partition_locks.get((topic, partition))
+            if lock is None:
+                lock = self._partition_locks[(topic, partition)] = threading.Lock()
+            return lock
+
+    def producer_identity(self) -> Identity:
+        """This client's producer id and epoch (InitProducer on first use, and again after
+        an append failed for good)."""
+        with self._identity_lock:
+            identity = self._sequences.identity
+            if identity is None:
+                req = log_pb2.InitProducerRequest(name=self.producer_name)
+                resp = self._call(lambda node: node.log.InitProducer(req, timeout=self.timeout_s))
+                identity = Identity(resp.producer_id, resp.producer_epoch)
+                self._sequences.adopt(identity)
+            return identity
 
     def fetch(
         self,

@@ -4,7 +4,7 @@
                                      (server authentication only; clients need no
                                      certificate); Replication too when there is no peer
                                      listener (plaintext, a laptop)
-    peer listener (`peer_listen`)    Replication and forwarded Admin calls, nothing else;
+    peer listener (`peer_listen`)    Replication and forwarded Admin, Acls and InitProducer calls;
                                      with TLS, mutual: a client certificate signed by the CA
                                      is required and must name a member (security.py)
 

@@ -65,7 +65,7 @@ from replog.server.metadata import METADATA_TOPIC, TopicMeta
 from replog.server.metadata_log import MetadataLog, replica_config_members
 from replog.server.metrics import Metrics
 from replog.server.peers import Peers
-from replog.server.producer_ids import ProducerIds
+from replog.server.producer_ids import ProducerIds, peer_handler
 from replog.server.readiness import READY_SERVICE, report_readiness
 from replog.server.reflection import enable_reflection
 from replog.server.repair import Repairer, corrupt_found, run_scrubber
@@ -357,6 +357,7 @@ async def _serve(settings: Settings) -> int:
         admin_pb2_grpc.add_AdminServicer_to_server(peer_admin, peer_server)  # type: ignore[no-untyped-call]
         peer_acls = acl_service if authenticate is None else MembersOnly(acl_service, authenticate)
         acl_pb2_grpc.add_AclsServicer_to_server(peer_acls, peer_server)  # type: ignore[no-untyped-call]
+        peer_server.add_generic_rpc_handlers((peer_handler(log_service, authenticate),))
     replication_pb2_grpc.add_ReplicationServicer_to_server(  # type: ignore[no-untyped-call]
         replication, peer_server or server
     )

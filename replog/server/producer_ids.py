@@ -8,6 +8,11 @@ cluster and a name's epochs only grow, across leader changes and restarts.
 
 from __future__ import annotations
 
+from typing import Any
+
+import grpc
+
+from replog.server.listeners import MembersOnly
 from replog.server.metadata import InitProducer, MetadataImage
 from replog.server.metadata_log import MetadataLog
 from replog.server.peers import FORWARD_METADATA, Peers, remote
@@ -41,3 +46,15 @@ class ProducerIds:
 
         _, offset = await self.metadata.propose(make, self.timeout_s)
         return self.metadata.image.producers_made[offset]
+
+
+def peer_handler(log_service: Any, authenticate: Any) -> grpc.GenericRpcHandler:  # type: ignore[type-arg]
+    """`Log.InitProducer` alone, for the peer listener: where other nodes forward it (with
+    TLS, only from a member's certificate). The peer listener serves no other Log call."""
+    servicer = log_service if authenticate is None else MembersOnly(log_service, authenticate)
+    handler = grpc.unary_unary_rpc_method_handler(
+        servicer.InitProducer,
+        request_deserializer=log_pb2.InitProducerRequest.FromString,
+        response_serializer=log_pb2.InitProducerResponse.SerializeToString,
+    )
+    return grpc.method_handlers_generic_handler("replog.v1.Log", {"InitProducer": handler})

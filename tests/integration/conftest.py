@@ -38,6 +38,17 @@ def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
 
 @pytest.fixture
 def client(shared_server: ServerProcess) -> Iterator[Client]:
+    """A plain (non-idempotent) client: these tests check the offset arithmetic of the raw
+    Log API, where a batch of n records takes exactly n offsets. Idempotent appends (one
+    more offset per batch, for its header) are tested in test_idempotent_producer.py and
+    through `idempotent_client`."""
+    retry = RetryPolicy(attempts_max=3)
+    with Client(shared_server.address, timeout_s=30, retry=retry, idempotent=False) as c:
+        yield c
+
+
+@pytest.fixture
+def idempotent_client(shared_server: ServerProcess) -> Iterator[Client]:
     with Client(shared_server.address, timeout_s=30, retry=RetryPolicy(attempts_max=3)) as c:
         yield c
 

@@ -18,9 +18,10 @@ def test_the_async_client_appends_fetches_and_streams(shared_server: ServerProce
         async with AsyncClient(shared_server.address) as client:
             await client.create_topic("async-topic", 1)
             res = await client.append("async-topic", 0, [b"a", b"b", b"c"])
-            # Offset 0 is the epoch marker of the topic's first leader (a cluster of one).
-            assert (res.base_offset, res.last_offset, res.high_watermark) == (1, 3, 4)
-            fetched = await client.fetch("async-topic", 0, 2)
+            # Offset 0 is the epoch marker of the topic's first leader (a cluster of one),
+            # offset 1 the idempotent batch's header (both control records).
+            assert (res.base_offset, res.last_offset, res.high_watermark) == (2, 4, 5)
+            fetched = await client.fetch("async-topic", 0, 3)
             assert fetched.records.values == [b"b", b"c"]
             seen: list[bytes] = []
             stream = client.batches("async-topic", 0, 0)
@@ -37,6 +38,6 @@ def test_the_async_client_appends_fetches_and_streams(shared_server: ServerProce
             with pytest.raises(TopicNotFoundError):
                 await client.append("async-missing", 0, [b"x"])
             (offsets,) = await client.list_offsets("async-topic")
-            assert offsets.latest == 5
+            assert offsets.latest == 7
 
     asyncio.run(asyncio.wait_for(scenario(), 60))

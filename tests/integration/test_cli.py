@@ -35,24 +35,25 @@ def test_produce_lines_then_consume_them_back_as_text_json_and_hex(
     produced = replog("produce", "cli-lines", stdin=lines, address=addr)
     assert produced.returncode == 0, produced.stderr
     assert b"produced 3000 records" in produced.stdout
-    # Offset 0 holds the epoch marker of the topic's first leader (a cluster of one).
-    assert b"partition 0 offsets 1..3000" in produced.stdout
+    # Offset 0 holds the epoch marker of the topic's first leader (a cluster of one), and
+    # each idempotent batch one more offset for its header (3 batches of 1000 here).
+    assert b"partition 0 offsets 2..3003" in produced.stdout
 
     text = replog("consume", "cli-lines", address=addr)
     assert text.returncode == 0
     assert text.stdout == lines
 
-    js = replog("consume", "cli-lines", "--from", "2999", "--format", "json", address=addr)
+    js = replog("consume", "cli-lines", "--from", "3002", "--format", "json", address=addr)
     rows = [json.loads(line) for line in js.stdout.splitlines()]
     assert rows == [
-        {"partition": 0, "offset": 2999, "value": "line 2998"},
-        {"partition": 0, "offset": 3000, "value": "line 2999"},
+        {"partition": 0, "offset": 3002, "value": "line 2998"},
+        {"partition": 0, "offset": 3003, "value": "line 2999"},
     ]
     hexed = replog("consume", "cli-lines", "-n", "1", "--format", "hex", address=addr)
     assert hexed.stdout == b"line 0".hex().encode() + b"\n"
 
     offsets = replog("offsets", "cli-lines", address=addr)
-    assert offsets.stdout.splitlines()[1].split() == [b"0", b"0", b"3001", b"3001"]
+    assert offsets.stdout.splitlines()[1].split() == [b"0", b"0", b"3004", b"3004"]
 
 
 def test_length_prefixed_records_keep_newlines_and_binary_bytes(

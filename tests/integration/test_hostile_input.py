@@ -203,7 +203,7 @@ def test_an_unexpected_failure_answers_internal_with_a_correlation_id_and_no_int
                 line = next((ln for ln in text.splitlines() if tag in ln), "")
                 assert "event=rpc.failed" in line and "level=error" in line, text[-2000:]
                 assert "Traceback" in line and "/srv/secret/replog" in line, line
-            assert client.append("t", 0, [b"still serving"]).base_offset == 1
+            assert client.append("t", 0, [b"still serving"]).base_offset == 2  # marker, header
     finally:
         server.kill()
 

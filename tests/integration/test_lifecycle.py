@@ -41,8 +41,9 @@ def test_sigkill_loses_no_acknowledged_record_under_flush_always(server_factory:
     server.start()
     with quick_client(server) as client:
         (offsets,) = client.list_offsets("durable", [0])
-        # Besides the records: the epoch markers of the first leader and of the restarted one.
-        assert offsets.latest == offsets.log_end_offset == len(acked) + 2
+        # Besides the records: the epoch markers of the first leader and of the restarted one,
+        # and the header of each of the 15 idempotent batches.
+        assert offsets.latest == offsets.log_end_offset == len(acked) + 2 + 15
         got: list[bytes] = []
         offset = 0
         while offset < offsets.latest:
@@ -50,7 +51,8 @@ def test_sigkill_loses_no_acknowledged_record_under_flush_always(server_factory:
             got.extend(res.records.values)
             offset = res.next_offset
         assert got == acked
-        assert client.append("durable", 0, [b"after"]).base_offset == len(acked) + 2
+        # after the 15 batch headers and the new leader's marker, the new batch's header
+        assert client.append("durable", 0, [b"after"]).base_offset == len(acked) + 2 + 15 + 1
 
 
 def test_sigterm_ends_streams_flushes_and_exits_cleanly(server_factory: Factory) -> None:
@@ -93,7 +95,8 @@ def test_sigterm_ends_streams_flushes_and_exits_cleanly(server_factory: Factory)
     server.start()  # the 60 s flush interval never ran: the SIGTERM flushed
     with quick_client(server) as client:
         (offsets,) = client.list_offsets("drain")
-        assert offsets.latest == 100 + 2  # and the epoch markers of both leaderships
+        # and the epoch markers of both leaderships, and the one batch's header
+        assert offsets.latest == 100 + 2 + 1
 
 
 def test_a_stopped_server_is_reported_as_unavailable(server_factory: Factory) -> None:
