@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from replog.errors import InvalidConfigError, ReplogError
+from replog.errors import InvalidConfigError, LogClosedError, ReplogError
 from replog.storage.integrity import IntegrityIssue
 from replog.storage.partition_log import PartitionLog
 
@@ -76,7 +76,10 @@ class Scrubber:
         """Verify every segment of one partition, paced; stop early if `stop` is set."""
         result = result if result is not None else ScrubPass()
         result.partitions += 1
-        known = {(i.segment, i.start_position) for i in plog.corrupt_ranges()}
+        try:
+            known = {(i.segment, i.start_position) for i in plog.corrupt_ranges()}
+        except LogClosedError:
+            return result  # closed (its topic deleted, the node stopping) under the scrubber
         cursor: tuple[int, int] | None = None
         while not stop.is_set():
             try:
@@ -87,7 +90,11 @@ class Scrubber:
             if cursor is None:
                 break
             self._pace(verified, stop)
-        for issue in plog.corrupt_ranges():
+        try:
+            issues = plog.corrupt_ranges()
+        except LogClosedError:
+            return result
+        for issue in issues:
             if (issue.segment, issue.start_position) not in known:
                 result.found.append((plog, issue))
                 if self._on_corrupt is not None:

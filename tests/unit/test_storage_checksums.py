@@ -297,6 +297,35 @@ def test_the_scrubber_finds_corruption_no_read_touched_at_a_bounded_rate(tmp_pat
     log.close()
 
 
+def test_the_scrubber_passes_over_a_log_closed_under_it(tmp_path: Path) -> None:
+    """A topic deleted while the scrubber walks it (its log closed between two steps, or
+    before the pass reached it) ends that partition's scrub, not the scrubber (which the
+    supervisor would turn into the node's exit)."""
+    log = write_template(tmp_path)
+    closed_midway = write_template(tmp_path / "other")
+    steps = 0
+
+    def on_step() -> list[PartitionLog]:
+        return [log, closed_midway]
+
+    log.close()  # closed before the pass reaches it
+    scrubber = Scrubber(on_step, bytes_per_s=1 << 30, step_bytes=512)
+    original = closed_midway.scrub_step
+
+    def step_then_close(cursor: tuple[int, int] | None, max_bytes: int) -> object:
+        nonlocal steps
+        steps += 1
+        out = original(cursor, max_bytes)
+        if steps == 2:
+            closed_midway.close()
+        return out
+
+    closed_midway.scrub_step = step_then_close  # type: ignore[method-assign]
+    result = scrubber.run_pass()
+    assert result.partitions == 2 and result.found == []
+    assert steps >= 2
+
+
 def test_replog_verify_prints_findings_and_exits_non_zero_on_corruption(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
