@@ -92,6 +92,10 @@ T = TypeVar("T")
 QUORUM_STATE_FILE = "quorum-state"
 EPOCH_HISTORY_FILE = "epoch-history"
 _log = logging.getLogger("replog.replication")
+# A producer whose newest batch on a partition is older than this is forgotten there (at
+# the next retention pass): its next batch is accepted at any sequence (Kafka's
+# transactional.id.expiration.ms is 7 days too).
+PRODUCER_IDLE_MS = 7 * 24 * 3600 * 1000
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
 
@@ -458,6 +462,7 @@ class ReplicaDriver:
                 await self._perform(outputs)
                 outputs = []
                 deleted = await self._io(partial(self.log.apply_retention, item.now_ms))
+                self.replica.producers.expire(time.time_ns() // 1_000_000, PRODUCER_IDLE_MS)
                 if deleted:
                     start = self.log.log_start_offset
                     outputs += self.replica.log_start_advanced(start, now)
