@@ -53,6 +53,7 @@ from replog.server.balancer import run_balancer
 from replog.server.flusher import run_flusher
 from replog.server.groups import service as groups_service
 from replog.server.groups.coordinator import Coordinator
+from replog.server.groups.internal import InternalTopics
 from replog.server.guard import Guard, maximum_concurrent_rpcs
 from replog.server.guard import server_options as guard_options
 from replog.server.handover import hand_over
@@ -328,7 +329,7 @@ async def _serve(settings: Settings) -> int:
     )
     server = grpc.aio.server(
         options=[*server_options(settings.message_bytes_max), *guard_options(node.limits)],
-        interceptors=[guard, *authorizer],
+        interceptors=[guard, InternalTopics(), *authorizer],
         maximum_concurrent_rpcs=maximum_concurrent_rpcs(node.limits),
     )
     producer_ids = ProducerIds(

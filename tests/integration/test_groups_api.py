@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import grpc
 import pytest
 
-from replog.client import Client
+from replog.client import Client, RetryPolicy
 from replog.errors import (
     GroupNotEmptyError,
     IllegalGenerationError,
@@ -58,7 +58,10 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 @pytest.fixture(scope="module")
 def stub(node: ServerProcess) -> Iterator[Any]:
     with grpc.insecure_channel(node.address) as channel:
-        yield groups_pb2_grpc.GroupsStub(channel)
+        stub = groups_pb2_grpc.GroupsStub(channel)
+        # Clients find a group's coordinator first: the first time, that creates the topic.
+        call(stub.FindCoordinator, g.FindCoordinatorRequest(group="any"))
+        yield stub
 
 
 def call(fn: Callable[..., T], request: object) -> T:
@@ -97,6 +100,9 @@ def test_the_first_find_coordinator_creates_the_offsets_topic(
             client.create_topic("__consumer_offsets", 1)
         with pytest.raises(InvalidArgumentError):
             client.delete_topic("__consumer_offsets")
+        with pytest.raises(InvalidArgumentError):  # only coordinators write it
+            client.append("__consumer_offsets", found.partition, [b'{"kind": "commit"}'])
+        assert client.fetch("__consumer_offsets", found.partition, 0).high_watermark >= 1
 
 
 def test_offsets_committed_outside_membership_read_back_with_their_metadata(stub: Any) -> None:
@@ -329,3 +335,42 @@ def test_unknown_members_are_told_so(stub: Any) -> None:
         call(stub.Heartbeat, g.HeartbeatRequest(group="nobody", member_id="m-1", generation=1))
     with pytest.raises(UnknownMemberError):
         call(stub.LeaveGroup, g.LeaveGroupRequest(group="nobody", member_id="m-1"))
+
+
+def test_log_retention_never_drops_a_live_groups_offsets(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    """With a node retention of 3 s and tiny segments, another group's commits roll the
+    offsets log's segments past retention: the quiet group's offsets are rewritten in time,
+    and survive a restart (which rebuilds them from what retention left)."""
+    server = server_factory(
+        "--retention-ms", "3000",
+        "--retention-check-interval-ms", "200",
+        "--segment-bytes-max", "2048",
+        "--group-offsets-partitions", "1",
+    ).start()  # fmt: skip
+    with Client(server.address) as client:
+        client.create_topic("kept", 1)
+        client.append("kept", 0, [b"x"] * 10)
+        client.commit_offsets("quiet", {("kept", 0): (7, "seven")})
+        (written_at,) = client.list_offsets("__consumer_offsets")
+        deadline = time.monotonic() + 120
+        n = 0
+
+        def old_records_gone() -> bool:
+            nonlocal n
+            for _ in range(20):  # another group keeps committing: segments fill and roll
+                n += 1
+                client.commit_offsets("busy", {("kept", 0): n % 10})
+            (now,) = client.list_offsets("__consumer_offsets")
+            assert time.monotonic() < deadline
+            return now.earliest > written_at.latest
+
+        wait_until(old_records_gone, "retention removes the segment of the first commit")
+        (committed,) = client.committed_offsets("quiet")
+        assert (committed.offset, committed.metadata) == (7, "seven")
+    assert server.terminate() == 0
+    server.start()
+    with Client(server.address, retry=RetryPolicy(attempts_max=200, deadline_ms=60_000)) as client:
+        (committed,) = client.committed_offsets("quiet")
+        assert (committed.offset, committed.metadata) == (7, "seven")
