@@ -95,40 +95,31 @@ class Shard:
     async def _apply_committed(self) -> None:
         while not self.closed and self.applied_offset < self.part.high_watermark:
             try:
-                data = await asyncio.to_thread(
-                    self.part.log.read, self.applied_offset, READ_BYTES_MAX
-                )
+                # Read and decode off the event loop: a load may cover a long log, and the
+                # loop also runs every replica of this node.
+                batch = await asyncio.to_thread(_read_records, self.part, self.applied_offset)
             except OffsetOutOfRangeError:  # retention removed the start: skip to the log start
                 self.applied_offset = max(self.applied_offset, self.part.log.log_start_offset)
                 continue
-            if not data:
+            if not batch:
                 return
-            decoded = frames.decode(data)
-            control = decoded.control or [False] * len(decoded)
             wall_ms = self._wall_ms()
-            for offset, value, is_control in zip(
-                decoded.offsets, decoded.values, control, strict=True
-            ):
-                if not is_control:
-                    try:
-                        record = records.decode(value)
-                    except records.UnknownRecordError as exc:
-                        self.skipped += 1
-                        log(
-                            _log,
-                            "groups.record_skipped",
-                            logging.WARNING,
-                            partition=self.partition,
-                            offset=offset,
-                            error=str(exc)[:200],
-                        )
-                    else:
-                        self.groups.apply(record, wall_ms)
+            for offset, record in batch:
+                if isinstance(record, records.UnknownRecordError):
+                    self.skipped += 1
+                    log(
+                        _log,
+                        "groups.record_skipped",
+                        logging.WARNING,
+                        partition=self.partition,
+                        offset=offset,
+                        error=str(record)[:200],
+                    )
+                elif record is not None:
+                    self.groups.apply(record, wall_ms)
                 self.applied_offset = offset + 1
-            if decoded.offsets:
-                self._notify()
-            else:
-                return
+            self._notify()
+            await asyncio.sleep(0)  # let other tasks run between chunks of a long load
 
     def _notify(self) -> None:
         event, self._applied_changed = self._applied_changed, asyncio.Event()
@@ -151,3 +142,23 @@ class Shard:
                 return  # committed (acks=all) but not applied yet: durable, answer anyway
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), remaining)
+
+
+Decoded = records.Record | records.UnknownRecordError | None  # None: a control record
+
+
+def _read_records(part: ReplicatedPartition, offset: int) -> list[tuple[int, Decoded]]:
+    """Committed records from `offset` (up to READ_BYTES_MAX of frames), decoded."""
+    data = part.log.read(offset, READ_BYTES_MAX)
+    decoded = frames.decode(data)
+    control = decoded.control or [False] * len(decoded)
+    out: list[tuple[int, Decoded]] = []
+    for o, value, is_control in zip(decoded.offsets, decoded.values, control, strict=True):
+        if is_control:
+            out.append((o, None))
+            continue
+        try:
+            out.append((o, records.decode(value)))
+        except records.UnknownRecordError as exc:
+            out.append((o, exc))
+    return out
