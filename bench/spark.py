@@ -4,9 +4,10 @@
 
 Setup: one `replog serve` process (flush=never) on 127.0.0.1, a topic with 2 partitions and
 1,000,000 records of 100 random bytes (`--quick`: 200,000), a SparkSession on `local[2]`.
-The same rows are written once to Parquet. Each run then times, back to back:
+The same rows (every column) are written once to Parquet. Each run then times, back to back:
 
-* `batch_read`: `spark.read.format("replog")...load().write.format("noop")` (rows/s);
+* `batch_read`: `spark.read.format("replog")...load().write.format("noop")` (rows/s), all of
+  Kafka's columns (key, timestamp and timestampType are null columns today);
 * the anchor: `spark.read.parquet(...)` into the same `noop` sink (the "ceiling" field).
 
 Prints one JSON line per bench (`batch_read`, plus `batch_read_parquet_anchor`); with
@@ -114,8 +115,8 @@ def main() -> int:
             produce(address, records)
             replog_df = (
                 spark.read.format("replog")
-                .option("bootstrap", address)
-                .option("topic", TOPIC)
+                .option("kafka.bootstrap.servers", address)
+                .option("subscribe", TOPIC)
                 .load()
             )
             parquet_path = str(work / "parquet")

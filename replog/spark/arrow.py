@@ -11,10 +11,12 @@ The Spark schema is Spark's Kafka source's, column for column, with its exact Ar
     timestampType  int        -> pa.int32()       (Kafka: 0 CreateTime, 1 LogAppendTime)
     headers        array<struct<key:string,value:binary>>   (only with includeHeaders=true)
 
-Frames are `[offset u64 BE][length u32 BE, bit 31 = control][value]` (replog.frames). A run of
-equally sized frames (the common case) is decoded with numpy reshapes alone; a mixed run walks
-the headers once (`replog.frames.scan`) and then gathers the value bytes with numpy. Control
-records are dropped.
+Frames are `[offset u64 BE][length u32 BE, bit 31 = control][value]` (replog.frames). The
+decoder follows runs of equally sized, equally flagged frames with numpy (a whole run is one
+strided copy), so records split now and then by control records (a producer's batch header
+before each batch, a leader's epoch marker) cost little more than a reply without them;
+when the frames vary so much that runs are short, it walks the headers once
+(`replog.frames.scan`) and gathers the values with a byte mask. Control records are dropped.
 
 Today a record is its value only: `key`, `timestamp`, `timestampType` and `headers` are null
 (Kafka's types, so jobs written for Kafka run unchanged). All decoding of a record happens in
@@ -76,24 +78,93 @@ def _constant_string(text: str, count: int) -> pa.Array:
     )
 
 
-def _columns(buf: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(offsets int64, value starts, value lengths, control mask) of every frame in `buf`."""
+_RUN_PROBE = 16  # frames checked at once when following a run of equally sized frames
+# After this many runs averaging fewer than _RUN_FRAMES_MIN frames, the frames vary too much
+# for runs to pay (each costs a few numpy calls): the rest is walked frame by frame.
+_RUNS_BEFORE_FALLBACK = 16
+_RUN_FRAMES_MIN = 4
+
+
+def _runs(buf: bytes, data: np.ndarray) -> tuple[list[tuple[int, int, int, int]], int]:
+    """Runs of equally sized, equally flagged frames: `(position, count, frame bytes, raw
+    length)` each, and where the walk stopped (`len(buf)`, or earlier when the frames turned
+    out to vary too much for runs to pay: the caller walks the rest frame by frame).
+
+    Each run costs a few numpy calls whatever its length, so a reply of equal records split
+    by a control record now and then (a producer's batch header, a leader's epoch marker)
+    decodes nearly as fast as one without."""
+    size = len(buf)
+    runs: list[tuple[int, int, int, int]] = []
+    pos = seen = 0
+    while pos < size:
+        if len(runs) >= _RUNS_BEFORE_FALLBACK and seen < len(runs) * _RUN_FRAMES_MIN:
+            break
+        if pos + _HEADER > size:
+            raise frames.FrameError("truncated frame header", pos)
+        raw_len = int.from_bytes(buf[pos + 8 : pos + 12], "big")
+        frame = _HEADER + (raw_len & frames.LENGTH_MASK)
+        fits = (size - pos) // frame
+        if fits < 1:
+            raise frames.FrameError("truncated frame", pos)
+        count, probe = 1, _RUN_PROBE
+        while count < fits:
+            k = min(probe, fits - count)
+            at = pos + count * frame
+            lengths = data[at : at + k * frame].reshape(k, frame)[:, 8:12].copy().view(_BE_U32)
+            other = np.flatnonzero(lengths.ravel() != raw_len)
+            if other.size:
+                count += int(other[0])
+                break
+            count += k
+            probe *= 2
+        runs.append((pos, count, frame, raw_len))
+        pos += count * frame
+        seen += count
+    return runs, pos
+
+
+def _records(buf: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(offsets int64, value lengths int64, value bytes uint8) of the data records in `buf`;
+    control records dropped. A run of equally sized frames is copied out with one strided
+    slice; frames walked one by one have their values gathered with a byte mask."""
     data = np.frombuffer(buf, dtype=np.uint8)
-    first_len = int.from_bytes(buf[8:12], "big")
-    size = _HEADER + (first_len & frames.LENGTH_MASK)
-    if first_len == size - _HEADER and len(buf) % size == 0:
-        rows = data.reshape(-1, size)
-        lengths_raw = rows[:, 8:12].copy().view(_BE_U32).ravel()
-        if bool((lengths_raw == first_len).all()):
-            count = rows.shape[0]
-            offsets = rows[:, :8].copy().view(_BE_U64).ravel().astype(np.int64)
-            starts = np.arange(count, dtype=np.int64) * size + _HEADER
-            lengths = np.full(count, first_len, dtype=np.int64)
-            return offsets, starts, lengths, np.zeros(count, dtype=bool)
-    ends = np.asarray(frames.scan(buf), dtype=np.int64)
-    positions = np.concatenate(([0], ends[:-1]))
-    header_idx = positions[:, None] + np.arange(_HEADER)
-    headers = data[header_idx]  # (n, 12)
+    runs, walked = _runs(buf, data)
+    offsets: list[np.ndarray] = []
+    lengths: list[np.ndarray] = []
+    values: list[np.ndarray] = []
+    for pos, count, frame, raw_len in runs:
+        if raw_len & frames.CONTROL_FLAG:
+            continue
+        rows = data[pos : pos + count * frame].reshape(count, frame)
+        offsets.append(rows[:, :8].copy().view(_BE_U64).ravel().astype(np.int64))
+        lengths.append(np.full(count, frame - _HEADER, dtype=np.int64))
+        values.append(rows[:, _HEADER:].ravel())
+    if walked < len(buf):
+        o, starts, n, control = _walk(buf, data, walked)
+        keep = ~control
+        starts, n = starts[keep], n[keep]
+        # +1 where a kept value starts, -1 where it ends: the running sum marks value bytes.
+        edges = np.zeros(len(data) + 1, dtype=np.int8)
+        edges[starts] = 1
+        edges[starts + n] -= 1
+        offsets.append(o[keep])
+        lengths.append(n)
+        values.append(data[np.cumsum(edges[:-1], dtype=np.int8).view(bool)])
+    if len(offsets) == 1:
+        return offsets[0], lengths[0], values[0]
+    if not offsets:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8)
+    return np.concatenate(offsets), np.concatenate(lengths), np.concatenate(values)
+
+
+def _walk(
+    buf: bytes, data: np.ndarray, pos: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(offsets, value starts, value lengths, control mask) of the frames from `pos` on,
+    walking their headers one by one."""
+    ends = np.asarray(frames.scan(memoryview(buf)[pos:]), dtype=np.int64) + pos
+    positions = np.concatenate(([pos], ends[:-1]))
+    headers = data[positions[:, None] + np.arange(_HEADER)]  # (n, 12)
     offsets = headers[:, :8].copy().view(_BE_U64).ravel().astype(np.int64)
     raw_len = headers[:, 8:12].copy().view(_BE_U32).ravel()
     control = (raw_len & np.uint32(frames.CONTROL_FLAG)) != 0
@@ -108,31 +179,10 @@ def frames_to_record_batch(
     schema = arrow_schema(include_headers)
     if not buf:
         return _empty(schema)
-    offsets, starts, lengths, control = _columns(buf)
-    if control.any():
-        keep = ~control
-        offsets, starts, lengths = offsets[keep], starts[keep], lengths[keep]
+    offsets, lengths, values = _records(buf)
     count = len(offsets)
-    data = np.frombuffer(buf, dtype=np.uint8)
     value_offsets = np.zeros(count + 1, dtype=np.int32)
     np.cumsum(lengths, out=value_offsets[1:])
-    uniform = (
-        count and int(starts[0]) == _HEADER and len(buf) == count * (_HEADER + int(lengths[0]))
-    )
-    if uniform and bool((lengths == lengths[0]).all()):
-        values = data.reshape(count, -1)[:, _HEADER:].ravel()  # one strided copy
-    elif count and bool((starts[1:] - starts[:-1] == lengths[:-1] + _HEADER).all()):
-        # Contiguous frames: drop the 12 header bytes in front of each value with one mask.
-        mask = np.ones(len(data), dtype=bool)
-        first = int(starts[0]) - _HEADER
-        mask[:first] = False
-        last = int(starts[-1] + lengths[-1])
-        mask[last:] = False
-        mask[(starts[:, None] - _HEADER + np.arange(_HEADER)).ravel()] = False
-        values = data[mask]
-    else:
-        pieces = [data[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist(), strict=True)]
-        values = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint8)
     value_array = pa.Array.from_buffers(
         pa.binary(), count, [None, pa.py_buffer(value_offsets), pa.py_buffer(values)]
     )

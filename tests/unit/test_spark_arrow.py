@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
@@ -90,3 +92,51 @@ def test_no_frames_is_an_empty_batch() -> None:
     assert batch.num_rows == 0 and batch.schema == ARROW_SCHEMA
     with_headers = frames_to_record_batch(b"", "t", 0, include_headers=True)
     assert with_headers.num_rows == 0 and with_headers.schema == arrow_schema(True)
+
+
+def test_control_records_between_runs_of_equal_records_leave_exactly_the_data() -> None:
+    # A producer's batch header before each batch, and a leader's marker at the start.
+    values = [bytes([i % 256]) * 100 for i in range(3000)]
+    buf = frames.encode(0, [b"epoch"], control=True)
+    offset = 1
+    expected: list[int] = []
+    for i in range(0, 3000, 1000):
+        buf += frames.encode(offset, [b"h" * 100], control=True)  # as long as a record
+        buf += frames.encode(offset + 1, values[i : i + 1000])
+        expected += range(offset + 1, offset + 1001)
+        offset += 1001
+    batch = frames_to_record_batch(buf, "t", 0)
+    assert batch.column("value").to_pylist() == values
+    assert batch.column("offset").to_pylist() == expected
+
+
+def test_only_control_records_is_an_empty_batch() -> None:
+    batch = frames_to_record_batch(frames.encode(5, [b"a", b"b"], control=True), "t", 0)
+    assert batch.num_rows == 0 and batch.schema == ARROW_SCHEMA
+
+
+def test_a_torn_last_frame_is_refused() -> None:
+    buf = frames.encode(0, [b"x" * 10] * 3)
+    with pytest.raises(frames.FrameError):
+        frames_to_record_batch(buf[:-1], "t", 0)
+
+
+runs = st.lists(
+    st.tuples(st.integers(0, 40), st.integers(1, 60), st.booleans()),  # (size, count, control)
+    min_size=1,
+    max_size=40,
+)
+
+
+@given(runs)
+def test_any_mix_of_frames_decodes_like_the_reference_decoder(spec: list) -> None:  # type: ignore[type-arg]
+    buf = b""
+    offset = 7
+    for size, count, control in spec:
+        values = [bytes([(offset + i) % 256]) * size for i in range(count)]
+        buf += frames.encode(offset, values, control=control)
+        offset += count
+    reference = frames.decode(buf).data_records()
+    batch = frames_to_record_batch(buf, "t", 0)
+    assert batch.column("offset").to_pylist() == list(reference.offsets)
+    assert batch.column("value").to_pylist() == list(reference.values)
