@@ -90,6 +90,14 @@ class InvalidFramesError(InvalidArgumentError):
     reason = "INVALID_FRAMES"
 
 
+class InvalidRecordError(InvalidArgumentError):
+    """A record of an envelope topic is not a well-formed envelope (`replog.records`): an
+    Append carrying one is refused whole (`index`: the first bad record of the batch); a
+    reader that meets one (`offset`) raises it rather than guess."""
+
+    reason = "INVALID_RECORD"
+
+
 class InvalidConfigError(InvalidArgumentError):
     reason = "INVALID_CONFIG"
 

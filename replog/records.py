@@ -1,0 +1,541 @@
+"""The record envelope: key, value, timestamp and headers inside a frame's value.
+
+A topic of format `envelope` (see `docs/api.md`, Topic format) holds in each data frame's
+value one envelope; a topic of format `raw` holds the user's bytes as they are. An
+envelope is, byte by byte (all integers big-endian, like the frame around it)::
+
+    0    u8    version       1 (the only version; a reader refuses any other)
+    1    u8    attributes    bit 0: the record has a key; bits 1-7: 0 (reserved)
+    2    i64   timestamp_ms  milliseconds since the Unix epoch (create time from the
+                             producer, or the leader's append time: see the topic)
+    10   u32   key_length    0 when there is no key (bit 0 clear) or the key is empty
+    14   u16   header_count
+    16   u32   value_length
+    20         key           key_length bytes
+               headers       header_count times:
+                                 u16  name_length   name: UTF-8, name_length bytes
+                                 u32  value_length  value: value_length bytes
+               value         value_length bytes: the envelope ends with them
+
+So an envelope without key and headers is 20 bytes followed by the value; a key present
+and empty (attribute bit 0 set, key_length 0) differs from no key. The value's position
+is `size - value_length` and the key's is 20, whatever the headers. The timestamp sits at a
+fixed position (bytes 2-9) so that a leader stamping log-append time overwrites 8 bytes
+per record (`stamp`), never re-encoding. Decoding checks every length against the bytes
+left, that the parts add up to the envelope's size exactly (a cut or padded envelope is
+refused), the version, the reserved bits and the names' UTF-8: anything else raises
+`InvalidRecordError` (INVALID_ARGUMENT, reason `INVALID_RECORD`), never another exception.
+
+Pure (no I/O), shared by the clients, the server (validation, log-append time, the time
+index) and the Spark source. The batch paths do their per-record work in C: the 20-byte
+fixed parts of a batch are read as one numpy structured array, keys and values are cut
+with `map(slice)`; only records with headers take a Python loop (for the headers).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from operator import itemgetter
+from typing import Final, NamedTuple
+
+import numpy as np
+
+from replog.errors import InvalidRecordError
+from replog.frames import CONTROL_FLAG, HEADER, HEADER_BYTES, LENGTH_MASK, FrameError
+
+VERSION: Final = 1
+ATTR_KEY: Final = 0x01
+FIXED = struct.Struct(">BBqIHI")
+FIXED_BYTES: Final = FIXED.size  # 20
+TIMESTAMP_POSITION: Final = 2  # bytes 2-9 of an envelope
+TIMESTAMP_MIN: Final = -(2**63)
+TIMESTAMP_MAX: Final = 2**63 - 1
+HEADER_NAME_BYTES_MAX: Final = 0xFFFF
+HEADER_COUNT_MAX: Final = 0xFFFF
+NO_TIMESTAMP: Final = TIMESTAMP_MIN  # the time index's "no timestamp yet"
+
+_NAME_LEN = struct.Struct(">H")
+_VALUE_LEN = struct.Struct(">I")
+_TS = struct.Struct(">q")
+_FIXED_DTYPE = np.dtype(
+    [
+        ("version", "u1"),
+        ("attributes", "u1"),
+        ("ts", ">i8"),
+        ("key_length", ">u4"),
+        ("count", ">u2"),
+        ("value_length", ">u4"),
+    ]
+)
+_head = itemgetter(slice(0, FIXED_BYTES))
+_unpack_frame = HEADER.unpack_from
+
+Header = tuple[str, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A record to produce to an envelope topic. `timestamp_ms=None`: the client's clock
+    when it is sent (a topic with log-append time replaces it with the leader's)."""
+
+    value: bytes
+    key: bytes | None = None
+    headers: Sequence[Header] = ()
+    timestamp_ms: int | None = None
+
+
+class ConsumerRecord(NamedTuple):
+    """A record read from an envelope topic (a named tuple: cheap to build per record)."""
+
+    offset: int
+    value: bytes
+    key: bytes | None
+    headers: tuple[Header, ...]
+    timestamp_ms: int
+
+
+class DecodedRecords:
+    """Columns of decoded envelopes: `offsets[i]`, `values[i]`, `keys[i]` (None: no key),
+    `timestamps[i]`, `headers[i]` (a tuple, empty for most records)."""
+
+    __slots__ = ("headers", "keys", "offsets", "timestamps", "values")
+
+    def __init__(
+        self,
+        offsets: list[int],
+        values: list[bytes],
+        keys: list[bytes | None],
+        timestamps: list[int],
+        headers: list[tuple[Header, ...]],
+    ) -> None:
+        self.offsets = offsets
+        self.values = values
+        self.keys = keys
+        self.timestamps = timestamps
+        self.headers = headers
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def records(self) -> list[ConsumerRecord]:
+        columns = (self.offsets, self.values, self.keys, self.headers, self.timestamps)
+        return list(map(ConsumerRecord._make, zip(*columns, strict=True)))
+
+
+# -- encoding --------------------------------------------------------------------------------
+
+
+def encode(
+    value: bytes,
+    *,
+    key: bytes | None = None,
+    headers: Iterable[Header] = (),
+    timestamp_ms: int,
+) -> bytes:
+    """One envelope (`InvalidRecordError` for an out-of-range timestamp or header)."""
+    head = list(headers)
+    _check_timestamp(timestamp_ms)
+    if len(head) > HEADER_COUNT_MAX:
+        raise InvalidRecordError(f"a record has at most {HEADER_COUNT_MAX} headers")
+    attributes = ATTR_KEY if key is not None else 0
+    parts = [FIXED.pack(VERSION, attributes, timestamp_ms, len(key or b""), len(head), len(value))]
+    if key:
+        parts.append(key)
+    for name, hvalue in head:
+        raw = name.encode() if isinstance(name, str) else None
+        if raw is None or len(raw) > HEADER_NAME_BYTES_MAX:
+            raise InvalidRecordError("a header name is a str of at most 65535 UTF-8 bytes")
+        parts += (_NAME_LEN.pack(len(raw)), raw, _VALUE_LEN.pack(len(hvalue)), hvalue)
+    parts.append(value)
+    return b"".join(parts)
+
+
+def encode_batch(records: Sequence[Record | bytes], timestamp_ms: int) -> list[bytes]:
+    """Envelopes for `records` (plain bytes are values without key or headers); records
+    without a timestamp get `timestamp_ms`. Without headers (the usual batch) the fixed
+    parts are built as one numpy array and each envelope is one C-level join."""
+    _check_timestamp(timestamp_ms)
+    n = len(records)
+    if all(type(r) is bytes for r in records):
+        values: list[bytes] = list(records)  # type: ignore[arg-type]
+        first = len(values[0]) if n else 0
+        if all(len(v) == first for v in values):  # one shared prefix
+            prefix = FIXED.pack(VERSION, 0, timestamp_ms, 0, 0, first)
+            return list(map(prefix.__add__, values))
+        keys: list[bytes | None] = [None] * n
+        stamps: list[int | None] = [None] * n
+    else:
+        values, keys, stamps = [], [], []
+        for r in records:
+            if isinstance(r, Record):
+                if r.headers:
+                    return _encode_each(records, timestamp_ms)
+                values.append(r.value)
+                keys.append(r.key)
+                stamps.append(r.timestamp_ms)
+            elif isinstance(r, bytes | bytearray | memoryview):
+                values.append(bytes(r))
+                keys.append(None)
+                stamps.append(None)
+            else:
+                raise InvalidRecordError(
+                    f"a record is bytes or replog.Record, got {type(r).__name__}"
+                )
+    fixed = np.zeros(n, dtype=_FIXED_DTYPE)
+    fixed["version"] = VERSION
+    fixed["value_length"] = list(map(len, values))
+    if any(s is not None for s in stamps):
+        try:
+            fixed["ts"] = [timestamp_ms if s is None else s for s in stamps]
+        except OverflowError:
+            raise InvalidRecordError("a timestamp_ms does not fit in an i64") from None
+    else:
+        fixed["ts"] = timestamp_ms
+    if any(k is not None for k in keys):
+        fixed["attributes"] = [k is not None for k in keys]
+        key_bytes = [k or b"" for k in keys]
+        fixed["key_length"] = list(map(len, key_bytes))
+    heads = fixed.tobytes()
+    size = n * FIXED_BYTES
+    cut = map(heads.__getitem__, map(slice, range(0, size, FIXED_BYTES), range(20, size + 1, 20)))
+    if fixed["attributes"].any():
+        return list(map(b"".join, zip(cut, key_bytes, values, strict=True)))
+    return list(map(bytes.__add__, cut, values))
+
+
+def _encode_each(records: Sequence[Record | bytes], timestamp_ms: int) -> list[bytes]:
+    out = []
+    for r in records:
+        if isinstance(r, Record):
+            ts = timestamp_ms if r.timestamp_ms is None else r.timestamp_ms
+            out.append(encode(r.value, key=r.key, headers=r.headers, timestamp_ms=ts))
+        else:
+            out.append(encode(bytes(r), timestamp_ms=timestamp_ms))
+    return out
+
+
+def _check_timestamp(timestamp_ms: int) -> None:
+    if not TIMESTAMP_MIN <= timestamp_ms <= TIMESTAMP_MAX:
+        raise InvalidRecordError(f"timestamp_ms {timestamp_ms} does not fit in an i64")
+
+
+_before_timestamp = itemgetter(slice(0, TIMESTAMP_POSITION))
+_after_timestamp = itemgetter(slice(TIMESTAMP_POSITION + 8, None))
+
+
+def stamp(envelopes: Sequence[bytes], timestamp_ms: int) -> list[bytes]:
+    """The same envelopes with their timestamp replaced (log-append time): 8 bytes
+    overwritten per record, as one C-level join each (`ts.join((head, tail))`)."""
+    ts = _TS.pack(timestamp_ms)
+    return list(
+        map(
+            ts.join,
+            zip(map(_before_timestamp, envelopes), map(_after_timestamp, envelopes), strict=True),
+        )
+    )
+
+
+# -- decoding --------------------------------------------------------------------------------
+
+
+def decode(envelope: bytes, offset: int = -1) -> ConsumerRecord:
+    """One envelope (`InvalidRecordError` if it is not a well-formed one)."""
+    return decode_values([envelope], [offset]).records()[0]
+
+
+def decode_values(values: Sequence[bytes], offsets: Sequence[int] | None = None) -> DecodedRecords:
+    """Decode a batch of envelopes (e.g. `frames.decode(buf).values` of an envelope topic)."""
+    n = len(values)
+    offs = list(range(n)) if offsets is None else list(offsets)
+    if n == 0:
+        return DecodedRecords([], [], [], [], [])
+    lengths = np.fromiter(map(len, values), dtype=np.int64, count=n)
+    ends = np.cumsum(lengths)
+    buf = values[0] if n == 1 else b"".join(values)
+    return _decode_spans(bytes(buf), ends - lengths, lengths, offs)
+
+
+def decode_frames(buf: bytes | memoryview) -> DecodedRecords:
+    """Decode a run of frames of an envelope topic, control records skipped
+    (`frames.FrameError` for broken frames, `InvalidRecordError` for broken envelopes)."""
+    data = bytes(buf)
+    offsets, starts, lengths = _data_frames(data)
+    if not len(offsets):
+        return DecodedRecords([], [], [], [], [])
+    length = int(lengths[0])
+    if len(data) == len(offsets) * (HEADER_BYTES + length) and length >= FIXED_BYTES:
+        plain = _decode_uniform_plain(data, length)
+        if plain is not None:
+            return plain
+    return _decode_spans(data, starts, lengths, offsets.tolist())
+
+
+_DECODE_CHUNK = 256  # frames per cached Struct (as in `frames`)
+
+
+@lru_cache(maxsize=256)
+def _plain_struct(length: int, count: int) -> struct.Struct:
+    """`count` frames of `length`-byte envelopes without key and headers: (offset,
+    timestamp, value) each; the other fields are checked beforehand with numpy."""
+    return struct.Struct(">" + f"Q4x2xq10x{length - FIXED_BYTES}s" * count)
+
+
+def _decode_uniform_plain(buf: bytes, length: int) -> DecodedRecords | None:
+    """Equal data frames whose envelopes have no key and no headers (the usual batch):
+    their fixed fields are checked as strided numpy views, then one `unpack_from` per 256
+    frames gives offsets, timestamps and values. None when the frames are not like that."""
+    frame = HEADER_BYTES + length
+    count = len(buf) // frame
+
+    def field(at: int, dtype: str) -> np.ndarray:
+        return np.ndarray((count,), dtype=dtype, buffer=buf, offset=at, strides=(frame,))
+
+    base = HEADER_BYTES
+    if not (
+        (field(base, "u1") == VERSION).all()
+        and not field(base + 1, "u1").any()
+        and not field(base + 10, ">u4").any()
+        and not field(base + 14, ">u2").any()
+        and (field(base + 16, ">u4") == length - FIXED_BYTES).all()
+    ):
+        return None
+    offsets: list[int] = []
+    stamps: list[int] = []
+    values: list[bytes] = []
+    full, rest = divmod(count, _DECODE_CHUNK)
+    step = _DECODE_CHUNK * frame
+    for pos, n in [(p, _DECODE_CHUNK) for p in range(0, full * step, step)] + [(full * step, rest)]:
+        if n:
+            flat = _plain_struct(length, n).unpack_from(buf, pos)
+            offsets += flat[0::3]
+            stamps += flat[1::3]
+            values += flat[2::3]
+    return DecodedRecords(offsets, values, [None] * count, stamps, [()] * count)
+
+
+def _data_frames(buf: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(offsets, value starts, value lengths) of the data frames of `buf`."""
+    size = len(buf)
+    if size == 0:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty, empty
+    if size < HEADER_BYTES:
+        raise FrameError("truncated frame header", 0)
+    raw_len = _unpack_frame(buf, 0)[1]
+    frame = HEADER_BYTES + (raw_len & LENGTH_MASK)
+    if not raw_len & CONTROL_FLAG and size % frame == 0:
+        count = size // frame
+        fields = np.ndarray((count,), dtype=">u4", buffer=buf, offset=8, strides=(frame,))
+        if (fields == raw_len).all():  # equal data frames: no Python loop
+            offsets = np.ndarray((count,), dtype=">u8", buffer=buf, offset=0, strides=(frame,))
+            starts = np.arange(HEADER_BYTES, size, frame, dtype=np.int64)
+            return offsets.astype(np.int64), starts, np.full(count, frame - HEADER_BYTES)
+    offs: list[int] = []
+    starts_l: list[int] = []
+    lens: list[int] = []
+    pos = 0
+    while pos < size:
+        if pos + HEADER_BYTES > size:
+            raise FrameError("truncated frame header", pos)
+        offset, raw_len = _unpack_frame(buf, pos)
+        length = raw_len & LENGTH_MASK
+        end = pos + HEADER_BYTES + length
+        if end > size:
+            raise FrameError(f"frame at position {pos} is cut short", pos)
+        if not raw_len & CONTROL_FLAG:
+            offs.append(offset)
+            starts_l.append(pos + HEADER_BYTES)
+            lens.append(length)
+        pos = end
+    return (
+        np.array(offs, dtype=np.int64),
+        np.array(starts_l, dtype=np.int64),
+        np.array(lens, dtype=np.int64),
+    )
+
+
+def _fixed_parts(buf: bytes, starts: np.ndarray) -> np.ndarray:
+    """The 20-byte fixed parts at `starts` (each at least 20 bytes long) as one array."""
+    whole = np.frombuffer(buf, dtype=np.uint8)
+    rows = whole[starts[:, None] + np.arange(FIXED_BYTES)]
+    return rows.view(_FIXED_DTYPE).ravel()
+
+
+def _decode_spans(
+    buf: bytes, starts: np.ndarray, lengths: np.ndarray, offsets: list[int]
+) -> DecodedRecords:
+    n = len(starts)
+    try:
+        _check_lengths(lengths)
+        fixed = _fixed_parts(buf, starts)
+        _check_fixed(fixed, lengths)
+    except _Malformed as exc:
+        raise _bad(offsets[exc.index], exc.why) from None
+    key_lengths = fixed["key_length"].astype(np.int64)
+    key_starts = starts + FIXED_BYTES
+    ends = starts + lengths
+    value_starts = ends - fixed["value_length"].astype(np.int64)
+    headers: list[tuple[Header, ...]] = [()] * n
+    for i in np.flatnonzero(fixed["count"]).tolist():
+        try:
+            headers[i] = _parse_headers(
+                buf,
+                int(key_starts[i] + key_lengths[i]),
+                int(value_starts[i]),
+                int(fixed["count"][i]),
+                i,
+            )
+        except _Malformed as exc:
+            raise _bad(offsets[i], exc.why) from None
+    getter = buf.__getitem__
+    values = list(map(getter, map(slice, value_starts.tolist(), ends.tolist())))
+    has_key = fixed["attributes"] & ATTR_KEY
+    if not has_key.any():
+        keys: list[bytes | None] = [None] * n
+    else:
+        key_ends = (key_starts + key_lengths).tolist()
+        cut: list[bytes | None] = list(map(getter, map(slice, key_starts.tolist(), key_ends)))
+        if not has_key.all():
+            cut = [k if h else None for k, h in zip(cut, has_key.tolist(), strict=True)]
+        keys = cut
+    timestamps: list[int] = fixed["ts"].tolist()
+    return DecodedRecords(offsets, values, keys, timestamps, headers)
+
+
+class _Malformed(Exception):
+    """Internal: record `index` of a batch is malformed (`why`); callers say where."""
+
+    def __init__(self, index: int, why: str) -> None:
+        super().__init__(why)
+        self.index = index
+        self.why = why
+
+
+def _check_lengths(lengths: np.ndarray) -> None:
+    short = np.flatnonzero(lengths < FIXED_BYTES)
+    if len(short):
+        i = int(short[0])
+        raise _Malformed(i, f"{int(lengths[i])} bytes: shorter than the 20-byte envelope head")
+
+
+def _check_fixed(fixed: np.ndarray, lengths: np.ndarray) -> None:
+    """Vectorized checks of the fixed parts: version, reserved bits, the parts' lengths
+    (exactly the envelope's size without headers, at most it with headers)."""
+    parts = FIXED_BYTES + fixed["key_length"].astype(np.int64) + fixed["value_length"]
+    bad = (
+        (fixed["version"] != VERSION)
+        | (fixed["attributes"] & ~np.uint8(ATTR_KEY)).astype(bool)
+        | ((fixed["attributes"] & ATTR_KEY) == 0) & (fixed["key_length"] != 0)
+        | (parts > lengths)
+        | (fixed["count"] == 0) & (parts != lengths)
+    )
+    if not bad.any():
+        return
+    i = int(np.flatnonzero(bad)[0])
+    row = fixed[i]
+    version, attributes = int(row["version"]), int(row["attributes"])
+    if version != VERSION:
+        why = f"envelope version {version} (this reader knows {VERSION})"
+    elif attributes & ~ATTR_KEY:
+        why = f"reserved attribute bits set ({attributes:#04x})"
+    elif not attributes & ATTR_KEY and int(row["key_length"]):
+        why = "a key length without the key attribute"
+    else:
+        key, value = int(row["key_length"]), int(row["value_length"])
+        why = f"a key of {key} and a value of {value} bytes in {int(lengths[i])}"
+    raise _Malformed(i, why)
+
+
+def _parse_headers(buf: bytes, pos: int, end: int, count: int, index: int) -> tuple[Header, ...]:
+    """`count` headers from `pos`, which must end exactly at `end` (the value's start)."""
+    out = []
+    for _ in range(count):
+        if pos + 2 > end:
+            raise _Malformed(index, "a header name length past the envelope's end")
+        (name_len,) = _NAME_LEN.unpack_from(buf, pos)
+        pos += 2
+        if pos + name_len + 4 > end:
+            raise _Malformed(index, "a header name past the envelope's end")
+        try:
+            name = buf[pos : pos + name_len].decode()
+        except UnicodeDecodeError:
+            raise _Malformed(index, "a header name is not UTF-8") from None
+        pos += name_len
+        (value_len,) = _VALUE_LEN.unpack_from(buf, pos)
+        pos += 4
+        if pos + value_len > end:
+            raise _Malformed(index, "a header value past the envelope's end")
+        out.append((name, buf[pos : pos + value_len]))
+        pos += value_len
+    if pos != end:
+        raise _Malformed(index, f"{end - pos} bytes between the headers and the value")
+    return tuple(out)
+
+
+def _bad(offset: int, why: str) -> InvalidRecordError:
+    where = f"record at offset {offset}" if offset >= 0 else "record"
+    return InvalidRecordError(f"{where} is not a valid envelope: {why}", offset=offset)
+
+
+def validate(values: Sequence[bytes]) -> None:
+    """Raise `InvalidRecordError` unless every value is a well-formed envelope (the
+    server's check of an Append to an envelope topic). `offset` in the error's metadata is
+    the index of the first bad record in the batch."""
+    n = len(values)
+    if n == 0:
+        return
+    lengths = np.fromiter(map(len, values), dtype=np.int64, count=n)
+    try:
+        _check_lengths(lengths)
+        fixed = np.frombuffer(b"".join(map(_head, values)), dtype=_FIXED_DTYPE)
+        _check_fixed(fixed, lengths)
+        for i in np.flatnonzero(fixed["count"]).tolist():
+            value = bytes(values[i])
+            start = FIXED_BYTES + int(fixed["key_length"][i])
+            end = len(value) - int(fixed["value_length"][i])
+            _parse_headers(value, start, end, int(fixed["count"][i]), i)
+    except _Malformed as exc:
+        raise InvalidRecordError(
+            f"record {exc.index} of the batch is not a valid envelope: {exc.why}",
+            index=exc.index,
+        ) from None
+
+
+# -- timestamps of frames (the time index) ---------------------------------------------------
+
+
+def frame_timestamps(buf: bytes | memoryview, starts: Sequence[int]) -> np.ndarray:
+    """The envelope timestamp of each frame starting at `starts` in `buf` (whole frames);
+    `NO_TIMESTAMP` for control records and for values too short to be envelopes."""
+    n = len(starts)
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    whole = np.frombuffer(buf, dtype=np.uint8)
+    at = np.asarray(starts, dtype=np.int64)
+    fields = whole[at[:, None] + np.arange(HEADER_BYTES)].view(">u4")[:, 2]
+    lengths = (fields & LENGTH_MASK).astype(np.int64)
+    usable = ((fields & CONTROL_FLAG) == 0) & (lengths >= FIXED_BYTES)
+    out = np.full(n, NO_TIMESTAMP, dtype=np.int64)
+    if usable.any():
+        pos = at[usable] + HEADER_BYTES + TIMESTAMP_POSITION
+        stamps = whole[pos[:, None] + np.arange(8)].copy().view(">i8").ravel()
+        out[usable] = stamps
+    return out
+
+
+__all__ = [
+    "ConsumerRecord",
+    "DecodedRecords",
+    "Record",
+    "decode",
+    "decode_frames",
+    "decode_values",
+    "encode",
+    "encode_batch",
+    "frame_timestamps",
+    "stamp",
+    "validate",
+]

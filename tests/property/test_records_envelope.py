@@ -1,0 +1,107 @@
+"""The record envelope (`replog.records`): round trips, and malformed bytes always raise
+`InvalidRecordError`, never anything else."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from replog import frames, records
+from replog.errors import InvalidRecordError
+
+values = st.binary(max_size=300)
+keys = st.none() | st.binary(max_size=40)
+headers = st.lists(st.tuples(st.text(max_size=12), st.binary(max_size=20)), max_size=4)
+stamps = st.integers(min_value=records.TIMESTAMP_MIN, max_value=records.TIMESTAMP_MAX)
+record_args = st.tuples(values, keys, headers, stamps)
+Args = tuple[bytes, bytes | None, list[tuple[str, bytes]], int]
+
+
+def _encode(args: Args) -> bytes:
+    value, key, head, ts = args
+    return records.encode(value, key=key, headers=head, timestamp_ms=ts)
+
+
+@given(record_args)
+def test_an_envelope_decodes_to_what_was_encoded(args: Args) -> None:
+    value, key, head, ts = args
+    got = records.decode(_encode(args), 7)
+    assert got == records.ConsumerRecord(7, value, key, tuple(head), ts)
+
+
+@given(st.lists(record_args, max_size=40), stamps, st.integers(0, 2**40))
+def test_a_batch_decodes_from_values_and_from_frames(batch: list[Args], ts: int, base: int) -> None:
+    recs = [records.Record(v, key=k, headers=h, timestamp_ms=t) for v, k, h, t in batch]
+    envelopes = records.encode_batch(recs, ts)
+    expected = [
+        records.ConsumerRecord(base + i, v, k, tuple(h), t) for i, (v, k, h, t) in enumerate(batch)
+    ]
+    assert records.decode_values(envelopes, range(base, base + len(batch))).records() == expected
+    assert records.decode_frames(frames.encode(base, envelopes)).records() == expected
+    records.validate(envelopes)
+
+
+@given(st.lists(values, max_size=60), stamps, st.booleans())
+def test_plain_values_get_the_batch_timestamp(vals: list[bytes], ts: int, equal: bool) -> None:
+    if equal and vals:
+        vals = [vals[0]] * len(vals)
+    envelopes = records.encode_batch(vals, ts)
+    decoded = records.decode_frames(frames.encode(5, envelopes))
+    assert decoded.values == vals
+    assert decoded.timestamps == [ts] * len(vals)
+    assert decoded.keys == [None] * len(vals)
+    assert decoded.offsets == list(range(5, 5 + len(vals)))
+
+
+@given(st.lists(record_args, min_size=1, max_size=10), stamps)
+def test_stamping_replaces_only_the_timestamp(batch: list[Args], ts: int) -> None:
+    envelopes = [_encode(a) for a in batch]
+    stamped = records.decode_values(records.stamp(envelopes, ts))
+    original = records.decode_values(envelopes)
+    assert stamped.timestamps == [ts] * len(batch)
+    assert (stamped.values, stamped.keys, stamped.headers) == (
+        original.values,
+        original.keys,
+        original.headers,
+    )
+
+
+@given(record_args)
+def test_an_envelope_cut_at_any_byte_or_padded_is_refused(args: Args) -> None:
+    envelope = _encode(args)
+    for cut in range(len(envelope)):
+        with pytest.raises(InvalidRecordError):
+            records.decode(envelope[:cut])
+        with pytest.raises(InvalidRecordError):
+            records.validate([envelope, envelope[:cut]])
+    with pytest.raises(InvalidRecordError):
+        records.decode(envelope + b"\0")
+
+
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_decode_or_raise_the_typed_error(data: bytes) -> None:
+    try:
+        got = records.decode(data)
+    except InvalidRecordError:
+        with pytest.raises(InvalidRecordError):
+            records.validate([data])
+        return
+    records.validate([data])
+    assert (
+        records.encode(got.value, key=got.key, headers=got.headers, timestamp_ms=got.timestamp_ms)
+        == data
+    )
+
+
+@given(st.lists(st.tuples(st.booleans(), record_args), max_size=20))
+def test_frame_timestamps_skip_control_records(batch: list[tuple[bool, Args]]) -> None:
+    parts = []
+    expected = []
+    for i, (control, args) in enumerate(batch):
+        envelope = _encode(args)
+        parts.append(frames.encode(i, [envelope], control=control))
+        expected.append(records.NO_TIMESTAMP if control else args[3])
+    buf = b"".join(parts)
+    starts = [sum(map(len, parts[:i])) for i in range(len(parts))]
+    assert records.frame_timestamps(buf, starts).tolist() == expected
