@@ -251,6 +251,13 @@ class Settings:
     group_offsets_replication_factor: int = field(
         default=3, metadata=_help("replicas of __consumer_offsets (capped by the nodes)")
     )
+    group_offsets_snapshot_records: int = field(
+        default=10_000,
+        metadata=_help(
+            "records of a __consumer_offsets partition after which its coordinator restates "
+            "every live offset (a snapshot): a new coordinator loads from the latest one"
+        ),
+    )
     group_offsets_retention_ms: int = field(
         default=7 * 24 * 3600 * 1000,
         metadata=_help(
@@ -419,6 +426,9 @@ class Settings:
         )
         need(self.group_offsets_retention_ms >= 1, "group_offsets_retention_ms must be >= 1")
         need(
+            self.group_offsets_snapshot_records >= 1, "group_offsets_snapshot_records must be >= 1"
+        )
+        need(
             1
             <= self.group_session_timeout_ms_min
             <= self.group_session_timeout_ms_default
@@ -500,6 +510,7 @@ class Settings:
             offsets_partitions=self.group_offsets_partitions,
             offsets_replication_factor=self.group_offsets_replication_factor,
             offsets_retention_ms=self.group_offsets_retention_ms,
+            snapshot_records=self.group_offsets_snapshot_records,
             retention_check_interval_ms=self.retention_check_interval_ms,
             log_retention_ms=self.retention_ms,
             session_timeout_ms_default=self.group_session_timeout_ms_default,

@@ -3,6 +3,7 @@ committed offsets, membership and fencing, delete, retention, and hostile input.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -374,3 +375,27 @@ def test_log_retention_never_drops_a_live_groups_offsets(
     with Client(server.address, retry=RetryPolicy(attempts_max=200, deadline_ms=60_000)) as client:
         (committed,) = client.committed_offsets("quiet")
         assert (committed.offset, committed.metadata) == (7, "seven")
+
+
+def test_a_restarted_coordinator_loads_from_its_latest_snapshot(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    """Snapshots every 50 records: after 400 commits, a restart reads only the records
+    since the snapshot before last, and every group's offsets are right."""
+    args = ["--group-offsets-snapshot-records", "50", "--group-offsets-partitions", "1"]
+    server = server_factory(*args).start()
+    expected: dict[str, int] = {}
+    with Client(server.address) as client:
+        client.create_topic("snap", 1)
+        for i in range(400):
+            group = f"s{i % 7}"
+            client.commit_offsets(group, {("snap", 0): i})
+            expected[group] = i
+        wait_until(lambda: "event=groups.snapshot " in server.log_text(), "a snapshot")
+    assert server.terminate() == 0
+    server.start()
+    with Client(server.address, retry=RetryPolicy(attempts_max=200, deadline_ms=60_000)) as client:
+        got = {g: client.committed_offsets(g)[0].offset for g in expected}
+    assert got == expected
+    loads = re.findall(r"event=groups.shard_loaded partition=0 records=(\d+)", server.log_text())
+    assert int(loads[-1]) < 200, loads  # not the 400 commits and more since the start

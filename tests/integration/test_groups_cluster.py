@@ -33,6 +33,7 @@ SERVER_ARGS = [
     "--group-session-timeout-ms-min", "500",
     "--group-heartbeat-interval-ms", "300",
     "--group-offsets-partitions", "4",
+    "--group-offsets-snapshot-records", "100",  # failovers load from snapshots
 ]  # fmt: skip
 PATIENT = RetryPolicy(attempts_max=1000, backoff_max_ms=500, deadline_ms=90_000)
 

@@ -200,8 +200,13 @@ def test_a_new_topic_partition_reaches_the_group_at_the_next_heartbeat() -> None
 
 
 def test_records_round_trip_and_garbage_is_recognised() -> None:
-    for record in (commit("g", ("orders", 3, 99)), records.DeleteGroup("g", 5, "expired")):
+    for record in (
+        commit("g", ("orders", 3, 99)),
+        records.DeleteGroup("g", 5, "expired"),
+        records.SnapshotEnd(40, 5),
+    ):
         assert records.decode(records.encode(record)) == record
+        assert records.decode(records.encode(record, snapshot=12)) == record
     for bad in (
         b"\xff",
         b"[]",
@@ -212,3 +217,20 @@ def test_records_round_trip_and_garbage_is_recognised() -> None:
     ):
         with pytest.raises(records.UnknownRecordError):
             records.decode(bad)
+
+
+def test_the_last_record_names_where_a_load_may_start() -> None:
+    assert records.load_pointer(records.encode(records.SnapshotEnd(40, 5), snapshot=12)) == 40
+    assert records.load_pointer(records.encode(commit("g", ("orders", 0, 1)), snapshot=12)) == 12
+    assert records.load_pointer(records.encode(commit("g", ("orders", 0, 1)))) is None
+    for bad in (b"\xff", b"[]", b'{"snapshot": -1}', b'{"snapshot": "x"}'):
+        assert records.load_pointer(bad) is None
+
+
+def test_live_offsets_restate_the_current_topics_offsets_as_committed() -> None:
+    groups = Groups(GroupsLimits())
+    groups.apply(commit("g", ("orders", 0, 10), ("audit", 0, 3), time_ms=100), 0)
+    live = groups.live_offsets("g", {"orders": 7}.get)  # type: ignore[arg-type]
+    assert [(o.topic, o.partition, o.offset, o.commit_time_ms) for o in live] == [
+        ("orders", 0, 10, 100)
+    ]

@@ -23,6 +23,7 @@ class GroupsConfig:
     groups_max: int = 10_000  # per node
     members_max: int = 1000  # per group
     metadata_bytes_max: int = 4096  # of one committed offset's metadata
+    snapshot_records: int = 10_000  # records after a snapshot that call for the next one
     timeout_s: float = 30.0  # a record's acks=all wait
 
     def __post_init__(self) -> None:
@@ -32,6 +33,7 @@ class GroupsConfig:
         assert 1 <= self.rebalance_timeout_ms_default <= self.rebalance_timeout_ms_max
         assert self.heartbeat_interval_ms >= 1 and self.groups_max >= 1
         assert self.members_max >= 1 and self.metadata_bytes_max >= 0
+        assert self.snapshot_records >= 1
 
     def heartbeat_interval_for(self, session_timeout_ms: int) -> int:
         return max(1, min(self.heartbeat_interval_ms, session_timeout_ms // 3))

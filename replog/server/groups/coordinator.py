@@ -17,6 +17,9 @@ Background work, in supervised tasks started by `start`:
                     reason "expired"); and, when the node has a log retention_ms, rewrite
                     the offsets of groups whose newest record is older than half of it, so
                     that log retention never removes a live group's offsets
+    run_snapshots   every second: a shard with `snapshot_records` records since its last
+                    snapshot writes one (`Shard.snapshot`), so that a new coordinator's
+                    load reads only what followed the snapshot before last
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ _log = logging.getLogger("replog.server.groups")
 
 WATCH_INTERVAL_S = 0.05
 EXPIRY_INTERVAL_S = 0.1
+SNAPSHOT_CHECK_S = 1.0
 Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
 
 
@@ -106,6 +110,7 @@ class Coordinator:
             spawn(self.run(), "groups-leadership"),
             spawn(self.run_expiry(), "groups-expiry"),
             spawn(self.run_retention(), "groups-retention"),
+            spawn(self.run_snapshots(), "groups-snapshots"),
         ]
 
     async def close(self) -> None:
@@ -283,15 +288,20 @@ class Coordinator:
             if self.config.log_retention_ms is None:
                 continue
             for name in shard.groups.stale_records(wall, self.config.log_retention_ms // 2):
-                offsets = self.refreshed(shard, name)
+                offsets = shard.groups.live_offsets(name, self.topic_id)
                 if offsets:
                     await shard.write(records.Commit(name, self.wall_ms(), offsets))
 
-    def refreshed(self, shard: Shard, name: str) -> tuple[records.OffsetEntry, ...]:
-        """The group's live offsets (of the topics' current incarnations), as they were
-        committed: what a refresh record restates."""
-        committed = shard.groups.committed(name, (), self.topic_id)
-        return tuple(
-            records.OffsetEntry(t, c.topic_id, p, c.offset, c.metadata, c.commit_time_ms)
-            for (t, p), c in sorted(committed.items())
-        )
+    async def run_snapshots(self) -> None:
+        while True:
+            await asyncio.sleep(SNAPSHOT_CHECK_S)
+            await self.take_snapshots()
+
+    async def take_snapshots(self) -> None:
+        """Snapshot each loaded shard with `snapshot_records` records since its last one (and
+        at least two per group it holds: a snapshot writes one per group)."""
+        for shard in self.loaded_shards():
+            due = max(self.config.snapshot_records, 2 * len(shard.groups.groups))
+            if shard.since_snapshot >= due:
+                with contextlib.suppress(ReplogError, TimeoutError):  # moved, timed out: later
+                    await shard.snapshot(self.topic_id)

@@ -19,6 +19,15 @@ value, JSON (UTF-8), version 1::
   record (new `time_ms`) that keeps each offset's original `commit_time_ms`.
 * `delete_group`: every committed offset of the group is gone (`reason`: "deleted" by
   DeleteGroup, or "expired" by offset retention).
+* `snapshot_end`: the records from offset `begin` up to this one restate every live offset
+  of the partition's groups (a snapshot, written with no other record in between); what
+  came before `begin` is superseded. Every other record carries `"snapshot": B`, the
+  `begin` of the latest complete snapshot when it was written (absent: none), so that a new
+  coordinator reads the partition's last record and starts its load at `B`
+  (`load_pointer`) instead of at the log start:
+
+    {"kind": "snapshot_end", "version": 1, "group": "", "time_ms": 1700000000000,
+     "begin": 4242}
 
 A record that does not decode (not JSON, an unknown kind or version, a field out of shape)
 raises `UnknownRecordError`: the coordinator logs it, counts it and skips it.
@@ -66,13 +75,27 @@ class DeleteGroup:
     KIND = "delete_group"
 
 
-Record = Commit | DeleteGroup
+@dataclass(frozen=True, slots=True)
+class SnapshotEnd:
+    begin: int  # the offset of the snapshot's first record
+    time_ms: int
+    group: str = ""
+
+    KIND = "snapshot_end"
 
 
-def encode(record: Record) -> bytes:
+Record = Commit | DeleteGroup | SnapshotEnd
+
+
+def encode(record: Record, snapshot: int | None = None) -> bytes:
+    """The record's value; `snapshot`: the begin of the latest complete snapshot."""
     body: dict[str, Any] = {"kind": record.KIND, "version": VERSION, "group": record.group}
     body["time_ms"] = record.time_ms
-    if isinstance(record, Commit):
+    if snapshot is not None:
+        body["snapshot"] = snapshot
+    if isinstance(record, SnapshotEnd):
+        body["begin"] = record.begin
+    elif isinstance(record, Commit):
         body["offsets"] = [
             {
                 "topic": o.topic,
@@ -108,6 +131,8 @@ def decode(value: bytes) -> Record:
             return Commit(group, _int(body["time_ms"]), tuple(_entry(o) for o in offsets))
         if kind == DeleteGroup.KIND:
             return DeleteGroup(group, _int(body["time_ms"]), _str(body["reason"]))
+        if kind == SnapshotEnd.KIND:
+            return SnapshotEnd(_int(body["begin"]), _int(body["time_ms"]), group)
     except (KeyError, TypeError, ValueError) as exc:
         raise UnknownRecordError(f"malformed {kind!r} group record: {exc!r}") from None
     raise UnknownRecordError(f"unknown group record kind {kind!r}")
@@ -136,3 +161,14 @@ def _int(value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= INT64_MAX:
         raise TypeError(f"expected an integer in [0, 2^63), got {value!r}")
     return value
+
+
+def load_pointer(value: bytes) -> int | None:
+    """Where a load may start, from the log's last record: the begin of the latest complete
+    snapshot it names (None: it names none, or it does not decode)."""
+    try:
+        body = json.loads(value)
+        pointer = body["begin"] if body.get("kind") == SnapshotEnd.KIND else body.get("snapshot")
+        return None if pointer is None else _int(pointer)
+    except (UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError):
+        return None

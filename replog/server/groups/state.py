@@ -134,6 +134,8 @@ class Groups:
 
     def apply(self, record: records.Record, wall_ms: int) -> None:
         """Apply a committed record of the log. Total: never raises."""
+        if isinstance(record, records.SnapshotEnd):
+            return  # the snapshot's commits restated everything already
         group = self.groups.get(record.group)
         if isinstance(record, records.Commit):
             if group is None:
@@ -299,6 +301,17 @@ class Groups:
             if not g.members
             and g.offsets
             and wall_ms - max(g.last_commit_ms, g.empty_since_ms) > retention_ms
+        )
+
+    def live_offsets(
+        self, name: str, topic_ids: Callable[[str], int]
+    ) -> tuple[records.OffsetEntry, ...]:
+        """The group's offsets of the topics' current incarnations, as committed (what a
+        refresh or a snapshot restates)."""
+        committed = self.committed(name, (), topic_ids)
+        return tuple(
+            records.OffsetEntry(t, c.topic_id, p, c.offset, c.metadata, c.commit_time_ms)
+            for (t, p), c in sorted(committed.items())
         )
 
     def stale_records(self, wall_ms: int, age_ms: int) -> list[str]:
