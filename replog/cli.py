@@ -253,8 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
         target = p.add_mutually_exclusive_group(required=True)
         target.add_argument("--topic", help="a topic name (or a prefix with --prefix)")
+        target.add_argument("--group", help="a consumer group (or a prefix with --prefix)")
         target.add_argument("--cluster", action="store_true", help="the cluster")
-        p.add_argument("--prefix", action="store_true", help="--topic is a name prefix")
+        p.add_argument("--prefix", action="store_true", help="--topic/--group is a prefix")
     add_output_argument(client_parser("list", "list ACLs", asub), "acl list")
 
     token = sub.add_parser(
@@ -722,7 +723,7 @@ def cmd_acl(args: argparse.Namespace, out: TextIO) -> int:
                     if a["resource_type"] == "cluster":
                         resource = "cluster"
                     else:
-                        kind = "topic-prefix" if a["prefix"] else "topic"
+                        kind = str(a["resource_type"]) + ("-prefix" if a["prefix"] else "")
                         resource = f"{kind}:{a['resource_name']}"
                     print(f"{a['principal']}\t{a['operation']}\t{resource}", file=out)
             return 0
@@ -733,6 +734,7 @@ def cmd_acl(args: argparse.Namespace, out: TextIO) -> int:
             topic=args.topic or "",
             prefix=args.prefix,
             cluster=args.cluster,
+            group=args.group or "",
         )
     return 0
 

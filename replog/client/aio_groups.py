@@ -25,6 +25,7 @@ from replog.client.group_consumer import (
     QUEUE_BATCHES_MAX,
     Callback,
     GroupRecord,
+    bounds,
     check_reset,
     first_offsets,
     records_of,
@@ -419,8 +420,18 @@ class AsyncGroupConsumer:
             self.on_assign(set(tps))
 
     async def _reset_position(self, tp: TopicPartition) -> int:
-        (offsets,) = await self.client.list_offsets(tp[0], [tp[1]])
-        return int(offsets.earliest if self.auto_offset_reset == "earliest" else offsets.latest)
+        return await self._offset_at(tp, self.auto_offset_reset)
+
+    async def _offset_at(self, tp: TopicPartition, where: str) -> int:
+        """See `group_consumer.reset_offset`."""
+        try:
+            found: FetchResult | OffsetOutOfRangeError = await self.client.fetch(
+                tp[0], tp[1], 0, max_bytes=1
+            )
+        except OffsetOutOfRangeError as err:
+            found = err
+        start, hw = bounds(found)
+        return start if where == "earliest" else hw
 
     # -- fetching ------------------------------------------------------------------------
 
@@ -503,8 +514,7 @@ class AsyncGroupConsumer:
         if isinstance(offset, str):
             if offset not in ("earliest", "latest"):
                 raise ValueError("offset is an int, 'earliest' or 'latest'")
-            (offsets,) = await self.client.list_offsets(topic, [partition])
-            offset = offsets.earliest if offset == "earliest" else offsets.latest
+            offset = await self._offset_at(tp, offset)
         state.position = state.consumed = int(offset)
         self._restart(tp, state)
 

@@ -78,13 +78,18 @@ CHANNEL_OPTIONS = [
 ACKS = {"none": log_pb2.ACKS_NONE, "leader": log_pb2.ACKS_LEADER, "all": log_pb2.ACKS_ALL}
 
 
-def _acl(principal: str, operation: str, topic: str, prefix: bool, cluster: bool) -> Any:
-    if cluster == bool(topic):
-        raise ValueError("an ACL is for a topic (topic=...) or for the cluster (cluster=True)")
+def _acl(
+    principal: str, operation: str, topic: str, prefix: bool, cluster: bool, group: str = ""
+) -> Any:
+    if bool(topic) + bool(group) + bool(cluster) != 1:
+        raise ValueError(
+            "an ACL is for a topic (topic=...), a consumer group (group=...) or the cluster "
+            "(cluster=True)"
+        )
     return acl_pb2.Acl(
         principal=principal,
-        resource_type="cluster" if cluster else "topic",
-        resource_name=topic,
+        resource_type="cluster" if cluster else "group" if group else "topic",
+        resource_name=topic or group,
         prefix=prefix,
         operation=operation,
     )
@@ -304,10 +309,11 @@ class Client:
         topic: str = "",
         prefix: bool = False,
         cluster: bool = False,
+        group: str = "",
     ) -> None:
-        """Allow `principal` ("User:alice") `operation` on `topic` (a prefix with `prefix`)
-        or on the cluster."""
-        acl = _acl(principal, operation, topic, prefix, cluster)
+        """Allow `principal` ("User:alice") `operation` on `topic` or consumer `group` (a
+        prefix with `prefix`), or on the cluster."""
+        acl = _acl(principal, operation, topic, prefix, cluster, group)
         self._call(lambda node: node.acls.AddAcl(acl, timeout=self.timeout_s))
 
     def remove_acl(
@@ -318,8 +324,9 @@ class Client:
         topic: str = "",
         prefix: bool = False,
         cluster: bool = False,
+        group: str = "",
     ) -> None:
-        acl = _acl(principal, operation, topic, prefix, cluster)
+        acl = _acl(principal, operation, topic, prefix, cluster, group)
         self._call(lambda node: node.acls.RemoveAcl(acl, timeout=self.timeout_s))
 
     def list_acls(self) -> list[dict[str, object]]:

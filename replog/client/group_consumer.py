@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from replog.client.groups import Answer, GroupCalls, TopicPartition
-from replog.client.results import FetchResult, Offsets
+from replog.client.results import FetchResult
 from replog.client.retry import RetryPolicy
 from replog.errors import (
     IllegalGenerationError,
@@ -76,6 +76,25 @@ def first_offsets(undelivered: list[GroupRecord]) -> dict[TopicPartition, int]:
     return first
 
 
+def bounds(found: FetchResult | OffsetOutOfRangeError) -> tuple[int, int]:
+    """(log start, HW) from a Fetch's answer, or from its OUT_OF_RANGE error."""
+    if isinstance(found, FetchResult):
+        return found.log_start_offset, found.high_watermark
+    start = found.log_start_offset or 0
+    return start, max(start, found.high_watermark or 0)
+
+
+def reset_offset(client: GroupConsumerClient, tp: TopicPartition, where: str) -> int:
+    """The partition's "earliest" or "latest" offset, from a one-byte Fetch at 0 (so that a
+    member needs only `read` on its topics, not `describe` for ListOffsets)."""
+    try:
+        found: FetchResult | OffsetOutOfRangeError = client.fetch(tp[0], tp[1], 0, max_bytes=1)
+    except OffsetOutOfRangeError as err:
+        found = err
+    start, hw = bounds(found)
+    return start if where == "earliest" else hw
+
+
 def check_reset(auto_offset_reset: str) -> None:
     if auto_offset_reset not in ("earliest", "latest"):
         raise ValueError("auto_offset_reset is 'earliest' or 'latest'")
@@ -86,8 +105,6 @@ class GroupConsumerClient(Protocol):
 
     timeout_s: float
     retry: RetryPolicy
-
-    def list_offsets(self, topic: str, partitions: Sequence[int] = ()) -> list[Offsets]: ...
 
     def fetch(
         self, topic: str, partition: int, offset: int, *, max_bytes: int = 0, max_wait_ms: int = 0
@@ -372,8 +389,7 @@ class GroupConsumer:
             self.on_assign(set(tps))
 
     def _reset_position(self, tp: TopicPartition) -> int:
-        (offsets,) = self.client.list_offsets(tp[0], [tp[1]])
-        return offsets.earliest if self.auto_offset_reset == "earliest" else offsets.latest
+        return reset_offset(self.client, tp, self.auto_offset_reset)
 
     # -- fetching ------------------------------------------------------------------------
 
@@ -483,8 +499,7 @@ class GroupConsumer:
         if isinstance(offset, str):
             if offset not in ("earliest", "latest"):
                 raise ValueError("offset is an int, 'earliest' or 'latest'")
-            (offsets,) = self.client.list_offsets(topic, [partition])
-            offset = offsets.earliest if offset == "earliest" else offsets.latest
+            offset = reset_offset(self.client, tp, offset)
         state.position = state.consumed = offset
         self._restart(tp, state)
 

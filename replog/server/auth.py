@@ -16,8 +16,8 @@ Token file, one entry a line (`#` comments), reloaded when it changes (mtime, si
 (the hex SHA-256 of the token's UTF-8 bytes: `replog token hash`); tokens are never stored.
 
 What it may do (`Authorizer`, a server interceptor, `--authorization acl`): every Log,
-Admin and Acls call names an operation on a resource (`REQUIRED` below); a principal in
-`--super-users` may do everything, anyone else needs an ACL of the replicated metadata
+Admin, Acls and Groups call names an operation on a resource (`REQUIRED` below); a principal
+in `--super-users` may do everything, anyone else needs an ACL of the replicated metadata
 (`MetadataImage.allowed`), else PERMISSION_DENIED (reason PERMISSION_DENIED) naming the
 operation and resource. GetMetadata needs only an authenticated caller (clients route
 with it). Health and reflection are open. Calls forwarded between nodes arrive on the
@@ -161,9 +161,17 @@ REQUIRED: dict[str, tuple[str, str, str | None] | None] = {
     "/replog.v1.Acls/AddAcl": ("alter", "cluster", None),
     "/replog.v1.Acls/RemoveAcl": ("alter", "cluster", None),
     "/replog.v1.Acls/ListAcls": ("describe", "cluster", None),
+    # Consumer groups: the group's ACLs (a member reads its partitions with topic ACLs).
+    "/replog.v1.Groups/FindCoordinator": ("describe", "group", "group"),
+    "/replog.v1.Groups/JoinGroup": ("read", "group", "group"),
+    "/replog.v1.Groups/Heartbeat": ("read", "group", "group"),
+    "/replog.v1.Groups/LeaveGroup": ("read", "group", "group"),
+    "/replog.v1.Groups/CommitOffsets": ("read", "group", "group"),
+    "/replog.v1.Groups/FetchCommittedOffsets": ("read", "group", "group"),
+    "/replog.v1.Groups/DescribeGroup": ("describe", "group", "group"),
+    "/replog.v1.Groups/DeleteGroup": ("delete", "group", "group"),
+    "/replog.v1.Groups/ListGroups": ("describe", "cluster", None),
 }
-# Groups: no ACL resource for groups yet, so every Groups call needs what an unknown method
-# does (`alter` on the cluster): super users and cluster administrators only.
 GUARDED_SERVICES = (
     "/replog.v1.Log/",
     "/replog.v1.Admin/",
@@ -242,7 +250,7 @@ class Authorizer(Interceptor):
             name = str(getattr(request, field, "")) if field else ""
             if not self.image().allowed(principal, operation, resource_type, name):
                 self.denied += 1
-                what = f"topic {name[:NAME_CHARS_MAX]!r}" if field else "the cluster"
+                what = f"{resource_type} {name[:NAME_CHARS_MAX]!r}" if field else "the cluster"
                 raise PermissionDeniedError(
                     f"{principal[:NAME_CHARS_MAX]} may not {operation} {what}",
                     principal=principal[:NAME_CHARS_MAX],

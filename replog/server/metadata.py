@@ -23,10 +23,10 @@ A producer id is 1 + the `__cluster` offset of the `init_producer` command that 
 made it: unique in the cluster, never reused. A named producer keeps its id; each further
 `init_producer` of its name raises its epoch by one (fencing the older instances).
 
-ACLs (`AclEntry`) allow a principal an operation on a resource: a topic (by name, or by
-prefix), or the cluster. `MetadataImage.allowed` is the authorizer's question; a cluster
-ACL of an operation covers every topic too. Principals are "User:<name>" ("User:*": any
-authenticated user) and "Node:<id>".
+ACLs (`AclEntry`) allow a principal an operation on a resource: a topic or a consumer
+group (by name, or by prefix), or the cluster. `MetadataImage.allowed` is the authorizer's
+question; a cluster ACL of an operation covers every topic and group too. Principals are
+"User:<name>" ("User:*": any authenticated user) and "Node:<id>".
 
 Version 0 (read, never written) is the untyped format of earlier releases, with "op" in
 place of "kind" and no "version". A record whose kind or version this node does not know,
@@ -83,7 +83,7 @@ class DeleteTopic:
 
 
 OPERATIONS = ("read", "write", "create", "delete", "describe", "alter")
-RESOURCE_TYPES = ("topic", "cluster")
+RESOURCE_TYPES = ("topic", "cluster", "group")  # group: a consumer group (server/groups/)
 PRINCIPAL_BYTES_MAX = 255
 ANY_USER = "User:*"
 
@@ -91,8 +91,8 @@ ANY_USER = "User:*"
 @dataclass(frozen=True, slots=True, order=True)
 class AclEntry:
     principal: str
-    resource_type: str  # "topic" or "cluster"
-    resource_name: str  # a topic name or prefix; "" for the cluster
+    resource_type: str  # "topic", "group" or "cluster"
+    resource_name: str  # a topic or group name, or a prefix; "" for the cluster
     prefix: bool
     operation: str  # one of OPERATIONS, or "all"
 
@@ -113,9 +113,11 @@ class AclEntry:
         if resource_type == "cluster":
             if resource_name or prefix:
                 raise InvalidArgumentError("a cluster ACL names no resource and no prefix")
-        elif prefix:
+        elif prefix or resource_type == "group":
             if not resource_name or len(resource_name) > PRINCIPAL_BYTES_MAX:
-                raise InvalidArgumentError("a topic prefix must be 1-255 characters")
+                raise InvalidArgumentError(
+                    f"a {resource_type} name or prefix must be 1-255 characters"
+                )
         else:
             validate_topic_name(resource_name)
         return cls(principal, resource_type, resource_name, prefix, operation)
@@ -128,8 +130,8 @@ class AclEntry:
         if self.operation not in (operation, "all"):
             return False
         if self.resource_type == "cluster":
-            return True  # cluster rights cover every topic
-        if resource_type != "topic":
+            return True  # cluster rights cover every topic and group
+        if resource_type != self.resource_type:
             return False
         return name.startswith(self.resource_name) if self.prefix else name == self.resource_name
 

@@ -257,3 +257,39 @@ def test_a_required_client_certificate_authenticates_its_principal(
             c.list_topics()
     finally:
         server.kill()
+
+
+def test_a_consumer_group_member_needs_read_on_its_group_and_its_topic(secured: Secured) -> None:
+    topic = new_topic(secured)
+    group = f"g{next(_names)}"
+    with (
+        secured.client("User:alice", PATIENT) as alice,
+        secured.client("User:admin", PATIENT) as admin,
+    ):
+        denied = eventually_denied(lambda: alice.committed_offsets(group))
+        assert f"group '{group}'" in denied.message
+        admin.add_acl("User:alice", "describe", group=group)
+        admin.add_acl("User:alice", "read", group=group)
+        admin.add_acl("User:alice", "read", topic=topic)
+
+        def consume() -> list[bytes]:
+            with alice.consumer(topic, group=group, session_timeout_ms=2000) as consumer:
+                got: list[bytes] = []
+                deadline = time.monotonic() + 60
+                while not got and time.monotonic() < deadline:
+                    got += [r.value for r in consumer.poll(0.2)]
+                consumer.commit()
+                return got
+
+        assert eventually_allowed(consume) == [b"x"]
+        assert eventually_allowed(lambda: alice.committed_offsets(group))[0].offset >= 1
+        for call in (lambda: alice.delete_group(group), alice.list_groups):
+            with pytest.raises(PermissionDeniedError):
+                call()  # delete on the group / describe on the cluster: not granted
+        admin.remove_acl("User:alice", "read", group=group)
+        eventually_denied(lambda: alice.committed_offsets(group))
+        admin.add_acl("User:alice", "delete", group=group)
+        eventually_allowed(lambda: alice.delete_group(group))
+        acls = admin.list_acls()
+        assert {"principal": "User:alice", "resource_type": "group", "resource_name": group,
+                "prefix": False, "operation": "delete"} in acls  # fmt: skip

@@ -58,7 +58,9 @@ def test_prefixes_wildcards_all_and_cluster_rights() -> None:
     [
         {"principal": "alice"},
         {"principal": "Group:x"},
-        {"resource_type": "group"},
+        {"resource_type": "consumer"},
+        {"resource_type": "group", "resource_name": ""},
+        {"resource_type": "group", "resource_name": "g" * 256},
         {"operation": "own"},
         {"resource_type": "cluster", "resource_name": "x"},
         {"resource_name": "bad/name"},
@@ -68,6 +70,40 @@ def test_an_acl_out_of_shape_is_invalid(kw: dict[str, str]) -> None:
     principal = kw.pop("principal", "User:alice")
     with pytest.raises(InvalidArgumentError):
         entry(principal, **kw)
+
+
+def test_group_acls_grant_their_group_only_and_cluster_acls_every_group() -> None:
+    image = MetadataImage()
+    image.apply(
+        0, image.add_acl(entry(resource_type="group", resource_name="billing", operation="read"))
+    )
+    image.apply(
+        1,
+        image.add_acl(
+            entry(
+                "User:bob",
+                resource_type="group",
+                resource_name="team.",
+                prefix=True,
+                operation="all",
+            )
+        ),
+    )
+    image.apply(
+        2,
+        image.add_acl(
+            entry("User:ops", resource_type="cluster", resource_name="", operation="describe")
+        ),
+    )
+    assert image.allowed("User:alice", "read", "group", "billing")
+    assert not image.allowed("User:alice", "read", "group", "billing2")
+    assert not image.allowed("User:alice", "read", "topic", "billing")  # a group is not a topic
+    assert image.allowed("User:bob", "delete", "group", "team.a")
+    assert not image.allowed("User:bob", "read", "topic", "team.a")
+    assert image.allowed("User:ops", "describe", "group", "anything")
+    assert metadata.decode(
+        metadata.encode(AddAcl(entry(resource_type="group", resource_name="g h")))
+    ) == AddAcl(entry(resource_type="group", resource_name="g h"))
 
 
 def test_removing_an_acl_that_does_not_exist_is_not_found() -> None:
