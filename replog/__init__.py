@@ -1,7 +1,8 @@
 """replog: a replicated commit-log service.
 
 `replog.Client` is the Python client (imported lazily, so that `replog.storage` users do not
-load grpc).
+load grpc); `replog.Record` a record with key, headers and timestamp for an envelope topic
+(`replog.records`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from replog.client import Client
+    from replog.records import Record
 
 
 def __getattr__(name: str) -> Any:
@@ -21,7 +23,11 @@ def __getattr__(name: str) -> Any:
         from replog.client import Client
 
         return Client
+    if name == "Record":
+        from replog.records import Record
+
+        return Record
     raise AttributeError(f"module 'replog' has no attribute {name!r}")
 
 
-__all__ = ["Client", "__version__"]
+__all__ = ["Client", "Record", "__version__"]

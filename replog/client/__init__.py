@@ -21,6 +21,7 @@ from replog.client.results import (
     PartitionInfo,
 )
 from replog.client.retry import RetryPolicy
+from replog.records import ConsumerRecord, Record
 from replog.tls import ClientTls
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "Client",
     "ClientTls",
     "Consumer",
+    "ConsumerRecord",
     "CorruptRange",
     "FetchResult",
     "GroupConsumer",
@@ -37,6 +39,7 @@ __all__ = [
     "Offsets",
     "PartitionInfo",
     "Producer",
+    "Record",
     "RetryPolicy",
     "partition_for_key",
 ]

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from replog import frames
+from replog.client import formats
 from replog.client.aio_groups import AsyncGroupCalls, AsyncGroupConsumer
 from replog.client.client import (
     ACKS,
@@ -32,7 +32,7 @@ from replog.client.results import AppendResult, FetchResult, Offsets, PartitionI
 from replog.client.retry import Attempts, RetryPolicy, acall_with_retry, one_try_each
 from replog.client.routing import Routing, split_addresses
 from replog.client.sequences import Identity, Sequences
-from replog.errors import NotLeaderError, ReplogError, TopicExistsError
+from replog.errors import NotLeaderError, ReplogError, TopicExistsError, TopicNotFoundError
 from replog.rpc_errors import from_rpc_error
 from replog.tls import ClientTls, aio_channel
 from replog.v1 import admin_pb2, log_pb2
@@ -64,6 +64,7 @@ class AsyncClient:
         self.routing = Routing(split_addresses(address))
         self._discovering = False
         self._nodes: dict[str, Node] = {}
+        self._formats: dict[str, str] = {}  # topic -> "raw" | "envelope" (formats.py)
         self._node(self.routing.current)  # bad TLS files fail here, not at the first call
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -140,7 +141,16 @@ class AsyncClient:
             retry=retry,
         )
         self.routing.learn(meta)
+        formats.learn(self._formats, meta)
         return meta
+
+    async def topic_format(self, topic: str) -> str:
+        """ "raw" or "envelope" (see `Client.topic_format`)."""
+        known = self._formats.get(topic)
+        if known is None:
+            await self.refresh_metadata([topic])
+            known = self._formats.get(topic, formats.RAW)
+        return known
 
     async def close(self) -> None:
         nodes = list(self._nodes.values())
@@ -157,11 +167,16 @@ class AsyncClient:
     # -- admin ------------------------------------------------------------------------------
 
     async def create_topic(
-        self, name: str, partitions: int = 1, replication_factor: int = 0
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 0,
+        *,
+        format: str = formats.RAW,
+        timestamp_type: str = formats.CREATE_TIME,
     ) -> None:
-        req = admin_pb2.CreateTopicRequest(
-            name=name, partitions=partitions, replication_factor=replication_factor
-        )
+        """See `Client.create_topic`."""
+        req = formats.create_request(name, partitions, replication_factor, format, timestamp_type)
         attempts = 0
 
         async def call(node: Node) -> None:
@@ -202,9 +217,20 @@ class AsyncClient:
     # -- records ----------------------------------------------------------------------------
 
     async def append(
-        self, topic: str, partition: int, values: Sequence[bytes], *, acks: str = "all"
+        self, topic: str, partition: int, values: formats.Values, *, acks: str = "all"
     ) -> AppendResult:
-        """Append one batch; idempotent as `Client.append` is."""
+        """Append one batch; idempotent, and records as in `Client.append`."""
+        try:
+            envelope = await self.topic_format(topic) == formats.ENVELOPE
+            encoded = formats.to_values(topic, values, envelope)
+            return await self._append(topic, partition, encoded, acks)
+        except TopicNotFoundError:
+            self._formats.pop(topic, None)
+            raise
+
+    async def _append(
+        self, topic: str, partition: int, values: Sequence[bytes], acks: str
+    ) -> AppendResult:
         req = log_pb2.AppendRequest(
             topic=topic, partition=partition, values=values, acks=ACKS[acks]
         )
@@ -258,11 +284,12 @@ class AsyncClient:
             max_wait_ms=max_wait_ms,
         )
         timeout_s = self.timeout_s + max_wait_ms / 1000
+        envelope = await self.topic_format(topic) == formats.ENVELOPE
 
         async def call(node: Node) -> FetchResult:
             resp = await node.log.Fetch(req, timeout=timeout_s)
             return FetchResult(
-                frames.decode(resp.frames).data_records(),
+                formats.decode(resp.frames, envelope),
                 resp.high_watermark,
                 resp.log_start_offset,
                 resp.next_offset,
@@ -272,10 +299,12 @@ class AsyncClient:
 
     async def batches(
         self, topic: str, partition: int, offset: int
-    ) -> AsyncIterator[frames.DecodedFrames]:
+    ) -> AsyncIterator[formats.Decoded]:
         """Data records from `offset` via StreamFrom, following the tail until cancelled;
-        reconnects (to the partition's leader, wherever it is now) on retriable errors."""
+        reconnects (to the partition's leader, wherever it is now) on retriable errors.
+        On an envelope topic the records are decoded envelopes (`records.DecodedRecords`)."""
         await self._discover(topic)
+        envelope = await self.topic_format(topic) == formats.ENVELOPE
         attempts = Attempts(self.retry)
         while True:
             req = log_pb2.StreamFromRequest(
@@ -288,9 +317,7 @@ class AsyncClient:
                 async for batch in call:
                     progressed = True
                     offset = batch.next_offset
-                    decoded = frames.decode(batch.frames)
-                    if decoded.control is not None:
-                        decoded = decoded.data_records()
+                    decoded = formats.decode(batch.frames, envelope)
                     if len(decoded):
                         yield decoded
                 return  # the server ended the stream normally

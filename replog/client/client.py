@@ -39,7 +39,7 @@ from typing import Any, TypeVar, overload
 
 import grpc
 
-from replog import frames
+from replog.client import formats
 from replog.client.consumer import Consumer
 from replog.client.group_consumer import GroupConsumer
 from replog.client.groups import CommittedOffset, GroupCalls, GroupDescription, GroupSummary
@@ -60,6 +60,7 @@ from replog.errors import (
     NotLeaderError,
     ReplogError,
     TopicExistsError,
+    TopicNotFoundError,
 )
 from replog.rpc_errors import from_rpc_error
 from replog.tls import ClientTls, channel
@@ -174,6 +175,7 @@ class Client:
         self._lock = threading.Lock()
         self._discovering = threading.Lock()
         self._nodes: dict[str, Node] = {}
+        self._formats: dict[str, str] = {}  # topic -> "raw" | "envelope" (formats.py)
         self._node(self.routing.current)  # bad TLS files fail here, not at the first call
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -261,7 +263,16 @@ class Client:
             retry=retry,
         )
         self.routing.learn(meta)
+        formats.learn(self._formats, meta)
         return meta
+
+    def topic_format(self, topic: str) -> str:
+        """ "raw" or "envelope" (from metadata, asked once per topic; UNKNOWN_TOPIC if none)."""
+        known = self._formats.get(topic)
+        if known is None:
+            self.refresh_metadata([topic])
+            known = self._formats.get(topic, formats.RAW)
+        return known
 
     def close(self) -> None:
         with self._lock:
@@ -277,10 +288,19 @@ class Client:
 
     # -- admin ------------------------------------------------------------------------------
 
-    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 0) -> None:
-        req = admin_pb2.CreateTopicRequest(
-            name=name, partitions=partitions, replication_factor=replication_factor
-        )
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 0,
+        *,
+        format: str = formats.RAW,
+        timestamp_type: str = formats.CREATE_TIME,
+    ) -> None:
+        """`format`: "raw" (values are your bytes) or "envelope" (records with key,
+        timestamp and headers); `timestamp_type`: "create_time" (the producer's) or
+        "log_append_time" (the leader's clock), for envelope topics."""
+        req = formats.create_request(name, partitions, replication_factor, format, timestamp_type)
         attempts = 0
 
         def call(node: Node) -> None:
@@ -393,11 +413,22 @@ class Client:
     # -- records ----------------------------------------------------------------------------
 
     def append(
-        self, topic: str, partition: int, values: Sequence[bytes], *, acks: str = "all"
+        self, topic: str, partition: int, values: formats.Values, *, acks: str = "all"
     ) -> AppendResult:
         """Append one batch (one RPC, retried as needed) and return its offsets. Idempotent
         (see the module doc) unless the client was made with `idempotent=False` or
-        `acks="none"`."""
+        `acks="none"`. `values`: bytes, or `replog.Record`s (key, headers, timestamp) for
+        an envelope topic, where bytes become records without key (`formats.to_values`)."""
+        try:
+            envelope = self.topic_format(topic) == formats.ENVELOPE
+            return self._append(topic, partition, formats.to_values(topic, values, envelope), acks)
+        except TopicNotFoundError:
+            self._formats.pop(topic, None)  # created again later, maybe with another format
+            raise
+
+    def _append(
+        self, topic: str, partition: int, values: Sequence[bytes], acks: str
+    ) -> AppendResult:
         req = log_pb2.AppendRequest(
             topic=topic, partition=partition, values=values, acks=ACKS[acks]
         )
@@ -464,10 +495,11 @@ class Client:
         max_bytes: int = 0,
         max_wait_ms: int = 0,
     ) -> FetchResult:
-        """Committed records from `offset` (long poll up to `max_wait_ms` at the HW)."""
+        """Committed records from `offset` (long poll up to `max_wait_ms` at the HW); on an
+        envelope topic `records` are decoded envelopes (`records.DecodedRecords`)."""
         raw = self.fetch_raw(topic, partition, offset, max_bytes=max_bytes, max_wait_ms=max_wait_ms)
         return FetchResult(
-            frames.decode(raw.frames).data_records(),
+            formats.decode(raw.frames, self.topic_format(topic) == formats.ENVELOPE),
             raw.high_watermark,
             raw.log_start_offset,
             raw.next_offset,

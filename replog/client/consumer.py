@@ -1,8 +1,10 @@
 """A consumer of one partition: iterates committed records from an offset via `StreamFrom`.
 
 Control records (replication markers) are skipped, so offsets may have gaps. `batches()`
-yields columns (`frames.DecodedFrames`) without a Python object per record: use it when
-throughput matters; iterating the consumer yields `frames.Record`s.
+yields columns (`frames.DecodedFrames`; on an envelope topic `records.DecodedRecords`)
+without a Python object per record: use it when throughput matters; iterating the consumer
+yields `frames.Record`s (on an envelope topic `records.ConsumerRecord`s: offset, value,
+key, headers, timestamp_ms).
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from replog import frames
+from replog import frames, records
+from replog.client import formats
 from replog.errors import InvalidArgumentError
 
 # StreamFrom batch size a consumer asks for: granted while it is behind (catching up costs
@@ -30,6 +33,8 @@ class ConsumerClient(Protocol):
     """
 
     def list_offsets(self, topic: str, partitions: Sequence[int] = ()) -> list[Offsets]: ...
+
+    def topic_format(self, topic: str) -> str: ...
 
     def stream(
         self, topic: str, partition: int, offset: int, *, max_bytes: int = 0
@@ -62,8 +67,9 @@ class Consumer:
         (offsets,) = self.client.list_offsets(self.topic, [self.partition])
         return offsets.earliest if self._start == "earliest" else offsets.latest
 
-    def batches(self) -> Iterator[frames.DecodedFrames]:
+    def batches(self) -> Iterator[formats.Decoded]:
         """Runs of data records, as the server sends them; follows the tail until closed."""
+        envelope = self.client.topic_format(self.topic) == formats.ENVELOPE
         offset = self.position if self.position is not None else self._resolve()
         self.position = offset
         stream = self.client.stream(
@@ -72,17 +78,15 @@ class Consumer:
         self._stream = stream
         try:
             for batch in stream:
-                decoded = frames.decode(batch.frames)
+                decoded = formats.decode(batch.frames, envelope)
                 self.position = batch.next_offset
                 self.high_watermark = batch.high_watermark
-                if decoded.control is not None:
-                    decoded = decoded.data_records()
                 if len(decoded):
                     yield decoded
         finally:
             stream.close()
 
-    def __iter__(self) -> Iterator[frames.Record]:
+    def __iter__(self) -> Iterator[frames.Record | records.ConsumerRecord]:
         for batch in self.batches():
             yield from batch.records()
 

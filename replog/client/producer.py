@@ -1,7 +1,11 @@
 """A batching producer: records accumulate per partition and leave as one Append per batch.
 
-`send(value, key=None, partition=None)` returns an `OffsetFuture`; a batch is sent when it
-reaches `batch_bytes_max` / `batch_records_max`, or `linger_ms` after its first record.
+`send(value, key=None, partition=None, headers=(), timestamp_ms=None)` returns an
+`OffsetFuture`; a batch is sent when it reaches `batch_bytes_max` / `batch_records_max`, or
+`linger_ms` after its first record. On an envelope topic the record keeps its key and
+headers, and its timestamp is `timestamp_ms` or the time of the `send` call; a raw topic
+holds the value only (the key just picks the partition; headers or a timestamp are
+refused).
 `send_batch(values, partition)` sends a ready-made batch (no per-record work) and returns a
 `concurrent.futures.Future[AppendResult]`.
 
@@ -23,8 +27,10 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
+from replog.client import formats
 from replog.client.results import AppendResult
 from replog.errors import InvalidArgumentError, ShuttingDownError
+from replog.records import Header, Record
 
 
 def partition_for_key(key: bytes, partitions: int) -> int:
@@ -41,8 +47,10 @@ class ProducerClient(Protocol):
 
     def partition_count(self, topic: str) -> int: ...
 
+    def topic_format(self, topic: str) -> str: ...
+
     def append(
-        self, topic: str, partition: int, values: Sequence[bytes], *, acks: str = "all"
+        self, topic: str, partition: int, values: formats.Values, *, acks: str = "all"
     ) -> AppendResult: ...
 
 
@@ -69,9 +77,9 @@ class OffsetFuture:
 class _Batch:
     __slots__ = ("bytes", "created", "future", "partition", "values")
 
-    def __init__(self, partition: int, values: list[bytes] | None = None) -> None:
+    def __init__(self, partition: int, values: list[bytes | Record] | None = None) -> None:
         self.partition = partition
-        self.values: list[bytes] = values if values is not None else []
+        self.values: list[bytes | Record] = values if values is not None else []
         self.bytes = 0
         self.created = time.monotonic()
         self.future: Future[AppendResult] = Future()
@@ -99,6 +107,7 @@ class Producer:
         self.batch_bytes_max = batch_bytes_max
         self.batch_records_max = batch_records_max
         self.partitions = partitions if partitions is not None else client.partition_count(topic)
+        self.envelope = client.topic_format(topic) == formats.ENVELOPE
         self._round_robin = itertools.cycle(range(self.partitions))
         self._cond = threading.Condition()
         self._open: dict[int, _Batch] = {}  # accumulating, per partition
@@ -112,9 +121,24 @@ class Producer:
     # -- API --------------------------------------------------------------------------------
 
     def send(
-        self, value: bytes, *, key: bytes | None = None, partition: int | None = None
+        self,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: Sequence[Header] = (),
+        timestamp_ms: int | None = None,
     ) -> OffsetFuture:
         p = self._choose(key, partition)
+        item: bytes | Record = value
+        if self.envelope:
+            ts = formats.now_ms() if timestamp_ms is None else timestamp_ms
+            item = Record(value, key, headers, ts)
+        elif headers or timestamp_ms is not None:
+            raise InvalidArgumentError(
+                f"topic {self.topic!r} is raw: its records hold no headers or timestamps",
+                topic=self.topic,
+            )
         with self._cond:
             if self._closing:
                 raise ShuttingDownError("the producer is closed")
@@ -123,14 +147,14 @@ class Producer:
                 batch = self._open[p] = _Batch(p)
                 self._cond.notify()  # the sender starts this batch's linger clock
             index = len(batch.values)
-            batch.values.append(value)
+            batch.values.append(item)
             batch.bytes += len(value)
             if batch.bytes >= self.batch_bytes_max or index + 1 >= self.batch_records_max:
                 self._seal(p)
             return OffsetFuture(batch.future, index)
 
     def send_batch(
-        self, values: Sequence[bytes], partition: int | None = None
+        self, values: formats.Values, partition: int | None = None
     ) -> Future[AppendResult]:
         """Send `values` as one Append (after anything already queued for the partition)."""
         p = self._choose(None, partition)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from replog import frames
+from replog import frames, records
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +20,8 @@ class AppendResult:
 
 @dataclass(frozen=True, slots=True)
 class FetchResult:
-    records: frames.DecodedFrames  # control records already removed
+    # control records already removed; an envelope topic's records decoded
+    records: frames.DecodedFrames | records.DecodedRecords
     high_watermark: int
     log_start_offset: int
     next_offset: int

@@ -28,7 +28,12 @@ from replog.server.peers import FORWARD_METADATA, FORWARDED, Peers, remote
 from replog.server.replicated import ReplicatedPartition
 from replog.server.routing import Here, Router
 from replog.server.rpc import Context, unary
-from replog.server.topics import Topics
+from replog.server.topics import (
+    WIRE_FORMATS,
+    WIRE_TIMESTAMP_TYPES,
+    Topics,
+    format_from_wire,
+)
 from replog.v1 import admin_pb2, admin_pb2_grpc
 
 NO_LEADER = -1
@@ -63,7 +68,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def CreateTopic(
         self, request: admin_pb2.CreateTopicRequest, context: Context
     ) -> admin_pb2.CreateTopicResponse:
-        await self.topics.create(request.name, request.partitions, request.replication_factor)
+        fmt, timestamp_type = format_from_wire(request)
+        await self.topics.create(
+            request.name,
+            request.partitions,
+            request.replication_factor,
+            format=fmt,
+            timestamp_type=timestamp_type,
+        )
         return admin_pb2.CreateTopicResponse()
 
     @unary("DeleteTopic")
@@ -98,7 +110,11 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     ) -> admin_pb2.TopicDescription:
         meta = await self.router.topic(request.name)
         count = meta.partitions
-        out = admin_pb2.TopicDescription(name=request.name)
+        out = admin_pb2.TopicDescription(
+            name=request.name,
+            format=WIRE_FORMATS[meta.format],
+            timestamp_type=WIRE_TIMESTAMP_TYPES[meta.timestamp_type],
+        )
         remote_desc: dict[int, admin_pb2.PartitionDescription] = {}
         forwarded = _forwarded(context)
         for p in range(count):
@@ -196,7 +212,11 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         for name in names:
             meta = await self.router.topic(name)  # UNKNOWN_TOPIC if absent
             count = meta.partitions
-            tmeta = out.topics.add(name=name)
+            tmeta = out.topics.add(
+                name=name,
+                format=WIRE_FORMATS[meta.format],
+                timestamp_type=WIRE_TIMESTAMP_TYPES[meta.timestamp_type],
+            )
             for p in range(count):
                 try:
                     part = await self._local(name, p)

@@ -17,9 +17,10 @@ released when the stream ends.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncGenerator
 
-from replog import frames
+from replog import frames, records
 from replog.errors import EmptyBatchError, InvalidArgumentError, LogClosedError
 from replog.replication import Acks
 from replog.replication.producers import (
@@ -29,6 +30,7 @@ from replog.replication.producers import (
     ProducerBatch,
 )
 from replog.server.limits import Limits
+from replog.server.metadata import ENVELOPE, LOG_APPEND_TIME, TopicMeta
 from replog.server.metrics import Metrics
 from replog.server.partition import Partition
 from replog.server.peers import FORWARDED
@@ -104,6 +106,7 @@ class LogService(log_pb2_grpc.LogServicer):
         acks = acks_from_wire(request.acks)
         producer = producer_from_wire(request)
         part = await self.router.leader_replica(request.topic, request.partition)
+        values = _as_topic_stores(await self.router.topic(request.topic), values)
         result = await part.append(values, acks, self.settings.ack_timeout_ms / 1000, producer)
         self.metrics.append_records.inc(len(values))
         self.metrics.append_bytes.inc(sum(map(len, values)))
@@ -187,6 +190,17 @@ class LogService(log_pb2_grpc.LogServicer):
                 data = await _read(part, offset, window.widen())
         finally:
             window.close()
+
+
+def _as_topic_stores(meta: TopicMeta, values: list[bytes]) -> list[bytes]:
+    """An envelope topic takes well-formed envelopes only (INVALID_RECORD, nothing
+    appended); with log-append time each gets the leader's clock (8 bytes rewritten)."""
+    if meta.format != ENVELOPE:
+        return values
+    records.validate(values)
+    if meta.timestamp_type == LOG_APPEND_TIME:
+        return records.stamp(values, time.time_ns() // 1_000_000)
+    return values
 
 
 def _not_committed_yet(part: Partition, offset: int) -> bool:

@@ -12,12 +12,21 @@ Record value, JSON (UTF-8), version 1 (written)::
 
     {"kind": "create_topic", "version": 1, "name": "orders", "partitions": 3,
      "assignment": [[1, 2, 3], [2, 3, 1], [3, 1, 2]]}
+    {"kind": "create_topic", "version": 2, ..., "format": "envelope",
+     "timestamp_type": "log_append_time"}     (version 2: a topic that is not raw)
     {"kind": "delete_topic", "version": 1, "name": "orders"}
     {"kind": "add_acl", "version": 1, "acl": {"principal": "User:alice",
      "resource_type": "topic", "resource_name": "orders.", "prefix": true,
      "operation": "write"}}
     {"kind": "remove_acl", "version": 1, "acl": {...the same fields...}}
     {"kind": "init_producer", "version": 1, "name": "spark-query-7"}   ("" : anonymous)
+
+A topic's `format` ("raw": values are the producer's bytes; "envelope": `replog.records`)
+and `timestamp_type` ("create_time" or "log_append_time") are absent from version 1 (raw,
+create time). A topic that is not raw is written as version 2, so that a node of an older
+release stops ("upgrade this node") rather than lead it as raw (accepting values that are
+not envelopes, or keeping producers' timestamps): raw topics stay version 1, readable by
+every release.
 
 A producer id is 1 + the `__cluster` offset of the `init_producer` command that first
 made it: unique in the cluster, never reused. A named producer keeps its id; each further
@@ -58,7 +67,13 @@ from replog.storage.names import PARTITIONS_MAX
 
 METADATA_TOPIC = "__cluster"
 COMMAND_VERSION = 1
-KNOWN_VERSIONS = (0, 1)
+KNOWN_VERSIONS = (0, 1, 2)
+RAW = "raw"
+ENVELOPE = "envelope"
+FORMATS = (RAW, ENVELOPE)
+CREATE_TIME = "create_time"
+LOG_APPEND_TIME = "log_append_time"
+TIMESTAMP_TYPES = (CREATE_TIME, LOG_APPEND_TIME)
 
 
 class UnknownCommandError(Exception):
@@ -71,6 +86,8 @@ class CreateTopic:
     name: str
     partitions: int
     assignment: tuple[tuple[int, ...], ...]  # partition -> its replicas, preferred leader first
+    format: str = RAW
+    timestamp_type: str = CREATE_TIME
 
     KIND = "create_topic"
 
@@ -179,6 +196,8 @@ class TopicMeta:
     partitions: int
     assignment: tuple[tuple[int, ...], ...]
     topic_id: int  # the __cluster offset of the CreateTopic that made it
+    format: str = RAW
+    timestamp_type: str = CREATE_TIME
 
     def hosted_by(self, node_id: int) -> list[int]:
         """The partitions with a replica on `node_id`."""
@@ -197,6 +216,10 @@ def encode(command: Command) -> bytes:
     if isinstance(command, CreateTopic):
         body["partitions"] = command.partitions
         body["assignment"] = [list(r) for r in command.assignment]
+        if (command.format, command.timestamp_type) != (RAW, CREATE_TIME):
+            body["version"] = 2
+            body["format"] = command.format
+            body["timestamp_type"] = command.timestamp_type
     return json.dumps(body, sort_keys=True).encode()
 
 
@@ -210,6 +233,8 @@ def decode(value: bytes) -> Command:
         raise UnknownCommandError("a metadata command must be a JSON object")
     version = body.get("version", 0)
     kind = body.get("kind") if version else body.get("op")
+    if version == 2 and kind != CreateTopic.KIND:
+        version = f"2 of {kind!r}"  # only create_topic has a version 2
     if version not in KNOWN_VERSIONS or isinstance(version, bool):
         raise UnknownCommandError(
             f"metadata command version {version!r} (kind {kind!r}) is newer than this node "
@@ -222,6 +247,8 @@ def decode(value: bytes) -> Command:
                     _name(body["name"]),
                     _int(body["partitions"]),
                     tuple(tuple(_int(r) for r in reps) for reps in body["assignment"]),
+                    _choice(body.get("format", RAW), FORMATS),
+                    _choice(body.get("timestamp_type", CREATE_TIME), TIMESTAMP_TYPES),
                 )
             )
         if kind == DeleteTopic.KIND:
@@ -255,6 +282,12 @@ def _acl(value: object) -> AclEntry:
         raise TypeError("acl fields must be strings")
     principal, resource_type, resource_name, operation = fields
     return AclEntry.checked(principal, resource_type, resource_name, prefix, operation)
+
+
+def _choice(value: object, choices: tuple[str, ...]) -> str:
+    if value not in choices or not isinstance(value, str):
+        raise ValueError(f"{value!r} is not one of {list(choices)}")
+    return value
 
 
 def _int(value: object) -> int:
@@ -304,7 +337,13 @@ class MetadataImage:
     # -- validation (before proposing) -------------------------------------------------------
 
     def create_topic(
-        self, name: str, partitions: int, replication_factor: int, nodes: Sequence[int]
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        nodes: Sequence[int],
+        format: str = RAW,
+        timestamp_type: str = CREATE_TIME,
     ) -> CreateTopic:
         """The command that creates `name`, or the typed error a client should get."""
         validate_topic_name(name)
@@ -321,9 +360,15 @@ class MetadataImage:
                 f"(the cluster has {len(nodes)} node(s))",
                 replication_factor=replication_factor,
             )
+        if format not in FORMATS or timestamp_type not in TIMESTAMP_TYPES:
+            raise InvalidArgumentError(
+                f"format must be one of {list(FORMATS)} and timestamp_type one of "
+                f"{list(TIMESTAMP_TYPES)}"
+            )
         if name in self.topics:
             raise TopicExistsError(f"topic {name!r} already exists", topic=name)
-        return CreateTopic(name, partitions, assign(name, partitions, replication_factor, nodes))
+        assignment = assign(name, partitions, replication_factor, nodes)
+        return CreateTopic(name, partitions, assignment, format, timestamp_type)
 
     def delete_topic(self, name: str) -> DeleteTopic:
         self.topic(name)
@@ -375,7 +420,12 @@ class MetadataImage:
         if isinstance(command, CreateTopic):
             if command.name not in self.topics:
                 self.topics[command.name] = TopicMeta(
-                    command.name, command.partitions, command.assignment, offset
+                    command.name,
+                    command.partitions,
+                    command.assignment,
+                    offset,
+                    command.format,
+                    command.timestamp_type,
                 )
         elif isinstance(command, DeleteTopic):
             self.topics.pop(command.name, None)

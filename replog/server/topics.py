@@ -15,7 +15,15 @@ from __future__ import annotations
 
 from replog.errors import InvalidArgumentError
 from replog.server import replica_dirs
-from replog.server.metadata import METADATA_TOPIC, CreateTopic, MetadataImage
+from replog.server.metadata import (
+    CREATE_TIME,
+    FORMATS,
+    METADATA_TOPIC,
+    RAW,
+    TIMESTAMP_TYPES,
+    CreateTopic,
+    MetadataImage,
+)
 from replog.server.metadata_log import MetadataLog
 from replog.server.peers import Peers, remote
 from replog.server.replica_manager import ReplicaManager
@@ -25,6 +33,26 @@ from replog.storage.names import PARTITIONS_MAX
 from replog.v1 import admin_pb2
 
 LOCAL_OPEN_WAIT_S = 5.0
+WIRE_FORMATS = {"raw": admin_pb2.TOPIC_FORMAT_RAW, "envelope": admin_pb2.TOPIC_FORMAT_ENVELOPE}
+WIRE_TIMESTAMP_TYPES = {
+    "create_time": admin_pb2.TIMESTAMP_TYPE_CREATE_TIME,
+    "log_append_time": admin_pb2.TIMESTAMP_TYPE_LOG_APPEND_TIME,
+}
+
+
+def format_from_wire(request: admin_pb2.CreateTopicRequest) -> tuple[str, str]:
+    """(format, timestamp_type) of a CreateTopic; unset fields: raw, create time (what a
+    client that predates them means); INVALID_ARGUMENT for a value this server lacks."""
+    formats: dict[int, str] = {0: RAW, **{v: k for k, v in WIRE_FORMATS.items()}}
+    types: dict[int, str] = {0: CREATE_TIME, **{v: k for k, v in WIRE_TIMESTAMP_TYPES.items()}}
+    found = formats.get(request.format), types.get(request.timestamp_type)
+    if found[0] is None or found[1] is None:
+        raise InvalidArgumentError(
+            f"unknown format {request.format} or timestamp_type {request.timestamp_type}"
+        )
+    return found[0], found[1]
+
+
 # Consumer groups' committed offsets (server/groups/): created by the node itself, never by
 # a client's CreateTopic, and never deleted by one.
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -49,9 +77,17 @@ class Topics:
         self.timeout_s = timeout_s
 
     async def create(
-        self, name: str, partitions: int, replication_factor: int = 0, *, internal: bool = False
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int = 0,
+        *,
+        internal: bool = False,
+        format: str = RAW,
+        timestamp_type: str = CREATE_TIME,
     ) -> None:
-        """`internal`: the node creates an internal topic, on the metadata leader only."""
+        """`internal`: the node creates an internal topic, on the metadata leader only.
+        `format`, `timestamp_type`: see `metadata` (raw, create time by default)."""
         nodes = [i for i, _ in self.peers.nodes()]
         # Checks that need no metadata, so that a bad request fails on any node at once.
         validate_topic_name(name)
@@ -60,6 +96,11 @@ class Topics:
         if not 1 <= partitions <= PARTITIONS_MAX:
             raise InvalidArgumentError(
                 f"partitions must be in [1, {PARTITIONS_MAX}]", partitions=partitions
+            )
+        if format not in FORMATS or timestamp_type not in TIMESTAMP_TYPES:
+            raise InvalidArgumentError(
+                f"format must be one of {list(FORMATS)}, timestamp_type one of "
+                f"{list(TIMESTAMP_TYPES)}"
             )
         rf = replication_factor or min(self.default_replication_factor, len(nodes))
         if rf > len(nodes):
@@ -70,13 +111,17 @@ class Topics:
         leader = self.router.metadata_leader()
         if leader != self.peers.node_id and not internal:  # (internal: propose refuses)
             request = admin_pb2.CreateTopicRequest(
-                name=name, partitions=partitions, replication_factor=rf
+                name=name,
+                partitions=partitions,
+                replication_factor=rf,
+                format=WIRE_FORMATS[format],
+                timestamp_type=WIRE_TIMESTAMP_TYPES[timestamp_type],
             )
             await remote(self.peers.admin(leader).CreateTopic(request, timeout=self.timeout_s))
             return
 
         def make(image: MetadataImage) -> CreateTopic:
-            command = image.create_topic(name, partitions, rf, nodes)
+            command = image.create_topic(name, partitions, rf, nodes, format, timestamp_type)
             hosted = sum(self.peers.node_id in replicas for replicas in command.assignment)
             replica_dirs.check_space(self.replicas.data_dir, hosted, self.replicas.config)
             self.replicas.check_capacity(command.assignment)

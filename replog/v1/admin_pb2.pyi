@@ -1,4 +1,5 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -6,15 +7,37 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class TopicFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOPIC_FORMAT_UNSPECIFIED: _ClassVar[TopicFormat]
+    TOPIC_FORMAT_RAW: _ClassVar[TopicFormat]
+    TOPIC_FORMAT_ENVELOPE: _ClassVar[TopicFormat]
+
+class TimestampType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TIMESTAMP_TYPE_UNSPECIFIED: _ClassVar[TimestampType]
+    TIMESTAMP_TYPE_CREATE_TIME: _ClassVar[TimestampType]
+    TIMESTAMP_TYPE_LOG_APPEND_TIME: _ClassVar[TimestampType]
+TOPIC_FORMAT_UNSPECIFIED: TopicFormat
+TOPIC_FORMAT_RAW: TopicFormat
+TOPIC_FORMAT_ENVELOPE: TopicFormat
+TIMESTAMP_TYPE_UNSPECIFIED: TimestampType
+TIMESTAMP_TYPE_CREATE_TIME: TimestampType
+TIMESTAMP_TYPE_LOG_APPEND_TIME: TimestampType
+
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("name", "partitions", "replication_factor")
+    __slots__ = ("name", "partitions", "replication_factor", "format", "timestamp_type")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_TYPE_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: int
     replication_factor: int
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ...) -> None: ...
+    format: TopicFormat
+    timestamp_type: TimestampType
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ..., format: _Optional[_Union[TopicFormat, str]] = ..., timestamp_type: _Optional[_Union[TimestampType, str]] = ...) -> None: ...
 
 class CreateTopicResponse(_message.Message):
     __slots__ = ()
@@ -111,12 +134,16 @@ class ReplicaStatus(_message.Message):
     def __init__(self, replica_id: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., lag_records: _Optional[int] = ..., last_fetch_ms_ago: _Optional[int] = ...) -> None: ...
 
 class TopicDescription(_message.Message):
-    __slots__ = ("name", "partitions")
+    __slots__ = ("name", "partitions", "format", "timestamp_type")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_TYPE_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionDescription]
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionDescription, _Mapping]]] = ...) -> None: ...
+    format: TopicFormat
+    timestamp_type: TimestampType
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionDescription, _Mapping]]] = ..., format: _Optional[_Union[TopicFormat, str]] = ..., timestamp_type: _Optional[_Union[TimestampType, str]] = ...) -> None: ...
 
 class GetMetadataRequest(_message.Message):
     __slots__ = ("topics",)
@@ -145,12 +172,16 @@ class PartitionMetadata(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., leader_id: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class TopicMetadata(_message.Message):
-    __slots__ = ("name", "partitions")
+    __slots__ = ("name", "partitions", "format", "timestamp_type")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_TYPE_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionMetadata]
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionMetadata, _Mapping]]] = ...) -> None: ...
+    format: TopicFormat
+    timestamp_type: TimestampType
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionMetadata, _Mapping]]] = ..., format: _Optional[_Union[TopicFormat, str]] = ..., timestamp_type: _Optional[_Union[TimestampType, str]] = ...) -> None: ...
 
 class Metadata(_message.Message):
     __slots__ = ("nodes", "topics", "node_id")
@@ -163,24 +194,30 @@ class Metadata(_message.Message):
     def __init__(self, nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicMetadata, _Mapping]]] = ..., node_id: _Optional[int] = ...) -> None: ...
 
 class ListOffsetsRequest(_message.Message):
-    __slots__ = ("topic", "partitions")
+    __slots__ = ("topic", "partitions", "timestamp_ms")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partitions: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+    timestamp_ms: int
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
 
 class PartitionOffsets(_message.Message):
-    __slots__ = ("partition", "earliest", "latest", "log_end_offset")
+    __slots__ = ("partition", "earliest", "latest", "log_end_offset", "offset_for_timestamp", "found_timestamp_ms")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     EARLIEST_FIELD_NUMBER: _ClassVar[int]
     LATEST_FIELD_NUMBER: _ClassVar[int]
     LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FOR_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    FOUND_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     partition: int
     earliest: int
     latest: int
     log_end_offset: int
-    def __init__(self, partition: _Optional[int] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., log_end_offset: _Optional[int] = ...) -> None: ...
+    offset_for_timestamp: int
+    found_timestamp_ms: int
+    def __init__(self, partition: _Optional[int] = ..., earliest: _Optional[int] = ..., latest: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., offset_for_timestamp: _Optional[int] = ..., found_timestamp_ms: _Optional[int] = ...) -> None: ...
 
 class ListOffsetsResponse(_message.Message):
     __slots__ = ("partitions",)

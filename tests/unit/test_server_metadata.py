@@ -46,7 +46,7 @@ def test_the_untyped_commands_of_earlier_releases_still_decode() -> None:
 @pytest.mark.parametrize(
     "value",
     [
-        b'{"kind": "create_topic", "version": 2, "name": "a"}',  # a newer version
+        b'{"kind": "create_topic", "version": 3, "name": "a"}',  # a newer version
         b'{"kind": "move_partition", "version": 1, "name": "a"}',  # a newer kind
         b'{"op": "rename_topic", "name": "a"}',
         b'{"kind": "create_topic", "version": 1, "name": "a", "partitions": 2,'

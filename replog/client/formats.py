@@ -1,0 +1,127 @@
+"""Topic formats on the client side: what `Client` and `AsyncClient` share about them.
+
+A topic is `raw` (a record's value is the producer's bytes) or `envelope` (a record is a
+`replog.records` envelope: key, value, timestamp, headers); see docs/api.md, Topic format.
+The clients learn each topic's format from `GetMetadata` (`learn`), then:
+
+* appends (`to_values`): to an envelope topic, plain `bytes` become envelopes without key
+  or headers and `replog.Record`s keep theirs; records without a timestamp get the
+  client's clock (one reading per batch). To a raw topic, bytes go as they are, and a
+  `Record` carrying a key, headers or a timestamp is refused (the topic could not hold
+  them): nothing is dropped silently;
+* reads (`decode`): an envelope topic's frames decode to `records.DecodedRecords`, a raw
+  topic's to `frames.DecodedFrames`, control records skipped either way.
+
+A topic deleted and created again under the same name with another format while a client
+runs: the client's cached format is dropped when a call says UNKNOWN_TOPIC, and replaced
+at each metadata refresh; an Append that still guessed wrong either is refused by the
+server (bytes that are not envelopes, to an envelope topic) or stores envelopes in a raw
+topic. Clients that must not risk it ask `refresh_metadata([topic])` first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from replog import frames, records
+from replog.errors import InvalidArgumentError
+from replog.v1 import admin_pb2
+
+RAW = "raw"
+ENVELOPE = "envelope"
+CREATE_TIME = "create_time"
+LOG_APPEND_TIME = "log_append_time"
+WIRE_FORMATS = {RAW: admin_pb2.TOPIC_FORMAT_RAW, ENVELOPE: admin_pb2.TOPIC_FORMAT_ENVELOPE}
+WIRE_TIMESTAMP_TYPES = {
+    CREATE_TIME: admin_pb2.TIMESTAMP_TYPE_CREATE_TIME,
+    LOG_APPEND_TIME: admin_pb2.TIMESTAMP_TYPE_LOG_APPEND_TIME,
+}
+Decoded = frames.DecodedFrames | records.DecodedRecords
+Values = Sequence[bytes | records.Record]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def create_request(
+    name: str, partitions: int, replication_factor: int, format: str, timestamp_type: str
+) -> admin_pb2.CreateTopicRequest:
+    if format not in WIRE_FORMATS or timestamp_type not in WIRE_TIMESTAMP_TYPES:
+        raise InvalidArgumentError(
+            f"format must be one of {list(WIRE_FORMATS)}, timestamp_type one of "
+            f"{list(WIRE_TIMESTAMP_TYPES)}"
+        )
+    return admin_pb2.CreateTopicRequest(
+        name=name,
+        partitions=partitions,
+        replication_factor=replication_factor,
+        format=WIRE_FORMATS[format],
+        timestamp_type=WIRE_TIMESTAMP_TYPES[timestamp_type],
+    )
+
+
+def format_of(wire: int) -> str:
+    """A topic's format from metadata (unset: a server that predates formats: raw)."""
+    return ENVELOPE if wire == admin_pb2.TOPIC_FORMAT_ENVELOPE else RAW
+
+
+def timestamp_type_of(wire: int) -> str:
+    if wire == admin_pb2.TIMESTAMP_TYPE_LOG_APPEND_TIME:
+        return LOG_APPEND_TIME
+    return CREATE_TIME
+
+
+def learn(known: dict[str, str], meta: admin_pb2.Metadata) -> None:
+    """Record the formats of the topics `meta` describes."""
+    for t in meta.topics:
+        known[t.name] = format_of(t.format)
+
+
+def to_values(topic: str, items: Values, envelope: bool) -> Sequence[bytes]:
+    """What an Append to `topic` carries for `items` (see the module doc)."""
+    if envelope:
+        return records.encode_batch(items, now_ms())
+    if all(type(v) is bytes for v in items):
+        return items  # type: ignore[return-value]
+    out = []
+    for item in items:
+        if isinstance(item, records.Record):
+            if item.key is not None or item.headers or item.timestamp_ms is not None:
+                raise InvalidArgumentError(
+                    f"topic {topic!r} is raw: its records hold a value only (create the "
+                    "topic with format='envelope' for keys, headers and timestamps)",
+                    topic=topic,
+                )
+            out.append(item.value)
+        else:
+            out.append(bytes(item))
+    return out
+
+
+def decode(buf: bytes, envelope: bool) -> Decoded:
+    """Data records of a run of frames: envelopes decoded on an envelope topic."""
+    if envelope:
+        return records.decode_frames(buf)
+    decoded = frames.decode(buf)
+    return decoded.data_records() if decoded.control is not None else decoded
+
+
+def parse_time_ms(text: str) -> int:
+    """Milliseconds since the epoch from an integer ("1764064800000") or an ISO 8601 time
+    ("2026-11-25T10:00:00Z"; without a zone: UTC)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise InvalidArgumentError(
+            f"{text!r} is neither milliseconds since the epoch nor an ISO 8601 time"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
