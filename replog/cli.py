@@ -31,8 +31,9 @@ import stat
 import struct
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
@@ -42,6 +43,8 @@ from replog.errors import InvalidConfigError, ReplogError
 
 if TYPE_CHECKING:
     from replog.client import AppendResult, PartitionInfo
+    from replog.frames import DecodedFrames
+    from replog.records import DecodedRecords, Record
     from replog.tls import ClientTls
 
 DEFAULT_ADDRESS = "127.0.0.1:7070"
@@ -163,6 +166,18 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("name")
     create.add_argument("--partitions", "-p", type=int, default=1)
     create.add_argument("--replication-factor", type=int, default=0)
+    create.add_argument(
+        "--format",
+        choices=["raw", "envelope"],
+        default="raw",
+        help="raw: values are your bytes; envelope: records with key, timestamp and headers",
+    )
+    create.add_argument(
+        "--timestamp-type",
+        choices=["create_time", "log_append_time"],
+        default="create_time",
+        help="envelope topics: the producer's timestamp, or the leader's clock at append",
+    )
     add_output_argument(client_parser("list", "list topics", tsub), "topic list")
     describe = client_parser("describe", "show a topic's partitions and offsets", tsub)
     describe.add_argument("name")
@@ -179,7 +194,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="default: by key, else round-robin batches",
     )
-    produce.add_argument("--key", default=None, help="partition by crc32 of this key")
+    produce.add_argument(
+        "--key",
+        default=None,
+        help="partition by crc32 of this key (and, on an envelope topic, "
+        "give each record this key)",
+    )
+    produce.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="envelope topics: a header on each record (repeat for more)",
+    )
     produce.add_argument(
         "--format",
         choices=["lines", "length-prefixed"],
@@ -323,7 +350,13 @@ def cmd_topic(args: argparse.Namespace, out: TextIO) -> int:
         args.address, timeout_s=args.timeout, tls=client_tls(args), token=args.token
     ) as client:
         if args.topic_command == "create":
-            client.create_topic(args.name, args.partitions, args.replication_factor)
+            client.create_topic(
+                args.name,
+                args.partitions,
+                args.replication_factor,
+                format=args.format,
+                timestamp_type=args.timestamp_type,
+            )
             print(f"created topic {args.name} with {args.partitions} partition(s)", file=out)
         elif args.topic_command == "list":
             topics = sorted(client.list_topics().items())
@@ -336,9 +369,10 @@ def cmd_topic(args: argparse.Namespace, out: TextIO) -> int:
         elif args.topic_command == "describe":
             infos = client.describe_topic(args.name)
             if args.output == "json":
-                print_json(
-                    {"topic": args.name, "partitions": [describe_row(p) for p in infos]}, out
-                )
+                fmt, timestamp_type = client.topic_config(args.name)
+                rows = [describe_row(p) for p in infos]
+                body = {"topic": args.name, "format": fmt, "timestamp_type": timestamp_type}
+                print_json({**body, "partitions": rows}, out)
                 return 0
             print(
                 "partition\tleader\tepoch\treplicas\tlog_start\thw\tleo\tsegments\tbytes"
@@ -470,6 +504,7 @@ def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
         partition = args.partition
         if partition is None and args.key is not None:
             partition = partition_for_key(args.key.encode(), partitions)
+        as_records = record_maker(args, client.topic_format(args.topic) == "envelope")
         producer = client.producer(
             args.topic, acks=args.acks, partitions=partitions, batch_records_max=args.batch_records
         )
@@ -481,7 +516,7 @@ def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
                 for i in range(0, len(values), args.batch_records):
                     batch = values[i : i + args.batch_records]
                     p = partition if partition is not None else len(sent) % partitions
-                    sent.append((p, producer.send_batch(batch, p)))
+                    sent.append((p, producer.send_batch(as_records(batch), p)))
                     count += len(batch)
                     progress.update(len(batch), sum(map(len, batch)) + framing_bytes * len(batch))
             producer.flush()
@@ -508,17 +543,74 @@ def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
     return 0
 
 
-def format_record(offset: int, value: bytes, fmt: str, partition: int) -> str:
+def record_maker(
+    args: argparse.Namespace, envelope: bool
+) -> Callable[[list[bytes]], Sequence[bytes | Record]]:
+    """What `produce` sends for a batch of input values: records with `--key` and
+    `--header`s on an envelope topic; the values on a raw topic (which holds no headers)."""
+    headers = []
+    for item in args.header:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--header wants NAME=VALUE, got {item!r}")
+        headers.append((name, value.encode()))
+    if headers and not envelope:
+        raise UsageError(f"topic {args.topic} is raw: --header needs an envelope topic")
+    if not envelope or (args.key is None and not headers):
+        return lambda values: values
+    from replog.records import Record
+
+    key = None if args.key is None else args.key.encode()
+    return lambda values: [Record(v, key=key, headers=headers) for v in values]
+
+
+def _text_or_base64(body: dict[str, object], name: str, data: bytes) -> None:
+    try:
+        body[name] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        body[f"{name}_base64"] = base64.b64encode(data).decode()
+
+
+def format_record(
+    offset: int,
+    value: bytes,
+    fmt: str,
+    partition: int,
+    meta: tuple[bytes | None, tuple[tuple[str, bytes], ...], int] | None = None,
+) -> str:
+    """One record as `consume` prints it; `meta` (key, headers, timestamp_ms) for an
+    envelope topic's records, shown by the json format."""
     if fmt == "hex":
         return value.hex()
     if fmt == "json":
         body: dict[str, object] = {"partition": partition, "offset": offset}
-        try:
-            body["value"] = value.decode("utf-8")
-        except UnicodeDecodeError:
-            body["value_base64"] = base64.b64encode(value).decode()
+        _text_or_base64(body, "value", value)
+        if meta is not None:
+            key, headers, timestamp_ms = meta
+            if key is not None:
+                _text_or_base64(body, "key", key)
+            body["timestamp_ms"] = timestamp_ms
+            shown = []
+            for name, hvalue in headers:
+                header: dict[str, object] = {"name": name}
+                _text_or_base64(header, "value", hvalue)
+                shown.append(header)
+            if shown:
+                body["headers"] = shown
         return json.dumps(body)
     return value.decode("utf-8", errors="replace")
+
+
+def batch_rows(
+    batch: DecodedFrames | DecodedRecords,
+) -> Iterator[tuple[int, bytes, tuple[bytes | None, tuple[tuple[str, bytes], ...], int] | None]]:
+    """(offset, value, (key, headers, timestamp_ms) or None on a raw topic) per record."""
+    from replog.records import DecodedRecords
+
+    if isinstance(batch, DecodedRecords):
+        meta = zip(batch.keys, batch.headers, batch.timestamps, strict=True)
+        return zip(batch.offsets, batch.values, meta, strict=True)
+    return zip(batch.offsets, batch.values, repeat(None))
 
 
 def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
@@ -549,8 +641,8 @@ def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
             consumer = client.consumer(args.topic, args.partition, offset)
             try:
                 for batch in consumer.batches():
-                    for o, v in zip(batch.offsets, batch.values, strict=True):
-                        print(format_record(o, v, args.format, args.partition), file=out)
+                    for o, v, m in batch_rows(batch):
+                        print(format_record(o, v, args.format, args.partition, m), file=out)
                         shown += 1
                         if limit is not None and shown >= limit:
                             return 0
@@ -569,10 +661,10 @@ def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
             while offset < end:
                 res = client.fetch(args.topic, args.partition, offset)
                 batch_records = batch_bytes = 0
-                for o, v in zip(res.records.offsets, res.records.values, strict=True):
+                for o, v, m in batch_rows(res.records):
                     if o >= end:
                         return 0
-                    print(format_record(o, v, args.format, args.partition), file=out)
+                    print(format_record(o, v, args.format, args.partition, m), file=out)
                     shown += 1
                     batch_records += 1
                     batch_bytes += len(v)

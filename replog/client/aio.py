@@ -152,6 +152,10 @@ class AsyncClient:
             known = self._formats.get(topic, formats.RAW)
         return known
 
+    async def topic_config(self, topic: str) -> tuple[str, str]:
+        """(format, timestamp_type) of `topic`, asked from metadata now."""
+        return formats.config_in(await self.refresh_metadata([topic]), topic)
+
     async def close(self) -> None:
         nodes = list(self._nodes.values())
         self._nodes.clear()

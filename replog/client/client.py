@@ -274,6 +274,10 @@ class Client:
             known = self._formats.get(topic, formats.RAW)
         return known
 
+    def topic_config(self, topic: str) -> tuple[str, str]:
+        """(format, timestamp_type) of `topic`, asked from metadata now."""
+        return formats.config_in(self.refresh_metadata([topic]), topic)
+
     def close(self) -> None:
         with self._lock:
             for node in self._nodes.values():

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from replog import frames, records
-from replog.errors import InvalidArgumentError
+from replog.errors import InvalidArgumentError, TopicNotFoundError
 from replog.v1 import admin_pb2
 
 RAW = "raw"
@@ -78,6 +78,14 @@ def learn(known: dict[str, str], meta: admin_pb2.Metadata) -> None:
     """Record the formats of the topics `meta` describes."""
     for t in meta.topics:
         known[t.name] = format_of(t.format)
+
+
+def config_in(meta: admin_pb2.Metadata, topic: str) -> tuple[str, str]:
+    """(format, timestamp_type) of `topic` in `meta` (UNKNOWN_TOPIC when absent)."""
+    for t in meta.topics:
+        if t.name == topic:
+            return format_of(t.format), timestamp_type_of(t.timestamp_type)
+    raise TopicNotFoundError(f"topic {topic!r} does not exist", topic=topic)
 
 
 def to_values(topic: str, items: Values, envelope: bool) -> Sequence[bytes]:
