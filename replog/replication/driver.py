@@ -83,7 +83,7 @@ from replog.replication.outputs import (
     SetHighWatermark,
     TruncateTo,
 )
-from replog.replication.producers import ProducerBatch, ProducerTable, headers_in
+from replog.replication.producers import ProducerBatch, ProducerTable
 from replog.replication.replica import Replica, Role
 from replog.replication.state import EPOCH_MAX, NODE_ID_MAX, OFFSET_MAX, QuorumState
 from replog.storage import FlushPolicy, PartitionLog, checkpoint
@@ -643,11 +643,23 @@ class ReplicaDriver:
         table = ProducerTable()
         offset, end = self.log.log_start_offset, self.log.log_end_offset
         while offset < end:
-            data = self.log.read_uncommitted(offset, self.fetch_bytes_max, end_offset=end)
+            try:
+                data = self.log.read_uncommitted(offset, self.fetch_bytes_max, end_offset=end)
+            except CorruptDataError as exc:
+                # The replica starts all the same: the repair loop refetches its log (the
+                # table is rebuilt as it does); until then it knows the batches before here.
+                _log.warning(
+                    "replica %s/%s: producer state scan stops at %d: %s",
+                    self.log.topic,
+                    self.log.partition,
+                    offset,
+                    exc,
+                )
+                break
             if not data:
                 break
-            table.record_all(headers_in(data))
             offset = frames.next_offset(data, offset)
+            table.apply_frames(data, offset)
         return table
 
     def _new_replica(self) -> Replica:

@@ -19,7 +19,7 @@ Header value, byte by byte (big-endian), 36 bytes::
     28  u64   timestamp_ms    the leader's wall clock when it appended the batch
 
 The table is a function of the log: the leader updates it as it assigns offsets, a follower
-as it appends what it fetched (`headers_in`), and a replica that starts rebuilds it by
+as it appends what it fetched (`apply_frames`), and a replica that starts rebuilds it by
 scanning its log for headers. So a new leader knows every producer's last batches without
 any extra replication message. Per producer it keeps the last `batches_kept` batches (the
 window within which a retry is answered with the batch's original offsets, like Kafka's
@@ -154,6 +154,8 @@ class ProducerTable:
         self.batches_kept = batches_kept
         self.producers_max = producers_max
         self._producers: dict[int, _Producer] = {}  # least recently active first
+        # A header whose records have not all arrived yet (replicated or scanned frames).
+        self._partial: tuple[int, BatchHeader] | None = None
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -211,15 +213,49 @@ class ProducerTable:
         for offset, header in headers:
             self.record(offset, header)
 
+    def apply_frames(self, buf: bytes | memoryview, end_offset: int) -> None:
+        """Frames the log now holds, up to `end_offset` (exclusive), in order: each batch
+        header is recorded once all its records are there. A batch is *torn* when another
+        control record (an epoch marker) comes before its last record: a leader took over
+        with part of it. A torn batch is never recorded, so no retry is answered with
+        offsets that hold something else (its retry is appended again)."""
+        for offset, value in frames.control_records(buf):
+            self._settle_partial(offset)
+            header = decode_header(value)
+            if header is not None:
+                self._partial = (offset, header)
+        if (
+            self._partial is not None
+            and end_offset > self._partial[0] + self._partial[1].record_count
+        ):
+            self._settle_partial(end_offset)
+
+    def _settle_partial(self, next_control_offset: int) -> None:
+        partial = self._partial
+        if partial is None:
+            return
+        self._partial = None
+        header_offset, header = partial
+        if next_control_offset > header_offset + header.record_count:  # whole
+            self.record(header_offset, header)
+
+    def drop_partial(self) -> None:
+        """This replica's log goes on with records of its own (it leads now): a batch not
+        whole by now stays torn."""
+        self._partial = None
+
     def truncate(self, offset: int) -> None:
         """The log lost every record at or above `offset`: forget the batches there. A
         producer keeps its newest epoch (fencing holds) even when all its batches go."""
         for p in self._producers.values():
             while p.batches and p.batches[-1].header_offset >= offset:
                 p.batches.pop()
+        if self._partial is not None and self._partial[0] >= offset:
+            self._partial = None
 
     def clear(self) -> None:
         self._producers.clear()
+        self._partial = None
 
     def expire(self, now_ms: int, idle_ms: int) -> int:
         """Forget producers whose newest batch is older than `idle_ms`; returns how many."""

@@ -49,7 +49,6 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from replog.replication import producers
 from replog.replication.config import ReplicaConfig
 from replog.replication.epochs import EpochHistory, EpochStart
 from replog.replication.messages import (
@@ -547,6 +546,7 @@ class Replica:
         assert self._role is Role.CANDIDATE and self._state.voted_for == me
         self._role = Role.LEADER
         self._transfer = None
+        self.producers.drop_partial()  # a batch not whole in this log never will be
         self._set_state(QuorumState(epoch, me, me))
         self._history.append(epoch, self._leo)
         self._out.append(PersistEpochHistory(self._history.entries))
@@ -784,7 +784,7 @@ class Replica:
                 changed = True
             if changed:  # the history before the records it describes
                 self._out.append(PersistEpochHistory(self._history.entries))
-            self.producers.record_all(producers.headers_in(records.frames))
+            self.producers.apply_frames(records.frames, end)
             self._out.append(AppendFrames(records))
             self._leo = end
         self._leader_hw_seen = records.high_watermark

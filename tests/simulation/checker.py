@@ -34,6 +34,9 @@ def check(condition: bool, message: str) -> None:
         raise InvariantViolation(message)
 
 
+RETRIED = b"-p"  # marks idempotent producers' values (they may be assigned again)
+
+
 @dataclass(slots=True)
 class SimRecord:
     value: bytes
@@ -48,6 +51,7 @@ class Checker:
     seen: dict[tuple[int, int], int] = field(default_factory=dict)  # (offset, epoch) -> chain
     committed: list[SimRecord] = field(default_factory=list)  # the committed prefix
     assigned: dict[bytes, int] = field(default_factory=dict)  # client value -> offset
+    retried: dict[bytes, set[int]] = field(default_factory=dict)  # producer value -> offsets
     leader_hw: dict[int, tuple[int, int]] = field(default_factory=dict)  # node -> (epoch, hw)
     acked_all: dict[int, bytes] = field(default_factory=dict)  # offset -> value
     acked_leader: dict[int, bytes] = field(default_factory=dict)  # offset -> value
@@ -67,7 +71,16 @@ class Checker:
         known = self.seen.setdefault(key, rec.chain)
         if known != rec.chain:
             check(False, f"log matching: node {node} differs at (offset, epoch) {key}")
-        if not rec.control:
+        if not rec.control and RETRIED in rec.value:
+            # An idempotent producer's value: a retry may be assigned again by a later
+            # leader after the first assignment was truncated (Simulation.check_producers
+            # checks that the committed log holds it once).
+            offsets = self.retried.setdefault(rec.value, set())
+            if assigned_here:
+                offsets.add(offset)
+            elif offset not in offsets:
+                check(False, f"node {node}: {rec.value!r} at {offset}, assigned at {offsets}")
+        elif not rec.control:
             if assigned_here:
                 if rec.value in self.assigned:
                     check(False, f"value {rec.value!r} assigned twice")

@@ -22,6 +22,7 @@ def main() -> None:
     )
     parser.add_argument("--transfers", action="store_true", help="leadership transfers")
     parser.add_argument("--corruption", action="store_true", help="bit rot on one node's disk")
+    parser.add_argument("--producers", type=int, default=0, help="idempotent producers")
     args = parser.parse_args()
     config = SimConfig.random(
         args.seed,
@@ -31,6 +32,7 @@ def main() -> None:
         interrupts=args.interrupts,
         transfers=args.transfers,
         corruption=args.corruption,
+        producers=args.producers,
     )
     print(config)
     outcome = run_schedule(config)

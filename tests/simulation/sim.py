@@ -28,7 +28,14 @@ seed fully determines a schedule. The simulated pieces:
   gRPC does to a handler whose client went away): under the owner rule the client only
   stops waiting (its append's outcome becomes unknown); `interrupt_drops_outputs` models
   the old driver, where the cancellation also dropped the input's remaining outputs;
-* clients: appends with acks=all and acks=leader to the node that currently leads (or any).
+* clients: appends with acks=all and acks=leader to the node that currently leads (or any);
+  with `producers`, also idempotent producers (`SimProducer`) that resend a batch with the
+  same sequence numbers until it is acknowledged (after failures, interrupts, leader
+  changes, crashes), abandon it for a new producer id after many tries, and now and then
+  are replaced by a new instance in the next epoch while the old one keeps retrying (a
+  zombie). After the run the committed log must hold every data value at most once, each
+  producer's batches in sequence order without gaps, and no batch of an epoch after a
+  newer epoch's batch (`check_producers`).
 
 Invariants (checker.py) are checked as outputs are applied and after every event.
 """
@@ -45,6 +52,7 @@ from replog import frames
 from replog.replication import (
     AckCompleted,
     AckFailed,
+    AckFailure,
     Acks,
     AppendControl,
     AppendFrames,
@@ -68,9 +76,12 @@ from replog.replication import (
     VoteRequest,
     VoteResponse,
 )
+from replog.replication.batch_ends import BatchEnds
+from replog.replication.producers import ProducerBatch, ProducerTable, decode_header
 from tests.simulation.checker import Checker, InvariantViolation, SimRecord, check
 
 TICK_MS = 10
+ANSWER_RECORDS_MAX = 64  # how far past fetch_records_max an answer may go to end a batch
 
 
 @dataclass(frozen=True)
@@ -98,6 +109,7 @@ class SimConfig:
     interrupt_drops_outputs: bool = False  # the old driver: a cancel drops outputs
     transfers_per_s: float = 0.0  # leadership transfers to a random voter
     corruptions_per_s: float = 0.0  # a committed record's bytes flipped on one node's disk
+    producers: int = 0  # idempotent producers appending beside the plain clients
 
     def repro(self) -> str:
         flush = "" if self.flush_always else " --flush never"
@@ -105,9 +117,10 @@ class SimConfig:
         owner = " --interrupts" if self.owner else ""
         transfers = " --transfers" if self.transfers_per_s else ""
         corruption = " --corruption" if self.corruptions_per_s else ""
+        producers = f" --producers {self.producers}" if self.producers else ""
         return (
             f"python -m tests.simulation.run --seed {self.seed} --nodes {self.nodes}"
-            f"{observers}{flush}{owner}{transfers}{corruption}"
+            f"{observers}{flush}{owner}{transfers}{corruption}{producers}"
         )
 
     @property
@@ -126,6 +139,7 @@ class SimConfig:
         interrupts: bool = False,
         transfers: bool = False,
         corruption: bool = False,
+        producers: int = 0,
     ) -> SimConfig:
         """Fault rates drawn from the seed, so that seeds cover calm and hostile networks.
         `interrupts`: the owner model with cancelled callers (a rate drawn separately, so
@@ -136,6 +150,7 @@ class SimConfig:
         transfer_rate = random.Random(f"transfers-{seed}-{shape}").choice([0.5, 2.0, 10.0])
         corruption_rate = random.Random(f"corruption-{seed}-{shape}").choice([0.5, 2.0, 5.0])
         return SimConfig(
+            producers=producers,
             corruptions_per_s=corruption_rate if corruption else 0.0,
             transfers_per_s=transfer_rate if transfers else 0.0,
             owner=interrupts,
@@ -152,7 +167,10 @@ class SimConfig:
             partition_per_s=rng.choice([0.0, 0.5, 2.0]),
             appends_per_s=rng.choice([10.0, 50.0, 200.0]),
             fetch_records_max=rng.choice([2, 10, 100]),
-            retention_per_s=rng.choice([0.0, 0.0, 2.0, 10.0]),
+            # (no retention with producers: a replica that restarts or is reset rebuilds its
+            # producer table from the log it holds; retention of a batch still being retried
+            # is outside the guarantee, see docs/design.md)
+            retention_per_s=0.0 if producers else rng.choice([0.0, 0.0, 2.0, 10.0]),
         )
 
 
@@ -178,6 +196,8 @@ class Node:
     # disk damage: offsets whose bytes were flipped (the checksums know); a repaired node is
     # damaged until its vote floor is cleared (quorum.vote_floor)
     corrupt: set[int] = field(default_factory=set)
+    # the driver's uncommitted batch boundaries (answers above the HW end at one of them)
+    batch_ends: BatchEnds = field(default_factory=BatchEnds)
     before_repair: list[SimRecord] | None = None  # its log when it was discarded
 
     def held(self, leader_log: list[SimRecord], hw: int) -> list[SimRecord]:
@@ -228,6 +248,20 @@ class ClientRequest:
     values: tuple[bytes, ...]
     acks: Acks
     outcome: str = "pending"  # pending | acked | failed | unknown
+    failure: AckFailure | None = None
+
+
+@dataclass
+class SimProducer:
+    """An idempotent producer: one batch in flight, resent with the same numbers."""
+
+    producer_id: int
+    epoch: int = 0
+    next_sequence: int = 0
+    pending: tuple[int, tuple[bytes, ...]] | None = None  # (base sequence, values)
+    request_id: int = 0  # its latest attempt
+    attempts: int = 0
+    zombie: bool = False  # replaced by a newer instance: retries, starts nothing new
 
 
 class Simulation:
@@ -249,6 +283,12 @@ class Simulation:
         self._seq = 0
         self.requests: dict[int, ClientRequest] = {}
         self.values_sent = 0
+        # Answers above the HW end between batches, as the driver's do; scenarios of the
+        # core's own safety (whatever answers a leader sends) turn it off.
+        self.cut_at_batch_ends = True
+        self.request_ids = 10**12  # producers' attempts (plain appends use values_sent)
+        self.producers = [SimProducer(i + 1) for i in range(config.producers)]
+        self.producer_ids = config.producers
         self.events_run = 0
         self.last_delivered: tuple[int, int, Message] | None = None
         for i in self.ids:
@@ -323,6 +363,8 @@ class Simulation:
         per_tick = TICK_MS / 1000
         if rng.random() < cfg.appends_per_s * per_tick:
             self.client_append(rng.choice([Acks.ALL, Acks.ALL, Acks.LEADER]))
+        if cfg.producers and rng.random() < cfg.appends_per_s * per_tick:
+            self.producer_step()
         if rng.random() < cfg.crash_per_s * per_tick:
             up = [i for i, n in self.nodes.items() if n.replica is not None]
             leader = self.leader()
@@ -441,6 +483,7 @@ class Simulation:
         node.perform_scheduled = False
         node.incarnation += 1
         node.flush_pending = False
+        node.batch_ends = BatchEnds()  # volatile, as in the driver
         node.hw = 0
         if self.config.flush_always or self.config.power_loss:
             del node.log[node.flushed :]  # power loss: the page cache is gone
@@ -513,6 +556,7 @@ class Simulation:
             log_end_offset=len(node.log),
             high_watermark=min(node.hw_checkpoint, len(node.log)),
             log_start_offset=node.log_start,
+            producers=producer_table(node.log, node.log_start),
         )
         node.replica = replica
         node.flushed = len(node.log)
@@ -568,6 +612,110 @@ class Simulation:
         self._input(node, lambda r: r.append(request_id, values, acks, self.now), request_id)
         return request_id
 
+    # -- idempotent producers ----------------------------------------------------------------
+
+    def producer_step(self) -> None:
+        """One move of a random producer: wait, resend its batch, start the next one, or be
+        replaced by a new instance (the old one turns zombie)."""
+        rng = self.rng
+        if not self.producers:
+            return
+        p = rng.choice(self.producers)
+        if p.pending is not None:
+            request = self.requests.get(p.request_id, ClientRequest(0, (), Acks.ALL, "unknown"))
+            if request.outcome == "acked":
+                p.pending, p.attempts = None, 0
+            elif request.outcome == "pending" and rng.random() < 0.7:
+                return  # let it run
+            elif request.failure is AckFailure.PRODUCER_FENCED:
+                check(p.zombie, f"producer {p.producer_id} fenced while current")
+                self.producers.remove(p)
+                return
+            elif p.attempts >= 30:  # gave up on it: its outcome stays unknown
+                self.producers.remove(p)
+                if not p.zombie:
+                    self.producers.append(SimProducer(self._new_producer_id()))
+                return
+            else:
+                seq, values = p.pending
+                self._producer_send(p, seq, values)
+                return
+        if p.zombie:
+            self.producers.remove(p)
+            return
+        if rng.random() < 0.03:  # a new instance of the same producer takes over
+            p.zombie = True
+            self.producers.append(SimProducer(p.producer_id, p.epoch + 1))
+            return
+        values = []
+        for _ in range(rng.randint(1, 3)):
+            self.values_sent += 1
+            values.append(f"s{self.config.seed}-p{self.values_sent}".encode())
+        seq = p.next_sequence
+        p.next_sequence += len(values)
+        p.pending = (seq, tuple(values))
+        self._producer_send(p, seq, tuple(values))
+
+    def _new_producer_id(self) -> int:
+        self.producer_ids += 1
+        return self.producer_ids
+
+    def _producer_send(self, p: SimProducer, seq: int, values: tuple[bytes, ...]) -> None:
+        leader = self.leader()
+        up = [n for n in self.nodes.values() if n.replica is not None]
+        if leader is not None and self.rng.random() < 0.9:
+            node = leader
+        elif up:
+            node = self.rng.choice(up)
+        else:
+            return
+        self.request_ids += 1
+        request_id = self.request_ids
+        acks = Acks.ALL  # (acks=leader batches may be lost: the next would follow a gap)
+        self.requests[request_id] = ClientRequest(node.id, values, acks)
+        p.request_id, p.attempts = request_id, p.attempts + 1
+        batch = ProducerBatch(p.producer_id, p.epoch, seq)
+        self._input(
+            node,
+            lambda r: r.append(request_id, values, acks, self.now, batch, self.now),
+            request_id,
+        )
+
+    def check_producers(self) -> None:
+        """The committed log: every data value at most once; per producer, batch headers in
+        epoch order, and within an epoch in sequence order from 0 without gaps, each
+        followed by its records."""
+        log = self.checker.committed
+        seen: set[bytes] = set()
+        newest: dict[int, tuple[int, int]] = {}  # pid -> (epoch, next sequence)
+        for offset, rec in enumerate(log):
+            if not rec.control:
+                check(rec.value not in seen, f"value {rec.value!r} committed twice")
+                seen.add(rec.value)
+                continue
+            header = decode_header(rec.value)
+            if header is None:
+                continue
+            epoch, expected = newest.get(header.producer_id, (header.producer_epoch, 0))
+            check(
+                header.producer_epoch >= epoch,
+                f"producer {header.producer_id}: epoch {header.producer_epoch} at {offset} "
+                f"after epoch {epoch}",
+            )
+            if header.producer_epoch > epoch:
+                expected = 0
+            check(
+                header.base_sequence == expected,
+                f"producer {header.producer_id} epoch {header.producer_epoch}: sequence "
+                f"{header.base_sequence} at {offset}, expected {expected}",
+            )
+            records = log[offset + 1 : offset + 1 + header.record_count]
+            check(
+                len(records) == header.record_count and not any(r.control for r in records),
+                f"batch header at {offset} is not followed by its records",
+            )
+            newest[header.producer_id] = (header.producer_epoch, header.last_sequence + 1)
+
     # -- the owner model -------------------------------------------------------------------
 
     def _input(
@@ -620,19 +768,24 @@ class Simulation:
                 node.history = EpochHistory(out.entries)
             elif isinstance(out, AppendRecords):
                 check(out.base_offset == len(node.log), f"node {node.id}: append not at LEO")
+                if out.header is not None:
+                    self._append(node, out.header.encode(), control=True, assigned_here=True)
                 for value in out.values:
                     self._append(node, value, control=False, assigned_here=True)
+                node.batch_ends.appended(len(node.log))
             elif isinstance(out, AppendControl):
                 check(out.offset == len(node.log), f"node {node.id}: control not at LEO")
                 marker = out.marker
                 value = f"epoch={marker.epoch} leader={marker.leader_id}".encode()
                 self._append(node, value, control=True, assigned_here=False)
+                node.batch_ends.appended(len(node.log))
             elif isinstance(out, AppendFrames):
                 self._append_frames(node, out.records)
             elif isinstance(out, TruncateTo):
                 checker.on_truncate(node.id, node.log, out.offset, node.hw)
                 del node.log[out.offset :]
                 node.flushed = min(node.flushed, out.offset)
+                node.batch_ends.truncated(out.offset)
             elif isinstance(out, ResetLog):
                 # Offsets below the leader's log start are committed; the node holds none of
                 # them, but the checker's committed records stand in for them (so the
@@ -644,6 +797,7 @@ class Simulation:
                 )
                 node.log = list(checker.committed[: out.offset])
                 node.log_start = node.flushed = out.offset
+                node.batch_ends.clear()
             elif isinstance(out, SetHighWatermark):
                 checker.on_high_watermark(node.id, node.log, out.offset)
                 if node.replica is not None and node.replica.role is Role.LEADER:
@@ -653,6 +807,7 @@ class Simulation:
                     voter_logs = [self.nodes[v].held(node.log, out.offset) for v in self.voters]
                     checker.on_commit(node.id, node.log, out.offset, voter_logs)
                 node.hw = out.offset
+                node.batch_ends.committed(out.offset)
                 if self.rng.random() < 0.2:  # the driver checkpoints HW periodically
                     node.hw_checkpoint = out.offset
             elif isinstance(out, AckCompleted):
@@ -668,6 +823,7 @@ class Simulation:
                     checker.on_ack_leader(out.base_offset, request.values)
             elif isinstance(out, AckFailed):
                 self.requests[out.request_id].outcome = "failed"
+                self.requests[out.request_id].failure = out.failure
             else:  # pragma: no cover
                 raise AssertionError(out)
 
@@ -713,8 +869,16 @@ class Simulation:
             check(False, f"observer {node.id} took part in an election: {message}")
         if isinstance(message, FetchResponse) and isinstance(message.result, Records):
             records = message.result
-            end = min(records.end_offset, records.start_offset + self.fetch_records_max)
-            data = self._read_frames(node, records.start_offset, end)
+            start = records.start_offset
+            reached = min(records.end_offset, start + self.fetch_records_max)
+            # as the driver's `_read_batches`: above the HW, end between batches (reading on
+            # to the end of a batch larger than the read, within a bound)
+            end = reached
+            if self.cut_at_batch_ends:
+                end = node.batch_ends.cut(start, reached, records.end_offset, node.hw)
+                if end > reached + ANSWER_RECORDS_MAX:
+                    end = reached
+            data = self._read_frames(node, start, end)
             if data is None:
                 return
             message = FetchResponse(
@@ -797,6 +961,17 @@ class SimulationFailure(AssertionError):
     pass
 
 
+def producer_table(log: list[SimRecord], log_start: int) -> ProducerTable:
+    """What the driver's start-up scan builds: every batch header on the node's disk."""
+    table = ProducerTable()
+    buf = b"".join(
+        frames.encode(offset, [log[offset].value], control=log[offset].control)
+        for offset in range(log_start, len(log))
+    )
+    table.apply_frames(buf, len(log))
+    return table
+
+
 def run_schedule(config: SimConfig) -> Outcome:
     """One seeded schedule: chaos, then heal; check liveness. Raises with a repro line."""
     sim = Simulation(config)
@@ -813,6 +988,7 @@ def run_schedule(config: SimConfig) -> Outcome:
         )
         _check_converged(sim, deadline)
         sim.check_all_epochs()
+        sim.check_producers()
     except (InvariantViolation, AssertionError) as exc:
         raise SimulationFailure(
             f"{type(exc).__name__}: {exc} at t={sim.now} ms; reproduce: {config.repro()}"

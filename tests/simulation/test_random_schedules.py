@@ -116,3 +116,17 @@ def test_bit_rot_on_one_node_at_a_time_is_repaired_and_never_loses_or_serves_bad
             corruption=True,
         )  # fmt: skip
         run_schedule(config)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seeds", _blocks(300), ids=lambda r: f"seeds{r.start}-{r.stop - 1}")
+@pytest.mark.parametrize("interrupts", [False, True], ids=["direct", "owner"])
+def test_idempotent_producers_write_each_batch_once_through_every_fault(
+    seeds: range, interrupts: bool
+) -> None:
+    # Three idempotent producers resend each batch with the same sequence numbers until it
+    # is acknowledged, through crashes, partitions, lost answers and cancelled callers;
+    # some are replaced by a newer epoch while the old instance keeps retrying. The
+    # committed log holds every value once and every producer's batches in order.
+    for seed in seeds:
+        run_schedule(SimConfig.random(seed, 3, interrupts=interrupts, producers=3))

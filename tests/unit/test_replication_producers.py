@@ -182,3 +182,25 @@ def test_a_log_built_through_the_table_never_holds_a_sequence_twice_and_rescans_
     rebuilt = ProducerTable(batches_kept=5)
     rebuilt.record_all(headers_in(buf))
     assert rebuilt.state() == table.state()
+
+
+def test_a_batch_is_recorded_once_whole_and_never_when_torn() -> None:
+    header = BatchHeader(9, 0, 0, 3, 0)
+    whole = frames.encode(0, [header.encode()], control=True) + frames.encode(1, [b"a", b"b"])
+    table = ProducerTable()
+    table.apply_frames(whole, 3)  # header and 2 of its 3 records so far
+    assert table.check(_batch(9, 0, 0), 3).verdict is Verdict.APPEND
+    table.apply_frames(frames.encode(3, [b"c"]), 4)
+    assert table.check(_batch(9, 0, 0), 3).base_offset == 1
+    # Torn: a new leader's epoch marker comes before the batch's last record.
+    torn = ProducerTable()
+    torn.apply_frames(whole, 3)
+    torn.apply_frames(frames.encode(3, [b"marker"], control=True), 4)
+    assert torn.check(_batch(9, 0, 0), 3).verdict is Verdict.APPEND
+    assert torn.state() == {}
+    # A leader that took over with part of a batch never completes it.
+    led = ProducerTable()
+    led.apply_frames(whole, 3)
+    led.drop_partial()
+    led.apply_frames(frames.encode(3, [b"own"]), 4)
+    assert led.state() == {}
