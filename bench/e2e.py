@@ -195,28 +195,30 @@ def run_repeat(
     add: Callable[[str, float], None],
 ) -> None:
     """One repeat of every bench on every target (suffix, process, client): replog, the
-    ceiling, replog over TLS; which goes first rotates from one repeat to the next."""
-    topic = f"bench-{rep}"
+    ceiling, replog over TLS, replog with a plain (non-idempotent) client; which goes first
+    rotates from one repeat to the next. Each target has a topic of its own."""
     for suffix, _, client in targets:
         if suffix != "_ceiling":
-            client.create_topic(topic, partitions)
+            client.create_topic(f"bench-{rep}{suffix}", partitions)
     order = targets[rep % len(targets) :] + targets[: rep % len(targets)]
     per_partition = records // partitions
     for suffix, proc, client in order:
+        topic = f"bench-{rep}{suffix}"
         value, cpu = measured(proc, partial(produce, client, topic, records, partitions), records)
         add("produce" + suffix, value)
         add("produce_server_cpu_us_per_record" + suffix, cpu)
     for suffix, proc, client in order:
+        topic = f"bench-{rep}{suffix}"
         value, cpu = measured(proc, partial(consume, client, topic, per_partition), per_partition)
         add("consume" + suffix, value)
         add("consume_server_cpu_us_per_record" + suffix, cpu)
     for suffix, _, client in order:
-        p50, p99 = latencies_ms(client, topic, samples_n)
+        p50, p99 = latencies_ms(client, f"bench-{rep}{suffix}", samples_n)
         add("produce_latency_p50_ms" + suffix, p50)
         add("produce_latency_p99_ms" + suffix, p99)
     for suffix, _, client in targets:
         if suffix != "_ceiling":
-            client.delete_topic(topic)
+            client.delete_topic(f"bench-{rep}{suffix}")
 
 
 # -- main ------------------------------------------------------------------------------------
@@ -270,10 +272,16 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with (
                 Client(server.address, retry=retry) as rc,
-                Client(ceiling.address, retry=retry) as cc,
+                Client(server.address, retry=retry, idempotent=False) as pc,
+                Client(ceiling.address, retry=retry, idempotent=False) as cc,
                 Client(tls_server.address, retry=retry, tls=ClientTls(ca.cert_file)) as tc,
             ):
-                targets = [("", server, rc), ("_ceiling", ceiling, cc), ("_tls", tls_server, tc)]
+                targets = [
+                    ("", server, rc),
+                    ("_ceiling", ceiling, cc),
+                    ("_tls", tls_server, tc),
+                    ("_plain", server, pc),
+                ]
                 for rep in range(repeats):
                     run_repeat(rep, targets, records, args.partitions, samples_n, add)
                     log(
@@ -314,14 +322,24 @@ def main(argv: list[str] | None = None) -> int:
         plain = summarize(results[name]).median
         emit(Result(name + "_tls", round(value, 4), unit, round(plain, 4)))
         tls_lines.append((name, unit, results[name + "_tls"], results[name]))
+    plain_lines = []
+    for name, unit in units.items():
+        # the default idempotent client against a plain one, same server, same run
+        value = summarize(results[name]).median
+        plain = summarize(results[name + "_plain"]).median
+        emit(Result(name + "_vs_plain", round(value, 4), unit, round(plain, 4)))
+        plain_lines.append((name, unit, results[name], results[name + "_plain"]))
     if args.write_docs:
-        write_docs(lines, tls_lines, info, argv, repeats, records, args.partitions, samples_n)
+        write_docs(
+            lines, tls_lines, plain_lines, info, argv, repeats, records, args.partitions, samples_n
+        )
     return 0
 
 
 def write_docs(
     lines: list[tuple[str, str, list[float], list[float] | None]],
     tls_lines: list[tuple[str, str, list[float], list[float] | None]],
+    plain_lines: list[tuple[str, str, list[float], list[float] | None]],
     info: dict[str, str],
     argv: list[str] | None,
     repeats: int,
@@ -361,6 +379,22 @@ def write_docs(
         "|---|---|---|---|",
     ]
     for name, unit, samples, plain_samples in tls_lines:
+        s = summarize(samples)
+        p = summarize(plain_samples or [])
+        body.append(
+            f"| {name} | {s.median:,.3f} {unit} [{s.low:,.3f}..{s.high:,.3f}] | "
+            f"{p.median:,.3f} {unit} | {s.median / p.median:.2f} |"
+        )
+    body += [
+        "",
+        "Idempotent producer against a plain one: the replog rows above use the default, "
+        "idempotent client (producer id, sequence numbers, a batch header per batch); here "
+        "the same server with `Client(idempotent=False)`, same repeats. Target: >= 0.8.",
+        "",
+        "| bench | idempotent | plain | idempotent / plain |",
+        "|---|---|---|---|",
+    ]
+    for name, unit, samples, plain_samples in plain_lines:
         s = summarize(samples)
         p = summarize(plain_samples or [])
         body.append(
