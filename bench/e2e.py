@@ -42,7 +42,7 @@ from _common import write_section as write_docs_section
 
 from replog import certs, frames
 from replog.client import Client, ClientTls, RetryPolicy
-from replog.v1 import log_pb2, log_pb2_grpc
+from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
 
 VALUE_BYTES = 100
 BATCH_RECORDS = 1000
@@ -93,11 +93,19 @@ class CeilingLog(log_pb2_grpc.LogServicer):  # type: ignore[misc]
             yield log_pb2.StreamBatch(frames=self.frames, high_watermark=offset, next_offset=offset)
 
 
+class CeilingAdmin(admin_pb2_grpc.AdminServicer):  # type: ignore[misc]
+    """Metadata with no topics (the client then treats every topic as raw records)."""
+
+    async def GetMetadata(self, request: object, context: object) -> object:
+        return admin_pb2.Metadata()
+
+
 async def run_ceiling(ready_file: Path) -> None:
     import grpc
 
     server = grpc.aio.server()
     log_pb2_grpc.add_LogServicer_to_server(CeilingLog(), server)
+    admin_pb2_grpc.add_AdminServicer_to_server(CeilingAdmin(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     ready_file.write_text(f"127.0.0.1:{port}\npid={os.getpid()}\n")
