@@ -23,8 +23,8 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import accumulate, repeat
-from operator import add, itemgetter
+from itertools import accumulate, compress, repeat
+from operator import add, itemgetter, not_
 
 import numpy as np
 
@@ -85,8 +85,8 @@ class DecodedFrames:
         """The same run without control records."""
         if self.control is None:
             return self
-        keep = [i for i, c in enumerate(self.control) if not c]
-        return DecodedFrames([self.offsets[i] for i in keep], [self.values[i] for i in keep])
+        data = list(map(not_, self.control))  # (compress: C loops, no Python step per record)
+        return DecodedFrames(list(compress(self.offsets, data)), list(compress(self.values, data)))
 
 
 class FrameError(ValueError):
@@ -252,6 +252,8 @@ def decode(buf: bytes | memoryview) -> DecodedFrames:
     length = raw_len & LENGTH_MASK
     if raw_len == length and _uniform(buf, raw_len, HEADER_BYTES + length):
         return _decode_uniform(buf, length)
+    # Mixed: walk by runs of equally long data frames (each decoded as above, no Python
+    # step per record), e.g. idempotent batches, each after its header control record.
     offsets: list[int] = []
     values: list[bytes] = []
     control: list[bool] = []
@@ -262,9 +264,18 @@ def decode(buf: bytes | memoryview) -> DecodedFrames:
             raise FrameError("truncated frame header", pos)
         offset, raw_len = _unpack_header(buf, pos)
         start = pos + HEADER_BYTES
-        end = start + (raw_len & LENGTH_MASK)
+        length = raw_len & LENGTH_MASK
+        end = start + length
         if end > size:
             raise FrameError(f"frame at position {pos} is cut short", pos)
+        run = 1 if raw_len & CONTROL_FLAG else _run_length(buf, pos, raw_len, end - pos)
+        if run >= _NUMPY_BATCH_MIN:
+            part = _decode_uniform(mv[pos : pos + run * (end - pos)], length)
+            offsets += part.offsets
+            values += part.values
+            control += [False] * run
+            pos += run * (end - pos)
+            continue
         offsets.append(offset)
         values.append(bytes(mv[start:end]))
         control.append(bool(raw_len & CONTROL_FLAG))
