@@ -32,7 +32,13 @@ from replog.client.results import AppendResult, FetchResult, Offsets, PartitionI
 from replog.client.retry import Attempts, RetryPolicy, acall_with_retry, one_try_each
 from replog.client.routing import Routing, split_addresses
 from replog.client.sequences import Identity, Sequences
-from replog.errors import NotLeaderError, ReplogError, TopicExistsError, TopicNotFoundError
+from replog.errors import (
+    DuplicateSequenceError,
+    NotLeaderError,
+    ReplogError,
+    TopicExistsError,
+    TopicNotFoundError,
+)
 from replog.rpc_errors import from_rpc_error
 from replog.tls import ClientTls, aio_channel
 from replog.v1 import admin_pb2, log_pb2
@@ -51,10 +57,12 @@ class AsyncClient:
         token: str | None = None,
         idempotent: bool = True,
         producer_name: str = "",
+        producer_resume: bool = False,
     ) -> None:
         self.address = address
         self.idempotent = idempotent
         self.producer_name = producer_name
+        self.producer_resume = producer_resume
         self._sequences = Sequences()
         self._identity_lock = asyncio.Lock()
         self.timeout_s = timeout_s
@@ -255,6 +263,8 @@ class AsyncClient:
         req.base_sequence = seq
         try:
             return await self._call(call, topic, partition, idempotent=True)
+        except DuplicateSequenceError:
+            raise  # written before (a resumed writer's resend): the numbering holds
         except ReplogError:
             self._sequences.abandon(identity)
             raise
@@ -264,7 +274,9 @@ class AsyncClient:
         async with self._identity_lock:
             identity = self._sequences.identity
             if identity is None:
-                req = log_pb2.InitProducerRequest(name=self.producer_name)
+                req = log_pb2.InitProducerRequest(
+                    name=self.producer_name, resume=self.producer_resume
+                )
 
                 async def init(node: Node) -> log_pb2.InitProducerResponse:
                     resp: log_pb2.InitProducerResponse = await node.log.InitProducer(

@@ -24,7 +24,10 @@ leader change never writes the batch twice: the leader answers a retry with the 
 original offsets. Only an Append that raised in the end has an unknown outcome (as with
 Kafka's producer after its delivery timeout); the next Append then starts a new producer
 id. `producer_name="..."` makes the id stable: each client created with the same name gets
-the next epoch, and appends from older instances fail with PRODUCER_FENCED. With
+the next epoch, and appends from older instances fail with PRODUCER_FENCED; with
+`producer_resume=True` it gets the name's current epoch instead, for a writer retried as a
+whole that resends the same batches (each then answered as a duplicate, or
+DUPLICATE_SEQUENCE for one older than the last 5: already written). With
 `idempotent=False` (or acks="none") a retried Append whose first attempt did land writes
 the batch twice, and a timed-out Append is not retried (DEADLINE_EXCEEDED).
 """
@@ -57,6 +60,7 @@ from replog.client.retry import Attempts, RetryPolicy, call_with_retry, one_try_
 from replog.client.routing import Routing, split_addresses
 from replog.client.sequences import Identity, Sequences
 from replog.errors import (
+    DuplicateSequenceError,
     NotLeaderError,
     ReplogError,
     TopicExistsError,
@@ -156,6 +160,7 @@ class Client:
         token: str | None = None,
         idempotent: bool = True,
         producer_name: str = "",
+        producer_resume: bool = False,
     ) -> None:
         if token is not None and tls is None:
             raise ValueError(
@@ -169,6 +174,7 @@ class Client:
         self.retry = retry or RetryPolicy()
         self.idempotent = idempotent
         self.producer_name = producer_name
+        self.producer_resume = producer_resume
         self._sequences = Sequences()
         self._identity_lock = threading.Lock()
         self._partition_locks: dict[tuple[str, int], threading.Lock] = {}
@@ -467,6 +473,8 @@ class Client:
 
         try:
             return self._call(attempt, topic, partition, idempotent=True)
+        except DuplicateSequenceError:
+            raise  # written before (a resumed writer's resend): the numbering holds
         except ReplogError:
             self._sequences.abandon(identity)
             raise
@@ -484,7 +492,9 @@ class Client:
         with self._identity_lock:
             identity = self._sequences.identity
             if identity is None:
-                req = log_pb2.InitProducerRequest(name=self.producer_name)
+                req = log_pb2.InitProducerRequest(
+                    name=self.producer_name, resume=self.producer_resume
+                )
                 resp = self._call(lambda node: node.log.InitProducer(req, timeout=self.timeout_s))
                 identity = Identity(resp.producer_id, resp.producer_epoch)
                 self._sequences.adopt(identity)

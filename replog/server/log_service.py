@@ -127,7 +127,9 @@ class LogService(log_pb2_grpc.LogServicer):
         self, request: log_pb2.InitProducerRequest, context: Context
     ) -> log_pb2.InitProducerResponse:
         forwarded = any(k == FORWARDED for k, _ in (context.invocation_metadata() or ()))
-        pid, epoch = await self.producer_ids.init(request.name, forwarded=forwarded)
+        pid, epoch = await self.producer_ids.init(
+            request.name, resume=request.resume, forwarded=forwarded
+        )
         return log_pb2.InitProducerResponse(producer_id=pid, producer_epoch=epoch)
 
     # -- Fetch ------------------------------------------------------------------------------

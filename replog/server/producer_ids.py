@@ -29,17 +29,27 @@ class ProducerIds:
         self.peers = peers
         self.timeout_s = timeout_s
 
-    async def init(self, name: str, *, forwarded: bool = False) -> tuple[int, int]:
-        """(producer id, epoch) for a new producer, or for the next instance of `name`."""
+    async def init(
+        self, name: str, *, resume: bool = False, forwarded: bool = False
+    ) -> tuple[int, int]:
+        """(producer id, epoch) for a new producer, or for the next instance of `name` (with
+        `resume`: for `name`'s current instance, when it has one)."""
         self.metadata.image.init_producer(name)  # a bad name fails on any node at once
         leader = self.router.metadata_leader()
         if leader != self.peers.node_id and not forwarded:
-            request = log_pb2.InitProducerRequest(name=name)
+            request = log_pb2.InitProducerRequest(name=name, resume=resume)
             call = self.peers.log(leader).InitProducer(
                 request, timeout=self.timeout_s, metadata=FORWARD_METADATA
             )
             reply = await remote(call)
             return int(reply.producer_id), int(reply.producer_epoch)
+
+        if resume and name:
+            # The leader's image holds every committed command once it applied its log.
+            await self.metadata.wait_applied(self.metadata.log.log_end_offset - 1, self.timeout_s)
+            known = self.metadata.image.producer_names.get(name)
+            if known is not None:
+                return known
 
         def make(image: MetadataImage) -> InitProducer:
             return image.init_producer(name)

@@ -37,10 +37,12 @@ class AppendRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., values: _Optional[_Iterable[bytes]] = ..., acks: _Optional[_Union[Acks, str]] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., base_sequence: _Optional[int] = ...) -> None: ...
 
 class InitProducerRequest(_message.Message):
-    __slots__ = ("name",)
+    __slots__ = ("name", "resume")
     NAME_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    resume: bool
+    def __init__(self, name: _Optional[str] = ..., resume: _Optional[bool] = ...) -> None: ...
 
 class InitProducerResponse(_message.Message):
     __slots__ = ("producer_id", "producer_epoch")
