@@ -46,6 +46,7 @@ from replog.errors import (
     ReplogError,
     UnknownMemberError,
 )
+from replog.records import DecodedRecords, Header
 
 FETCH_BYTES_MAX = 1024 * 1024
 QUEUE_BATCHES_MAX = 16
@@ -58,13 +59,25 @@ class GroupRecord:
     partition: int
     offset: int
     value: bytes
+    key: bytes | None = None  # the envelope's (envelope topics; raw topics have none)
+    headers: tuple[Header, ...] = ()
+    timestamp_ms: int | None = None  # None: a raw topic's record
 
 
 def records_of(tp: TopicPartition, result: FetchResult) -> list[GroupRecord]:
-    records = result.records
+    """A Fetch's records (already decoded: an envelope topic's come with key, headers and
+    timestamp)."""
+    got = result.records
+    topic, partition = tp
+    if isinstance(got, DecodedRecords):
+        return [
+            GroupRecord(topic, partition, o, v, k, h, t)
+            for o, v, k, h, t in zip(
+                got.offsets, got.values, got.keys, got.headers, got.timestamps, strict=True
+            )
+        ]
     return [
-        GroupRecord(tp[0], tp[1], o, v)
-        for o, v in zip(records.offsets, records.values, strict=True)
+        GroupRecord(topic, partition, o, v) for o, v in zip(got.offsets, got.values, strict=True)
     ]
 
 

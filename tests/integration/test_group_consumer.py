@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -175,30 +175,44 @@ def test_the_asyncio_consumer_shares_a_group_with_a_thread_of_the_sync_one(
     topic = fresh(client, 4, 10)
     done = threading.Event()
     sync_seen: list[GroupRecord] = []
+    sync_holds: list[int] = [0]
 
     def sync_member() -> None:
         with Client(node.address) as other, other.consumer(topic, group="g8", **OPTIONS) as c:
             while not done.is_set():
                 sync_seen.extend(c.poll(0.1))
+                sync_holds[0] = len(c.assignment())
 
     thread = threading.Thread(target=sync_member, daemon=True)
 
     async def scenario() -> set[tuple[int, int]]:
         seen: set[tuple[int, int]] = set()
+        loop = asyncio.get_running_loop()
         async with AsyncClient(node.address) as aclient:
             async with aclient.consumer(topic, group="g8", **OPTIONS) as consumer:
                 thread.start()
-                async for record in consumer:
-                    seen.add((record.partition, record.offset))
-                    both = seen | {(r.partition, r.offset) for r in sync_seen}
-                    if len(both) >= 40 and consumer.assignment() and len(consumer.assignment()) < 4:
-                        break
+
+                async def until(condition: Callable[[], bool], what: str) -> None:
+                    deadline = loop.time() + 60
+                    while not condition():
+                        assert loop.time() < deadline, f"timed out waiting until {what}"
+                        seen.update((r.partition, r.offset) for r in await consumer.poll(0.1))
+
+                await until(
+                    lambda: 0 < len(consumer.assignment()) < 4 and sync_holds[0] > 0,
+                    "both members hold partitions",
+                )
+                for p in range(4):  # new records: each member must consume its share
+                    await aclient.append(topic, p, [b"more"] * 10)
+
+                def everything() -> set[tuple[int, int]]:
+                    return seen | {(r.partition, r.offset) for r in sync_seen}
+
+                await until(lambda: len(everything()) >= 80, "every record is consumed")
                 await consumer.commit()
                 assert await consumer.committed()
-            groups = await aclient.list_groups()
-            assert "g8" in {g.group for g in groups}
-            described = await aclient.describe_group("g8")
-            assert described.group == "g8"
+            assert "g8" in {g.group for g in await aclient.list_groups()}
+            assert (await aclient.describe_group("g8")).group == "g8"
         return seen
 
     try:
@@ -207,5 +221,23 @@ def test_the_asyncio_consumer_shares_a_group_with_a_thread_of_the_sync_one(
         done.set()
         thread.join(30)
     both = seen | {(r.partition, r.offset) for r in sync_seen}
-    assert len(both) == 40
-    assert seen and sync_seen, "both members consumed"
+    assert len(both) == 80
+    new_async = {p for p, _o in seen}
+    new_sync = {r.partition for r in sync_seen if r.value == b"more"}
+    assert new_async and new_sync, "both members consumed new records of their partitions"
+
+
+def test_a_member_of_an_envelope_topic_gets_keys_headers_and_timestamps(client: Client) -> None:
+    from replog.records import Record
+
+    name = f"gc{next(_names)}"
+    client.create_topic(name, 1, format="envelope")
+    client.append(name, 0, [Record(b"v", key=b"k", headers=[("h", b"1")], timestamp_ms=1234)])
+    with client.consumer(name, group="g9", **OPTIONS) as consumer:
+        (record,) = read(consumer, 1)
+    assert (record.value, record.key, record.headers, record.timestamp_ms) == (
+        b"v",
+        b"k",
+        (("h", b"1"),),
+        1234,
+    )
