@@ -60,7 +60,7 @@ NO_TIMESTAMP: Final = TIMESTAMP_MIN  # the time index's "no timestamp yet"
 _NAME_LEN = struct.Struct(">H")
 _VALUE_LEN = struct.Struct(">I")
 _TS = struct.Struct(">q")
-_FIXED_DTYPE = np.dtype(
+FIXED_DTYPE = np.dtype(
     [
         ("version", "u1"),
         ("attributes", "u1"),
@@ -184,7 +184,7 @@ def encode_batch(records: Sequence[Record | bytes], timestamp_ms: int) -> list[b
                 raise InvalidRecordError(
                     f"a record is bytes or replog.Record, got {type(r).__name__}"
                 )
-    fixed = np.zeros(n, dtype=_FIXED_DTYPE)
+    fixed = np.zeros(n, dtype=FIXED_DTYPE)
     fixed["version"] = VERSION
     fixed["value_length"] = list(map(len, values))
     if any(s is not None for s in stamps):
@@ -361,7 +361,7 @@ def _fixed_parts(buf: bytes, starts: np.ndarray) -> np.ndarray:
     """The 20-byte fixed parts at `starts` (each at least 20 bytes long) as one array."""
     whole = np.frombuffer(buf, dtype=np.uint8)
     rows = whole[starts[:, None] + np.arange(FIXED_BYTES)]
-    return rows.view(_FIXED_DTYPE).ravel()
+    return rows.view(FIXED_DTYPE).ravel()
 
 
 def _decode_spans(
@@ -490,7 +490,7 @@ def validate(values: Sequence[bytes]) -> None:
     lengths = np.fromiter(map(len, values), dtype=np.int64, count=n)
     try:
         _check_lengths(lengths)
-        fixed = np.frombuffer(b"".join(map(_head, values)), dtype=_FIXED_DTYPE)
+        fixed = np.frombuffer(b"".join(map(_head, values)), dtype=FIXED_DTYPE)
         _check_fixed(fixed, lengths)
         for i in np.flatnonzero(fixed["count"]).tolist():
             value = bytes(values[i])
@@ -507,7 +507,7 @@ def validate(values: Sequence[bytes]) -> None:
 # -- timestamps of frames (the time index) ---------------------------------------------------
 
 
-def frame_timestamps(buf: bytes | memoryview, starts: Sequence[int]) -> np.ndarray:
+def frame_timestamps(buf: bytes | memoryview, starts: Sequence[int] | np.ndarray) -> np.ndarray:
     """The envelope timestamp of each frame starting at `starts` in `buf` (whole frames);
     `NO_TIMESTAMP` for control records and for values too short to be envelopes."""
     n = len(starts)

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from replog.errors import InvalidConfigError
 from replog.frames import HEADER_BYTES, LENGTH_MASK
 
 KIB = 1024
 MIB = 1024 * KIB
+NO_TIMESTAMP = -(2**63)  # a record without a timestamp (the smallest i64)
+
+# The timestamps of the frames of `buf` that start at `starts` (NO_TIMESTAMP where a frame
+# has none): how a partition's records are dated for its time index (`time_index.py`).
+TimestampReader = Callable[[bytes | memoryview, np.ndarray], np.ndarray]
 
 
 class FlushPolicy(enum.StrEnum):
@@ -32,6 +40,8 @@ class StorageConfig:
     flush_interval_ms: int = 1000
     read_bytes_max: int = 4 * MIB  # upper bound on one read's byte budget
     checksum_chunk_bytes: int = 16 * KIB  # CRC32C block size of new segments' `.crc` sidecars
+    # None: the records have no timestamps (no time index; time retention by file age)
+    timestamps: TimestampReader | None = None
 
     def __post_init__(self) -> None:
         def need(ok: bool, what: str) -> None:

@@ -481,6 +481,16 @@ class PartitionLog:
             except OSError as exc:
                 raise storage_error(exc, f"read {self.directory}") from exc
 
+    def offset_for_time(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first committed record whose timestamp is >=
+        `timestamp_ms` (time_index.py); None when no committed record has one."""
+        with self._lock:
+            log = self._opened()
+            try:
+                return log.offset_for_time(timestamp_ms, self._hw)
+            except OSError as exc:
+                raise storage_error(exc, f"read {self.directory}") from exc
+
     def _out_of_range(self, offset: int, upper: int) -> OffsetOutOfRangeError:
         start = self.log_start_offset
         return OffsetOutOfRangeError(

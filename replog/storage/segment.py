@@ -1,5 +1,8 @@
 """One segment: `{base_offset:020d}.log` (frames, see `replog.frames`), its sparse index
-(`.idx`, see `index.py`) and its CRC32C sidecar (`.crc`, see `checksums.py`).
+(`.idx`, see `index.py`), its CRC32C sidecar (`.crc`, see `checksums.py`) and, for a
+partition whose records have timestamps, its time index (`.timeindex`, see
+`time_index.py`: built from the log on first use, kept up to date by appends, written when
+the segment is sealed or closed cleanly and deleted before the segment changes).
 
 The `.log` file holds frames for offsets `base_offset .. next_offset - 1`, back to back, with
 nothing else: its size is the write position. Appends are one `write` per call (callers pass
@@ -38,8 +41,10 @@ from bisect import bisect_left, bisect_right
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
+
 from replog.errors import CorruptDataError
-from replog.frames import HEADER, HEADER_BYTES, LENGTH_MASK
+from replog.frames import HEADER, HEADER_BYTES, LENGTH_MASK, FrameError, scan
 from replog.storage import integrity
 from replog.storage.checksums import (
     Coverage,
@@ -51,9 +56,10 @@ from replog.storage.checksums import (
     crc32c_value,
     shift,
 )
-from replog.storage.config import StorageConfig
+from replog.storage.config import NO_TIMESTAMP, StorageConfig
 from replog.storage.index import SparseIndex
 from replog.storage.integrity import IntegrityIssue
+from replog.storage.time_index import TimeIndex, build, time_index_file_name
 
 _unpack_header = HEADER.unpack_from
 _RESYNC_OFFSETS_MAX = 16  # frames a damaged header may hide before recovery gives up
@@ -79,6 +85,10 @@ class Segment:
         self.log_path = directory / log_file_name(base_offset)
         self.index_path = directory / index_file_name(base_offset)
         self.checksum_path = directory / checksum_file_name(base_offset)
+        self.time_index_path = directory / time_index_file_name(base_offset)
+        self._time_reader = config.timestamps
+        self._times: TimeIndex | None = None  # built on first use (time_index.py)
+        self._time_file_maybe = not create  # a `.timeindex` may exist for these bytes
         self.sidecar: Sidecar | None = None
         self._bad: set[int] = set()  # blocks known corrupt (never served)
         self._unreadable = False  # the whole segment is corrupt (its sidecar header is)
@@ -88,6 +98,7 @@ class Segment:
         if create:
             # A stale index of a segment deleted earlier must not be mistaken for this one's.
             self.index_path.unlink(missing_ok=True)
+            self.time_index_path.unlink(missing_ok=True)
         self._fd = os.open(self.log_path, flags, 0o644)
         try:
             log_size = os.fstat(self._fd).st_size
@@ -380,6 +391,7 @@ class Segment:
         """
         assert first_offset == self.next_offset, "frames must continue the segment"
         assert self.sidecar is not None, "appends go to checksummed segments only"
+        self._drop_time_file()
         base_pos = self.size
         entries: list[tuple[int, int]] = []
         index = self.index
@@ -411,6 +423,8 @@ class Segment:
             raise
         for rel, pos in entries:
             index.append(rel, pos)
+        if self._times is not None:
+            self._extend_times(chunk, ends, lo, hi, bias, first_offset - self.base_offset, entries)
         self.size = base_pos + total
         self.next_offset = first_offset + (hi - lo)
 
@@ -430,6 +444,8 @@ class Segment:
             except _IndexMismatch as again:
                 why = "index and log disagree"
                 raise self._corrupt(offset, again.position, again.position, why) from None
+        self._drop_time_file()
+        self._times = None  # rebuilt on next use
         if self.sidecar is not None and pos < self.sidecar.covered_end:
             self._truncate_sidecar(pos, None)  # first: a crash then leaves log bytes uncovered
         os.ftruncate(self._fd, pos)
@@ -463,8 +479,10 @@ class Segment:
 
     def seal(self) -> None:
         """The segment will take no more appends (the log rolled): compact its sidecar if
-        small appends left mostly superseded entries (smaller file, faster open). Best
-        effort: on an I/O error the old file stays, which describes the same bytes."""
+        small appends left mostly superseded entries (smaller file, faster open); write its
+        time index if it has one. Best effort: on an I/O error the old file stays, which
+        describes the same bytes (a missing time index is rebuilt from the log)."""
+        self._save_times()
         sidecar = self.sidecar
         if sidecar is None or not sidecar.needs_compaction:
             return
@@ -722,6 +740,7 @@ class Segment:
         self.rebuild_index()
 
     def rebuild_index(self) -> None:
+        self._times = None  # its entries follow the offset index's: rebuilt on next use
         index = self.index
         index.truncate_entries(0)
         index.reserve(1)
@@ -758,6 +777,8 @@ class Segment:
     def close(self, *, trim: bool = True) -> None:
         if self._fd < 0:
             return
+        if trim:
+            self._save_times()
         try:
             self.index.close(trim=trim)
             if self.sidecar is not None:
@@ -771,6 +792,114 @@ class Segment:
         self.log_path.unlink(missing_ok=True)
         self.index_path.unlink(missing_ok=True)
         self.checksum_path.unlink(missing_ok=True)
+        self.time_index_path.unlink(missing_ok=True)
+
+    # -- time index (time_index.py) -------------------------------------------------------
+
+    def times(self) -> TimeIndex | None:
+        """This segment's time index (None: its records have no timestamps), built from
+        the log on first use unless a `.timeindex` file describes these bytes. Raises
+        CorruptDataError if the bytes it must read fail their checksums."""
+        if self._time_reader is None:
+            return None
+        if self._times is None:
+            if not self._index_checked:
+                self.check_index()
+            rels = self.index.relative_offsets
+            loaded = None
+            if self._time_file_maybe:
+                loaded = TimeIndex.load(self.time_index_path, self.size, rels)
+            if loaded is None:
+                data = self._read_verified(0, self.size)[0]
+                starts = _frame_starts(data, self.base_offset)
+                count = len(starts)
+                stamps = self._time_reader(data, np.array(starts, dtype=np.int64))
+                loaded = build(stamps, range(count), [r for r in rels if r < count])
+                self._times = loaded
+                self._save_times()
+            self._times = loaded
+        return self._times
+
+    def newest_timestamp(self) -> int | None:
+        """The largest record timestamp in the segment; None when it has none."""
+        times = self.times()
+        if times is None or times.max_timestamp == NO_TIMESTAMP:
+            return None
+        return times.max_timestamp
+
+    def offset_for_time(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record whose timestamp is >= `timestamp_ms`;
+        None if the segment has none. Reads one index interval (time_index.py)."""
+        times = self.times()
+        if times is None or times.max_timestamp < timestamp_ms or self.size == 0:
+            return None
+        reader = self._time_reader
+        assert reader is not None
+        i = times.entry_below(timestamp_ms)
+        rel = times.relative_offsets[i] if times.relative_offsets else 0
+        entry = bisect_left(self.index.relative_offsets, rel)
+        pos = self.index.positions[entry] if len(self.index) else 0
+        stop = self.index.position_after(entry, self.size)
+        while pos < self.size:
+            data = self._read_verified(pos, stop)[0]
+            starts = _frame_starts(data, self.base_offset + rel)
+            stamps = reader(data, np.array(starts, dtype=np.int64))
+            hit = np.flatnonzero(stamps >= timestamp_ms)
+            if len(hit):
+                j = int(hit[0])
+                return self.base_offset + rel + j, int(stamps[j])
+            # Not in its interval: only if the index is wrong; the rest of the segment then.
+            rel += len(starts)
+            pos, stop = stop, self.size
+        return None
+
+    def _extend_times(
+        self,
+        chunk: memoryview,
+        ends: list[int],
+        lo: int,
+        hi: int,
+        bias: int,
+        first_rel: int,
+        entries: list[tuple[int, int]],
+    ) -> None:
+        """Keep a built time index up to date with frames `lo..hi-1` just appended."""
+        times, reader = self._times, self._time_reader
+        assert times is not None and reader is not None
+        starts = np.empty(hi - lo, dtype=np.int64)
+        starts[0] = 0
+        starts[1:] = np.fromiter(ends[lo : hi - 1], dtype=np.int64, count=hi - lo - 1) - bias
+        stamps = reader(chunk, starts)
+        times.extend(stamps, [(rel, rel) for rel, _ in entries], first_rel)
+
+    def _save_times(self) -> None:
+        """Write the built time index if no file describes these bytes (best effort)."""
+        if self._times is None or self._time_file_maybe or self._fd < 0:
+            return
+        try:
+            self._times.write(self.time_index_path, self.size)
+        except OSError:
+            self.time_index_path.with_name(self.time_index_path.name + ".tmp").unlink(
+                missing_ok=True
+            )
+            return
+        self._time_file_maybe = True
+
+    def _drop_time_file(self) -> None:
+        """Before the segment's bytes change: its `.timeindex` would describe old bytes."""
+        if self._time_file_maybe:
+            self.time_index_path.unlink(missing_ok=True)
+            self._time_file_maybe = False
+
+
+def _frame_starts(data: bytes, first_offset: int) -> list[int]:
+    """Start positions of the whole frames at the beginning of `data` (up to a frame that
+    is cut short or out of sequence: damage is the checksums' business, not this walk's)."""
+    try:
+        ends = scan(data, first_offset)
+    except FrameError as exc:
+        ends = scan(data[: exc.position], first_offset) if exc.position else []
+    return [0, *ends[:-1]] if ends else []
 
 
 @functools.cache

@@ -19,13 +19,23 @@ import re
 from bisect import bisect_right
 from pathlib import Path
 
-from replog.errors import StorageError, StorageFullError
+from replog.errors import CorruptDataError, StorageError, StorageFullError
 from replog.storage.config import StorageConfig
 from replog.storage.integrity import IntegrityIssue
 from replog.storage.segment import Segment
 
 _LOG_NAME = re.compile(r"(\d{20})\.log")
-_SIDE_NAME = re.compile(r"(\d{20})\.(?:idx|crc)")
+_SIDE_NAME = re.compile(r"(\d{20})\.(?:idx|crc|timeindex)")
+
+
+def _newest_ms(seg: Segment) -> int:
+    """The segment's newest record timestamp, or its file's mtime when it has none (or its
+    bytes cannot be read to find it: retention never fails on a damaged segment)."""
+    try:
+        newest = seg.newest_timestamp()
+    except CorruptDataError:
+        newest = None
+    return seg.modified_ms() if newest is None else newest
 
 
 def storage_error(exc: OSError, what: str) -> StorageError | StorageFullError:
@@ -47,7 +57,8 @@ class SegmentLog:
         )
         for p in directory.iterdir():  # an index or sidecar whose log is gone is a leftover
             m = _SIDE_NAME.fullmatch(p.name)
-            if (m and int(m.group(1)) not in bases) or p.name.endswith(".crc.tmp"):
+            leftover = p.name.endswith((".crc.tmp", ".timeindex.tmp"))
+            if (m and int(m.group(1)) not in bases) or leftover:
                 p.unlink()
         try:
             for base in bases:
@@ -167,14 +178,16 @@ class SegmentLog:
     def retention_candidates(
         self, now_ms: int, offset_limit: int, retention_bytes: int | None, retention_ms: int | None
     ) -> int:
-        """How many oldest closed segments retention deletes (none at or above `offset_limit`)."""
+        """How many oldest closed segments retention deletes (none at or above `offset_limit`).
+        A segment's age is its newest record timestamp where its records have timestamps
+        (Kafka's rule: a producer's future timestamp keeps it), else its file's mtime."""
         total = self.size_bytes
         count = 0
         for seg in self.segments[:-1]:
             if seg.next_offset > offset_limit:
                 break
             too_big = retention_bytes is not None and total > retention_bytes
-            too_old = retention_ms is not None and seg.modified_ms() < now_ms - retention_ms
+            too_old = retention_ms is not None and _newest_ms(seg) < now_ms - retention_ms
             if not (too_big or too_old):
                 break
             total -= seg.size
@@ -217,6 +230,18 @@ class SegmentLog:
                 break
             offset = seg.next_offset
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def offset_for_time(self, timestamp_ms: int, end_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record below `end_offset` whose timestamp is
+        >= `timestamp_ms`; None if there is none. Segments whose newest timestamp is older
+        are passed over without reading their records."""
+        for seg in self.segments:
+            if seg.base_offset >= end_offset:
+                break
+            found = seg.offset_for_time(timestamp_ms)
+            if found is not None:
+                return found if found[0] < end_offset else None
+        return None
 
     # -- integrity -----------------------------------------------------------------------
 
