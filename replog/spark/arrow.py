@@ -18,19 +18,29 @@ before each batch, a leader's epoch marker) cost little more than a reply withou
 when the frames vary so much that runs are short, it walks the headers once
 (`replog.frames.scan`) and gathers the values with a byte mask. Control records are dropped.
 
-Today a record is its value only: `key`, `timestamp`, `timestampType` and `headers` are null
-(Kafka's types, so jobs written for Kafka run unchanged). All decoding of a record happens in
-one function, `frames_to_record_batch`: when records carry an envelope with key, timestamp
-and headers (issue 13), it decodes them there, per the topic's format, and nothing else in
-the source changes.
+A topic's format decides the other columns (`RecordFormat`, from the topic's metadata):
+
+* `raw` (the value is the producer's bytes): `key`, `timestamp`, `timestampType` and
+  `headers` are null;
+* `envelope` (`replog.records`: key, value, timestamp, headers): the envelope's fields, the
+  timestamp in microseconds (null when outside Spark's range), `timestampType` the topic's
+  (0 create time, 1 log-append time), `headers` null for a record without headers (as in
+  Kafka's source). Runs of envelopes without key and headers (the usual batch) are decoded
+  with numpy alone; any other envelope goes through `replog.records.decode_frames`, which
+  also refuses malformed ones.
+
+All decoding of a stored record into Spark's columns happens in one function,
+`frames_to_record_batch`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 
-from replog import frames
+from replog import frames, records
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
@@ -63,6 +73,22 @@ ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(pa.field("headers", HEADERS_TYPE
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
     return ARROW_SCHEMA_WITH_HEADERS if include_headers else ARROW_SCHEMA
+
+
+CREATE_TIME = 0  # Kafka's timestampType values
+LOG_APPEND_TIME = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFormat:
+    """What a topic's frames hold: raw values, or envelopes stamped with create time or
+    log-append time. Plain fields: travels in a task's partition."""
+
+    envelope: bool = False
+    timestamp_type: int = CREATE_TIME
+
+
+RAW = RecordFormat()
 
 
 _HEADER = frames.HEADER_BYTES
@@ -126,7 +152,7 @@ def _runs(buf: bytes, data: np.ndarray) -> tuple[list[tuple[int, int, int, int]]
 def _records(buf: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(offsets int64, value lengths int64, value bytes uint8) of the data records in `buf`;
     control records dropped. A run of equally sized frames is copied out with one strided
-    slice; frames walked one by one have their values gathered with a byte mask."""
+    slice; frames walked one by one have their values joined in one C-level pass."""
     data = np.frombuffer(buf, dtype=np.uint8)
     runs, walked = _runs(buf, data)
     offsets: list[np.ndarray] = []
@@ -142,19 +168,46 @@ def _records(buf: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if walked < len(buf):
         o, starts, n, control = _walk(buf, data, walked)
         keep = ~control
-        starts, n = starts[keep], n[keep]
-        # +1 where a kept value starts, -1 where it ends: the running sum marks value bytes.
-        edges = np.zeros(len(data) + 1, dtype=np.int8)
-        edges[starts] = 1
-        edges[starts + n] -= 1
         offsets.append(o[keep])
-        lengths.append(n)
-        values.append(data[np.cumsum(edges[:-1], dtype=np.int8).view(bool)])
+        lengths.append(n[keep])
+        values.append(np.frombuffer(_gather(buf, starts[keep], n[keep]), dtype=np.uint8))
     if len(offsets) == 1:
         return offsets[0], lengths[0], values[0]
     if not offsets:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8)
     return np.concatenate(offsets), np.concatenate(lengths), np.concatenate(values)
+
+
+def _gather(buf: bytes, starts: np.ndarray, lengths: np.ndarray) -> bytes:
+    """The byte ranges `[start, start + length)` of `buf`, back to back."""
+    return b"".join(map(buf.__getitem__, map(slice, starts.tolist(), (starts + lengths).tolist())))
+
+
+def _data_spans(
+    buf: bytes, data: np.ndarray, runs: list[tuple[int, int, int, int]], walked: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(offsets, value starts, value lengths) of the data frames in `buf` (`_runs`' answer)."""
+    parts = [
+        (
+            data[pos : pos + count * frame]
+            .reshape(count, frame)[:, :8]
+            .copy()
+            .view(_BE_U64)
+            .ravel(),
+            np.arange(count, dtype=np.int64) * frame + (pos + _HEADER),
+            np.full(count, frame - _HEADER, dtype=np.int64),
+        )
+        for pos, count, frame, raw_len in runs
+        if not raw_len & frames.CONTROL_FLAG
+    ]
+    if walked < len(buf):
+        o, starts, n, control = _walk(buf, data, walked)
+        keep = ~control
+        parts.append((o[keep], starts[keep], n[keep]))
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    offsets, starts_, lengths = (np.concatenate(column) for column in zip(*parts, strict=True))
+    return offsets.astype(np.int64), starts_, lengths
 
 
 def _walk(
@@ -172,33 +225,199 @@ def _walk(
 
 
 def frames_to_record_batch(
-    buf: bytes, topic: str, partition: int, include_headers: bool = False
+    buf: bytes,
+    topic: str,
+    partition: int,
+    include_headers: bool = False,
+    fmt: RecordFormat = RAW,
 ) -> pa.RecordBatch:
     """A record batch of the data records in `buf` (whole frames), control records dropped:
     the one place where a stored record becomes Spark's columns (see the module docstring)."""
     schema = arrow_schema(include_headers)
     if not buf:
         return _empty(schema)
-    offsets, lengths, values = _records(buf)
-    count = len(offsets)
-    value_offsets = np.zeros(count + 1, dtype=np.int32)
-    np.cumsum(lengths, out=value_offsets[1:])
-    value_array = pa.Array.from_buffers(
-        pa.binary(), count, [None, pa.py_buffer(value_offsets), pa.py_buffer(values)]
-    )
-    # The raw format has no key, timestamp or headers: null columns of Kafka's types.
+    if fmt.envelope:
+        offsets, key, value, stamps, headers = _envelopes(buf, include_headers)
+        count = len(offsets)
+        timestamp = _timestamps(stamps)
+        timestamp_type = pa.array(np.full(count, fmt.timestamp_type, dtype=np.int32))
+    else:
+        # The raw format has no key, timestamp or headers: null columns of Kafka's types.
+        offsets, lengths, values = _records(buf)
+        count = len(offsets)
+        key = pa.nulls(count, pa.binary())
+        value = _binary_array(lengths, values)
+        timestamp = pa.nulls(count, TIMESTAMP_TYPE)
+        timestamp_type = pa.nulls(count, pa.int32())
+        headers = None
     columns = [
-        pa.nulls(count, pa.binary()),
-        value_array,
+        key,
+        value,
         _constant_string(topic, count),
         pa.array(np.full(count, partition, dtype=np.int32)),
         pa.array(offsets),
-        pa.nulls(count, TIMESTAMP_TYPE),
-        pa.nulls(count, pa.int32()),
+        timestamp,
+        timestamp_type,
     ]
     if include_headers:
-        columns.append(pa.nulls(count, HEADERS_TYPE))
+        columns.append(pa.nulls(count, HEADERS_TYPE) if headers is None else headers)
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _binary_array(
+    lengths: np.ndarray, values: np.ndarray | bytes, valid: np.ndarray | None = None
+) -> pa.Array:
+    """A binary array from value lengths and the values back to back (`valid`: None when
+    every value is present)."""
+    count = len(lengths)
+    value_offsets = np.zeros(count + 1, dtype=np.int32)
+    np.cumsum(lengths, out=value_offsets[1:])
+    bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(
+        pa.binary(), count, [bitmap, pa.py_buffer(value_offsets), pa.py_buffer(values)]
+    )
+
+
+# The fixed part at the start of every envelope, as `replog.records` (its owner) reads it:
+# version, attributes, ts, key_length, count, value_length.
+_ENVELOPE_FIXED = records.FIXED_DTYPE
+assert _ENVELOPE_FIXED.itemsize == records.FIXED_BYTES
+_TIMESTAMP_MS_MAX = (2**63 - 1) // 1000  # past it, microseconds overflow Spark's int64
+
+Envelopes = tuple[np.ndarray, pa.Array, pa.Array, np.ndarray, pa.Array | None]
+# Up to this many runs, envelopes are checked and copied run by run (strided copies); past
+# it, the numpy calls per run cost more than checking all envelopes at once and joining
+# their keys and values (`_envelopes_without_headers`).
+_UNIFORM_RUNS_MAX = 16
+
+
+def _envelopes(buf: bytes, include_headers: bool) -> Envelopes:
+    """(offsets, key, value, timestamps in ms, headers or None) of an envelope topic's data
+    records: with numpy alone unless a record has headers (or is malformed, which
+    `records.decode_frames` then says)."""
+    data = np.frombuffer(buf, dtype=np.uint8)
+    runs, walked = _runs(buf, data)
+    if walked == len(buf) and len(runs) <= _UNIFORM_RUNS_MAX:
+        uniform = _uniform_envelopes(data, runs)
+        if uniform is not None:
+            return uniform
+    headerless = _envelopes_without_headers(buf, data, *_data_spans(buf, data, runs, walked))
+    if headerless is not None:
+        return headerless
+    decoded = records.decode_frames(buf)
+    count = len(decoded)
+    value = _binary_array(
+        np.fromiter(map(len, decoded.values), dtype=np.int64, count=count),
+        b"".join(decoded.values),
+    )
+    keys = decoded.keys
+    if all(k is None for k in keys):
+        key = pa.nulls(count, pa.binary())
+    else:
+        valid = np.fromiter((k is not None for k in keys), dtype=bool, count=count)
+        present = [k if k is not None else b"" for k in keys]
+        lengths = np.fromiter(map(len, present), dtype=np.int64, count=count)
+        key = _binary_array(lengths, b"".join(present), valid)
+    headers = None
+    if include_headers:
+        headers = pa.array(
+            [[{"key": n, "value": v} for n, v in h] if h else None for h in decoded.headers],
+            type=HEADERS_TYPE,
+        )
+    stamps = np.array(decoded.timestamps, dtype=np.int64)
+    return np.array(decoded.offsets, dtype=np.int64), key, value, stamps, headers
+
+
+def _uniform_envelopes(data: np.ndarray, runs: list[tuple[int, int, int, int]]) -> Envelopes | None:
+    """The columns when, within each run of equal frames, the envelopes have no headers and
+    the same key length (or none): a producer's usual batch, keyed or not. Keys and values
+    are then strided copies, run by run; None when the runs are not like that."""
+    fixed_bytes = records.FIXED_BYTES
+    offsets: list[np.ndarray] = []
+    stamps: list[np.ndarray] = []
+    key_parts: list[tuple[int, bool, np.ndarray]] = []  # (key length, has key, bytes) per run
+    value_lengths: list[np.ndarray] = []
+    values: list[np.ndarray] = []
+    for pos, count, frame, raw_len in runs:
+        if raw_len & frames.CONTROL_FLAG:
+            continue
+        if frame - _HEADER < fixed_bytes:
+            return None  # too short for an envelope: let records.decode_frames say so
+        rows = data[pos : pos + count * frame].reshape(count, frame)
+        fixed = rows[:, _HEADER : _HEADER + fixed_bytes].copy().view(_ENVELOPE_FIXED).ravel()
+        attributes = int(fixed["attributes"][0])
+        key_length = int(fixed["key_length"][0])
+        length = frame - _HEADER - fixed_bytes - key_length
+        if not (
+            attributes in (0, records.ATTR_KEY)
+            and (key_length == 0 or attributes == records.ATTR_KEY)
+            and length >= 0
+            and (fixed["version"] == records.VERSION).all()
+            and (fixed["attributes"] == attributes).all()
+            and (fixed["key_length"] == key_length).all()
+            and not fixed["count"].any()
+            and (fixed["value_length"] == length).all()
+        ):
+            return None
+        key_at = _HEADER + fixed_bytes
+        offsets.append(rows[:, :8].copy().view(_BE_U64).ravel().astype(np.int64))
+        stamps.append(fixed["ts"].astype(np.int64))
+        key_parts.append((key_length, bool(attributes), rows[:, key_at : key_at + key_length]))
+        value_lengths.append(np.full(count, length, dtype=np.int64))
+        values.append(rows[:, key_at + key_length :].ravel())
+    if not offsets:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, pa.nulls(0, pa.binary()), _binary_array(empty, b""), empty, None
+    lengths = np.concatenate(value_lengths)
+    count = len(lengths)
+    value = _binary_array(lengths, np.concatenate(values))
+    if not any(has for _, has, _ in key_parts):
+        key = pa.nulls(count, pa.binary())
+    else:
+        has_key = np.concatenate([np.full(len(k), has) for _, has, k in key_parts])
+        key_lengths = np.concatenate([np.full(len(k), n, dtype=np.int64) for n, _, k in key_parts])
+        keys = np.concatenate([k.ravel() for _, _, k in key_parts])
+        key = _binary_array(key_lengths, keys, None if has_key.all() else has_key)
+    return np.concatenate(offsets), key, value, np.concatenate(stamps), None
+
+
+def _envelopes_without_headers(
+    buf: bytes, data: np.ndarray, offsets: np.ndarray, starts: np.ndarray, lengths: np.ndarray
+) -> Envelopes | None:
+    """The columns of envelopes with or without keys but without headers, at the given value
+    spans (any sizes); None when one has headers or does not check out."""
+    fixed_bytes = records.FIXED_BYTES
+    if not len(starts) or (lengths < fixed_bytes).any():
+        return None
+    fixed = data[starts[:, None] + np.arange(fixed_bytes)].view(_ENVELOPE_FIXED).ravel()
+    attributes = fixed["attributes"]
+    has_key = (attributes & records.ATTR_KEY).astype(bool)
+    key_lengths = fixed["key_length"].astype(np.int64)
+    value_lengths = fixed["value_length"].astype(np.int64)
+    if not (
+        (fixed["version"] == records.VERSION).all()
+        and not (attributes & ~np.uint8(records.ATTR_KEY)).any()
+        and not fixed["count"].any()
+        and not key_lengths[~has_key].any()
+        and (fixed_bytes + key_lengths + value_lengths == lengths).all()
+    ):
+        return None
+    value_starts = starts + lengths - value_lengths
+    value = _binary_array(value_lengths, _gather(buf, value_starts, value_lengths))
+    if not has_key.any():
+        key = pa.nulls(len(starts), pa.binary())
+    else:
+        keys = _gather(buf, starts + fixed_bytes, key_lengths)
+        key = _binary_array(key_lengths, keys, None if has_key.all() else has_key)
+    return offsets, key, value, fixed["ts"].astype(np.int64), None
+
+
+def _timestamps(ms: np.ndarray) -> pa.Array:
+    """Milliseconds -> Spark's timestamps (microseconds, UTC); null where they overflow."""
+    valid = np.abs(ms) <= _TIMESTAMP_MS_MAX
+    micros = np.where(valid, ms, 0) * 1000
+    bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(TIMESTAMP_TYPE, len(ms), [bitmap, pa.py_buffer(micros)])
 
 
 def _empty(schema: pa.Schema) -> pa.RecordBatch:

@@ -18,7 +18,13 @@ from pyspark.sql.datasource import InputPartition
 from replog.client import Client
 from replog.errors import InvalidArgumentError, OffsetOutOfRangeError
 from replog.spark import offsets as off
-from replog.spark.arrow import frames_to_record_batch
+from replog.spark.arrow import (
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    RAW,
+    RecordFormat,
+    frames_to_record_batch,
+)
 from replog.spark.clients import NO_TLS, TlsOptions, client_for
 from replog.spark.options import SourceOptions, Subscription
 
@@ -73,15 +79,14 @@ def offsets_for_times(
 ) -> dict[off.TopicPartition, int | None]:
     """The earliest offset whose record timestamp is >= the asked one, per partition.
 
-    The server cannot answer this yet (records carry no timestamps and `ListOffsets` takes
-    none; both are being built, issue 13): fail, naming the option, rather than read from
-    somewhere else. This is the one place to call the server's offsets-by-time lookup once
-    it exists; `offsets.resolve` already applies Kafka's rules to its answer.
+    The server cannot answer this yet (`ListOffsets` takes no timestamp; a time index is
+    being built, issue 13): fail, naming the option, rather than read from somewhere else.
+    This is the one place to call the server's offsets-by-time lookup once it exists;
+    `offsets.resolve` already applies Kafka's rules to its answer.
     """
     raise InvalidArgumentError(
-        f"option {option} is not supported by this server yet: replog records carry no "
-        "timestamps and the server cannot find offsets by time; use startingOffsets / "
-        "endingOffsets"
+        f"option {option} is not supported by this server yet: it cannot find offsets by "
+        "time; use startingOffsets / endingOffsets"
     )
 
 
@@ -97,6 +102,7 @@ class ReplogPartition(InputPartition):
         *,
         fail_on_data_loss: bool = True,
         include_headers: bool = False,
+        fmt: RecordFormat = RAW,
     ) -> None:
         super().__init__(None)
         self.bootstrap = bootstrap
@@ -108,6 +114,16 @@ class ReplogPartition(InputPartition):
         self.fetch_bytes_max = fetch_bytes_max
         self.fail_on_data_loss = fail_on_data_loss
         self.include_headers = include_headers
+        self.fmt = fmt
+
+
+def record_format(client: Client, topic: str) -> RecordFormat:
+    """How `topic` stores its records (from metadata): raw values, or envelopes."""
+    fmt, timestamp_type = client.topic_config(topic)
+    return RecordFormat(
+        envelope=fmt == "envelope",
+        timestamp_type=LOG_APPEND_TIME if timestamp_type == "log_append_time" else CREATE_TIME,
+    )
 
 
 def plan(
@@ -116,8 +132,12 @@ def plan(
     end: Mapping[off.TopicPartition, int],
 ) -> list[ReplogPartition]:
     """Tasks for `[begin, end)` of each partition in `end`, split per `maxRecordsPerPartition`
-    and `minPartitions`."""
+    and `minPartitions`. Each task knows its topic's record format (asked now, so a topic
+    created again with another format is read as it is)."""
     ranges = [off.OffsetRange(t, p, begin.get((t, p), e), e) for (t, p), e in sorted(end.items())]
+    tasks = off.split(ranges, opts.records_per_task_max, opts.min_partitions)
+    client = client_of(opts)
+    formats = {t: record_format(client, t) for t in sorted({r.topic for r in tasks})}
     return [
         ReplogPartition(
             opts.bootstrap,
@@ -126,8 +146,9 @@ def plan(
             opts.tls,
             fail_on_data_loss=opts.fail_on_data_loss,
             include_headers=opts.include_headers,
+            fmt=formats[r.topic],
         )
-        for r in off.split(ranges, opts.records_per_task_max, opts.min_partitions)
+        for r in tasks
     ]
 
 
@@ -182,7 +203,7 @@ def _stream(part: ReplogPartition, start: int) -> Iterator[tuple[pa.RecordBatch,
             if not reply.frames:
                 continue
             batch = frames_to_record_batch(
-                reply.frames, part.topic, part.partition, part.include_headers
+                reply.frames, part.topic, part.partition, part.include_headers, part.fmt
             )
             if reply.next_offset > part.end:
                 offsets = batch.column("offset").to_numpy()

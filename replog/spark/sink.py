@@ -6,19 +6,21 @@ string), `partition` (int), `headers`. Options: `kafka.bootstrap.servers` (alias
 `bootstrap`), `topic`, `kafka.acks` (alias `acks`: `all` (default), `1`/`leader`,
 `0`/`none`), TLS (`replog.spark.clients`); unknown options are rejected. Routing: the row's
 `partition` when set; else `crc32(key) % partitions` when it has a key; else round-robin per
-batch. A replog record is its value only, for now: the key picks the partition but is not
-stored, and a row with headers is refused rather than stored without them (the record
-envelope with key, timestamp and headers is issue 13).
+batch. On an envelope topic the key and headers are stored with the value (and the record
+gets the producer's clock as its create time); a raw topic holds values only: there the key
+only picks the partition, and a row with headers is refused rather than stored without
+them.
 
 Save modes: only `append`. `overwrite` is rejected (as Kafka's sink does); Spark itself
 rejects `ignore` and `errorifexists` for Python data sources. Streaming: the Complete output
 mode appends each trigger's whole result, as Kafka's sink does.
 
-Guarantee: **at least once**. A task that Spark retries (or a micro-batch replayed after a
-driver crash) appends its rows again; replog has no idempotent producer yet, so duplicates
-are possible in those cases and consumers that need exactly-once must deduplicate (for
-example on a business key). Nothing is lost: with `acks=all` a task only reports success
-once every one of its records is committed (below the high watermark).
+Guarantee: **at least once**. Within a task, appends are idempotent (a retried append is
+written once), but a task that Spark retries (or a micro-batch replayed after a driver
+crash) produces with a new identity and appends its rows again: duplicates are possible in
+those cases, and consumers that need exactly-once must deduplicate (for example on a
+business key). Nothing is lost: with `acks=all` a task only reports success once every one
+of its records is committed (below the high watermark).
 """
 
 from __future__ import annotations
@@ -99,11 +101,6 @@ class _Writer:
         futures: list[OffsetFuture] = []
         try:
             for row in rows:
-                if self.has_headers and row["headers"]:
-                    raise InvalidArgumentError(
-                        "replog records cannot hold headers yet (the record envelope is "
-                        "issue 13): drop the headers column or leave it null"
-                    )
                 topic = self._topic(row)
                 producer = producers.get(topic)
                 if producer is None:
@@ -112,11 +109,13 @@ class _Writer:
                     )
                 partition = row["partition"] if self.has_partition else None
                 key = row["key"] if self.has_key else None
+                headers = row["headers"] if self.has_headers else None
                 futures.append(
                     producer.send(
                         _bytes(row["value"], "value"),
                         key=None if key is None else _bytes(key, "key"),
                         partition=partition,
+                        headers=[(h["key"], _bytes(h["value"], "header")) for h in headers or ()],
                     )
                 )
                 count += 1

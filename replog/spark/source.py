@@ -17,8 +17,8 @@ options are rejected. TLS: `tls.ca`, `tls.cert`, `tls.key`, `tls.serverName`
 
 Schema: Spark's Kafka source's, `key binary, value binary, topic string, partition int,
 offset bigint, timestamp timestamp, timestampType int`, plus
-`headers array<struct<key:string,value:binary>>` with `includeHeaders=true`. replog records
-carry no key, timestamp or headers yet: those columns are null (`replog.spark.arrow`).
+`headers array<struct<key:string,value:binary>>` with `includeHeaders=true`: an envelope
+topic's records fill them, a raw topic's leave them null (`replog.spark.arrow`).
 Control records are skipped (their offsets are gaps). Only records below the high watermark
 are ever read, so a replayed range `[start, end)` always yields the same rows.
 """

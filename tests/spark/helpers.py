@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from replog.client import Client
+from replog.records import Record
 from tests.spark.replog_cluster import ReplogCluster
 
 QUERY_DEADLINE_S = 300
@@ -16,13 +17,16 @@ QUERY_DEADLINE_S = 300
 _names = itertools.count()
 
 
-def new_topic(client: Client, partitions: int = 2, prefix: str = "spark") -> str:
+def new_topic(client: Client, partitions: int = 2, prefix: str = "spark", **config: str) -> str:
+    """A new topic (`config`: `format`, `timestamp_type` as `Client.create_topic` takes)."""
     name = f"{prefix}{next(_names)}"
-    client.create_topic(name, partitions)
+    client.create_topic(name, partitions, **config)
     return name
 
 
-def produce(client: Client, topic: str, partition: int, values: list[bytes]) -> list[int]:
+def produce(
+    client: Client, topic: str, partition: int, values: Sequence[bytes | Record]
+) -> list[int]:
     """Append with acks=all; the offsets the values got (a replicated partition starts with
     its leader's control record, and a failover adds one: offsets are not simply 0..n-1)."""
     offsets: list[int] = []

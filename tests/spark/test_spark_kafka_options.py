@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from replog.client import Client
+from replog.records import Record
 from tests.integration.waiting import wait_until
 from tests.spark.helpers import (
     Batches,
@@ -79,6 +80,49 @@ def test_rows_have_kafkas_columns_and_key_timestamp_headers_are_null_until_recor
     assert {(r.key, r.timestamp, r.timestampType, r.headers) for r in sink.raw} == {
         (None, None, None, None)
     }
+
+
+def test_an_envelope_topics_key_timestamp_and_headers_fill_kafkas_columns(
+    spark: Any, server: ReplogCluster, client: Client, workdir: Path
+) -> None:
+    created = new_topic(client, 1, format="envelope")
+    appended = new_topic(client, 1, format="envelope", timestamp_type="log_append_time")
+    items = [
+        Record(b"v%d" % i, key=b"k%d" % i if i % 2 else None, timestamp_ms=1_700_000_000_000 + i)
+        for i in range(30)
+    ] + [Record(b"with-headers", headers=[("trace", b"t1"), ("n", b"")], timestamp_ms=5)]
+    offsets = {t: produce(client, t, 0, items) for t in (created, appended)}
+    want = [
+        (created, o, r.key, r.value, r.timestamp_ms, [tuple(h) for h in r.headers] or None)
+        for o, r in zip(offsets[created], items, strict=True)
+    ]
+
+    def columns(got: list[Any], topic: str) -> list[tuple[Any, ...]]:
+        return sorted(
+            (
+                r.topic,
+                r.offset,
+                None if r.key is None else bytes(r.key),
+                bytes(r.value),
+                round(r.timestamp.timestamp() * 1000),
+                None if r.headers is None else [(h.key, bytes(h.value)) for h in r.headers],
+            )
+            for r in got
+            if r.topic == topic
+        )
+
+    batch = reader(spark, server, subscribe=f"{created},{appended}", includeHeaders="true")
+    got = batch.collect()
+    assert columns(got, created) == want
+    assert {(r.topic, r.timestampType) for r in got} == {(created, 0), (appended, 1)}
+    stamped = [r.timestamp for r in got if r.topic == appended]
+    assert all(t.year >= 2025 for t in stamped), "the leader's clock, not the producer's"
+
+    live = stream(
+        spark, server, subscribe=created, startingOffsets="earliest", includeHeaders="true"
+    )
+    sink = run_available_now(live, checkpoint(workdir))
+    assert columns(sink.raw, created) == want
 
 
 # -- which topics and partitions ----------------------------------------------------------------

@@ -82,7 +82,7 @@ def test_what_the_source_reads_can_be_written_back_with_kafkas_columns(
     ), "each row kept its partition"
 
 
-def test_rows_with_headers_are_refused_rather_than_stored_without_them(
+def test_rows_with_headers_are_refused_by_a_raw_topic_rather_than_stored_without_them(
     spark: Any, server: ReplogCluster, client: Client
 ) -> None:
     topic = new_topic(client, 1)
@@ -90,11 +90,31 @@ def test_rows_with_headers_are_refused_rather_than_stored_without_them(
     df = spark.createDataFrame(
         [(b"v", [("trace", b"1")])], "value binary, headers array<struct<key:string,value:binary>>"
     )
-    with pytest.raises(Exception, match="cannot hold headers yet"):
+    with pytest.raises(Exception, match="is raw: its records hold no headers"):
         df.write.format("replog").options(**server.options).option("topic", topic).mode(
             "append"
         ).save()
     assert high_watermarks(client, topic) == before, "nothing written"
+
+
+def test_keys_and_headers_are_stored_in_an_envelope_topic(
+    spark: Any, server: ReplogCluster, client: Client
+) -> None:
+    topic = new_topic(client, 2, format="envelope")
+    df = spark.createDataFrame(
+        [(f"k{i}", f"v{i}", [("n", b"%d" % i)] if i % 2 else None) for i in range(40)],
+        "key string, value string, headers array<struct<key:string,value:binary>>",
+    )
+    df.write.format("replog").options(**server.options).option("topic", topic).mode("append").save()
+    got = reader(spark, server, subscribe=topic, includeHeaders="true").collect()
+    assert sorted((bytes(r.key), bytes(r.value)) for r in got) == sorted(
+        (b"k%d" % i, b"v%d" % i) for i in range(40)
+    )
+    assert {bytes(r.key): r.headers for r in got}[b"k3"] == [("n", b"3")]
+    assert {bytes(r.key): r.headers for r in got}[b"k2"] is None
+    assert all(r.timestamp is not None and r.timestampType == 0 for r in got)
+    by_key = {(bytes(r.key), r.partition) for r in got}
+    assert len({p for k, p in by_key if k == b"k7"}) == 1, "a key always lands on one partition"
 
 
 def test_a_stream_in_complete_mode_appends_each_triggers_whole_result_as_kafkas_sink_does(
