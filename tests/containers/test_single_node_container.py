@@ -49,6 +49,7 @@ def test_a_node_in_a_container_serves_and_keeps_acked_records_across_kill_and_st
         assert got == values
         client.append("c", 0, [b"after restart"], acks="all")
     assert node.stop() == 0, node.logs()  # SIGTERM: drained and flushed, clean exit
-    # 5000 records, one more, and the epoch markers of the two leaderships (a cluster of one).
-    assert (data_dir / "c" / "partition_0" / "high-watermark").read_text().strip() == "5003"
+    # 5000 records, one more, the epoch markers of the two leaderships (a cluster of one),
+    # and the header of each of the 11 idempotent batches.
+    assert (data_dir / "c" / "partition_0" / "high-watermark").read_text().strip() == "5014"
     node.remove()
