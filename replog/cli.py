@@ -7,6 +7,7 @@
     replog offsets TOPIC
     replog group list|describe|reset-offsets|delete ...   (consumer groups: cli_groups.py)
     replog verify DATA_DIR [...]          (offline check of a stopped node's files)
+    replog console [--listen 127.0.0.1:8080]   (the web console: replog/console/)
     replog completion bash|zsh            (prints a shell completion script)
     replog --version
 
@@ -251,6 +252,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_output_argument(offsets, "offsets")
 
     cli_groups.add_parser(sub, client_parser, add_output_argument)
+
+    from replog.console.server import add_arguments as add_console_arguments
+
+    add_console_arguments(
+        client_parser("console", "run the web console for a cluster (docs/console.md)")
+    )
 
     dev = sub.add_parser(
         "dev-cluster",
@@ -723,6 +730,16 @@ def cmd_group(args: argparse.Namespace, out: TextIO) -> int:
         return cli_groups.run(args, client, out)
 
 
+def cmd_console(args: argparse.Namespace, out: TextIO) -> int:
+    from replog.console.server import ConsoleUsageError
+    from replog.console.server import run as run_console
+
+    try:
+        return run_console(args, out)
+    except ConsoleUsageError as err:
+        raise UsageError(str(err)) from None
+
+
 def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     from replog.storage.verify import main as verify_main
     from replog.storage.verify import verify_data_dir
@@ -918,6 +935,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             return cmd_dev_cluster(args, out)
         if args.command == "verify":
             return cmd_verify(args, out)
+        if args.command == "console":
+            return cmd_console(args, out)
         if args.command == "certs":
             return cmd_certs(args, out)
         if args.command == "acl":

@@ -1,0 +1,235 @@
+"""The console's pages through Starlette's TestClient against a real single node: what each
+page shows, that inputs are validated and errors are pages (never tracebacks), and that
+POSTs need the console's token. The real browser and a 3-node cluster: tests/browser."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections.abc import Iterator
+
+import pytest
+from starlette.testclient import TestClient
+
+from replog.client import Client, Record, RetryPolicy
+from replog.console.app import create_app
+from replog.console.cluster import Prober
+from replog.console.state import ConsoleConfig
+from tests.integration.servers import ServerProcess
+
+pytestmark = pytest.mark.integration
+BASE = "http://127.0.0.1:8080"
+SAME_ORIGIN = {"origin": BASE}
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def client(shared_server: ServerProcess) -> Iterator[Client]:
+    with Client(shared_server.address, timeout_s=10, retry=RetryPolicy(deadline_ms=10_000)) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def web(client: Client) -> Iterator[TestClient]:
+    config = ConsoleConfig(page_size=5, follow_duration_s=3.0, snapshot_ttl_s=0.0)
+    app = create_app(client, config)
+    with TestClient(app, base_url=BASE, raise_server_exceptions=False) as tc:
+        yield tc
+    app.state.console.prober.close()
+
+
+@pytest.fixture
+def topic(client: Client) -> str:
+    name = f"console-{next(_names)}"
+    client.create_topic(name, 2)
+    return name
+
+
+def token(web: TestClient, topic: str) -> str:
+    """The CSRF token, as a browser gets it: from a page's form."""
+    found = re.search(r'name="csrf" value="([^"]+)"', web.get(f"/topics/{topic}/produce").text)
+    assert found
+    return found.group(1)
+
+
+def test_the_cluster_page_shows_the_node_ready_and_leading_the_topics_partitions(
+    web: TestClient, topic: str
+) -> None:
+    page = web.get("/")
+    assert page.status_code == 200
+    assert re.search(r'id="node-0" data-state="ready"', page.text)
+    assert f"<code>{topic}/0</code>" in page.text and f"<code>{topic}/1</code>" in page.text
+    assert 'id="no-under"' in page.text
+
+
+def test_the_live_part_of_a_page_comes_alone_when_its_script_asks(web: TestClient) -> None:
+    part = web.get("/", headers={"x-console-partial": "1"}).text
+    assert 'id="nodes"' in part and "<html" not in part
+
+
+def test_topics_are_searched_and_paged(web: TestClient, client: Client) -> None:
+    for i in range(7):
+        client.create_topic(f"paged-{i:02d}", 1)
+    first = web.get("/topics", params={"q": "PAGED"}).text
+    assert "7 of" in first and "page 1 of 2" in first
+    assert len(re.findall(r'href="/topics/paged-\d+"', first)) == 5
+    second = web.get("/topics", params={"q": "paged", "page": "2"}).text
+    assert "paged-05" in second and "paged-06" in second and "paged-00" not in second
+    beyond = web.get("/topics", params={"q": "paged", "page": "99"}).text
+    assert "page 2 of 2" in beyond
+
+
+def test_a_topic_page_shows_each_partitions_offsets_and_replicas(
+    web: TestClient, client: Client, topic: str
+) -> None:
+    client.append(topic, 1, [b"a", b"b", b"c"])
+    page = web.get(f"/topics/{topic}").text
+    (hw,) = [o.latest for o in client.list_offsets(topic, [1])]
+    row = page[page.index('id="partition-1"') :]
+    row = row[: row.index("</tr>")]
+    assert f"<td>{hw}</td>" in row and "node 0 (leader)" in row
+
+
+def test_the_record_browser_shows_records_as_text_json_and_hex(
+    web: TestClient, client: Client, topic: str
+) -> None:
+    client.append(topic, 0, [b'{"n": 1}', b"plain", b"\x00\xff"])
+    text = web.get(f"/topics/{topic}/records", params={"partition": "0"}).text
+    assert "{&#34;n&#34;: 1}" in text and "plain" in text
+    pretty = web.get(f"/topics/{topic}/records", params={"decode": "json"}).text
+    assert "{\n  &#34;n&#34;: 1\n}" in pretty and "not JSON" in pretty
+    hexed = web.get(f"/topics/{topic}/records", params={"decode": "hex", "limit": "1"}).text
+    assert "7b 22 6e 22" in hexed and "plain" not in hexed
+    assert 'id="next-page"' in hexed
+
+
+def test_envelope_records_show_their_key_and_headers(web: TestClient, client: Client) -> None:
+    name = f"console-env-{next(_names)}"
+    client.create_topic(name, 1, format="envelope")
+    client.append(name, 0, [Record(b"v1", key=b"customer-42", headers=[("trace", b"abc")])])
+    page = web.get(f"/topics/{name}/records").text
+    assert "<code>customer-42</code>" in page and "<code>trace=abc</code>" in page
+
+
+def test_offsets_out_of_range_and_bad_inputs_are_messages_not_tracebacks(
+    web: TestClient, topic: str
+) -> None:
+    past = web.get(f"/topics/{topic}/records", params={"offset": "999999"})
+    assert past.status_code == 200 and "past the high watermark" in past.text
+    for params, status, said in [
+        ({"partition": "7"}, 404, "partition"),
+        ({"partition": "x"}, 400, "partition must be a whole number"),
+        ({"decode": "yaml"}, 400, "decode must be one of text, json, hex"),
+        ({"limit": "100000"}, 400, "limit must be in"),
+    ]:
+        resp = web.get(f"/topics/{topic}/records", params=params)
+        assert resp.status_code == status, (params, resp.text)
+        assert said in resp.text and "Traceback" not in resp.text
+    missing = web.get("/topics/no-such-topic")
+    assert missing.status_code == 404 and "UNKNOWN_TOPIC" in missing.text
+
+
+def test_an_unexpected_failure_is_an_internal_error_page_without_details(
+    client: Client,
+) -> None:
+    class Broken(Prober):
+        def snapshot(self, client: Client) -> object:  # type: ignore[override]
+            raise RuntimeError("secret detail")
+
+    app = create_app(client, ConsoleConfig(), Broken(None, None))
+    with TestClient(app, base_url=BASE, raise_server_exceptions=False) as tc:
+        resp = tc.get("/")
+    assert resp.status_code == 500 and "Internal error" in resp.text
+    assert "secret detail" not in resp.text and "Traceback" not in resp.text
+
+
+def test_producing_a_test_record_appends_it_and_links_to_it(
+    web: TestClient, client: Client, topic: str
+) -> None:
+    form = {
+        "csrf": token(web, topic),
+        "partition": "1",
+        "value": "hello from the form",
+        "acks": "all",
+    }
+    resp = web.post(f"/topics/{topic}/produce", data=form, headers=SAME_ORIGIN)
+    assert resp.status_code == 200, resp.text
+    found = re.search(r"partition 1 at offset (\d+)", resp.text)
+    assert found
+    got = client.fetch(topic, 1, int(found.group(1))).records
+    assert got.values[0] == b"hello from the form"
+
+
+def test_a_post_without_the_token_or_from_another_site_changes_nothing(
+    web: TestClient, client: Client, topic: str
+) -> None:
+    before = client.list_offsets(topic, [0])[0].latest
+    form = {"partition": "0", "value": "x", "acks": "all"}
+    no_token = web.post(f"/topics/{topic}/produce", data=form, headers=SAME_ORIGIN)
+    assert no_token.status_code == 403 and "token" in no_token.text
+    evil = {**form, "csrf": token(web, topic)}
+    cross = web.post(
+        f"/topics/{topic}/produce", data=evil, headers={"origin": "http://evil.example"}
+    )
+    assert cross.status_code == 403
+    assert client.list_offsets(topic, [0])[0].latest == before
+
+
+def test_headers_on_a_raw_topic_are_refused_with_a_message(web: TestClient, topic: str) -> None:
+    form = {"csrf": token(web, topic), "value": "x", "headers": "a=1", "acks": "all"}
+    resp = web.post(f"/topics/{topic}/produce", data=form, headers=SAME_ORIGIN)
+    assert resp.status_code == 400 and "is raw" in resp.text
+
+
+def test_a_group_page_shows_lag_and_a_reset_is_a_dry_run_until_confirmed(
+    web: TestClient, client: Client, topic: str
+) -> None:
+    client.append(topic, 0, [b"r"] * 10)
+    group = f"billing-{next(_names)}"
+    client.commit_offsets(group, {(topic, 0): 3, (topic, 1): 0})
+    hw = client.list_offsets(topic, [0])[0].latest
+    page = web.get(f"/groups/{group}").text
+    row = page[page.index(f'id="lag-{topic}-0"') :]
+    assert re.search(rf'<td class="lag bad">{hw - 3}</td>', row[: row.index("</tr>")])
+    assert group in web.get("/groups", params={"q": group[:8]}).text
+    plan = {"csrf": token(web, topic), "step": "plan", "target": "latest", "topic": topic}
+    dry = web.post(f"/groups/{group}/reset", data=plan, headers=SAME_ORIGIN)
+    assert dry.status_code == 200 and 'id="dry-run"' in dry.text
+    assert {(c.partition, c.offset) for c in client.committed_offsets(group)} == {(0, 3), (1, 0)}
+    applied = web.post(
+        f"/groups/{group}/reset", data={**plan, "step": "apply"}, headers=SAME_ORIGIN
+    )
+    assert applied.status_code == 200 and "reset 2 partition(s)" in applied.text
+    committed = {c.partition: c.offset for c in client.committed_offsets(group)}
+    assert committed[0] == hw
+
+
+def test_a_reset_naming_a_partition_the_topic_has_not_is_refused(
+    web: TestClient, topic: str
+) -> None:
+    plan = {"csrf": token(web, topic), "target": "offset", "offset": "1", "topic": topic}
+    resp = web.post("/groups/g/reset", data={**plan, "partitions": "0,9"}, headers=SAME_ORIGIN)
+    assert resp.status_code == 400 and "has no partition [9]" in resp.text
+
+
+def test_the_acl_page_lists_no_acls_on_an_open_node(web: TestClient) -> None:
+    page = web.get("/acls")
+    assert page.status_code == 200 and "0 of 0 ACLs" in page.text
+
+
+def test_follow_live_streams_records_appended_after_it_started(
+    web: TestClient, client: Client, topic: str
+) -> None:
+    start = client.list_offsets(topic, [0])[0].latest
+    client.append(topic, 0, [b"live-1", b"live-2"])
+    events = []
+    url = f"/topics/{topic}/records/live"
+    with web.stream("GET", url, params={"partition": "0", "offset": str(start)}) as resp:
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        for line in resp.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[len("data: ") :]))
+                break
+    assert "live-1" in events[0]["html"] and "live-2" in events[0]["html"]
+    assert events[0]["next"] > start
