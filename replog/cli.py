@@ -224,6 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument(
         "--from", dest="start", default="earliest", help="earliest, latest or an offset"
     )
+    consume.add_argument(
+        "--from-time",
+        default=None,
+        metavar="TIME",
+        help="start at the first record at or after TIME: ISO 8601 (2026-11-25T10:00:00Z; "
+        "no zone: UTC) or milliseconds since the epoch (replaces --from)",
+    )
     consume.add_argument("--follow", "-f", action="store_true", help="keep waiting for new records")
     consume.add_argument(
         "--until-latest",
@@ -578,6 +585,16 @@ def _text_or_base64(body: dict[str, object], name: str, data: bytes) -> None:
         body[f"{name}_base64"] = base64.b64encode(data).decode()
 
 
+def time_ms_arg(text: str) -> int:
+    """`--from-time`: milliseconds since the epoch, or an ISO 8601 time."""
+    from replog.client.formats import parse_time_ms
+
+    try:
+        return parse_time_ms(text)
+    except ReplogError as exc:
+        raise UsageError(f"--from-time: {exc.message}") from None
+
+
 def format_record(
     offset: int,
     value: bytes,
@@ -631,9 +648,12 @@ def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
     with Client(
         args.address, timeout_s=args.timeout, tls=client_tls(args), token=args.token
     ) as client:
-        (offs,) = client.list_offsets(args.topic, [args.partition])
+        from_time_ms = None if args.from_time is None else time_ms_arg(args.from_time)
+        (offs,) = client.list_offsets(args.topic, [args.partition], timestamp_ms=from_time_ms)
         start: str = args.start
-        if start == "earliest":
+        if offs.offset_for_timestamp is not None:
+            offset = offs.offset_for_timestamp
+        elif start == "earliest":
             offset = offs.earliest
         elif start == "latest":
             offset = offs.latest

@@ -217,14 +217,24 @@ class AsyncClient:
         )
         return [partition_info(p) for p in resp.partitions]
 
-    async def list_offsets(self, topic: str, partitions: Sequence[int] = ()) -> list[Offsets]:
-        req = admin_pb2.ListOffsetsRequest(topic=topic, partitions=list(partitions))
+    async def list_offsets(
+        self, topic: str, partitions: Sequence[int] = (), *, timestamp_ms: int | None = None
+    ) -> list[Offsets]:
+        """See `Client.list_offsets`."""
+        req = formats.offsets_request(topic, partitions, timestamp_ms)
         resp = await self._call(
             lambda node: node.admin.ListOffsets(req, timeout=self.timeout_s), idempotent=True
         )
-        return [
-            Offsets(p.partition, p.earliest, p.latest, p.log_end_offset) for p in resp.partitions
-        ]
+        return formats.offsets_of(resp, timestamp_ms is not None)
+
+    async def offsets_for_times(self, topic: str, times: Mapping[int, int]) -> dict[int, int]:
+        """See `Client.offsets_for_times`."""
+        out: dict[int, int] = {}
+        for timestamp_ms, partitions in formats.by_timestamp(times).items():
+            for o in await self.list_offsets(topic, partitions, timestamp_ms=timestamp_ms):
+                assert o.offset_for_timestamp is not None
+                out[o.partition] = o.offset_for_timestamp
+        return out
 
     # -- records ----------------------------------------------------------------------------
 

@@ -391,14 +391,29 @@ class Client:
         )
         return [partition_info(p) for p in resp.partitions]
 
-    def list_offsets(self, topic: str, partitions: Sequence[int] = ()) -> list[Offsets]:
-        req = admin_pb2.ListOffsetsRequest(topic=topic, partitions=list(partitions))
+    def list_offsets(
+        self, topic: str, partitions: Sequence[int] = (), *, timestamp_ms: int | None = None
+    ) -> list[Offsets]:
+        """Log start, HW and LEO per partition (default: all); with `timestamp_ms`, also
+        the first committed offset whose record timestamp is >= it (`offset_for_timestamp`;
+        the HW when there is none)."""
+        req = formats.offsets_request(topic, partitions, timestamp_ms)
         resp = self._call(
             lambda node: node.admin.ListOffsets(req, timeout=self.timeout_s), idempotent=True
         )
-        return [
-            Offsets(p.partition, p.earliest, p.latest, p.log_end_offset) for p in resp.partitions
-        ]
+        return formats.offsets_of(resp, timestamp_ms is not None)
+
+    def offsets_for_times(self, topic: str, times: Mapping[int, int]) -> dict[int, int]:
+        """{partition: timestamp_ms} -> {partition: the first committed offset whose record
+        timestamp is >= it, or the partition's end (HW) when none is}. Kafka's
+        offsetsForTimes, except that "none" answers the end offset, where a reader that
+        starts waits for newer records. Record timestamps: docs/api.md, ListOffsets by time."""
+        out: dict[int, int] = {}
+        for timestamp_ms, partitions in formats.by_timestamp(times).items():
+            for o in self.list_offsets(topic, partitions, timestamp_ms=timestamp_ms):
+                assert o.offset_for_timestamp is not None
+                out[o.partition] = o.offset_for_timestamp
+        return out
 
     def transfer_leadership(self, topic: str, partition: int, to: int = 0) -> int:
         """Hand the partition's leadership to voter `to` (0: the freshest caught-up one);
@@ -584,7 +599,12 @@ class Client:
 
     @overload
     def consumer(
-        self, topic: str, partition: int = 0, offset: int | str = "earliest"
+        self,
+        topic: str,
+        partition: int = 0,
+        offset: int | str = "earliest",
+        *,
+        from_time_ms: int | None = None,
     ) -> Consumer: ...
 
     @overload
@@ -599,19 +619,21 @@ class Client:
         offset: int | str = "earliest",
         *,
         group: str | None = None,
+        from_time_ms: int | None = None,
         **options: Any,
     ) -> Consumer | GroupConsumer:
-        """One partition from `offset`; or, with `group`, a member of that consumer group,
+        """One partition from `offset` (or from the first record at or after `from_time_ms`);
+        or, with `group`, a member of that consumer group,
         which consumes the partitions of `topic` (or of several topics) the group gives it,
         from the group's committed offsets (`group_consumer.GroupConsumer`, whose keyword
         arguments `options` are)."""
         if group is not None:
-            if partition or offset != "earliest":
+            if partition or offset != "earliest" or from_time_ms is not None:
                 raise ValueError("a group member's partitions and offsets come from its group")
             return GroupConsumer(self, topic, group, calls=self.groups, **options)
         if not isinstance(topic, str) or options:
             raise ValueError("one topic, without options, unless a group is given")
-        return Consumer(self, topic, partition, offset)
+        return Consumer(self, topic, partition, offset, from_time_ms=from_time_ms)
 
     def producer(self, topic: str, **options: Any) -> Producer:
         return Producer(self, topic, **options)

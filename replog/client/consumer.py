@@ -9,7 +9,7 @@ key, headers, timestamp_ms).
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from replog import frames, records
@@ -34,6 +34,8 @@ class ConsumerClient(Protocol):
 
     def list_offsets(self, topic: str, partitions: Sequence[int] = ()) -> list[Offsets]: ...
 
+    def offsets_for_times(self, topic: str, times: Mapping[int, int]) -> dict[int, int]: ...
+
     def topic_format(self, topic: str) -> str: ...
 
     def stream(
@@ -48,16 +50,24 @@ class Consumer:
         topic: str,
         partition: int = 0,
         offset: int | str = "earliest",
+        *,
+        from_time_ms: int | None = None,
     ) -> None:
+        """`from_time_ms`: start at the first record whose timestamp is >= it (replaces
+        `offset`; the end of the partition when no record is that new yet)."""
         self.client = client
         self.topic = topic
         self.partition = partition
         self._start = offset
+        self._from_time_ms = from_time_ms
         self.position: int | None = None  # the next offset to read, once resolved
         self.high_watermark: int | None = None
         self._stream: Generator[log_pb2.StreamBatch, None, None] | None = None
 
     def _resolve(self) -> int:
+        if self._from_time_ms is not None:
+            times = {self.partition: self._from_time_ms}
+            return self.client.offsets_for_times(self.topic, times)[self.partition]
         if isinstance(self._start, int) and not isinstance(self._start, bool):
             return self._start
         if self._start not in ("earliest", "latest"):

@@ -22,10 +22,11 @@ topic. Clients that must not risk it ask `refresh_metadata([topic])` first.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 from replog import frames, records
+from replog.client.results import Offsets
 from replog.errors import InvalidArgumentError, TopicNotFoundError
 from replog.v1 import admin_pb2
 
@@ -86,6 +87,32 @@ def config_in(meta: admin_pb2.Metadata, topic: str) -> tuple[str, str]:
         if t.name == topic:
             return format_of(t.format), timestamp_type_of(t.timestamp_type)
     raise TopicNotFoundError(f"topic {topic!r} does not exist", topic=topic)
+
+
+def offsets_request(
+    topic: str, partitions: Sequence[int], timestamp_ms: int | None
+) -> admin_pb2.ListOffsetsRequest:
+    req = admin_pb2.ListOffsetsRequest(topic=topic, partitions=list(partitions))
+    if timestamp_ms is not None:
+        req.timestamp_ms = timestamp_ms
+    return req
+
+
+def offsets_of(resp: admin_pb2.ListOffsetsResponse, by_time: bool) -> list[Offsets]:
+    out = []
+    for p in resp.partitions:
+        found = p.found_timestamp_ms if p.HasField("found_timestamp_ms") else None
+        for_time = p.offset_for_timestamp if by_time else None
+        out.append(Offsets(p.partition, p.earliest, p.latest, p.log_end_offset, for_time, found))
+    return out
+
+
+def by_timestamp(times: Mapping[int, int]) -> dict[int, list[int]]:
+    """Partitions grouped by the time asked for them (one ListOffsets per time)."""
+    groups: dict[int, list[int]] = {}
+    for partition, timestamp_ms in times.items():
+        groups.setdefault(timestamp_ms, []).append(partition)
+    return groups
 
 
 def to_values(topic: str, items: Values, envelope: bool) -> Sequence[bytes]:

@@ -81,3 +81,7 @@ class Offsets:
     earliest: int  # log start offset
     latest: int  # high watermark (exclusive)
     log_end_offset: int
+    # With list_offsets(timestamp_ms=t): the first committed offset whose record timestamp
+    # is >= t, else `latest`; and that record's timestamp (None when it is `latest`).
+    offset_for_timestamp: int | None = None
+    found_timestamp_ms: int | None = None

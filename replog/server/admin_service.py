@@ -17,6 +17,7 @@ from typing import Any
 from replog.errors import (
     InvalidArgumentError,
     LeaderUnknownError,
+    LogClosedError,
     NotLeaderError,
     ReplogError,
     UnavailableError,
@@ -49,6 +50,14 @@ async def _wait(condition: Callable[[], bool], timeout_s: float) -> bool:
             return False
         await asyncio.sleep(0.01)
     return True
+
+
+def _one_partition(request: admin_pb2.ListOffsetsRequest, p: int) -> admin_pb2.ListOffsetsRequest:
+    """The part of a ListOffsets about partition `p` (to forward to its leader)."""
+    sub = admin_pb2.ListOffsetsRequest(topic=request.topic, partitions=[p])
+    if request.HasField("timestamp_ms"):
+        sub.timestamp_ms = request.timestamp_ms
+    return sub
 
 
 def _forwarded(context: Context) -> bool:
@@ -310,7 +319,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                         partition=p,
                     )
                 stub = self.peers.admin(leader_id)
-                sub = admin_pb2.ListOffsetsRequest(topic=request.topic, partitions=[p])
+                sub = _one_partition(request, p)
                 reply = await remote(
                     stub.ListOffsets(sub, timeout=REMOTE_TIMEOUT_S, metadata=FORWARD)
                 )
@@ -320,19 +329,29 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 if _forwarded(context):
                     raise NotLeaderError(f"no replica of {request.topic}/{p} here")
                 stub = await self._peer(request.topic, p)
-                sub = admin_pb2.ListOffsetsRequest(topic=request.topic, partitions=[p])
+                sub = _one_partition(request, p)
                 reply = await remote(
                     stub.ListOffsets(sub, timeout=REMOTE_TIMEOUT_S, metadata=FORWARD)
                 )
                 out.partitions.extend(reply.partitions)
                 continue
             plog = part.log
-            out.partitions.append(
-                admin_pb2.PartitionOffsets(
-                    partition=p,
-                    earliest=plog.log_start_offset,
-                    latest=plog.high_watermark,
-                    log_end_offset=plog.log_end_offset,
-                )
+            found = None
+            if request.HasField("timestamp_ms"):
+                try:
+                    found = await asyncio.to_thread(plog.offset_for_time, request.timestamp_ms)
+                except LogClosedError as exc:
+                    raise part.closed_error() from exc
+            answer = admin_pb2.PartitionOffsets(
+                partition=p,
+                earliest=plog.log_start_offset,
+                latest=plog.high_watermark,
+                log_end_offset=plog.log_end_offset,
             )
+            if request.HasField("timestamp_ms"):
+                # The first committed record at or after the time; none: the HW (the end).
+                answer.offset_for_timestamp = plog.high_watermark if found is None else found[0]
+                if found is not None:
+                    answer.found_timestamp_ms = found[1]
+            out.partitions.append(answer)
         return out

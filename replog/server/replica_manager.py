@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from replog.errors import ReplogError, TooManyPartitionsError
-from replog.server import replica_dirs
+from replog.server import replica_dirs, timestamps
 from replog.server.logs import log
 from replog.server.metadata import MetadataImage, TopicMeta
 from replog.server.replica_dirs import LocalTopic
@@ -277,9 +277,8 @@ class ReplicaManager:
 
     async def _start(self, meta: TopicMeta, p: int) -> None:
         directory = partition_dir(self.data_dir, meta.name, p)
-        plog = await asyncio.to_thread(
-            PartitionLog, directory, meta.name, p, self.config, self.files
-        )
+        config = timestamps.topic_config(self.config, meta)  # how its records are dated
+        plog = await asyncio.to_thread(PartitionLog, directory, meta.name, p, config, self.files)
         try:
             part = self._make_replica(meta, p, plog)
             await part.start()
