@@ -20,6 +20,9 @@ is driven by the same client code over TLS in the same repeats: the `_tls` resul
 
 Each bench runs `--repeats` times (median reported); replog, the ceiling and replog over
 TLS rotate which goes first.
+`--envelope` adds an envelope topic (`replog.records`: each value wrapped in a record with a
+timestamp by the client, checked by the leader, decoded by the consumer) on the same server
+with the same idempotent client: the `_envelope_vs_raw` results give its cost as a ratio.
 `--write-docs` rewrites the `## End to end (bench/e2e.py)` section of `docs/benchmarks.md`.
 """
 
@@ -207,7 +210,8 @@ def run_repeat(
     rotates from one repeat to the next. Each target has a topic of its own."""
     for suffix, _, client in targets:
         if suffix != "_ceiling":
-            client.create_topic(f"bench-{rep}{suffix}", partitions)
+            fmt = "envelope" if suffix == "_envelope" else "raw"
+            client.create_topic(f"bench-{rep}{suffix}", partitions, format=fmt)
     order = targets[rep % len(targets) :] + targets[: rep % len(targets)]
     per_partition = records // partitions
     for suffix, proc, client in order:
@@ -241,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-samples", type=int, default=None)
     parser.add_argument("--dir", type=Path, default=None, help="parent of the scratch data dir")
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument(
+        "--envelope",
+        action="store_true",
+        help="also measure an envelope topic (records with timestamps) beside the raw one",
+    )
     parser.add_argument("--ceiling-server", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.ceiling_server is not None:
@@ -290,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
                     ("_tls", tls_server, tc),
                     ("_plain", server, pc),
                 ]
+                if args.envelope:  # the same idempotent client, an envelope topic
+                    targets.append(("_envelope", server, rc))
                 for rep in range(repeats):
                     run_repeat(rep, targets, records, args.partitions, samples_n, add)
                     log(
@@ -337,6 +348,12 @@ def main(argv: list[str] | None = None) -> int:
         plain = summarize(results[name + "_plain"]).median
         emit(Result(name + "_vs_plain", round(value, 4), unit, round(plain, 4)))
         plain_lines.append((name, unit, results[name], results[name + "_plain"]))
+    for name, unit in units.items() if args.envelope else ():
+        # envelope topic against raw (idempotent both; and raw non-idempotent), same run
+        value = summarize(results[name + "_envelope"]).median
+        for against in ("", "_plain"):
+            raw = summarize(results[name + against]).median
+            emit(Result(f"{name}_envelope_vs_raw{against}", round(value, 4), unit, round(raw, 4)))
     if args.write_docs:
         write_docs(
             lines, tls_lines, plain_lines, info, argv, repeats, records, args.partitions, samples_n

@@ -260,17 +260,101 @@ def decode_values(values: Sequence[bytes], offsets: Sequence[int] | None = None)
 
 def decode_frames(buf: bytes | memoryview) -> DecodedRecords:
     """Decode a run of frames of an envelope topic, control records skipped
-    (`frames.FrameError` for broken frames, `InvalidRecordError` for broken envelopes)."""
+    (`frames.FrameError` for broken frames, `InvalidRecordError` for broken envelopes).
+
+    The frames are walked by runs of equally long ones (a batch of equal records between
+    two batch headers is one run, measured with galloping numpy compares of the length
+    fields); a long run of envelopes without key and headers is decoded with one `struct`
+    call per 256 frames, everything else with the column decoder (`_decode_spans`)."""
     data = bytes(buf)
-    offsets, starts, lengths = _data_frames(data)
-    if not len(offsets):
+    parts: list[DecodedRecords] = []
+    pending: tuple[list[int], list[int], list[int]] = ([], [], [])  # offsets, starts, lengths
+    for pos, count, length in _data_runs(data):
+        plain = None
+        if count >= _PLAIN_RUN_MIN and length >= FIXED_BYTES:
+            plain = _decode_uniform_plain(data, pos, count, length)
+        if plain is None:
+            frame = HEADER_BYTES + length
+            at = np.ndarray((count,), dtype=">u8", buffer=data, offset=pos, strides=(frame,))
+            pending[0].extend(at.tolist())
+            pending[1].extend(range(pos + HEADER_BYTES, pos + count * frame, frame))
+            pending[2].extend([length] * count)
+            continue
+        if pending[0]:
+            parts.append(_decode_pending(data, pending))
+            pending = ([], [], [])
+        parts.append(plain)
+    if pending[0] or not parts:
+        parts.append(_decode_pending(data, pending))
+    return parts[0] if len(parts) == 1 else _concat(parts)
+
+
+_PLAIN_RUN_MIN = 8  # shorter runs go to the column decoder
+_RUN_WINDOW_MIN = 64
+_length_at = struct.Struct(">I").unpack_from
+
+
+def _data_runs(buf: bytes) -> list[tuple[int, int, int]]:
+    """(position, count, value length) of each run of equally long data frames of `buf`,
+    in order; control records are left out. `FrameError` for a cut or truncated frame."""
+    size = len(buf)
+    out = []
+    pos = 0
+    while pos < size:
+        if pos + HEADER_BYTES > size:
+            raise FrameError("truncated frame header", pos)
+        raw_len = _length_at(buf, pos + 8)[0]
+        frame = HEADER_BYTES + (raw_len & LENGTH_MASK)
+        if pos + frame > size:
+            raise FrameError(f"frame at position {pos} is cut short", pos)
+        if raw_len & CONTROL_FLAG:
+            pos += frame
+            continue
+        count = 1
+        nxt = pos + frame
+        if nxt + HEADER_BYTES <= size and _length_at(buf, nxt + 8)[0] == raw_len:
+            count = _run_length(buf, pos, raw_len, frame)
+        out.append((pos, count, raw_len))
+        pos += count * frame
+    return out
+
+
+def _run_length(buf: bytes, pos: int, raw_len: int, frame: int) -> int:
+    """How many whole frames from `pos` on (at least 1) carry length field `raw_len`."""
+    available = (len(buf) - pos) // frame
+    run = 1
+    window = _RUN_WINDOW_MIN
+    while run < available:
+        n = min(window, available - run)
+        lengths = np.ndarray(
+            (n,), dtype=">u4", buffer=buf, offset=pos + run * frame + 8, strides=(frame,)
+        )
+        differs = np.flatnonzero(lengths != raw_len)
+        if len(differs):
+            return run + int(differs[0])
+        run += n
+        window *= 2
+    return run
+
+
+def _decode_pending(buf: bytes, pending: tuple[list[int], list[int], list[int]]) -> DecodedRecords:
+    offsets, starts, lengths = pending
+    if not offsets:
         return DecodedRecords([], [], [], [], [])
-    length = int(lengths[0])
-    if len(data) == len(offsets) * (HEADER_BYTES + length) and length >= FIXED_BYTES:
-        plain = _decode_uniform_plain(data, length)
-        if plain is not None:
-            return plain
-    return _decode_spans(data, starts, lengths, offsets.tolist())
+    return _decode_spans(
+        buf, np.array(starts, dtype=np.int64), np.array(lengths, dtype=np.int64), offsets
+    )
+
+
+def _concat(parts: list[DecodedRecords]) -> DecodedRecords:
+    out = DecodedRecords([], [], [], [], [])
+    for part in parts:
+        out.offsets += part.offsets
+        out.values += part.values
+        out.keys += part.keys
+        out.timestamps += part.timestamps
+        out.headers += part.headers
+    return out
 
 
 _DECODE_CHUNK = 256  # frames per cached Struct (as in `frames`)
@@ -283,15 +367,15 @@ def _plain_struct(length: int, count: int) -> struct.Struct:
     return struct.Struct(">" + f"Q4x2xq10x{length - FIXED_BYTES}s" * count)
 
 
-def _decode_uniform_plain(buf: bytes, length: int) -> DecodedRecords | None:
-    """Equal data frames whose envelopes have no key and no headers (the usual batch):
-    their fixed fields are checked as strided numpy views, then one `unpack_from` per 256
-    frames gives offsets, timestamps and values. None when the frames are not like that."""
+def _decode_uniform_plain(buf: bytes, pos: int, count: int, length: int) -> DecodedRecords | None:
+    """`count` equal data frames from `pos` whose envelopes have no key and no headers (the
+    usual batch): their fixed fields are checked as strided numpy views, then one
+    `unpack_from` per 256 frames gives offsets, timestamps and values. None when the frames
+    are not like that."""
     frame = HEADER_BYTES + length
-    count = len(buf) // frame
 
     def field(at: int, dtype: str) -> np.ndarray:
-        return np.ndarray((count,), dtype=dtype, buffer=buf, offset=at, strides=(frame,))
+        return np.ndarray((count,), dtype=dtype, buffer=buf, offset=pos + at, strides=(frame,))
 
     base = HEADER_BYTES
     if not (
@@ -307,54 +391,14 @@ def _decode_uniform_plain(buf: bytes, length: int) -> DecodedRecords | None:
     values: list[bytes] = []
     full, rest = divmod(count, _DECODE_CHUNK)
     step = _DECODE_CHUNK * frame
-    for pos, n in [(p, _DECODE_CHUNK) for p in range(0, full * step, step)] + [(full * step, rest)]:
+    chunks = [(pos + p, _DECODE_CHUNK) for p in range(0, full * step, step)]
+    for at, n in [*chunks, (pos + full * step, rest)]:
         if n:
-            flat = _plain_struct(length, n).unpack_from(buf, pos)
+            flat = _plain_struct(length, n).unpack_from(buf, at)
             offsets += flat[0::3]
             stamps += flat[1::3]
             values += flat[2::3]
     return DecodedRecords(offsets, values, [None] * count, stamps, [()] * count)
-
-
-def _data_frames(buf: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(offsets, value starts, value lengths) of the data frames of `buf`."""
-    size = len(buf)
-    if size == 0:
-        empty = np.empty(0, dtype=np.int64)
-        return empty, empty, empty
-    if size < HEADER_BYTES:
-        raise FrameError("truncated frame header", 0)
-    raw_len = _unpack_frame(buf, 0)[1]
-    frame = HEADER_BYTES + (raw_len & LENGTH_MASK)
-    if not raw_len & CONTROL_FLAG and size % frame == 0:
-        count = size // frame
-        fields = np.ndarray((count,), dtype=">u4", buffer=buf, offset=8, strides=(frame,))
-        if (fields == raw_len).all():  # equal data frames: no Python loop
-            offsets = np.ndarray((count,), dtype=">u8", buffer=buf, offset=0, strides=(frame,))
-            starts = np.arange(HEADER_BYTES, size, frame, dtype=np.int64)
-            return offsets.astype(np.int64), starts, np.full(count, frame - HEADER_BYTES)
-    offs: list[int] = []
-    starts_l: list[int] = []
-    lens: list[int] = []
-    pos = 0
-    while pos < size:
-        if pos + HEADER_BYTES > size:
-            raise FrameError("truncated frame header", pos)
-        offset, raw_len = _unpack_frame(buf, pos)
-        length = raw_len & LENGTH_MASK
-        end = pos + HEADER_BYTES + length
-        if end > size:
-            raise FrameError(f"frame at position {pos} is cut short", pos)
-        if not raw_len & CONTROL_FLAG:
-            offs.append(offset)
-            starts_l.append(pos + HEADER_BYTES)
-            lens.append(length)
-        pos = end
-    return (
-        np.array(offs, dtype=np.int64),
-        np.array(starts_l, dtype=np.int64),
-        np.array(lens, dtype=np.int64),
-    )
 
 
 def _fixed_parts(buf: bytes, starts: np.ndarray) -> np.ndarray:

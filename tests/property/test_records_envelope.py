@@ -105,3 +105,38 @@ def test_frame_timestamps_skip_control_records(batch: list[tuple[bool, Args]]) -
     buf = b"".join(parts)
     starts = [sum(map(len, parts[:i])) for i in range(len(parts))]
     assert records.frame_timestamps(buf, starts).tolist() == expected
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("control"), st.binary(max_size=40)),
+            st.tuples(st.just("run"), st.integers(1, 40), values, keys),  # equal records
+            st.tuples(st.just("one"), record_args),
+        ),
+        max_size=12,
+    ),
+    st.integers(0, 2**40),
+)
+def test_frames_with_runs_and_control_records_decode_in_order(
+    pieces: list[tuple[object, ...]], base: int
+) -> None:
+    buf = b""
+    offset = base
+    expected: list[records.ConsumerRecord] = []
+    for piece in pieces:
+        if piece[0] == "control":
+            buf += frames.encode(offset, [piece[1]], control=True)  # type: ignore[list-item]
+            offset += 1
+            continue
+        if piece[0] == "run":
+            _, count, value, key = piece
+            batch = [(value, key, [], 7)] * count  # type: ignore[operator]
+        else:
+            batch = [piece[1]]
+        envelopes = [_encode(args) for args in batch]  # type: ignore[arg-type]
+        buf += frames.encode(offset, envelopes)
+        for v, k, h, t in batch:  # type: ignore[misc]
+            expected.append(records.ConsumerRecord(offset, v, k, tuple(h), t))
+            offset += 1
+    assert records.decode_frames(buf).records() == expected
