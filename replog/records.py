@@ -45,6 +45,7 @@ import numpy as np
 
 from replog.errors import InvalidRecordError
 from replog.frames import CONTROL_FLAG, HEADER, HEADER_BYTES, LENGTH_MASK, FrameError
+from replog.frames import _run_length as run_length  # runs of equal frames, galloping
 
 VERSION: Final = 1
 ATTR_KEY: Final = 0x01
@@ -290,7 +291,6 @@ def decode_frames(buf: bytes | memoryview) -> DecodedRecords:
 
 
 _PLAIN_RUN_MIN = 8  # shorter runs go to the column decoder
-_RUN_WINDOW_MIN = 64
 _length_at = struct.Struct(">I").unpack_from
 
 
@@ -313,28 +313,10 @@ def _data_runs(buf: bytes) -> list[tuple[int, int, int]]:
         count = 1
         nxt = pos + frame
         if nxt + HEADER_BYTES <= size and _length_at(buf, nxt + 8)[0] == raw_len:
-            count = _run_length(buf, pos, raw_len, frame)
+            count = run_length(buf, pos, raw_len, frame)
         out.append((pos, count, raw_len))
         pos += count * frame
     return out
-
-
-def _run_length(buf: bytes, pos: int, raw_len: int, frame: int) -> int:
-    """How many whole frames from `pos` on (at least 1) carry length field `raw_len`."""
-    available = (len(buf) - pos) // frame
-    run = 1
-    window = _RUN_WINDOW_MIN
-    while run < available:
-        n = min(window, available - run)
-        lengths = np.ndarray(
-            (n,), dtype=">u4", buffer=buf, offset=pos + run * frame + 8, strides=(frame,)
-        )
-        differs = np.flatnonzero(lengths != raw_len)
-        if len(differs):
-            return run + int(differs[0])
-        run += n
-        window *= 2
-    return run
 
 
 def _decode_pending(buf: bytes, pending: tuple[list[int], list[int], list[int]]) -> DecodedRecords:
