@@ -13,8 +13,8 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-run: $(STAMP)
-	$(PY) -m replog.demo
+run: $(STAMP)  # KEEP=1: the cluster and its web console keep running after the demo
+	$(PY) -m replog.demo $(if $(KEEP),--keep)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -6,10 +6,17 @@ through `replog produce`, kills the leader of partition 0 with SIGKILL, keeps pr
 (the client follows the new leader), shows who leads now, then consumes everything back
 through `replog consume` and checks that every acknowledged record is there, in order.
 Stops the nodes with SIGTERM.
+
+The web console (`replog console`, docs/console.md) runs beside the cluster from the start,
+as its own process on 127.0.0.1; its URL is printed first, so the failover can be watched
+on its cluster page. `--keep` (`make run KEEP=1`) keeps the cluster and the console running
+after the demo, until Ctrl-C.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,16 +50,72 @@ def leader_of(client: Client, partition: int) -> int:
     raise SystemExit("no leader was elected")
 
 
+def start_console(cluster: DevCluster, workdir: Path) -> subprocess.Popen[bytes] | None:
+    """`replog console` for the cluster on 127.0.0.1 (a free port); prints its URL. None
+    when it cannot start (e.g. without the console extra): the demo goes on without it."""
+    tls = cluster.client_tls
+    assert tls is not None and tls.cert_file is not None and tls.key_file is not None
+    ready = workdir / "console.ready"
+    log = workdir / "console.log"
+    cmd = [
+        sys.executable, "-m", "replog", "console",
+        "--address", cluster.bootstrap,
+        "--tls-ca", str(tls.ca_file), "--tls-cert", str(tls.cert_file),
+        "--tls-key", str(tls.key_file),
+        "--listen", "127.0.0.1:0", "--ready-file", str(ready), "--log-level", "warning",
+    ]  # fmt: skip
+    with log.open("ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=out)
+    deadline = time.monotonic() + 30
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_console(proc)
+            print(f"  (the web console did not start: {log.read_text(errors='replace')[-300:]})")
+            return None
+        time.sleep(0.05)
+    print(f"web console: {ready.read_text().splitlines()[0]}  (replog console, pid {proc.pid})")
+    return proc
+
+
+def stop_console(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is not None and proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+
 def main() -> None:
+    keep = "--keep" in sys.argv[1:]
     with tempfile.TemporaryDirectory(prefix="replog-demo-") as tmp:
         cluster = DevCluster(Path(tmp), 3, tls=True)
         print("starting 3 nodes (flush=always) over TLS, with a throwaway CA ...")
         cluster.start()
+        console = None
         try:
+            console = start_console(cluster, Path(tmp))
             run(cluster)
+            if keep:
+                print("the cluster and the console keep running (--keep): Ctrl-C stops them")
+                wait_for_interrupt()
+            elif console is not None:
+                print("(make run KEEP=1 keeps the cluster and the console running afterwards)")
         finally:
+            stop_console(console)
             cluster.stop()
         print("nodes stopped with SIGTERM")
+
+
+def wait_for_interrupt() -> None:
+    """Until SIGINT (Ctrl-C) or SIGTERM; the caller's `finally` then stops everything."""
+    signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        signal.sigwait(signals)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
 
 
 def run(cluster: DevCluster) -> None:
