@@ -15,7 +15,7 @@ RUN apt-get update \
 
 COPY dist/wheels /tmp/wheels
 RUN python3 -m venv /opt/replog \
-    && /opt/replog/bin/pip install --no-cache-dir --no-index --find-links /tmp/wheels replog \
+    && /opt/replog/bin/pip install --no-cache-dir --no-index --find-links /tmp/wheels 'replog[console]' \
     && rm -rf /tmp/wheels
 
 ENV PATH=/opt/replog/bin:$PATH \

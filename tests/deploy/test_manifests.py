@@ -24,6 +24,7 @@ NAMESPACE = "replog"
 CLUSTER_DOMAIN = "cluster.local"
 NAMESPACED_KINDS = {
     "ConfigMap",
+    "Deployment",
     "NetworkPolicy",
     "PodDisruptionBudget",
     "Service",
@@ -173,10 +174,12 @@ def test_kustomization_renders_every_object_into_the_replog_namespace(
     kinds = sorted((o["kind"], o["metadata"]["name"]) for o in rendered)
     assert kinds == [
         ("ConfigMap", "replog-config"),
+        ("Deployment", "replog-console"),
         ("Namespace", "replog"),
         ("NetworkPolicy", "replog"),
         ("PodDisruptionBudget", "replog"),
         ("Service", "replog"),
+        ("Service", "replog-console"),
         ("Service", "replog-headless"),
         ("StatefulSet", "replog"),
     ]
@@ -228,7 +231,8 @@ def test_statefulset_is_governed_by_a_headless_service_that_publishes_unready_po
 
 def test_every_service_targets_container_ports_and_selects_the_pods(rendered: list[Obj]) -> None:
     ports = container_ports(rendered)
-    services = every(rendered, "Service")
+    # the node Services (the console's: tests/deploy/test_console_manifest.py)
+    services = [s for s in every(rendered, "Service") if s["metadata"]["name"] != "replog-console"]
     assert len(services) == 2
     for svc in services:
         assert selects({"matchLabels": svc["spec"]["selector"]}, pod_labels(rendered))
