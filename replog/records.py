@@ -160,10 +160,10 @@ def encode_batch(records: Sequence[Record | bytes], timestamp_ms: int) -> list[b
     parts are built as one numpy array and each envelope is one C-level join."""
     _check_timestamp(timestamp_ms)
     n = len(records)
-    if all(type(r) is bytes for r in records):
+    if all_bytes(records):
         values: list[bytes] = list(records)  # type: ignore[arg-type]
         first = len(values[0]) if n else 0
-        if all(len(v) == first for v in values):  # one shared prefix
+        if list(map(len, values)).count(first) == n:  # one shared prefix
             prefix = FIXED.pack(VERSION, 0, timestamp_ms, 0, 0, first)
             return list(map(prefix.__add__, values))
         keys: list[bytes | None] = [None] * n
@@ -205,6 +205,11 @@ def encode_batch(records: Sequence[Record | bytes], timestamp_ms: int) -> list[b
     if fixed["attributes"].any():
         return list(map(b"".join, zip(cut, key_bytes, values, strict=True)))
     return list(map(bytes.__add__, cut, values))
+
+
+def all_bytes(items: Sequence[object]) -> bool:
+    """Whether every item is exactly `bytes` (one C-level pass, no Python per item)."""
+    return not items or set(map(type, items)) == {bytes}
 
 
 def _encode_each(records: Sequence[Record | bytes], timestamp_ms: int) -> list[bytes]:
@@ -513,10 +518,15 @@ def validate(values: Sequence[bytes]) -> None:
     n = len(values)
     if n == 0:
         return
-    lengths = np.fromiter(map(len, values), dtype=np.int64, count=n)
+    sizes = list(map(len, values))
+    lengths = np.array(sizes, dtype=np.int64)
     try:
         _check_lengths(lengths)
-        fixed = np.frombuffer(b"".join(map(_head, values)), dtype=FIXED_DTYPE)
+        if sizes.count(sizes[0]) == n:  # equal envelopes: a strided view of them joined
+            joined = b"".join(values)
+            fixed = np.ndarray((n,), dtype=FIXED_DTYPE, buffer=joined, strides=(sizes[0],))
+        else:
+            fixed = np.frombuffer(b"".join(map(_head, values)), dtype=FIXED_DTYPE)
         _check_fixed(fixed, lengths)
         for i in np.flatnonzero(fixed["count"]).tolist():
             value = bytes(values[i])

@@ -119,7 +119,7 @@ def to_values(topic: str, items: Values, envelope: bool) -> Sequence[bytes]:
     """What an Append to `topic` carries for `items` (see the module doc)."""
     if envelope:
         return records.encode_batch(items, now_ms())
-    if all(type(v) is bytes for v in items):
+    if records.all_bytes(items):
         return items  # type: ignore[return-value]
     out = []
     for item in items:
