@@ -1,7 +1,8 @@
 """Segment-log storage (seeds 003 + 001): synchronous, no grpc, no asyncio.
 
 Modules, bottom up: `replog.frames` (record frame codec), `index` (mmap'ed sparse index),
-`checksums` (the `.crc` CRC32C sidecar), `segment` (one .log + .idx + .crc), `segment_log` (a
+`checksums` (the `.crc` CRC32C sidecar), `time_index` (the `.timeindex`: offsets by time),
+`segment` (one .log + .idx + .crc + .timeindex), `segment_log` (a
 directory of segments), `partition_log` (LEO, high watermark, group commit), `registry`
 (topics and partitions under a data dir), `checkpoint` (atomic small files), `names` (topic
 names and the directory layout), `integrity` (what was found wrong), `scrub` (the background

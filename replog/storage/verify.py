@@ -39,7 +39,7 @@ ERROR = "error"
 WARNING = "warning"
 INFO = "info"
 _LOG_NAME = re.compile(r"(\d{20})\.log")
-_SIDE_NAME = re.compile(r"(\d{20})\.(?:idx|crc)")
+_SIDE_NAME = re.compile(r"(\d{20})\.(?:idx|crc|timeindex)")
 _TRASH_DIR = ".trash~"
 
 
