@@ -3,7 +3,7 @@
     GET  /                                  cluster: nodes, health, leaders, under-replicated
     GET  /topics?q=&page=&node=&problems=1  topics, searched and paged
     GET  /topics/{topic}                    partitions: leader, replicas and their lag, offsets
-    GET  /topics/{topic}/records?partition=&offset=&limit=&decode=   record browser
+    GET  /topics/{topic}/records?partition=&offset=|time=&limit=&decode=   record browser
     GET  /topics/{topic}/records/live?...   the browser's "follow live" (Server-Sent Events)
     GET  /topics/{topic}/produce, POST      a form that produces a test record
     GET  /groups?q=&page=                   consumer groups

@@ -1,4 +1,4 @@
-"""The record browser (a page of records from an offset, and "follow live" over
+"""The record browser (a page of records from an offset or a time, and "follow live" over
 Server-Sent Events) and the form that produces a test record.
 
 Live streams: `GET .../records/live` answers `text/event-stream`; each `records` event's
@@ -49,14 +49,20 @@ def browse(
     topic: str,
     partition: int,
     start: int | str,
+    at_ms: int | None,
     limit: int,
     decoding: str,
 ) -> Browse:
-    """Up to `limit` committed records of `topic`/`partition` from `start`: a bounded
+    """Up to `limit` committed records of `topic`/`partition` from `start`, or from the
+    first one whose timestamp is at or after `at_ms` (ListOffsets by time): a bounded
     number of Fetch calls."""
     (offs,) = client.list_offsets(topic, [partition])
     note = ""
-    if start == "earliest":
+    if at_ms is not None:
+        offset = client.offsets_for_times(topic, {partition: at_ms})[partition]
+        if offset >= offs.latest:
+            note = f"no record at or after {display.timestamp(at_ms)} yet"
+    elif start == "earliest":
         offset = offs.earliest
     elif start == "latest":
         offset = max(offs.earliest, offs.latest - limit)
@@ -92,16 +98,12 @@ async def records_page(request: Request) -> Response:
     q = request.query_params
     partition = forms.integer(q.get("partition"), "partition", 0, 2**31 - 1, default=0)
     start = forms.start_offset(q.get("offset"))
-    if q.get("time"):
-        raise forms.FormError(
-            "browsing from a time needs offsets by time, which this version's client has "
-            "not: browse from an offset"
-        )
+    at_ms = forms.time_ms(q.get("time"))
     limit = forms.integer(q.get("limit"), "limit", 1, console.config.records_max, default=50)
     decoding = forms.choice(q.get("decode"), "decode", display.DECODINGS, "text")
     client = console.client
     fmt = await console.call(client.topic_format, name)
-    result = await console.call(browse, client, name, partition, start, limit, decoding)
+    result = await console.call(browse, client, name, partition, start, at_ms, limit, decoding)
     partitions = await console.call(client.partition_count, name)
     return console.render(
         request,
@@ -112,6 +114,7 @@ async def records_page(request: Request) -> Response:
             "partition": partition,
             "partitions": partitions,
             "offset_text": q.get("offset") or "earliest",
+            "time_text": q.get("time") or "",
             "limit": limit,
             "decode": decoding,
             "decodings": display.DECODINGS,

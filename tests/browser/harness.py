@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from replog.devcluster import DevCluster
@@ -115,3 +117,13 @@ def chrome() -> WebDriver:
 def console_errors(driver: WebDriver) -> list[str]:
     """The browser console's errors since the last call (the log is drained by reading)."""
     return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def text(browser: WebDriver, element_id: str) -> str:
+    """The element's text ("" when absent, or replaced by a refresh while read: callers
+    wait on conditions, so they read again)."""
+    try:
+        found = browser.find_elements(By.ID, element_id)
+        return found[0].text if found else ""
+    except StaleElementReferenceException:
+        return ""

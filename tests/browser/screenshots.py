@@ -21,7 +21,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from replog.client import Client, Record, RetryPolicy
 from replog.devcluster import DevCluster
-from tests.browser.harness import ConsoleProcess, chrome
+from tests.browser.harness import ConsoleProcess, chrome, text
 from tests.integration.waiting import wait_until
 
 
@@ -50,13 +50,7 @@ def populate(client: Client) -> None:
 
 def settled(browser: WebDriver) -> bool:
     """Whether the cluster page (refreshing itself) shows no partition with a problem."""
-    under = browser.find_elements(By.ID, "under-count")
-    offline = browser.find_elements(By.ID, "offline-count")
-    return (
-        bool(under and offline)
-        and under[0].text.startswith("0 ")
-        and (offline[0].text.startswith("0 "))
-    )
+    return all(text(browser, i).startswith("0 ") for i in ("under-count", "offline-count"))
 
 
 def shoot(browser: WebDriver, url: str, out: Path, ready_id: str | None = None) -> None:
@@ -105,12 +99,7 @@ def main(target: Path) -> None:
             cluster.members[victim].kill()
             browser.get(f"{console.url}/")
             wait_until(
-                lambda: (
-                    browser.find_element(By.ID, f"node-{victim}").get_attribute("data-state")
-                    == "down"
-                ),
-                "the killed node shown down",
-                30,
+                lambda: "down" in text(browser, f"node-{victim}"), "the killed node shown down", 30
             )
             shoot(browser, f"{console.url}/", target / "console-cluster-failover.png", "nodes")
         finally:

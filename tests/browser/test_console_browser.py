@@ -15,13 +15,14 @@ from __future__ import annotations
 import time
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
 from replog.client import Client, Record
 from replog.devcluster import DevCluster
-from tests.browser.harness import ConsoleProcess, console_errors
+from tests.browser.harness import ConsoleProcess, console_errors, text
 from tests.integration.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -51,11 +52,6 @@ def load(browser: WebDriver, console: ConsoleProcess, path: str) -> None:
 def refreshed(browser: WebDriver) -> bool:
     """Whether the page's live part has refreshed itself since it loaded."""
     return browser.find_element(By.ID, "live-status").text.startswith("updated")
-
-
-def text(browser: WebDriver, element_id: str) -> str:
-    found = browser.find_elements(By.ID, element_id)
-    return found[0].text if found else ""
 
 
 @pytest.mark.parametrize(
@@ -104,6 +100,19 @@ def test_the_record_browser_shows_records_just_produced_and_follows_new_ones(
     wait_until(lambda: "live-2" in text(browser, "records"), "followed records appear", 30)
     assert "3 new record(s)" in text(browser, "follow-status")
     browser.find_element(By.ID, "follow").click()  # stop
+    assert console_errors(browser) == []
+
+
+def test_the_record_browser_starts_from_a_time_typed_in(
+    browser: WebDriver, console: ConsoleProcess, client: Client
+) -> None:
+    client.append(TOPIC, 1, [Record(b"dated", timestamp_ms=4_102_444_800_000)])  # 2100-01-01
+    load(browser, console, f"/topics/{TOPIC}/records?partition=1")
+    field = browser.find_element(By.NAME, "time")
+    field.send_keys("2099-12-31T23:00:00Z")
+    field.submit()
+    wait_until(lambda: "dated" in text(browser, "records"), "the record from that time", 30)
+    assert "fresh-1" not in text(browser, "records")  # older records are not shown
     assert console_errors(browser) == []
 
 
@@ -186,8 +195,11 @@ def test_a_killed_leader_shows_up_on_the_cluster_page_within_seconds(
     node = f"node-{victim}"
 
     def state() -> str:
-        found = browser.find_elements(By.ID, node)
-        return (found[0].get_attribute("data-state") or "") if found else ""
+        try:
+            found = browser.find_elements(By.ID, node)
+            return (found[0].get_attribute("data-state") or "") if found else ""
+        except StaleElementReferenceException:
+            return ""  # the live part was replaced while read: read again
 
     wait_until(lambda: state() == "ready", f"node {victim} shown ready", 30)
     killed_at = time.monotonic()
@@ -203,7 +215,11 @@ def test_a_killed_leader_shows_up_on_the_cluster_page_within_seconds(
         60,
     )
     moved_s = time.monotonic() - killed_at
-    assert int(text(browser, "under-count").split()[0]) > 0
+    wait_until(
+        lambda: text(browser, "under-count").split()[:1] not in ([], ["0"]),
+        "its partitions shown under-replicated",
+        30,
+    )
     print(f"\nleader kill: node shown down after {shown_down_s:.2f}s, "
           f"its partition shown under a new leader after {moved_s:.2f}s")  # fmt: skip
     cluster.members[victim].start()

@@ -112,6 +112,22 @@ def test_envelope_records_show_their_key_and_headers(web: TestClient, client: Cl
     assert "<code>customer-42</code>" in page and "<code>trace=abc</code>" in page
 
 
+def test_the_record_browser_starts_from_a_time(web: TestClient, client: Client) -> None:
+    name = f"console-times-{next(_names)}"
+    client.create_topic(name, 1, format="envelope")
+    day = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+    hour = 3_600_000
+    client.append(name, 0, [Record(b"at-%d" % h, timestamp_ms=day + h * hour) for h in range(4)])
+    page = web.get(f"/topics/{name}/records", params={"time": "2026-01-01T01:30:00Z"}).text
+    assert "at-0" not in page and "at-1" not in page and "at-2" in page and "at-3" in page
+    in_ms = web.get(f"/topics/{name}/records", params={"time": str(day + 3 * hour)}).text
+    assert "at-2" not in in_ms and "at-3" in in_ms
+    later = web.get(f"/topics/{name}/records", params={"time": "2027-01-01T00:00:00Z"}).text
+    assert "no record at or after 2027-01-01T00:00:00.000+00:00 yet" in later
+    bad = web.get(f"/topics/{name}/records", params={"time": "tomorrow"})
+    assert bad.status_code == 400 and "ISO 8601" in bad.text
+
+
 def test_offsets_out_of_range_and_bad_inputs_are_messages_not_tracebacks(
     web: TestClient, topic: str
 ) -> None:
