@@ -12,10 +12,12 @@ from collections.abc import Iterator
 import pytest
 from starlette.testclient import TestClient
 
-from replog.client import Client, Record, RetryPolicy
+from replog.client import Client, ClientTls, Record, RetryPolicy
 from replog.console.app import create_app
 from replog.console.cluster import Prober
 from replog.console.state import ConsoleConfig
+from replog.devcluster import DevCluster
+from replog.server.auth import hash_token
 from tests.integration.servers import ServerProcess
 
 pytestmark = pytest.mark.integration
@@ -249,3 +251,62 @@ def test_follow_live_streams_records_appended_after_it_started(
                 break
     assert "live-1" in events[0]["html"] and "live-2" in events[0]["html"]
     assert events[0]["next"] > start
+
+
+# -- TLS and token authentication ------------------------------------------------------------
+
+TOKENS = {"User:admin": "admin-console-token", "User:alice": "alice-console-token"}
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    work = tmp_path_factory.mktemp("console-authz")
+    token_file = work / "tokens"
+    token_file.write_text("".join(f"{p} {hash_token(t)}\n" for p, t in TOKENS.items()))
+    cluster = DevCluster(
+        work / "cluster",
+        1,
+        tls=True,
+        extra_args=[
+            "--authorization", "acl",
+            "--token-file", str(token_file),
+            "--super-users", "User:admin",
+        ],
+    )  # fmt: skip
+    cluster.start()
+    yield cluster
+    cluster.kill_all()
+
+
+def console_as(cluster: DevCluster, principal: str) -> tuple[Client, TestClient]:
+    assert cluster.client_tls is not None
+    client = Client(
+        cluster.bootstrap,
+        tls=ClientTls(cluster.client_tls.ca_file),  # server authentication only
+        token=TOKENS[principal],
+        retry=RetryPolicy(deadline_ms=10_000),
+    )
+    app = create_app(client, ConsoleConfig(snapshot_ttl_s=0.0))
+    return client, TestClient(app, base_url=BASE, raise_server_exceptions=False)
+
+
+def test_over_tls_with_a_token_the_console_shows_what_its_principal_may_see(
+    secured: DevCluster,
+) -> None:
+    admin, as_admin = console_as(secured, "User:admin")
+    alice, as_alice = console_as(secured, "User:alice")
+    try:
+        admin.create_topic("secured-orders", 1)
+        admin.add_acl("User:alice", "read", topic="secured-", prefix=True)
+        assert 'data-state="ready"' in as_alice.get("/").text  # metadata: any caller
+        denied = as_alice.get("/acls")
+        assert denied.status_code == 403 and "PERMISSION_DENIED" in denied.text
+        assert "User:alice may not describe" in denied.text
+        listed = as_admin.get("/acls", params={"q": "alice"})
+        assert listed.status_code == 200 and "<code>secured-</code>" in listed.text
+        assert "prefix" in listed.text
+    finally:
+        for c in (as_admin, as_alice):
+            c.close()
+        admin.close()
+        alice.close()
