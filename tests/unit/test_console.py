@@ -12,6 +12,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from replog import frames, records
+from replog.cli import run
 from replog.console import display, forms
 from replog.console.cluster import DOWN, NOT_READY, READY, merge
 from replog.console.security import Guard, cross_site, host_name
@@ -179,3 +180,14 @@ def test_a_listen_address_must_be_host_and_port() -> None:
     for bad in ("8080", "host:", "h:99999"):
         with pytest.raises(ConsoleUsageError):
             parse_listen(bad)
+
+
+def test_the_console_command_refuses_bad_options_with_usage_exit_code(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("REPLOG_TLS_CA", "REPLOG_TLS_CERT", "REPLOG_TLS_KEY", "REPLOG_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    assert run(["console", "--listen", "8080"]) == 2
+    assert "--listen wants host:port" in capsys.readouterr().err
+    assert run(["console", "--token", "t", "--listen", "127.0.0.1:0"]) == 2
+    assert "needs TLS" in capsys.readouterr().err
