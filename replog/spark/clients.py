@@ -15,12 +15,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from replog.client import Client, ClientTls
+from replog.client import Client, ClientTls, RetryPolicy
 from replog.errors import InvalidArgumentError
 
 # (tls.ca, tls.cert, tls.key, tls.serverName) as plain strings ("" when not given): picklable
 TlsOptions = tuple[str, str, str, str]
 NO_TLS: TlsOptions = ("", "", "", "")
+
+# Spark's calls ride out a leader failover on a loaded machine instead of failing the query
+# (the client's default gives up after 20 attempts, a few seconds of backoff).
+SPARK_RETRY = RetryPolicy(attempts_max=1000, backoff_max_ms=500, deadline_ms=120_000)
 
 _clients: dict[tuple[str, TlsOptions], Client] = {}
 _clients_lock = threading.Lock()
@@ -47,7 +51,9 @@ def client_for(bootstrap: str, tls: TlsOptions = NO_TLS) -> Client:
     with _clients_lock:
         client = _clients.get((bootstrap, tls))
         if client is None:
-            client = _clients[(bootstrap, tls)] = Client(bootstrap, tls=_client_tls(tls))
+            client = _clients[(bootstrap, tls)] = Client(
+                bootstrap, tls=_client_tls(tls), retry=SPARK_RETRY
+            )
         return client
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from replog.client import Client, RetryPolicy
 from replog.devcluster import DevCluster
-from replog.errors import ReplogError
+from replog.errors import ReplogError, TopicNotFoundError
 from tests.integration.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -176,7 +176,21 @@ def test_a_sixth_node_observes_the_metadata_forwards_admin_calls_and_takes_write
         wait_until(
             lambda: "after-failover" in via6.list_topics(), "node 6 applied the second topic"
         )
-        via6.append("after-failover", 0, [b"still here"], acks="all")
+        # The partition's replicas may apply the create a moment after node 6 (a replica that
+        # has not answers UNKNOWN_TOPIC): append once every node knows the topic's leader.
+        wait_until(
+            lambda: any(d.leader_id > 0 for d in via6.describe_topic("after-failover")),
+            "after-failover has a leader",
+        )
+
+        def appended() -> bool | None:
+            try:
+                via6.append("after-failover", 0, [b"still here"], acks="all")
+            except TopicNotFoundError:
+                return None
+            return True
+
+        wait_until(appended, "the append to after-failover is taken")
         got = wait_until(
             lambda: read_values(via6, "after-failover", 0, 1), "after-failover reads back"
         )
