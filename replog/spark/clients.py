@@ -63,3 +63,11 @@ def close_client(bootstrap: str, tls: TlsOptions = NO_TLS) -> None:
         client = _clients.pop((bootstrap, tls), None)
     if client is not None:
         client.close()
+
+
+def resumed_producer_client(bootstrap: str, tls: TlsOptions, producer_name: str) -> Client:
+    """A new client (the caller closes it) producing as the named producer's current id and
+    epoch: a retried Spark task resends its batches with the same sequence numbers."""
+    return Client(
+        bootstrap, tls=_client_tls(tls), producer_name=producer_name, producer_resume=True
+    )

@@ -34,6 +34,8 @@ log = logging.getLogger("replog.spark")
 
 FETCH_BYTES_DEFAULT = 3 * 1024 * 1024
 RECORDS_PER_TASK_DEFAULT = 2_000_000
+RECORDS_PER_APPEND_DEFAULT = 500  # the exactly-once sink's batch size (rows per Append)
+SINK_ID_BYTES_MAX = 160  # a producer name is at most 255 bytes: room for the rest
 TRIGGER_DELAY_DEFAULT_MS = 15 * 60 * 1000  # Kafka's maxTriggerDelay default, "15m"
 
 TLS_OPTIONS = ("tls.ca", "tls.cert", "tls.key", "tls.serverName")
@@ -66,6 +68,9 @@ SINK_OPTIONS: dict[str, tuple[str, ...]] = {
     "kafka.bootstrap.servers": ("bootstrap",),
     "topic": (),
     "kafka.acks": ("acks",),
+    "exactlyOnce": (),
+    "sinkId": (),
+    "maxRecordsPerAppend": (),
     "checkpointLocation": (),  # Spark passes it to streaming sinks
     **{name: () for name in TLS_OPTIONS},
 }
@@ -335,6 +340,9 @@ class SinkOptions:
     topic: str | None  # None: each row's `topic` column
     acks: str  # replog's vocabulary: all | leader | none
     tls: TlsOptions
+    exactly_once: bool | None = None  # None: not given (streaming: on; batch: with sinkId)
+    sink_id: str | None = None  # a batch write's identity (exactly-once)
+    records_per_append: int = RECORDS_PER_APPEND_DEFAULT
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -353,4 +361,17 @@ class SinkOptions:
             )
         topic = opts.get("topic", "").strip() or None
         tls = tls_options({k: opts[k] for k in TLS_OPTIONS if k in opts})
-        return cls(bootstrap, topic, acks, tls)
+        exactly_once = _boolean(opts, "exactlyOnce", True) if "exactlyOnce" in opts else None
+        sink_id = opts.get("sinkId", "").strip() or None
+        if sink_id is not None and len(sink_id.encode()) > SINK_ID_BYTES_MAX:
+            raise InvalidArgumentError(
+                f"option sinkId must be at most {SINK_ID_BYTES_MAX} bytes, got {len(sink_id)}"
+            )
+        if (exactly_once or sink_id is not None) and acks == "none":
+            raise InvalidArgumentError(
+                "exactlyOnce needs acks: kafka.acks=0 (none) appends are never deduplicated"
+            )
+        if sink_id is not None and exactly_once is False:
+            raise InvalidArgumentError("option sinkId only serves exactlyOnce=true")
+        per_append = _integer(opts, "maxRecordsPerAppend", 1) or RECORDS_PER_APPEND_DEFAULT
+        return cls(bootstrap, topic, acks, tls, exactly_once, sink_id, per_append)

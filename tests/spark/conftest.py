@@ -32,7 +32,9 @@ def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     session = (
-        SparkSession.builder.master("local[2]")
+        # local[2, 2]: a failed task is retried once, as on a cluster (plain local[2] never
+        # retries): the exactly-once sink's tests fail a task's first attempt on purpose.
+        SparkSession.builder.master("local[2,2]")
         .appName("replog-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -1,0 +1,204 @@
+"""The exactly-once sink against a 3-node cluster: a Spark task that fails after writing part
+of its rows is retried by Spark, a node is SIGKILLed during the write, a batch write is run
+again with its sinkId: every row is in the topic exactly once."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from replog.client import Client, RetryPolicy
+from replog.errors import ReplogError
+from replog.tls import ClientTls
+from tests.integration.waiting import wait_until
+from tests.spark.helpers import QUERY_DEADLINE_S, new_topic, produce, reader, stream
+from tests.spark.replog_cluster import ReplogCluster
+
+PATIENT = RetryPolicy(attempts_max=1000, backoff_max_ms=500, deadline_ms=90_000)
+WAIT_FOR_WRITES_S = 60
+
+
+@pytest.fixture
+def client(server: ReplogCluster) -> Iterator[Client]:
+    with Client(server.address, tls=server.tls, retry=PATIENT) as c:
+        yield c
+
+
+@pytest.fixture
+def small_arrow_batches(spark: Any) -> Iterator[None]:
+    """Rows reach the sink's Python worker in Arrow batches: small ones, so that a task has
+    written part of its rows when the failing UDF stops it."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "100")
+    yield
+    spark.conf.set(key, before)
+
+
+def records_in(address: str, tls: ClientTls | None, topic: str) -> int:
+    """Offsets used in `topic` (control records included): grows as the sink writes."""
+    with Client(address, tls=tls) as c:
+        return sum(o.latest for o in c.list_offsets(topic))
+
+
+def led(server: ReplogCluster, topic: str) -> int:
+    """`records_in(topic)` once each partition has its leader's first control record: what
+    the topic holds before anything is written (a batch adds more than one offset)."""
+    with Client(server.address, tls=server.tls) as c:
+        wait_until(
+            lambda: all(o.latest >= 1 for o in c.list_offsets(topic)) or None,
+            "every partition has a leader",
+        )
+    return records_in(server.address, server.tls, topic)
+
+
+def failing_first_attempt(
+    server: ReplogCluster, watched: str, marker: Path, after_rows: int
+) -> Callable[[Any], Any]:
+    """A UDF (identity on the value) that, in the first attempt of task 0, once `after_rows`
+    rows went through, waits until the sink has written to `watched`, notes how much in
+    `marker`, and raises: Spark retries the task, which writes all its rows again."""
+    from pyspark import TaskContext
+    from pyspark.sql.functions import udf
+
+    seen = {"rows": 0}
+    address, tls = server.address, server.tls  # plain values: the UDF is pickled
+    empty = led(server, watched)
+
+    def passthrough(value: str) -> str:
+        context = TaskContext.get()
+        if context is not None and context.partitionId() == 0 and context.attemptNumber() == 0:
+            seen["rows"] += 1
+            if seen["rows"] == after_rows:
+                deadline = time.monotonic() + WAIT_FOR_WRITES_S
+                written = records_in(address, tls, watched)
+                while written <= empty + 1 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    written = records_in(address, tls, watched)
+                marker.write_text(str(written - empty))
+                raise RuntimeError("injected failure of the task's first attempt")
+        return value
+
+    return udf(passthrough, "string")  # type: ignore[no-any-return]
+
+
+def values_in(spark: Any, server: ReplogCluster, topic: str) -> Counter[str]:
+    return Counter(
+        bytes(r["value"]).decode() for r in reader(spark, server, subscribe=topic).collect()
+    )
+
+
+def test_a_retried_batch_task_and_a_rerun_write_each_row_once(
+    spark: Any, server: ReplogCluster, client: Client, tmp_path: Path, small_arrow_batches: None
+) -> None:
+    out = new_topic(client, 2)
+    marker = tmp_path / "written-before-the-failure"
+    fail = failing_first_attempt(server, out, marker, after_rows=1500)
+    df = (
+        spark.range(0, 4000, 1, 2)
+        .selectExpr("CAST(id AS STRING) AS key", "CONCAT('row-', id) AS value")
+        .withColumn("value", fail("value"))
+    )
+
+    def write(frame: Any) -> None:
+        frame.write.format("replog").options(**server.options).option("topic", out).option(
+            "sinkId", f"load-{out}"
+        ).option("maxRecordsPerAppend", "20").mode("append").save()
+
+    write(df)
+    assert int(marker.read_text()) > 20, "the failed attempt had written part of its rows"
+    expected = Counter(f"row-{i}" for i in range(4000))
+    assert values_in(spark, server, out) == expected, "every row once, none twice"
+    # The driver lost (the job's outcome unknown): the same write run again adds nothing.
+    write(
+        spark.range(0, 4000, 1, 2).selectExpr(
+            "CAST(id AS STRING) AS key", "CONCAT('row-', id) AS value"
+        )
+    )
+    assert values_in(spark, server, out) == expected, "a rerun with the same sinkId adds nothing"
+
+
+def leader_of(client: Client, topic: str, partition: int) -> int:
+    def known() -> int | None:
+        try:
+            meta = client.refresh_metadata([topic])
+            leader = meta.topics[0].partitions[partition].leader_id
+        except ReplogError:
+            return None
+        return leader if leader > 0 else None
+
+    return wait_until(known, "a leader is known")
+
+
+def test_a_stream_writes_each_row_once_across_a_task_retry_and_a_killed_leader(
+    spark: Any, server: ReplogCluster, client: Client, tmp_path: Path, small_arrow_batches: None
+) -> None:
+    source = new_topic(client, 2)
+    out = f"eo-out-{source}"
+    client.create_topic(out, 2, 3)
+    for p in (0, 1):
+        produce(client, source, p, [b"%d-%d" % (p, i) for i in range(3000)])
+    marker = tmp_path / "written-before-the-failure"
+    fail = failing_first_attempt(server, out, marker, after_rows=2000)
+    victim = leader_of(client, out, 1)
+    killed, done = threading.Event(), threading.Event()
+    empty = led(server, out)
+
+    def kill_when_writing() -> None:
+        deadline = time.monotonic() + QUERY_DEADLINE_S
+        while time.monotonic() < deadline and not done.is_set():
+            if records_in(server.address, server.tls, out) > empty + 1:
+                server.cluster.members[victim].kill()
+                killed.set()
+                return
+            time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_when_writing, daemon=True)
+    killer.start()
+    query = (
+        stream(spark, server, subscribe=source, startingOffsets="earliest")
+        .selectExpr("CAST(value AS STRING) AS value")
+        .withColumn("value", fail("value"))
+        .writeStream.format("replog")
+        .options(**server.options)
+        .option("topic", out)
+        .option("maxRecordsPerAppend", "25")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(QUERY_DEADLINE_S), "the query did not finish"
+        assert query.exception() is None, query.exception()
+    finally:
+        done.set()
+        killer.join(30)
+        server.cluster.members[victim].start()
+    assert killed.is_set(), "the leader was killed during the write"
+    assert int(marker.read_text()) > 20, "the failed attempt had written part of its rows"
+    expected = Counter(f"{p}-{i}" for p in (0, 1) for i in range(3000))
+    got = values_in(spark, server, out)
+    assert sum(got.values()) == 6000 and got == expected, "every row once, none twice"
+
+
+def test_exactly_once_options_are_checked(
+    spark: Any, server: ReplogCluster, client: Client
+) -> None:
+    topic = new_topic(client, 1)
+    empty = led(server, topic)
+    df = spark.createDataFrame([("v",)], "value string")
+    with pytest.raises(Exception, match="exactlyOnce in a batch write needs option sinkId"):
+        df.write.format("replog").options(**server.options).option("topic", topic).option(
+            "exactlyOnce", "true"
+        ).mode("append").save()
+    with pytest.raises(Exception, match=r"kafka.acks=0 \(none\) appends are never deduplicated"):
+        df.write.format("replog").options(**server.options).option("topic", topic).option(
+            "sinkId", "x"
+        ).option("kafka.acks", "0").mode("append").save()
+    assert records_in(server.address, server.tls, topic) == empty, "nothing written"
