@@ -77,17 +77,21 @@ def subscribed_bounds(opts: SourceOptions) -> dict[off.TopicPartition, off.Bound
 def offsets_for_times(
     opts: SourceOptions, option: str, wanted: Mapping[off.TopicPartition, int]
 ) -> dict[off.TopicPartition, int | None]:
-    """The earliest offset whose record timestamp is >= the asked one, per partition.
-
-    The server cannot answer this yet (`ListOffsets` takes no timestamp; a time index is
-    being built, issue 13): fail, naming the option, rather than read from somewhere else.
-    This is the one place to call the server's offsets-by-time lookup once it exists;
-    `offsets.resolve` already applies Kafka's rules to its answer.
-    """
-    raise InvalidArgumentError(
-        f"option {option} is not supported by this server yet: it cannot find offsets by "
-        "time; use startingOffsets / endingOffsets"
-    )
+    """The earliest committed offset whose record timestamp is >= the asked one, per
+    partition; None where no record is that recent (`offsets.resolve` applies Kafka's rules
+    to that). One `ListOffsets` by time per topic and timestamp. Record timestamps: on
+    envelope topics each record's; on raw topics the leader's append time of idempotent
+    batches (docs/api.md, ListOffsets by time)."""
+    client = client_of(opts)
+    by_topic: dict[tuple[str, int], list[int]] = {}
+    for (topic, partition), timestamp_ms in wanted.items():
+        by_topic.setdefault((topic, timestamp_ms), []).append(partition)
+    found: dict[off.TopicPartition, int | None] = {}
+    for (topic, timestamp_ms), partitions in sorted(by_topic.items()):
+        for o in client.list_offsets(topic, sorted(partitions), timestamp_ms=timestamp_ms):
+            hit = o.found_timestamp_ms is not None
+            found[(topic, o.partition)] = o.offset_for_timestamp if hit else None
+    return found
 
 
 class ReplogPartition(InputPartition):

@@ -234,24 +234,38 @@ def test_a_stream_starts_at_latest_by_default(
 
 
 @pytest.mark.parametrize("mode", ["batch", "stream"])
-def test_offsets_by_time_fail_naming_the_option_while_the_server_cannot_find_them(
+def test_offsets_by_time_start_and_end_at_the_first_record_that_recent(
     spark: Any, server: ReplogCluster, client: Client, workdir: Path, mode: str
 ) -> None:
-    topic, _ = filled(client, 1, 3)
-    by_partition = json.dumps({topic: {"0": 1_700_000_000_000}})
-    options = {"startingTimestamp": "1700000000000", "startingOffsetsByTimestamp": by_partition}
+    topic = new_topic(client, 2, format="envelope")
+    base = 1_700_000_000_000
+    for p in (0, 1):  # timestamps base + 0..19 s in partition 0, base + 100..119 s in 1
+        items = [
+            Record(b"%d-%d" % (p, i), timestamp_ms=base + (p * 100 + i) * 1000) for i in range(20)
+        ]
+        produce(client, topic, p, items)
+
+    def values(rows: list[Any]) -> list[bytes]:
+        return sorted(bytes(r.value) for r in rows)
+
+    by_partition = json.dumps({topic: {"0": base + 15_000, "1": base + 110_000}})
+    want = sorted([b"0-%d" % i for i in range(15, 20)] + [b"1-%d" % i for i in range(10, 20)])
     if mode == "batch":
-        options |= {"endingTimestamp": "1800000000000", "endingOffsetsByTimestamp": by_partition}
-    for option, value in options.items():
-        if mode == "batch":
-            with pytest.raises(Exception, match=f"{option} is not supported by this server yet"):
-                reader(spark, server, subscribe=topic, **{option: value}).collect()
-        else:
-            live = stream(spark, server, subscribe=topic, **{option: value})
-            error = available_now_error(live, checkpoint(workdir, option))
-            assert f"{option} is not supported by this server yet" in error
-    if mode == "stream":
-        live = stream(spark, server, subscribe=topic, endingTimestamp="1800000000000")
+        got = reader(spark, server, subscribe=topic, startingOffsetsByTimestamp=by_partition)
+        assert values(got.collect()) == want
+        same = reader(spark, server, subscribe=topic, startingTimestamp=str(base + 10_000))
+        every = [b"0-%d" % i for i in range(10, 20)] + [b"1-%d" % i for i in range(20)]
+        assert values(same.collect()) == sorted(every)
+        ending = reader(spark, server, subscribe=topic, endingTimestamp=str(base + 5_000))
+        assert values(ending.collect()) == [b"0-%d" % i for i in range(5)]
+        with pytest.raises(Exception, match=r"no record of .* has a timestamp >="):
+            far = reader(spark, server, subscribe=topic, startingTimestamp=str(base + 10**9))
+            far.collect()
+    else:
+        live = stream(spark, server, subscribe=topic, startingOffsetsByTimestamp=by_partition)
+        sink = run_available_now(live, checkpoint(workdir))
+        assert values(sink.raw) == want
+        live = stream(spark, server, subscribe=topic, endingTimestamp=str(base))
         error = available_now_error(live, checkpoint(workdir, "ending"))
         assert "endingTimestamp is not valid in streaming queries" in error
 
