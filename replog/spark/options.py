@@ -61,6 +61,7 @@ SOURCE_OPTIONS: dict[str, tuple[str, ...]] = {
     "failOnDataLoss": (),
     "includeHeaders": (),
     "fetchBytesMax": (),
+    "commitToGroup": (),
     **{name: () for name in TLS_OPTIONS},
 }
 
@@ -77,8 +78,8 @@ SINK_OPTIONS: dict[str, tuple[str, ...]] = {
 
 # Kafka options that mean nothing to replog: rejected with the reason, never ignored.
 WHY_NOT: dict[str, str] = {
-    "groupidprefix": "replog keeps no consumer groups for Spark: its checkpoint holds offsets",
-    "kafka.group.id": "replog keeps no consumer groups for Spark: its checkpoint holds offsets",
+    "groupidprefix": "Spark's checkpoint holds the offsets (commitToGroup shows them to a group)",
+    "kafka.group.id": "Spark's checkpoint holds the offsets (commitToGroup shows them to a group)",
     "kafkaconsumer.polltimeoutms": "replog tasks stream their range; there is no poll timeout",
     "fetchoffset.numretries": "the replog client retries offset look-ups itself",
     "fetchoffset.retryintervalms": "the replog client retries offset look-ups itself",
@@ -242,6 +243,7 @@ class SourceOptions:
     records_per_task_max: int = RECORDS_PER_TASK_DEFAULT
     fetch_bytes_max: int = FETCH_BYTES_DEFAULT
     tls: TlsOptions = NO_TLS
+    commit_to_group: str | None = None  # a stream commits each batch's end offsets there
     given: frozenset[str] = field(default_factory=frozenset)  # documented names given
 
     @classmethod
@@ -298,6 +300,7 @@ class SourceOptions:
             or RECORDS_PER_TASK_DEFAULT,
             fetch_bytes_max=_integer(opts, "fetchBytesMax", 1024) or FETCH_BYTES_DEFAULT,
             tls=tls_options({k: opts[k] for k in TLS_OPTIONS if k in opts}),
+            commit_to_group=opts.get("commitToGroup", "").strip() or None,
             given=frozenset(opts),
         )
 
@@ -315,6 +318,10 @@ class SourceOptions:
                 "return nothing"
             )
         off.check_start_before_end(self.starting, self.ending)
+        if self.commit_to_group is not None:
+            raise InvalidArgumentError(
+                "option commitToGroup is for streaming queries: a batch query commits nothing"
+            )
         for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
             if name in self.given:
                 log.warning("option %s is ignored in batch queries (as Kafka's source does)", name)

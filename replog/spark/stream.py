@@ -10,6 +10,11 @@ Kafka's source semantics:
   are waiting, or until `maxTriggerDelay` (default 15m) passed since the last batch.
   `Trigger.AvailableNow` reads what is committed when the query starts and then stops (in
   batches of `maxOffsetsPerTrigger`; `minOffsetsPerTrigger` does not hold it back).
+* `commitToGroup=<group>` (off by default): after each micro-batch, its end offsets are
+  committed to that consumer group (metadata `spark query`), so `replog group describe`
+  shows the query's position and lag. Spark's checkpoint stays the truth the query resumes
+  from; a commit that fails (the group has members: GROUP_NOT_EMPTY, a coordinator away) is
+  logged as a warning and the query goes on.
 * A checkpoint whose offsets retention has since deleted: with `failOnDataLoss=true` (the
   default) the query fails, naming the option; with `false` it continues from the log start
   and logs a warning.
@@ -33,6 +38,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from replog.errors import ReplogError
 from replog.spark import offsets as off
 from replog.spark.clients import close_client
 from replog.spark.options import SourceOptions
@@ -49,6 +55,7 @@ from replog.spark.reading import (
 log = logging.getLogger("replog.spark")
 
 StreamOffset = dict[str, dict[str, int]]
+GROUP_COMMIT_METADATA = "spark query"
 
 
 class ReplogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -141,7 +148,17 @@ class ReplogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_partition(partition)
 
     def commit(self, end: StreamOffset) -> None:
-        """Nothing to do: replog keeps no consumer positions; Spark's checkpoint holds them."""
+        """Spark's checkpoint holds the positions; with `commitToGroup`, also the group."""
+        group = self.options.commit_to_group
+        if group is None:
+            return
+        offsets: dict[tuple[str, int], int | tuple[int, str]] = {
+            tp: (o, GROUP_COMMIT_METADATA) for tp, o in off.from_stream_offset(end).items()
+        }
+        try:
+            client_of(self.options).commit_offsets(group, offsets)
+        except ReplogError as exc:
+            log.warning("commitToGroup %s: committing %s failed: %s", group, end, exc)
 
     def stop(self) -> None:
         close_client(self.options.bootstrap, self.options.tls)
