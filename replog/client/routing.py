@@ -130,10 +130,13 @@ class Routing:
         self, topic: str, partition: int, leader_address: str, now: float | None = None
     ) -> bool:
         """Route the partition to the leader a NOT_LEADER answer names; True when that is a
-        new address. A hint naming a suspect node, or none, leaves the call to `current`."""
+        new address. A hint naming a suspect node, or none, comes from a replica that has not
+        heard of the new leader yet: the retry goes to the next healthy node (which may
+        have), not to the same replica again."""
         before = self.address(topic, partition)
         if not leader_address or self.suspect(leader_address, now):
             self.leaders.pop((topic, partition), None)
+            self._rotate(before, now)
             return False
         self.leaders[(topic, partition)] = leader_address
         return leader_address != before
