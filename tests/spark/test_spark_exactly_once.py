@@ -4,6 +4,11 @@ again with its sinkId: every row is in the topic exactly once."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -202,3 +207,78 @@ def test_exactly_once_options_are_checked(
             "sinkId", "x"
         ).option("kafka.acks", "0").mode("append").save()
     assert records_in(server.address, server.tls, topic) == empty, "nothing written"
+
+
+DRIVER = """
+import json, os, sys
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+from pyspark.sql import SparkSession
+from replog.spark import register
+options, source, out, checkpoint = json.loads(sys.argv[1]), *sys.argv[2:5]
+spark = (
+    SparkSession.builder.master("local[2]").appName("replog-eo-driver")
+    .config("spark.ui.enabled", "false")
+    .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    .getOrCreate()
+)
+register(spark)
+query = (
+    spark.readStream.format("replog").options(**options).option("subscribe", source)
+    .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "1000").load()
+    .selectExpr("value")
+    .writeStream.format("replog").options(**options).option("topic", out)
+    .option("maxRecordsPerAppend", "10").option("checkpointLocation", checkpoint)
+    .trigger(availableNow=True).start()
+)
+query.awaitTermination()
+sys.exit(1 if query.exception() else 0)
+"""
+
+
+def driver(server: ReplogCluster, source: str, out: str, workdir: Path) -> subprocess.Popen[bytes]:
+    script = workdir / "driver.py"
+    script.write_text(DRIVER)
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    log = (workdir / "driver.log").open("ab")
+    args = [json.dumps(server.options), source, out, str(workdir / "checkpoint")]
+    return subprocess.Popen(
+        [sys.executable, str(script), *args],
+        stdout=log,
+        stderr=log,
+        env=env,
+        start_new_session=True,  # its JVM shares the group: one killpg ends the whole driver
+    )
+
+
+def batch_files(checkpoint: Path, log: str) -> int:
+    d = checkpoint / log
+    return len([p for p in d.iterdir() if p.name.isdigit()]) if d.exists() else 0
+
+
+def test_a_driver_killed_mid_write_and_rerun_from_its_checkpoint_writes_each_row_once(
+    spark: Any, server: ReplogCluster, client: Client, tmp_path: Path
+) -> None:
+    source = new_topic(client, 2)
+    out = new_topic(client, 2)
+    for p in (0, 1):
+        produce(client, source, p, [b"%d-%d" % (p, i) for i in range(3000)])
+    empty = led(server, out)
+    checkpoint = tmp_path / "checkpoint"
+    first = driver(server, source, out, tmp_path)
+    deadline = time.monotonic() + QUERY_DEADLINE_S
+    while True:  # kill it while a micro-batch is planned, not committed, and half written
+        assert first.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "the driver wrote nothing in time"
+        planned, done = batch_files(checkpoint, "offsets"), batch_files(checkpoint, "commits")
+        if planned > done and records_in(server.address, server.tls, out) > empty + 500:
+            break
+        time.sleep(0.02)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(60)
+    assert batch_files(checkpoint, "offsets") > batch_files(checkpoint, "commits"), (
+        "the kill landed inside a micro-batch"
+    )
+    second = driver(server, source, out, tmp_path)
+    assert second.wait(QUERY_DEADLINE_S) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    expected = Counter(f"{p}-{i}" for p in (0, 1) for i in range(3000))
+    assert values_in(spark, server, out) == expected, "every row once, none twice"
