@@ -186,6 +186,8 @@ def scan(buf: bytes | memoryview, first_offset: int | None = None) -> list[int]:
         last = int(_unpack_header(buf, size - frame)[0])
         if last == first + count - 1 and (count < 3 or _dense(buf, first, frame, count)):
             return list(range(frame, size + 1, frame))
+    # Mixed (e.g. a batch header before each idempotent batch): by runs of equally long
+    # data frames, each checked with numpy; a step per frame only where runs are short.
     ends: list[int] = []
     pos = 0
     expected = first
@@ -195,13 +197,31 @@ def scan(buf: bytes | memoryview, first_offset: int | None = None) -> list[int]:
         offset, raw_len = _unpack_header(buf, pos)
         if offset != expected:
             raise FrameError(f"offset {offset} at position {pos}, expected {expected}", pos)
-        end = pos + HEADER_BYTES + (raw_len & LENGTH_MASK)
+        frame = HEADER_BYTES + (raw_len & LENGTH_MASK)
+        end = pos + frame
         if end > size:
             raise FrameError(f"frame at position {pos} is cut short", pos)
+        run = 1 if raw_len & CONTROL_FLAG else _run_length(buf, pos, raw_len, frame)
+        if run >= _NUMPY_BATCH_MIN:
+            run = _dense_prefix(buf, pos, expected, frame, run)  # the loop reports a gap
+            ends += range(end, pos + run * frame + 1, frame)
+            pos += run * frame
+            expected += run
+            continue
         ends.append(end)
         pos = end
         expected += 1
     return ends
+
+
+def _dense_prefix(buf: bytes | memoryview, pos: int, first: int, frame: int, count: int) -> int:
+    """How many of the `count` frames of size `frame` from position `pos` carry offsets
+    first, first + 1, ... before the first that does not (at least 1: the caller checked
+    the first)."""
+    rows = np.frombuffer(buf, dtype=np.uint8, count=count * frame, offset=pos)
+    column = np.ascontiguousarray(rows.reshape(count, frame)[:, :8]).view(_BE_U64).ravel()
+    wrong = np.flatnonzero(column != np.arange(first, first + count, dtype=np.uint64))
+    return int(wrong[0]) if len(wrong) else count
 
 
 def _dense(buf: bytes | memoryview, first: int, frame: int, count: int) -> bool:

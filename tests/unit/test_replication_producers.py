@@ -3,6 +3,7 @@ producer table's verdicts (properties against brute force)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -204,3 +205,41 @@ def test_a_batch_is_recorded_once_whole_and_never_when_torn() -> None:
     led.drop_partial()
     led.apply_frames(frames.encode(3, [b"own"]), 4)
     assert led.state() == {}
+
+
+def _reference_scan(buf: bytes, first: int) -> list[int] | int:
+    """Frame ends, or the position of the first bad frame (a plain loop)."""
+    ends, pos, expected = [], 0, first
+    while pos < len(buf):
+        if pos + frames.HEADER_BYTES > len(buf):
+            return pos
+        offset, raw_len = frames.HEADER.unpack_from(buf, pos)
+        end = pos + frames.HEADER_BYTES + (raw_len & frames.LENGTH_MASK)
+        if offset != expected or end > len(buf):
+            return pos
+        ends.append(end)
+        pos, expected = end, expected + 1
+    return ends
+
+
+@settings(max_examples=300)
+@given(st.integers(0, 2**40), runs, st.integers(0, 400), st.integers(0, 3))
+def test_scan_of_mixed_runs_agrees_with_a_plain_loop_also_on_damage(
+    base: int, pieces: list[tuple[bool, int, bytes]], at: int, damage: int
+) -> None:
+    buf = bytearray(_encode(base, pieces))
+    if buf and damage:  # 1: an offset off by one, 2: a cut tail, 3: a wrong first offset
+        ends = frames.scan(bytes(buf), base)
+        start = ([0, *ends])[at % len(ends)]
+        if damage == 1:
+            buf[start + 7] ^= 1
+        elif damage == 2:
+            del buf[len(buf) - 1 - at % len(buf) :]
+    first = base + (damage == 3)
+    expected = _reference_scan(bytes(buf), first)
+    if isinstance(expected, list):
+        assert frames.scan(bytes(buf), first) == expected
+    else:
+        with pytest.raises(frames.FrameError) as err:
+            frames.scan(bytes(buf), first)
+        assert err.value.position == expected
