@@ -106,9 +106,10 @@ def encode(base_offset: int, values: Sequence[bytes], *, control: bool = False) 
 
 
 def encode_with_ends(
-    base_offset: int, values: Sequence[bytes], *, control: bool = False
+    base_offset: int, values: Sequence[bytes], *, control: bool = False, position: int = 0
 ) -> tuple[bytes, list[int]]:
-    """(frames, end position of each frame) for `values` from `base_offset`.
+    """(frames, end position of each frame) for `values` from `base_offset`; the ends count
+    from `position` (where these frames will start in a larger buffer).
 
     Batches are encoded with numpy (the headers as one structured array, the values as one
     join, then two block copies): no Python-level work per record. Small batches take a
@@ -122,7 +123,7 @@ def encode_with_ends(
         parts[::2] = map(_pack_header, range(base_offset, base_offset + n), flagged)
         parts[1::2] = values
         buf = b"".join(parts)  # type: ignore[arg-type]
-        return buf, list(accumulate(map(add, lengths, repeat(HEADER_BYTES))))
+        return buf, list(accumulate(map(add, lengths, repeat(HEADER_BYTES)), initial=position))[1:]
     lengths_np = np.fromiter(map(len, values), dtype=np.int64, count=n)
     headers = np.empty(n, dtype=_HEADER_DTYPE)
     headers["offset"] = np.arange(base_offset, base_offset + n, dtype=np.uint64)
@@ -134,7 +135,7 @@ def encode_with_ends(
         grid[:, :HEADER_BYTES] = headers.view(np.uint8).reshape(n, HEADER_BYTES)
         grid[:, HEADER_BYTES:] = data.reshape(n, first)
         size = HEADER_BYTES + first
-        return grid.tobytes(), list(range(size, n * size + 1, size))
+        return grid.tobytes(), list(range(position + size, position + n * size + 1, size))
     ends = np.cumsum(lengths_np + HEADER_BYTES)
     header_at = (ends - lengths_np - HEADER_BYTES)[:, None] + np.arange(HEADER_BYTES)
     out = np.empty(int(ends[-1]), dtype=np.uint8)
@@ -142,7 +143,7 @@ def encode_with_ends(
     is_value[header_at.ravel()] = False
     out[header_at.ravel()] = headers.view(np.uint8)
     out[is_value] = data
-    return out.tobytes(), ends.tolist()
+    return out.tobytes(), (ends + position).tolist() if position else ends.tolist()
 
 
 def frame_ends(values: Sequence[bytes]) -> list[int]:

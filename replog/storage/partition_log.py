@@ -357,7 +357,7 @@ class PartitionLog:
                 count = len(rel_ends)
                 req.result = AppendResult(leo, leo + count - 1)
                 accepted.append(req)
-                ends.extend([e + size for e in rel_ends] if size else rel_ends)
+                ends += map(size.__add__, rel_ends) if size else rel_ends
                 parts.append(data)
                 size += len(data)
                 leo += count
@@ -585,9 +585,9 @@ def _encode_pieces(
             size += len(parts[-1])
             ends.append(size)
             offset += 1
-        data, rel_ends = frames.encode_with_ends(offset, values)
+        data, data_ends = frames.encode_with_ends(offset, values, position=size)
         parts.append(data)
-        ends.extend([e + size for e in rel_ends])
+        ends += data_ends
         size += len(data)
         offset += len(values)
     return b"".join(parts), ends
