@@ -113,6 +113,7 @@ class PeerLinks:
     async def _run(self, link: _Link) -> None:
         backoff = RECONNECT_BACKOFF_S[0]
         while not self._closed:
+            opened_at = time.monotonic()
             channel = self._dial(link.address)
             stub = replication_pb2_grpc.ReplicationStub(channel)  # type: ignore[no-untyped-call]
             try:
@@ -125,6 +126,10 @@ class PeerLinks:
             finally:
                 with contextlib.suppress(Exception):
                     await channel.close(None)
+            if time.monotonic() - opened_at >= RECONNECT_BACKOFF_S[1]:
+                # The stream was up for a while: a fresh break (a peer restarting) reconnects
+                # at once again, not after the longest backoff earlier breaks reached.
+                backoff = RECONNECT_BACKOFF_S[0]
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, RECONNECT_BACKOFF_S[1])
 
