@@ -2,13 +2,15 @@
 
     replog group list [-o json]
     replog group describe GROUP [-o json]       members, assignment, committed offsets, lag
-    replog group reset-offsets GROUP (--to-earliest | --to-latest | --to-offset N)
+    replog group reset-offsets GROUP (--to-earliest | --to-latest | --to-offset N | --to-time T)
                  [--topic T]... [--partition P]... [--dry-run] [-o json]
     replog group delete GROUP
 
 `reset-offsets` commits offsets outside membership, so the group must be stopped (no
 members: else GROUP_NOT_EMPTY, exit 1); without `--topic` it resets every topic the group
-has offsets for; `--to-offset` is clamped into each partition's [earliest, latest]. With
+has offsets for; `--to-offset` is clamped into each partition's [earliest, latest];
+`--to-time` (ISO 8601 or ms since the epoch) is each partition's first committed offset
+whose record timestamp is >= it (ListOffsets by time; latest when none is). With
 `--dry-run` it prints the plan and changes nothing.
 """
 
@@ -60,6 +62,10 @@ def add_parser(sub: Any, client_parser: ClientParser, add_output: AddOutput) -> 
     target.add_argument("--to-earliest", action="store_true", help="each partition's log start")
     target.add_argument("--to-latest", action="store_true", help="each partition's HW")
     target.add_argument("--to-offset", type=int, help="this offset (clamped per partition)")
+    target.add_argument(
+        "--to-time",
+        help="the first offset whose record timestamp is >= this time (ISO 8601 or ms)",
+    )
     reset.add_argument(
         "--topic",
         action="append",
@@ -138,15 +144,19 @@ def reset_plan(client: Client, args: argparse.Namespace) -> list[tuple[str, int,
     if not topics:
         raise UsageError(f"group {args.group} has no offsets: name the topics with --topic")
     plan = []
+    at_ms = None if args.to_time is None else _time_ms(args.to_time)
     for topic in topics:
         wanted = set(args.partition)
-        for o in client.list_offsets(topic):
+        for o in client.list_offsets(topic, timestamp_ms=at_ms):
             if wanted and o.partition not in wanted:
                 continue
             if args.to_earliest:
                 new = o.earliest
             elif args.to_latest:
                 new = o.latest
+            elif at_ms is not None:
+                assert o.offset_for_timestamp is not None
+                new = o.offset_for_timestamp
             else:
                 new = min(max(args.to_offset, o.earliest), o.latest)
             plan.append((topic, o.partition, current.get((topic, o.partition), -1), new))
@@ -154,6 +164,17 @@ def reset_plan(client: Client, args: argparse.Namespace) -> list[tuple[str, int,
         if missing:
             raise UsageError(f"{topic} has no partition {sorted(missing)}")
     return plan
+
+
+def _time_ms(text: str) -> int:
+    from replog.cli import UsageError
+    from replog.client import formats
+    from replog.errors import ReplogError
+
+    try:
+        return formats.parse_time_ms(text)
+    except ReplogError as exc:
+        raise UsageError(f"--to-time: {exc.message}") from None
 
 
 def describe_document(d: GroupDescription) -> dict[str, object]:

@@ -518,6 +518,11 @@ class AsyncGroupConsumer:
         state.position = state.consumed = int(offset)
         self._restart(tp, state)
 
+    async def seek_to_time(self, topic: str, partition: int, timestamp_ms: int) -> None:
+        """See `GroupConsumer.seek_to_time`."""
+        found = await self.client.offsets_for_times(topic, {partition: timestamp_ms})
+        await self.seek(topic, partition, found[partition])
+
     def pause(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
             state = self._partitions.get(tp)

@@ -32,7 +32,7 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -122,6 +122,8 @@ class GroupConsumerClient(Protocol):
     def fetch(
         self, topic: str, partition: int, offset: int, *, max_bytes: int = 0, max_wait_ms: int = 0
     ) -> FetchResult: ...
+
+    def offsets_for_times(self, topic: str, times: Mapping[int, int]) -> dict[int, int]: ...
 
 
 @dataclass(slots=True)
@@ -515,6 +517,12 @@ class GroupConsumer:
             offset = reset_offset(self.client, tp, offset)
         state.position = state.consumed = offset
         self._restart(tp, state)
+
+    def seek_to_time(self, topic: str, partition: int, timestamp_ms: int) -> None:
+        """Read `topic/partition` (one of this member's) from its first committed record
+        whose timestamp is >= `timestamp_ms` (ListOffsets by time; the end when none is)."""
+        offset = self.client.offsets_for_times(topic, {partition: timestamp_ms})[partition]
+        self.seek(topic, partition, offset)
 
     def pause(self, *partitions: TopicPartition) -> None:
         """Stop delivering these partitions (still this member's) until `resume`."""

@@ -163,3 +163,31 @@ def test_group_delete_drops_a_stopped_group(node: ServerProcess) -> None:
     assert replog(node, "group", "delete", "doomed").returncode == 0
     missing = replog(node, "group", "describe", "doomed")
     assert missing.returncode == 1 and "UNKNOWN_GROUP" in missing.stderr
+
+
+def test_reset_offsets_to_a_time_and_a_member_seeks_to_a_time(node: ServerProcess) -> None:
+    from replog.records import Record
+
+    base = 1_700_000_000_000
+    with Client(node.address) as client:
+        client.create_topic("stamped", 1, format="envelope")
+        res = client.append(
+            "stamped", 0, [Record(b"%d" % i, timestamp_ms=base + i) for i in range(10)]
+        )
+        client.commit_offsets("timely", {("stamped", 0): res.base_offset})
+    wanted = res.base_offset + 6  # the first record with timestamp >= base + 6
+    plan = document(
+        replog(node, "group", "reset-offsets", "timely", "--to-time", str(base + 6), "-o", "json")
+    )
+    assert [p["new_offset"] for p in plan["partitions"]] == [wanted]
+    with Client(node.address) as client:
+        assert {c.offset for c in client.committed_offsets("timely")} == {wanted}
+        with client.consumer("stamped", group="seeker", auto_commit=False, **OPTIONS) as c:
+            first: list[Any] = []
+            wait_until(lambda: len(first.__iadd__(c.poll(0.2))) >= 10, "all ten records")
+            c.seek_to_time("stamped", 0, base + 8)
+            again: list[Any] = []
+            wait_until(lambda: len(again.__iadd__(c.poll(0.2))) >= 2, "the last two again")
+            assert [r.value for r in again] == [b"8", b"9"]
+    bad = replog(node, "group", "reset-offsets", "timely", "--to-time", "yesterday")
+    assert bad.returncode == 2 and "--to-time" in bad.stderr
