@@ -65,8 +65,8 @@ def test_unknown_options_are_rejected_by_name_with_the_closest_known_one() -> No
     ("key", "reason"),
     [
         ("kafka.security.protocol", "replog is not a Kafka client"),
-        ("groupIdPrefix", "no consumer groups"),
-        ("kafka.group.id", "no consumer groups"),
+        ("groupIdPrefix", "Spark's checkpoint holds the offsets"),
+        ("kafka.group.id", "Spark's checkpoint holds the offsets"),
     ],
 )
 def test_kafka_options_without_a_meaning_for_replog_are_rejected_with_the_reason(
@@ -146,13 +146,30 @@ def test_streaming_queries_refuse_an_end(option: str) -> None:
         parse(**{option: value}).for_stream()
 
 
-@pytest.mark.parametrize("option", ["startingTimestamp", "endingTimestamp"])
-def test_offsets_by_time_fail_naming_the_option_while_the_server_cannot_answer(
-    option: str,
+def test_offsets_by_time_ask_one_list_offsets_per_topic_and_timestamp(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    opts = parse(**{option: "1700000000000"})
-    with pytest.raises(InvalidArgumentError, match=f"{option} is not supported by this server"):
-        offsets_for_times(opts, option, {("t", 0): 1700000000000})
+    from replog.client.results import Offsets
+    from replog.spark import reading
+
+    asked: list[tuple[str, list[int], int | None]] = []
+
+    class FakeClient:
+        def list_offsets(
+            self, topic: str, partitions: list[int], *, timestamp_ms: int | None = None
+        ) -> list[Offsets]:
+            asked.append((topic, partitions, timestamp_ms))
+            # partition 0 has a record that recent (at offset 7), the others none
+            return [
+                Offsets(p, 0, 10, 10, 7 if p == 0 else 10, 1 if p == 0 else None)
+                for p in partitions
+            ]
+
+    monkeypatch.setattr(reading, "client_of", lambda opts: FakeClient())
+    opts = parse(startingTimestamp="5")
+    found = offsets_for_times(opts, "startingTimestamp", {("t", 0): 5, ("t", 1): 5, ("u", 0): 9})
+    assert found == {("t", 0): 7, ("t", 1): None, ("u", 0): 7}
+    assert sorted(asked) == [("t", [0, 1], 5), ("u", [0], 9)]
 
 
 def test_durations_use_sparks_units() -> None:
