@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from replog.client import Client, RetryPolicy
+from replog.devcluster import DevCluster
 from tests.integration.servers import ServerProcess
 
 _names = itertools.count()
@@ -59,3 +60,13 @@ def topic(client: Client, request: pytest.FixtureRequest) -> str:
     name = f"t{next(_names)}-{request.node.name[:80]}".replace("[", "-").replace("]", "")
     client.create_topic(name, 1)
     return name
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[DevCluster]:
+    """Three `replog serve` processes on 127.0.0.1 with the durable default flush=always,
+    killed at the end (a module defines its own `cluster` when it needs other settings)."""
+    c = DevCluster(tmp_path / "cluster", 3, extra_args=["--flush", "always"])
+    c.start()
+    yield c
+    c.kill_all()

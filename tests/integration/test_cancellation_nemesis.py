@@ -18,7 +18,6 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,14 +36,6 @@ DURATION_S = float(os.environ.get("REPLOG_NEMESIS_S", "150"))
 DEADLINES_S = (0.005, 0.02, 0.1, 1.0)  # per producer: most of the first ones are cancelled
 NO_RETRY = RetryPolicy(attempts_max=1)
 STALL_S = 30.0  # after a heal, every follower is fetching and at the HW well within this
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[DevCluster]:
-    c = DevCluster(tmp_path / "cluster", 3, extra_args=["--flush", "always"])
-    c.start()
-    yield c
-    c.kill_all()
 
 
 class Producer(threading.Thread):

@@ -27,7 +27,6 @@ from replog.client import AsyncClient, Client, RetryPolicy
 from replog.client.results import PartitionInfo
 from replog.devcluster import DevCluster
 from replog.errors import ReplogError
-from tests.integration import test_cluster
 from tests.integration.test_cluster import read_all
 from tests.integration.waiting import DEADLINE_S, wait_until
 
@@ -39,7 +38,6 @@ PARTITIONS = 3
 BOOTSTRAP_NODE = 1  # the one node the clients are given
 # Bounded (attempts and time), with room for an election on a busy 2-core machine.
 PATIENT = RetryPolicy(attempts_max=200, backoff_max_ms=500, deadline_ms=60_000)
-cluster = test_cluster.cluster  # the fixture: 3 nodes on 127.0.0.1, killed at the end
 BEFORE = [b"before %04d" % i for i in range(100)]
 AFTER = [b"after %04d" % i for i in range(300)]
 

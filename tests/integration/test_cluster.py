@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,14 +21,6 @@ from tests.integration.waiting import wait_until
 pytestmark = pytest.mark.slow
 
 PATIENT = RetryPolicy(attempts_max=1000, backoff_max_ms=500, deadline_ms=90_000)
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[DevCluster]:
-    c = DevCluster(tmp_path / "cluster", 3, extra_args=["--flush", "always"])
-    c.start()
-    yield c
-    c.kill_all()
 
 
 def leader_of(client: Client, topic: str, partition: int = 0) -> int:

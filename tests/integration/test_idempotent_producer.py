@@ -19,8 +19,6 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -37,14 +35,6 @@ PARTITIONS = 2
 DURATION_S = float(os.environ.get("REPLOG_IDEMPOTENT_S", "60"))
 DEADLINES_S = (0.05, 0.2, 1.0)  # per producer: the short ones time out after appending
 BATCHES_MAX = 20_000  # per producer
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[DevCluster]:
-    c = DevCluster(tmp_path / "cluster", 3, extra_args=["--flush", "always"])
-    c.start()
-    yield c
-    c.kill_all()
 
 
 class Producer(threading.Thread):
