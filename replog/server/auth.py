@@ -43,7 +43,7 @@ from replog.certs import CLIENT_URI_PREFIX
 from replog.errors import InvalidConfigError, PermissionDeniedError, UnauthenticatedError
 from replog.server.metadata import MetadataImage
 from replog.server.security import peer_sans
-from replog.server.status import abort
+from replog.server.status import Refused, abort
 
 if TYPE_CHECKING:
     Handler = grpc.RpcMethodHandler[Any, Any]
@@ -149,6 +149,7 @@ class Authenticator:
 # method -> (operation, resource type, the request field naming the resource or None)
 REQUIRED: dict[str, tuple[str, str, str | None] | None] = {
     "/replog.v1.Log/Append": ("write", "topic", "topic"),
+    "/replog.v1.Log/AppendStream": ("write", "topic", "topic"),  # each request's topic
     "/replog.v1.Log/Fetch": ("read", "topic", "topic"),
     "/replog.v1.Log/StreamFrom": ("read", "topic", "topic"),
     "/replog.v1.Log/InitProducer": None,  # any authenticated caller (appends are checked)
@@ -215,7 +216,66 @@ class Authorizer(Interceptor):
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
-        return handler  # no client-streaming calls in these services
+        if handler.stream_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(
+                self._wrap_streamed(handler.stream_stream, required),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler  # no other client-streaming calls in these services
+
+    def _wrap_streamed(
+        self, inner: Callable[..., Any], required: tuple[str, str, str | None] | None
+    ) -> Callable[..., Any]:
+        """A stream of requests (AppendStream): the caller is authenticated when the stream
+        opens (else the stream ends UNAUTHENTICATED); each request is authorized as it is
+        read, and a denied one reaches the handler as `Refused` (answered PERMISSION_DENIED
+        in its place; the stream goes on)."""
+
+        async def authorized(requests: AsyncIterator[Any], principal: str) -> AsyncIterator[Any]:
+            async for request in requests:
+                if isinstance(request, Refused):
+                    yield request
+                    continue
+                denied = self._denial(principal, request, required)
+                yield request if denied is None else Refused(request, denied)
+
+        async def handle(requests: AsyncIterator[Any], context: Any) -> Any:
+            try:
+                principal = self._principal(context)
+            except UnauthenticatedError as err:
+                await abort(context, err)
+                raise AssertionError("abort returned") from err
+            return await inner(authorized(requests, principal), context)
+
+        return handle
+
+    def _principal(self, context: Any) -> str:
+        principal = self.authenticator.principal(context)
+        if principal == ANONYMOUS:
+            raise UnauthenticatedError(
+                "this node requires credentials: a bearer token or a client certificate"
+            )
+        return principal
+
+    def _denial(
+        self, principal: str, request: Any, required: tuple[str, str, str | None] | None
+    ) -> PermissionDeniedError | None:
+        """Why `principal` may not make `request` (None: it may)."""
+        if required is None or principal in self.super_users:
+            return None
+        operation, resource_type, field = required
+        name = str(getattr(request, field, "")) if field else ""
+        if self.image().allowed(principal, operation, resource_type, name):
+            return None
+        self.denied += 1
+        what = f"{resource_type} {name[:NAME_CHARS_MAX]!r}" if field else "the cluster"
+        return PermissionDeniedError(
+            f"{principal[:NAME_CHARS_MAX]} may not {operation} {what}",
+            principal=principal[:NAME_CHARS_MAX],
+            operation=operation,
+            resource_type=resource_type,
+        )
 
     def _wrap(
         self, inner: Callable[..., Any], required: tuple[str, str, str | None] | None
@@ -239,24 +299,9 @@ class Authorizer(Interceptor):
         self, request: Any, context: Any, required: tuple[str, str, str | None] | None
     ) -> None:
         try:
-            principal = self.authenticator.principal(context)
-            if principal == ANONYMOUS:
-                raise UnauthenticatedError(
-                    "this node requires credentials: a bearer token or a client certificate"
-                )
-            if required is None or principal in self.super_users:
-                return
-            operation, resource_type, field = required
-            name = str(getattr(request, field, "")) if field else ""
-            if not self.image().allowed(principal, operation, resource_type, name):
-                self.denied += 1
-                what = f"{resource_type} {name[:NAME_CHARS_MAX]!r}" if field else "the cluster"
-                raise PermissionDeniedError(
-                    f"{principal[:NAME_CHARS_MAX]} may not {operation} {what}",
-                    principal=principal[:NAME_CHARS_MAX],
-                    operation=operation,
-                    resource_type=resource_type,
-                )
+            denied = self._denial(self._principal(context), request, required)
+            if denied is not None:
+                raise denied
         except (UnauthenticatedError, PermissionDeniedError) as err:
             await abort(context, err)
 

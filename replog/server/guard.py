@@ -8,9 +8,9 @@
   answers UNKNOWN. Each is logged at warning, at most `MALFORMED_LOGS_MAX` lines per
   `MALFORMED_LOG_INTERVAL_S` (the next line that is logged counts the dropped ones).
 * Limits (`limits`). Calls of the client services (Log, Admin, Groups) hold one of `rpcs_max`;
-  `StreamFrom` also one of `streams_max` and of `streams_per_connection_max` (the
-  connection is `context.peer()`, the client's address and port). Refused calls get the
-  typed RESOURCE_EXHAUSTED at once.
+  `StreamFrom` and `AppendStream` also one of `streams_max` and of
+  `streams_per_connection_max` (the connection is `context.peer()`, the client's address
+  and port). Refused calls get the typed RESOURCE_EXHAUSTED at once.
 
 Handlers are wrapped once per method (the wrapped handler is cached).
 """
@@ -36,7 +36,7 @@ MALFORMED_LOGS_MAX = 10
 MALFORMED_LOG_INTERVAL_S = 10.0
 ERROR_CHARS_MAX = 200
 COUNTED_SERVICES = ("/replog.v1.Log/", "/replog.v1.Admin/", "/replog.v1.Groups/")
-STREAM_METHODS = ("/replog.v1.Log/StreamFrom",)
+STREAM_METHODS = ("/replog.v1.Log/StreamFrom", "/replog.v1.Log/AppendStream")
 UNCOUNTED_CALLS_HEADROOM = 256
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -113,13 +113,13 @@ class Guard(Interceptor):
             )
         if h.stream_unary is not None:
             return grpc.stream_unary_rpc_method_handler(
-                self._streamed(method, h.stream_unary, counted),
+                self._streamed(method, h.stream_unary, counted, stream),
                 request_deserializer=decode,
                 response_serializer=encode,
             )
         assert h.stream_stream is not None, method
         return grpc.stream_stream_rpc_method_handler(
-            self._streamed(method, h.stream_stream, counted),
+            self._streamed(method, h.stream_stream, counted, stream),
             request_deserializer=decode,
             response_serializer=encode,
         )
@@ -158,7 +158,7 @@ class Guard(Interceptor):
         return handle
 
     def _streamed(
-        self, method: str, inner: Callable[..., Any], counted: bool
+        self, method: str, inner: Callable[..., Any], counted: bool, stream: bool = False
     ) -> Callable[..., Any]:
         """A handler of a stream of request messages: each is checked as the handler reads it."""
 
@@ -172,14 +172,14 @@ class Guard(Interceptor):
             async def generate(
                 requests: AsyncIterator[Any], context: Context
             ) -> AsyncIterator[Any]:
-                with await self._enter(context, counted, False):
+                with await self._enter(context, counted, stream):
                     async for reply in inner(checked(requests, context), context):
                         yield reply
 
             return generate
 
         async def handle(requests: AsyncIterator[Any], context: Context) -> Any:
-            with await self._enter(context, counted, False):
+            with await self._enter(context, counted, stream):
                 return await inner(checked(requests, context), context)
 
         return handle

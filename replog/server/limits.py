@@ -12,6 +12,14 @@ so the client may retry with backoff.
     acks_none_bytes_max         record bytes of acks=none appends accepted, not yet written
     stream_bytes_pool_max       bytes that StreamFrom replies may hold above their floor,
                                 all streams together (`StreamWindow`)
+    append_stream_requests_max  requests one AppendStream holds read and not yet answered
+    append_stream_bytes_max     record bytes of those requests, per AppendStream
+    append_stream_bytes_pool_max  the same bytes, all AppendStreams of the node together
+
+The AppendStream limits are not refusals but flow control (`AppendWindow`): past them the
+stream stops reading requests until answers free room (a lone request always fits), and
+HTTP/2 flow control holds the client. AppendStream calls count as streams (`streams_max`,
+`streams_per_connection_max`) like StreamFrom.
 
 When open streams fall to half their peak (or none), the memory they used is given back to
 the system (`memory.MemoryReleaser`).
@@ -22,6 +30,7 @@ starve the replicas' own traffic or the probes that tell an orchestrator the nod
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,9 +46,14 @@ class LimitsConfig:
     streams_per_connection_max: int = 100
     acks_none_bytes_max: int = 64 * 1024 * 1024
     stream_bytes_pool_max: int = 64 * 1024 * 1024
+    append_stream_requests_max: int = 64
+    append_stream_bytes_max: int = 16 * 1024 * 1024
+    append_stream_bytes_pool_max: int = 256 * 1024 * 1024
 
     def __post_init__(self) -> None:
         assert self.rpcs_max >= 1 and self.streams_max >= 1
+        assert self.append_stream_requests_max >= 1 and self.append_stream_bytes_max >= 1
+        assert self.append_stream_bytes_pool_max >= 1
         assert self.streams_per_connection_max >= 1 and self.acks_none_bytes_max >= 1
         assert self.stream_bytes_pool_max >= 0
 
@@ -52,6 +66,8 @@ class Limits:
         self.streams_by_connection: dict[str, int] = {}
         self.acks_none_bytes = 0
         self.stream_pool_bytes = 0  # borrowed by StreamWindows above their floor
+        self.append_pool_bytes = 0  # held by AppendWindows (requests read, not answered)
+        self.append_released = asyncio.Event()  # replaced at each release (AppendWindow)
         self.memory = MemoryReleaser()
         self.refused: dict[str, int] = {}  # setting name -> calls refused by it (metrics)
         self.malformed = 0  # request bodies that did not decode (counted by the guard)
@@ -78,6 +94,12 @@ class Limits:
                 self.refused.get("acks_none_bytes_max", 0),
             ),
             ("stream_bytes_pool_max", self.stream_pool_bytes, c.stream_bytes_pool_max, 0),
+            (
+                "append_stream_bytes_pool_max",
+                self.append_pool_bytes,
+                c.append_stream_bytes_pool_max,
+                0,
+            ),
         ]
 
     @contextlib.contextmanager
@@ -150,6 +172,10 @@ class Limits:
         self.acks_none_bytes -= size_bytes
         assert self.acks_none_bytes >= 0, self.acks_none_bytes
 
+    def append_window(self) -> AppendWindow:
+        """The flow-control window of one AppendStream; `close()` it when the stream ends."""
+        return AppendWindow(self)
+
     def stream_window(self, floor_bytes: int, ceiling_bytes: int) -> StreamWindow:
         """A reply-size window for one stream, between `floor_bytes` and `ceiling_bytes`
         (what the reader asked for), borrowing from `stream_bytes_pool_max`; `close()` it
@@ -195,3 +221,57 @@ class StreamWindow:
         self.size_bytes = self.floor_bytes
 
     close = shrink
+
+
+class AppendWindow:
+    """What one AppendStream holds: requests read and not yet answered, and their record
+    bytes, at most `append_stream_requests_max` and `append_stream_bytes_max` per stream and
+    `append_stream_bytes_pool_max` for all streams of the node. `take` waits (the stream
+    reads no further request meanwhile) until the request fits; a stream that holds nothing
+    may always take one request, so every stream progresses and what all of them hold is
+    at most the pool + `streams_max` requests. `release` when the request is answered;
+    `close` when the stream ends (gives back what it still holds).
+    """
+
+    __slots__ = ("_limits", "held_bytes", "held_requests")
+
+    def __init__(self, limits: Limits) -> None:
+        self._limits = limits
+        self.held_requests = 0
+        self.held_bytes = 0
+
+    def fits(self, size_bytes: int) -> bool:
+        if self.held_requests == 0:
+            return True
+        c = self._limits.config
+        return (
+            self.held_requests < c.append_stream_requests_max
+            and self.held_bytes + size_bytes <= c.append_stream_bytes_max
+            and self._limits.append_pool_bytes + size_bytes <= c.append_stream_bytes_pool_max
+        )
+
+    async def take(self, size_bytes: int) -> None:
+        limits = self._limits
+        while not self.fits(size_bytes):
+            await limits.append_released.wait()
+        self.held_requests += 1
+        self.held_bytes += size_bytes
+        limits.append_pool_bytes += size_bytes
+
+    def release(self, size_bytes: int) -> None:
+        limits = self._limits
+        self.held_requests -= 1
+        self.held_bytes -= size_bytes
+        limits.append_pool_bytes -= size_bytes
+        assert self.held_requests >= 0 and self.held_bytes >= 0, self.held_requests
+        assert limits.append_pool_bytes >= 0, limits.append_pool_bytes
+        event, limits.append_released = limits.append_released, asyncio.Event()
+        event.set()
+
+    def close(self) -> None:
+        if self.held_requests:
+            self._limits.append_pool_bytes -= self.held_bytes
+            self.held_requests = self.held_bytes = 0
+            event = self._limits.append_released
+            self._limits.append_released = asyncio.Event()
+            event.set()

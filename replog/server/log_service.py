@@ -1,4 +1,5 @@
-"""The `replog.v1.Log` service: Append, Fetch (long poll) and StreamFrom (follows the HW).
+"""The `replog.v1.Log` service: Append, AppendStream (pipelined appends: `append_stream`),
+Fetch (long poll) and StreamFrom (follows the HW).
 
 Replies carry frames exactly as read from disk (format: `replog.frames`, documented in
 `proto/replog/v1/log.proto`). Each reply's frames are bounded by `fetch_bytes_max` (at least
@@ -18,7 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 
 from replog import frames, records
 from replog.errors import EmptyBatchError, InvalidArgumentError, LogClosedError
@@ -29,12 +31,14 @@ from replog.replication.producers import (
     SEQUENCE_MAX,
     ProducerBatch,
 )
+from replog.server import append_stream
 from replog.server.limits import Limits
 from replog.server.metadata import ENVELOPE, LOG_APPEND_TIME, TopicMeta
 from replog.server.metrics import Metrics
 from replog.server.partition import Partition
 from replog.server.peers import FORWARDED
 from replog.server.producer_ids import ProducerIds
+from replog.server.replicated import ReplicatedPartition
 from replog.server.routing import Router
 from replog.server.rpc import Context, streaming, unary
 from replog.server.settings import Settings
@@ -75,6 +79,16 @@ def producer_from_wire(request: log_pb2.AppendRequest) -> ProducerBatch | None:
     return ProducerBatch(pid, epoch, seq)
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedAppend:
+    """A checked append, ready for its partition (`LogService.prepare_append`)."""
+
+    part: ReplicatedPartition
+    values: list[bytes]
+    acks: Acks
+    producer: ProducerBatch | None
+
+
 class LogService(log_pb2_grpc.LogServicer):
     def __init__(
         self,
@@ -100,6 +114,19 @@ class LogService(log_pb2_grpc.LogServicer):
     async def Append(
         self, request: log_pb2.AppendRequest, context: Context
     ) -> log_pb2.AppendResponse:
+        base, last, hw = await self.complete_append(await self.prepare_append(request))
+        return log_pb2.AppendResponse(base_offset=base, last_offset=last, high_watermark=hw)
+
+    @streaming("AppendStream")
+    def AppendStream(
+        self, requests: AsyncIterator[log_pb2.AppendRequest], context: Context
+    ) -> AsyncGenerator[log_pb2.AppendStreamResponse, None]:
+        return append_stream.answer(self, requests)
+
+    async def prepare_append(self, request: log_pb2.AppendRequest) -> PreparedAppend:
+        """What an append checks before its partition takes it (Append and AppendStream
+        alike): a batch, valid acks and producer fields, this node leads the partition
+        (NOT_LEADER with the leader hint), the topic's record format."""
         values = list(request.values)
         if not values:
             raise EmptyBatchError("an append needs at least one record")
@@ -107,18 +134,20 @@ class LogService(log_pb2_grpc.LogServicer):
         producer = producer_from_wire(request)
         part = await self.router.leader_replica(request.topic, request.partition)
         values = _as_topic_stores(await self.router.topic(request.topic), values)
-        result = await part.append(values, acks, self.settings.ack_timeout_ms / 1000, producer)
+        return PreparedAppend(part, values, acks, producer)
+
+    async def complete_append(self, prepared: PreparedAppend) -> tuple[int, int, int]:
+        """Append a prepared batch: (base_offset, last_offset, high_watermark) once its acks
+        are met ((-1, -1, hw) for acks=none). Its partition's owner performs the append: a
+        caller cancelled at any await leaves it whole (done, or not started)."""
+        part, values = prepared.part, prepared.values
+        timeout_s = self.settings.ack_timeout_ms / 1000
+        result = await part.append(values, prepared.acks, timeout_s, prepared.producer)
         self.metrics.append_records.inc(len(values))
         self.metrics.append_bytes.inc(sum(map(len, values)))
         if result is None:  # acks=none: no offsets
-            return log_pb2.AppendResponse(
-                base_offset=-1, last_offset=-1, high_watermark=part.high_watermark
-            )
-        return log_pb2.AppendResponse(
-            base_offset=result.base_offset,
-            last_offset=result.last_offset,
-            high_watermark=part.high_watermark,
-        )
+            return -1, -1, part.high_watermark
+        return result.base_offset, result.last_offset, part.high_watermark
 
     # -- InitProducer -------------------------------------------------------------------------
 

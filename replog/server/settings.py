@@ -141,6 +141,27 @@ class Settings:
             "RESOURCE_EXHAUSTED TOO_MANY_BYTES_IN_FLIGHT"
         ),
     )
+    append_stream_requests_max: int = field(
+        default=64,
+        metadata=_help(
+            "AppendStream requests one stream holds read and not yet answered; more: the "
+            "stream reads no further until an answer frees room (flow control, no error)"
+        ),
+    )
+    append_stream_bytes_max: int = field(
+        default=16 * MIB,
+        metadata=_help(
+            "record bytes one AppendStream holds read and not yet answered (a lone request "
+            "always fits); more: flow control"
+        ),
+    )
+    append_stream_bytes_pool_max: int = field(
+        default=256 * MIB,
+        metadata=_help(
+            "record bytes all AppendStreams of the node hold read and not yet answered (a "
+            "stream holding nothing may take one request); more: flow control"
+        ),
+    )
     message_bytes_max: int = field(
         default=4 * MIB, metadata=_help("gRPC message size limit (both directions)")
     )
@@ -363,6 +384,9 @@ class Settings:
         need(self.streams_max >= 1, "streams_max must be >= 1")
         need(self.streams_per_connection_max >= 1, "streams_per_connection_max must be >= 1")
         need(self.acks_none_bytes_max >= 1, "acks_none_bytes_max must be >= 1")
+        need(self.append_stream_requests_max >= 1, "append_stream_requests_max must be >= 1")
+        need(self.append_stream_bytes_max >= 1, "append_stream_bytes_max must be >= 1")
+        need(self.append_stream_bytes_pool_max >= 1, "append_stream_bytes_pool_max must be >= 1")
         need(
             self.streams_max <= self.rpcs_max,
             "streams_max must be <= rpcs_max (a stream is a call)",
@@ -503,6 +527,9 @@ class Settings:
             streams_per_connection_max=self.streams_per_connection_max,
             acks_none_bytes_max=self.acks_none_bytes_max,
             stream_bytes_pool_max=self.stream_bytes_pool_max,
+            append_stream_requests_max=self.append_stream_requests_max,
+            append_stream_bytes_max=self.append_stream_bytes_max,
+            append_stream_bytes_pool_max=self.append_stream_bytes_pool_max,
         )
 
     def groups_config(self) -> GroupsConfig:

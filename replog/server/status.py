@@ -54,6 +54,17 @@ def to_status(err: ReplogError) -> grpc.Status:
     return status
 
 
+class Refused:
+    """A streamed request an interceptor refused (ACLs, internal topics): the handler
+    answers `error` in the request's place, in order, and the stream goes on."""
+
+    __slots__ = ("error", "request")
+
+    def __init__(self, request: object, error: ReplogError) -> None:
+        self.request = request
+        self.error = error
+
+
 async def abort(context: grpc.aio.ServicerContext[object, object], err: ReplogError) -> None:
     """End the call with `err` (raises, as `context.abort` does)."""
     status = to_status(err)

@@ -2,7 +2,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -61,6 +61,37 @@ class AppendResponse(_message.Message):
     last_offset: int
     high_watermark: int
     def __init__(self, base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ...) -> None: ...
+
+class AppendStreamResponse(_message.Message):
+    __slots__ = ("base_offset", "last_offset", "high_watermark", "error")
+    BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    base_offset: int
+    last_offset: int
+    high_watermark: int
+    error: AppendError
+    def __init__(self, base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., error: _Optional[_Union[AppendError, _Mapping]] = ...) -> None: ...
+
+class AppendError(_message.Message):
+    __slots__ = ("code", "reason", "message", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    reason: str
+    message: str
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, code: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("topic", "partition", "offset", "max_bytes", "max_wait_ms")

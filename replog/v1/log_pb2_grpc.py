@@ -39,6 +39,11 @@ class LogStub:
                 request_serializer=replog_dot_v1_dot_log__pb2.AppendRequest.SerializeToString,
                 response_deserializer=replog_dot_v1_dot_log__pb2.AppendResponse.FromString,
                 _registered_method=True)
+        self.AppendStream = channel.stream_stream(
+                '/replog.v1.Log/AppendStream',
+                request_serializer=replog_dot_v1_dot_log__pb2.AppendRequest.SerializeToString,
+                response_deserializer=replog_dot_v1_dot_log__pb2.AppendStreamResponse.FromString,
+                _registered_method=True)
         self.Fetch = channel.unary_unary(
                 '/replog.v1.Log/Fetch',
                 request_serializer=replog_dot_v1_dot_log__pb2.FetchRequest.SerializeToString,
@@ -64,6 +69,27 @@ class LogServicer:
         RECORD_TOO_LARGE), NOT_FOUND (UNKNOWN_TOPIC, UNKNOWN_PARTITION), FAILED_PRECONDITION
         (NOT_LEADER, leader hint in ErrorInfo metadata), RESOURCE_EXHAUSTED (STORAGE_FULL),
         DEADLINE_EXCEEDED (ACK_TIMEOUT: outcome unknown), UNAVAILABLE (SHUTTING_DOWN, NO_QUORUM).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AppendStream(self, request_iterator, context):
+        """Appends over one long-lived stream: the client writes AppendRequests (any topic and
+        partition, several in flight) and the server answers each, IN THE ORDER WRITTEN, with one
+        AppendStreamResponse: its offsets, or `error` with the reason the unary Append would
+        have ended with (the stream goes on). Requests are appended in the order written, so
+        an idempotent producer may pipeline a partition's batches (the next base_sequence
+        follows the previous batch's without waiting for its answer). A stream holds at most
+        `append_stream_requests_max` requests and `append_stream_bytes_max` bytes read but not
+        yet answered (a lone request always fits); past them, and while the node's
+        `append_stream_bytes_pool_max` is spent, the server stops reading (HTTP/2 flow control
+        holds the client). The stream itself ends with a status only when the request cannot
+        be read (INVALID_ARGUMENT MALFORMED_REQUEST), the caller is not authenticated, the
+        node refuses the stream (RESOURCE_EXHAUSTED TOO_MANY_STREAMS: it counts as a stream
+        like StreamFrom), or the node is stopping (UNAVAILABLE SHUTTING_DOWN, after the answers
+        of the requests before it). Requests not answered when a stream breaks have an unknown
+        outcome: resend them (idempotent producers) from the first unanswered one, in order.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -101,6 +127,11 @@ def add_LogServicer_to_server(servicer, server):
                     servicer.Append,
                     request_deserializer=replog_dot_v1_dot_log__pb2.AppendRequest.FromString,
                     response_serializer=replog_dot_v1_dot_log__pb2.AppendResponse.SerializeToString,
+            ),
+            'AppendStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.AppendStream,
+                    request_deserializer=replog_dot_v1_dot_log__pb2.AppendRequest.FromString,
+                    response_serializer=replog_dot_v1_dot_log__pb2.AppendStreamResponse.SerializeToString,
             ),
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
@@ -145,6 +176,33 @@ class Log:
             '/replog.v1.Log/Append',
             replog_dot_v1_dot_log__pb2.AppendRequest.SerializeToString,
             replog_dot_v1_dot_log__pb2.AppendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/replog.v1.Log/AppendStream',
+            replog_dot_v1_dot_log__pb2.AppendRequest.SerializeToString,
+            replog_dot_v1_dot_log__pb2.AppendStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

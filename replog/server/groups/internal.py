@@ -2,19 +2,20 @@
 
 Only group coordinators write that topic (through their replicas, not through Log.Append):
 a record a client appended could forge a group's committed offsets past its fencing. An
-Append to it is answered INVALID_ARGUMENT before its handler runs. It sits after the guard
-(`guard.py`), so it sees decoded requests.
+Append to it is answered INVALID_ARGUMENT before its handler runs; an AppendStream request
+to it is handed to the handler as `status.Refused` (answered with that error in its place,
+the stream goes on). It sits after the guard (`guard.py`), so it sees decoded requests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from replog.errors import InvalidArgumentError
-from replog.server.status import abort
+from replog.server.status import Refused, abort
 from replog.server.topics import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
@@ -26,21 +27,45 @@ else:  # the stubs' generics do not exist at run time
 Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[Handler]]
 
 APPEND = "/replog.v1.Log/Append"
+APPEND_STREAM = "/replog.v1.Log/AppendStream"
 
 
 class InternalTopics(Interceptor):
     def __init__(self) -> None:
-        self._wrapped: tuple[Handler, Handler] | None = None  # (Append's, ours): made once
+        self._wrapped: dict[str, tuple[Handler, Handler]] = {}  # (the method's, ours)
 
     async def intercept_service(
         self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
     ) -> Handler:
         handler: Handler | None = await continuation(handler_call_details)
-        if handler is None or handler_call_details.method != APPEND:
+        method = handler_call_details.method
+        if handler is None or method not in (APPEND, APPEND_STREAM):
             return handler  # type: ignore[return-value]
-        if self._wrapped is None or self._wrapped[0] is not handler:
-            self._wrapped = (handler, self._wrap(handler))
-        return self._wrapped[1]
+        cached = self._wrapped.get(method)
+        if cached is None or cached[0] is not handler:
+            wrap = self._wrap if method == APPEND else self._wrap_stream
+            cached = self._wrapped[method] = (handler, wrap(handler))
+        return cached[1]
+
+    def _wrap_stream(self, handler: Handler) -> Handler:
+        assert handler.stream_stream is not None
+        inner: Callable[..., Any] = handler.stream_stream  # the aio handler: a coroutine
+
+        async def refusing(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+            async for request in requests:
+                if getattr(request, "topic", None) == OFFSETS_TOPIC:
+                    yield Refused(request, _refusal())
+                else:
+                    yield request
+
+        async def append_stream(requests: AsyncIterator[Any], context: Any) -> Any:
+            return await inner(refusing(requests), context)
+
+        return grpc.stream_stream_rpc_method_handler(
+            append_stream,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
 
     def _wrap(self, handler: Handler) -> Handler:
         assert handler.unary_unary is not None
@@ -48,13 +73,7 @@ class InternalTopics(Interceptor):
 
         async def append(request: Any, context: Any) -> Any:
             if getattr(request, "topic", None) == OFFSETS_TOPIC:
-                await abort(
-                    context,
-                    InvalidArgumentError(
-                        f"{OFFSETS_TOPIC} is written by group coordinators only",
-                        topic=OFFSETS_TOPIC,
-                    ),
-                )
+                await abort(context, _refusal())
             return await inner(request, context)
 
         return grpc.unary_unary_rpc_method_handler(
@@ -62,3 +81,9 @@ class InternalTopics(Interceptor):
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+
+
+def _refusal() -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"{OFFSETS_TOPIC} is written by group coordinators only", topic=OFFSETS_TOPIC
+    )
