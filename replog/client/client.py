@@ -30,6 +30,12 @@ whole that resends the same batches (each then answered as a duplicate, or
 DUPLICATE_SEQUENCE for one older than the last 5: already written). With
 `idempotent=False` (or acks="none") a retried Append whose first attempt did land writes
 the batch twice, and a timed-out Append is not retried (DEADLINE_EXCEEDED).
+
+Idempotent appends travel over AppendStream, one long-lived stream per node shared by the
+client's threads and producers (`append_stream`): concurrent appends, and a `Producer`'s
+batches, are pipelined, several per partition in flight, in order by their sequence
+numbers. `streaming=False` sends one unary Append per batch instead (as do non-idempotent
+and acks="none" appends).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from typing import Any, TypeVar, overload
 import grpc
 
 from replog.client import formats
+from replog.client.append_stream import AppendStreams, Pipeline
 from replog.client.consumer import Consumer
 from replog.client.group_consumer import GroupConsumer
 from replog.client.groups import CommittedOffset, GroupCalls, GroupDescription, GroupSummary
@@ -161,6 +168,7 @@ class Client:
         idempotent: bool = True,
         producer_name: str = "",
         producer_resume: bool = False,
+        streaming: bool = True,
     ) -> None:
         if token is not None and tls is None:
             raise ValueError(
@@ -182,6 +190,10 @@ class Client:
         self._discovering = threading.Lock()
         self._nodes: dict[str, Node] = {}
         self._formats: dict[str, str] = {}  # topic -> "raw" | "envelope" (formats.py)
+        # Idempotent appends go over AppendStream (append_stream.py) unless streaming=False.
+        self.streaming = streaming
+        self._streams: AppendStreams | None = None
+        self._pipeline: Pipeline | None = None
         self._node(self.routing.current)  # bad TLS files fail here, not at the first call
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -286,6 +298,13 @@ class Client:
 
     def close(self) -> None:
         with self._lock:
+            pipeline, self._pipeline = self._pipeline, None
+        if pipeline is not None:
+            pipeline.close()
+        with self._lock:
+            if self._streams is not None:
+                self._streams.close()
+                self._streams = None
             for node in self._nodes.values():
                 node.channel.close()
             self._nodes.clear()
@@ -464,6 +483,9 @@ class Client:
 
         if not self.idempotent or acks == "none" or not values:
             return self._call(call, topic, partition)
+        if self.streaming:
+            self._discover(topic)
+            return self._shared_pipeline().submit(topic, partition, list(values), req.acks).result()
         self._discover(topic)
         # Sequence numbers are taken and the first attempt is sent under the partition's
         # lock, so that concurrent appends of this client reach the leader in sequence
@@ -634,6 +656,48 @@ class Client:
         if not isinstance(topic, str) or options:
             raise ValueError("one topic, without options, unless a group is given")
         return Consumer(self, topic, partition, offset, from_time_ms=from_time_ms)
+
+    def pipeline(
+        self, acks: str, *, partition_in_flight_max: int = 5, in_flight_bytes_max: int = 64 << 20
+    ) -> Pipeline | None:
+        """A new pipeline of idempotent batches over AppendStream (`append_stream.Pipeline`,
+        several batches in flight per partition), or None where appends must not be
+        pipelined: `streaming=False`, `idempotent=False` (a retry could reorder batches),
+        or acks="none" (no answers to order by). Close it when done."""
+        if not self.streaming or not self.idempotent or acks == "none":
+            return None
+        return Pipeline(
+            self._append_streams(),
+            self.routing,
+            self._sequences,
+            self.producer_identity,
+            self._reroute,
+            self.retry,
+            partition_in_flight_max=partition_in_flight_max,
+            in_flight_bytes_max=in_flight_bytes_max,
+        )
+
+    def _append_streams(self) -> AppendStreams:
+        with self._lock:
+            if self._streams is None:
+                self._streams = AppendStreams(
+                    lambda address: self._node(address).log, self.routing, self.timeout_s
+                )
+            return self._streams
+
+    def _shared_pipeline(self) -> Pipeline:
+        """The pipeline of `append` (one per client, shared by its threads)."""
+        pipeline = self._pipeline
+        if pipeline is None:
+            made = self.pipeline("all")
+            assert made is not None
+            with self._lock:
+                if self._pipeline is None:
+                    self._pipeline, made = made, None
+                pipeline = self._pipeline
+            if made is not None:
+                made.close()
+        return pipeline
 
     def producer(self, topic: str, **options: Any) -> Producer:
         return Producer(self, topic, **options)

@@ -11,9 +11,13 @@ refused).
 
 Partitioning: an explicit `partition`; else `crc32(key) % partitions` (stable across
 processes and languages, unlike Python's salted `hash()`); else round-robin per batch.
-Ordering: at most one batch per partition is in flight, so a partition's records land in
-the order they were sent, retries included. Different partitions are sent in parallel
-(up to `in_flight_max` batches).
+Sending: with an idempotent client (the default) the batches travel over AppendStream
+(`append_stream.Pipeline`): up to `partition_in_flight_max` batches (5) per partition in
+flight, `in_flight_bytes_max` bytes in all, a partition's records landing in the order they
+were sent, retries included, by their sequence numbers. Otherwise (`streaming=False`, a
+client with `idempotent=False` or `streaming=False`, acks="none") each batch is one unary
+Append, at most one per partition in flight (a retry could otherwise reorder them), and
+different partitions in parallel (up to `in_flight_max` batches).
 """
 
 from __future__ import annotations
@@ -28,9 +32,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
 from replog.client import formats
+from replog.client.append_stream import Pipeline
 from replog.client.results import AppendResult
-from replog.errors import InvalidArgumentError, ShuttingDownError
+from replog.errors import InvalidArgumentError, ReplogError, ShuttingDownError
 from replog.records import Header, Record
+from replog.v1 import log_pb2
+
+ACKS_WIRE = {"none": log_pb2.ACKS_NONE, "leader": log_pb2.ACKS_LEADER, "all": log_pb2.ACKS_ALL}
 
 
 def partition_for_key(key: bytes, partitions: int) -> int:
@@ -52,6 +60,10 @@ class ProducerClient(Protocol):
     def append(
         self, topic: str, partition: int, values: formats.Values, *, acks: str = "all"
     ) -> AppendResult: ...
+
+    def pipeline(
+        self, acks: str, *, partition_in_flight_max: int = 5, in_flight_bytes_max: int = 64 << 20
+    ) -> Pipeline | None: ...
 
 
 class OffsetFuture:
@@ -97,9 +109,14 @@ class Producer:
         batch_records_max: int = 10_000,
         in_flight_max: int = 4,
         partitions: int | None = None,
+        streaming: bool = True,
+        partition_in_flight_max: int = 5,
+        in_flight_bytes_max: int = 64 * 1024 * 1024,
     ) -> None:
         if linger_ms < 0 or batch_bytes_max < 1 or batch_records_max < 1 or in_flight_max < 1:
             raise InvalidArgumentError("linger_ms >= 0; batch and in-flight limits >= 1")
+        if partition_in_flight_max < 1 or in_flight_bytes_max < 1:
+            raise InvalidArgumentError("in-flight limits >= 1")
         self.client = client
         self.topic = topic
         self.acks = acks
@@ -114,6 +131,16 @@ class Producer:
         self._ready: dict[int, deque[_Batch]] = {}  # full or lingered, per partition, in order
         self._busy: set[int] = set()  # partitions with a batch in flight
         self._closing = False
+        self._pipeline = (
+            client.pipeline(
+                acks,
+                partition_in_flight_max=partition_in_flight_max,
+                in_flight_bytes_max=in_flight_bytes_max,
+            )
+            if streaming
+            else None
+        )
+        self._handed: set[Future[AppendResult]] = set()  # given to the pipeline, unanswered
         self._pool = ThreadPoolExecutor(in_flight_max, thread_name_prefix="replog-producer")
         self._sender = threading.Thread(target=self._run, name="replog-producer", daemon=True)
         self._sender.start()
@@ -173,13 +200,14 @@ class Producer:
             for p in list(self._open):
                 self._seal(p)
             pending = [b.future for q in self._ready.values() for b in q]
+            pending.extend(self._handed)
             self._cond.notify()
         deadline = None if timeout is None else time.monotonic() + timeout
         for fut in pending:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             fut.exception(remaining)
         with self._cond:
-            while self._busy or any(self._ready.values()):
+            while self._busy or self._handed or any(self._ready.values()):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     break
@@ -192,6 +220,8 @@ class Producer:
             self._cond.notify_all()
         self._sender.join()
         self._pool.shutdown(wait=True)
+        if self._pipeline is not None:
+            self._pipeline.close()
 
     def __enter__(self) -> Producer:
         return self
@@ -231,12 +261,33 @@ class Producer:
                     else:
                         wait_s = due - now if wait_s is None else min(wait_s, due - now)
                 for p, queue in self._ready.items():
+                    while queue and self._pipeline is not None:
+                        self._hand(self._pipeline, queue.popleft())
                     if queue and p not in self._busy:
                         self._busy.add(p)
                         self._pool.submit(self._send, queue.popleft())
-                if self._closing and not self._busy and not any(self._ready.values()):
+                idle = not self._busy and not self._handed
+                if self._closing and idle and not any(self._ready.values()):
                     return
                 self._cond.wait(wait_s)
+
+    def _hand(self, pipeline: Pipeline, batch: _Batch) -> None:
+        """Give `batch` to the pipeline (caller holds the lock): sent in order after the
+        partition's earlier batches, several in flight."""
+        try:
+            values = list(formats.to_values(self.topic, batch.values, self.envelope))
+            acks = ACKS_WIRE[self.acks]
+            pipeline.submit(self.topic, batch.partition, values, acks, batch.future)
+        except ReplogError as exc:
+            batch.future.set_exception(exc)
+            return
+        self._handed.add(batch.future)
+        batch.future.add_done_callback(self._answered)
+
+    def _answered(self, future: Future[AppendResult]) -> None:
+        with self._cond:
+            self._handed.discard(future)
+            self._cond.notify_all()
 
     def _send(self, batch: _Batch) -> None:
         try:
