@@ -16,6 +16,9 @@ Workloads (each runs once per tree per round; the trees alternate A/B, then B/A)
   threads appending batches of 1000 records of 100 bytes with acks=leader / acks=all.
 * `consume_1n`: one node, `Consumer.batches()` (StreamFrom, 1 MiB replies) from offset 0
   over what `produce_leader_1n` wrote in the same round.
+* `single_1n`: one node, one client thread, `--singles` sequential single-record appends
+  with acks=leader: records/s is appends/s, CPU per record is per append (the fixed cost of
+  a request, which batches of 1000 spread over their records).
 * `produce_all_3n`: three nodes, one partition replicated 3 times, acks=all, as above.
 
 For each workload and tree: records/s and server CPU per record (user + system CPU of the
@@ -37,6 +40,7 @@ import argparse
 import contextlib
 import functools
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -58,7 +62,9 @@ READY_TIMEOUT_S = 60.0
 PHASE_TIMEOUT_S = 300.0
 # Background work only newer trees have; off where known, so both do the same work.
 LIKE_WITH_LIKE = {"--scrub-bytes-per-s": "0"}
-WORKLOADS = ("produce_leader_1n", "produce_all_1n", "consume_1n", "produce_all_3n")
+PY_SPY = str(Path(sys.executable).with_name("py-spy"))
+PY_SPY_ATTACH_S = 1.0
+WORKLOADS = ("produce_leader_1n", "produce_all_1n", "consume_1n", "single_1n", "produce_all_3n")
 
 
 # -- source trees and their servers ----------------------------------------------------------
@@ -177,19 +183,35 @@ class Samples:
 
 
 class Meter:
-    """Wall time and the servers' CPU between `start` (after a workload's set-up) and `stop`."""
+    """Wall time and the servers' CPU between `start` (after a workload's set-up) and `stop`.
 
-    def __init__(self, cluster: Cluster) -> None:
+    With `profile` (a file name prefix), py-spy samples each server process over the same
+    window (collapsed stacks, `<profile>-node<N>.txt`); such a phase's numbers include
+    py-spy's own load and are not reported."""
+
+    def __init__(self, cluster: Cluster, profile: Path | None = None) -> None:
         self.cluster = cluster
+        self.profile = profile
+        self.spies: list[subprocess.Popen[bytes]] = []
         self.cpu_s = self.began = 0.0
 
     def start(self) -> None:
         self.cluster.check_alive()
+        if self.profile is not None:
+            for i, server in enumerate(self.cluster.servers, 1):
+                out = f"{self.profile}-node{i}.txt"
+                cmd = [PY_SPY, "record", "--pid", str(server.pid), "--rate", "200"]
+                cmd += ["--format", "raw", "--nonblocking", "--output", out]
+                self.spies.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL))
+            time.sleep(PY_SPY_ATTACH_S)
         self.cpu_s, self.began = self.cluster.cpu_s(), time.perf_counter()
 
     def stop(self, records: int) -> Sample:
         elapsed = time.perf_counter() - self.began
         used_s = self.cluster.cpu_s() - self.cpu_s
+        for spy in self.spies:  # py-spy writes its output on SIGINT
+            spy.send_signal(signal.SIGINT)
+            spy.wait(60)
         self.cluster.check_alive()
         return Sample(records / elapsed, used_s / records * 1e6)
 
@@ -214,10 +236,12 @@ def create_topic(bootstrap: str, topic: str, replication_factor: int) -> None:
                 time.sleep(0.05)
 
 
-def produce(meter: Meter, topic: str, acks: str, records: int, threads: int) -> Sample:
-    """`threads` clients append batches of 1000 (`batch_values`) with `acks`."""
+def produce(
+    meter: Meter, topic: str, acks: str, records: int, threads: int, batch_records: int = 1000
+) -> Sample:
+    """`threads` clients append batches of `batch_records` (of `batch_values`) with `acks`."""
     bootstrap = meter.cluster.bootstrap
-    batch = batch_values()
+    batch = batch_values()[:batch_records]
     per_thread = max(1, records // threads // len(batch))
     clients = [client(bootstrap) for _ in range(threads)]
     for c in clients:
@@ -300,9 +324,17 @@ def run_rounds(
     records: int,
     threads: int,
     samples: dict[str, Samples],
+    profile_dir: Path | None = None,
+    singles: int = 3000,
 ) -> None:
+    """`rounds` rounds of `workloads`, the trees alternating; with `profile_dir`, one more
+    round under py-spy whose numbers are left out of `samples`."""
     nodes = clusters[trees[0].name].nodes
-    for r in range(rounds):
+    for r in range(rounds + (profile_dir is not None)):
+        profiling = r == rounds
+        if profiling:
+            assert profile_dir is not None
+            profile_dir.mkdir(parents=True, exist_ok=True)
         order = trees if r % 2 == 0 else trees[::-1]
         topics = {}
         for tree in order:
@@ -312,17 +344,24 @@ def run_rounds(
         line = []
         for w in workloads:
             for tree in order:
-                meter = Meter(clusters[tree.name])
+                prefix = profile_dir / f"{w}-{tree.name}" if profiling and profile_dir else None
+                meter = Meter(clusters[tree.name], prefix)
                 if w == "consume_1n":
                     sample = consume(meter, topics[tree.name]["produce_leader_1n"], records)
+                elif w == "single_1n":
+                    sample = produce(meter, topics[tree.name][w], "leader", singles, 1, 1)
                 else:
                     acks = "leader" if w.startswith("produce_leader") else "all"
                     sample = produce(meter, topics[tree.name][w], acks, records, threads)
-                samples.setdefault(w, Samples()).add(tree.name, sample)
+                if not profiling:
+                    samples.setdefault(w, Samples()).add(tree.name, sample)
                 line.append(
                     f"{w} {tree.name} {sample.rate:,.0f}/s {sample.cpu_us_per_record:.3f} us/rec"
                 )
-        log(f"round {r + 1}/{rounds} (load {load_average()}): " + "; ".join(line))
+        log(
+            f"round {r + 1}/{rounds}{' (profiled)' if profiling else ''} (load {load_average()}): "
+            + "; ".join(line)
+        )
 
 
 # -- report ----------------------------------------------------------------------------------
@@ -389,12 +428,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=1_000_000, help="per 1-node phase")
     parser.add_argument("--records-3n", type=int, default=400_000, help="per 3-node phase")
     parser.add_argument("--threads", type=int, default=4, help="client threads per produce")
+    parser.add_argument("--singles", type=int, default=3000, help="appends of single_1n")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--flush-1n", default="never", help="--flush of the 1-node servers")
     parser.add_argument("--flush-3n", default="interval", help="--flush of the 3-node servers")
     parser.add_argument("--idle-s", type=float, default=3.0)
     parser.add_argument("--dir", type=Path, default=None, help="parent of the scratch dir")
     parser.add_argument("--markdown", type=Path, default=None, help="write the tables here")
+    parser.add_argument(
+        "--profile", type=Path, default=None, help="one more round under py-spy; stacks here"
+    )
     args = parser.parse_args(argv)
     assert args.rounds >= 1 and len(args.tree) == 2, "two trees: --tree A=PATH --tree B=PATH"
     trees = [Tree(n, Path(p).resolve()) for n, p in (t.split("=", 1) for t in args.tree)]
@@ -420,7 +463,17 @@ def main(argv: list[str] | None = None) -> int:
             with clusters_of(trees, nodes, work, ["--flush", flush]) as clusters:
                 for name, v in idle_cpu_ms_per_s(clusters, args.idle_s).items():
                     idle[f"{name}, {nodes} node(s)"] = v
-                run_rounds(trees, clusters, group, args.rounds, records, args.threads, samples)
+                run_rounds(
+                    trees,
+                    clusters,
+                    group,
+                    args.rounds,
+                    records,
+                    args.threads,
+                    samples,
+                    args.profile,
+                    args.singles,
+                )
     info["load average (1/5/15 min) at end"] = load_average()
     table = rows(samples, trees[0].name, trees[1].name)
     for row in table:
@@ -432,7 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(table, trees, commits, idle)
     settings = {
         "rounds": args.rounds, "records_1n": args.records, "records_3n": args.records_3n,
-        "threads": args.threads, "flush_1n": args.flush_1n, "flush_3n": args.flush_3n,
+        "singles": args.singles, "threads": args.threads,
+        "flush_1n": args.flush_1n, "flush_3n": args.flush_3n,
         "like_with_like": {t.name: t.like_with_like_args() for t in trees},
     }  # fmt: skip
     text += "\nSettings: `" + json.dumps(settings) + "`\n"
