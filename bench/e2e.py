@@ -24,6 +24,11 @@ TLS rotate which goes first.
 timestamp by the client, checked by the leader, decoded by the consumer) on the same server
 with the same idempotent client: the `_envelope_vs_raw` results give its cost as a ratio.
 `--write-docs` rewrites the `## End to end (bench/e2e.py)` section of `docs/benchmarks.md`.
+`--unary` adds the same idempotent client with `streaming=False` (one unary Append per batch,
+one batch per partition in flight) beside the default one (AppendStream, several batches in
+flight per partition) on the same server in the same repeats: the `_vs_unary` results;
+`--write-unary-docs` rewrites the `## Streaming produce against unary (bench/e2e.py --unary)`
+section with them.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ VALUE_BYTES = 100
 BATCH_RECORDS = 1000
 STREAM_BATCH_BYTES = 1024 * 1024
 SECTION = "## End to end (bench/e2e.py)"
+UNARY_SECTION = "## Streaming produce against unary (bench/e2e.py --unary)"
 NOTES = [
     "Targets (issue 3): produce >= 1,000,000 records/s, consume >= 2,000,000 records/s, "
     "single-record produce p50 <= 1 ms. Reading the table:",
@@ -250,6 +256,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also measure an envelope topic (records with timestamps) beside the raw one",
     )
+    parser.add_argument(
+        "--unary",
+        action="store_true",
+        help="also measure the idempotent client with streaming=False (unary Append)",
+    )
+    parser.add_argument("--write-unary-docs", action="store_true")
     parser.add_argument("--ceiling-server", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.ceiling_server is not None:
@@ -292,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                 Client(server.address, retry=retry, idempotent=False) as pc,
                 Client(ceiling.address, retry=retry, idempotent=False) as cc,
                 Client(tls_server.address, retry=retry, tls=ClientTls(ca.cert_file)) as tc,
+                Client(server.address, retry=retry, streaming=False) as uc,
             ):
                 targets = [
                     ("", server, rc),
@@ -301,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
                 ]
                 if args.envelope:  # the same idempotent client, an envelope topic
                     targets.append(("_envelope", server, rc))
+                if args.unary:  # the same idempotent client without AppendStream
+                    targets.append(("_unary", server, uc))
                 for rep in range(repeats):
                     run_repeat(rep, targets, records, args.partitions, samples_n, add)
                     log(
@@ -354,6 +369,15 @@ def main(argv: list[str] | None = None) -> int:
         for against in ("", "_plain"):
             raw = summarize(results[name + against]).median
             emit(Result(f"{name}_envelope_vs_raw{against}", round(value, 4), unit, round(raw, 4)))
+    unary_lines = []
+    for name, unit in units.items() if args.unary else ():
+        # streaming (the default) against unary Append, same server, same run
+        value = summarize(results[name]).median
+        unary = summarize(results[name + "_unary"]).median
+        emit(Result(name + "_vs_unary", round(value, 4), unit, round(unary, 4)))
+        unary_lines.append((name, unit, results[name], results[name + "_unary"]))
+    if args.write_unary_docs and unary_lines:
+        write_unary_docs(unary_lines, info, argv, repeats, records, args.partitions, samples_n)
     if args.write_docs:
         write_docs(
             lines, tls_lines, plain_lines, info, argv, repeats, records, args.partitions, samples_n
@@ -430,6 +454,41 @@ def write_docs(
     body += ["", *NOTES]
     write_docs_section(SECTION, "\n".join(body))
     log(f"wrote {SECTION!r} to docs/benchmarks.md")
+
+
+def write_unary_docs(
+    lines: list[tuple[str, str, list[float], list[float] | None]],
+    info: dict[str, str],
+    argv: list[str] | None,
+    repeats: int,
+    records: int,
+    partitions: int,
+    samples_n: int,
+) -> None:
+    command = "python bench/e2e.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    body = [
+        f"Command: `{command.strip()}` ({repeats} repeats, median; min..max in brackets).",
+        "The default idempotent client (appends over AppendStream, up to 5 batches in flight "
+        "per partition: the `Producer` and `Client.append`) against the same client with "
+        "`streaming=False` (one unary Append per batch, one batch per partition in flight), "
+        f"same server (flush=never), same repeats. Produce: {records:,} records of "
+        f"{VALUE_BYTES} bytes per run, `Producer.send_batch` of {BATCH_RECORDS}, acks=leader, "
+        f"{partitions} partition(s); latency: {samples_n:,} sequential single-record "
+        "`Client.append`s, acks=leader.",
+        "",
+        "| bench | streaming | unary | streaming / unary |",
+        "|---|---|---|---|",
+    ]
+    for name, unit, samples, unary_samples in lines:
+        s = summarize(samples)
+        u = summarize(unary_samples or [])
+        body.append(
+            f"| {name} | {s.median:,.3f} {unit} [{s.low:,.3f}..{s.high:,.3f}] | "
+            f"{u.median:,.3f} {unit} [{u.low:,.3f}..{u.high:,.3f}] | {s.median / u.median:.2f} |"
+        )
+    body += ["", "Machine: " + "; ".join(f"{k}: {v}" for k, v in info.items()) + "."]
+    write_docs_section(UNARY_SECTION, "\n".join(body))
+    log(f"wrote {UNARY_SECTION!r} to docs/benchmarks.md")
 
 
 if __name__ == "__main__":
