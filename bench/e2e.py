@@ -2,9 +2,11 @@
 
 Prints one JSON object per line on stdout (see `bench/_common.py`); progress goes to stderr.
 A real `replog serve` process (flush=never, metrics off) and a CEILING process (a minimal
-grpc.aio server with the same `replog.v1.Log` service that does nothing: Append answers a
-constant reply, StreamFrom repeats one prebuilt batch of the same frames) run on 127.0.0.1;
-the same Python client code drives both, so the ratio isolates what replog adds.
+grpc.aio server with the same `replog.v1.Log` service that does nothing: Append and each
+AppendStream request get the next offsets, InitProducer a constant id, StreamFrom repeats
+one prebuilt batch of the same frames) run on 127.0.0.1; the same Python client code (the
+default idempotent client: appends over AppendStream) drives both, so the ratio isolates
+what replog adds.
 
 * `produce`: 100-byte random values, batches of 1000 sent with `Producer.send_batch`,
   acks=leader, to `--partitions` partitions (one batch in flight per partition).
@@ -28,7 +30,8 @@ with the same idempotent client: the `_envelope_vs_raw` results give its cost as
 one batch per partition in flight) beside the default one (AppendStream, several batches in
 flight per partition) on the same server in the same repeats: the `_vs_unary` results;
 `--write-unary-docs` rewrites the `## Streaming produce against unary (bench/e2e.py --unary)`
-section with them.
+section with them, each beside its own ceiling: the do-nothing server driven by the same
+`streaming=False` client (`_unary_ceiling`).
 """
 
 from __future__ import annotations
@@ -90,8 +93,28 @@ class CeilingLog(log_pb2_grpc.LogServicer):  # type: ignore[misc]
         self.frames = frames.encode(0, values)
         self.count = len(values)
 
+        self.next_offset = 0
+
+    def _assign(self, request: log_pb2.AppendRequest) -> tuple[int, int, int]:
+        base = self.next_offset
+        self.next_offset += len(request.values)
+        return base, self.next_offset - 1, self.next_offset
+
     async def Append(self, request: log_pb2.AppendRequest, context: object) -> object:
-        return log_pb2.AppendResponse(base_offset=0, last_offset=0, high_watermark=1)
+        base, last, hw = self._assign(request)
+        return log_pb2.AppendResponse(base_offset=base, last_offset=last, high_watermark=hw)
+
+    async def AppendStream(
+        self, requests: AsyncIterator[log_pb2.AppendRequest], context: object
+    ) -> AsyncIterator[log_pb2.AppendStreamResponse]:
+        async for request in requests:
+            base, last, hw = self._assign(request)
+            yield log_pb2.AppendStreamResponse(
+                base_offset=base, last_offset=last, high_watermark=hw
+            )
+
+    async def InitProducer(self, request: object, context: object) -> object:
+        return log_pb2.InitProducerResponse(producer_id=1, producer_epoch=0)
 
     async def StreamFrom(
         self, request: log_pb2.StreamFromRequest, context: object
@@ -103,19 +126,36 @@ class CeilingLog(log_pb2_grpc.LogServicer):  # type: ignore[misc]
 
 
 class CeilingAdmin(admin_pb2_grpc.AdminServicer):  # type: ignore[misc]
-    """Metadata with no topics (the client then treats every topic as raw records)."""
+    """Metadata naming each topic asked as a raw topic of `PARTITIONS` partitions led by
+    this server (the client then asks once per topic, as it does replog)."""
 
-    async def GetMetadata(self, request: object, context: object) -> object:
-        return admin_pb2.Metadata()
+    PARTITIONS = 64
+
+    def __init__(self) -> None:
+        self.address = ""
+
+    async def GetMetadata(self, request: admin_pb2.GetMetadataRequest, context: object) -> object:
+        partitions = [admin_pb2.PartitionMetadata(partition=p) for p in range(self.PARTITIONS)]
+        return admin_pb2.Metadata(
+            nodes=[admin_pb2.Node(id=0, address=self.address)],
+            topics=[
+                admin_pb2.TopicMetadata(
+                    name=t, partitions=partitions, format=admin_pb2.TOPIC_FORMAT_RAW
+                )
+                for t in request.topics
+            ],
+        )
 
 
 async def run_ceiling(ready_file: Path) -> None:
     import grpc
 
     server = grpc.aio.server()
+    admin = CeilingAdmin()
     log_pb2_grpc.add_LogServicer_to_server(CeilingLog(), server)
-    admin_pb2_grpc.add_AdminServicer_to_server(CeilingAdmin(), server)
+    admin_pb2_grpc.add_AdminServicer_to_server(admin, server)
     port = server.add_insecure_port("127.0.0.1:0")
+    admin.address = f"127.0.0.1:{port}"
     await server.start()
     ready_file.write_text(f"127.0.0.1:{port}\npid={os.getpid()}\n")
     stop = asyncio.Event()
@@ -215,7 +255,7 @@ def run_repeat(
     ceiling, replog over TLS, replog with a plain (non-idempotent) client; which goes first
     rotates from one repeat to the next. Each target has a topic of its own."""
     for suffix, _, client in targets:
-        if suffix != "_ceiling":
+        if not suffix.endswith("_ceiling"):
             fmt = "envelope" if suffix == "_envelope" else "raw"
             client.create_topic(f"bench-{rep}{suffix}", partitions, format=fmt)
     order = targets[rep % len(targets) :] + targets[: rep % len(targets)]
@@ -235,7 +275,7 @@ def run_repeat(
         add("produce_latency_p50_ms" + suffix, p50)
         add("produce_latency_p99_ms" + suffix, p99)
     for suffix, _, client in targets:
-        if suffix != "_ceiling":
+        if not suffix.endswith("_ceiling"):
             client.delete_topic(f"bench-{rep}{suffix}")
 
 
@@ -302,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
             with (
                 Client(server.address, retry=retry) as rc,
                 Client(server.address, retry=retry, idempotent=False) as pc,
-                Client(ceiling.address, retry=retry, idempotent=False) as cc,
+                Client(ceiling.address, retry=retry) as cc,
+                Client(ceiling.address, retry=retry, streaming=False) as ucc,
                 Client(tls_server.address, retry=retry, tls=ClientTls(ca.cert_file)) as tc,
                 Client(server.address, retry=retry, streaming=False) as uc,
             ):
@@ -316,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
                     targets.append(("_envelope", server, rc))
                 if args.unary:  # the same idempotent client without AppendStream
                     targets.append(("_unary", server, uc))
+                    targets.append(("_unary_ceiling", ceiling, ucc))
                 for rep in range(repeats):
                     run_repeat(rep, targets, records, args.partitions, samples_n, add)
                     log(
@@ -375,7 +417,17 @@ def main(argv: list[str] | None = None) -> int:
         value = summarize(results[name]).median
         unary = summarize(results[name + "_unary"]).median
         emit(Result(name + "_vs_unary", round(value, 4), unit, round(unary, 4)))
-        unary_lines.append((name, unit, results[name], results[name + "_unary"]))
+        # unary Append against the do-nothing server driven by the same unary client
+        ceiling = summarize(results[name + "_unary_ceiling"]).median
+        emit(Result(name + "_unary", round(unary, 4), unit, round(ceiling, 4)))
+        unary_lines.append(
+            (
+                name,
+                unit,
+                [results[name], results[name + "_ceiling"]],
+                [results[name + "_unary"], results[name + "_unary_ceiling"]],
+            )
+        )
     if args.write_unary_docs and unary_lines:
         write_unary_docs(unary_lines, info, argv, repeats, records, args.partitions, samples_n)
     if args.write_docs:
@@ -457,7 +509,7 @@ def write_docs(
 
 
 def write_unary_docs(
-    lines: list[tuple[str, str, list[float], list[float] | None]],
+    lines: list[tuple[str, str, list[list[float]], list[list[float]]]],
     info: dict[str, str],
     argv: list[str] | None,
     repeats: int,
@@ -474,17 +526,22 @@ def write_unary_docs(
         f"same server (flush=never), same repeats. Produce: {records:,} records of "
         f"{VALUE_BYTES} bytes per run, `Producer.send_batch` of {BATCH_RECORDS}, acks=leader, "
         f"{partitions} partition(s); latency: {samples_n:,} sequential single-record "
-        "`Client.append`s, acks=leader.",
+        "`Client.append`s, acks=leader. Each has its ceiling: the do-nothing server (its "
+        "AppendStream answers each request with the next offsets) driven by the same client in "
+        "the same run.",
         "",
-        "| bench | streaming | unary | streaming / unary |",
-        "|---|---|---|---|",
+        "| bench | streaming | / its ceiling | unary | / its ceiling | streaming / unary |",
+        "|---|---|---|---|---|---|",
     ]
-    for name, unit, samples, unary_samples in lines:
-        s = summarize(samples)
-        u = summarize(unary_samples or [])
+    for name, unit, (stream, stream_ceiling), (unary, unary_ceiling) in lines:
+        s, sc = summarize(stream), summarize(stream_ceiling)
+        u, uc = summarize(unary), summarize(unary_ceiling)
         body.append(
             f"| {name} | {s.median:,.3f} {unit} [{s.low:,.3f}..{s.high:,.3f}] | "
-            f"{u.median:,.3f} {unit} [{u.low:,.3f}..{u.high:,.3f}] | {s.median / u.median:.2f} |"
+            f"{s.median / sc.median:.2f} (ceiling {sc.median:,.3f}) | "
+            f"{u.median:,.3f} {unit} [{u.low:,.3f}..{u.high:,.3f}] | "
+            f"{u.median / uc.median:.2f} (ceiling {uc.median:,.3f}) | "
+            f"{s.median / u.median:.2f} |"
         )
     body += ["", "Machine: " + "; ".join(f"{k}: {v}" for k, v in info.items()) + "."]
     write_docs_section(UNARY_SECTION, "\n".join(body))
