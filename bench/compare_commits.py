@@ -4,11 +4,13 @@
     git -C /work/main worktree add --detach /work/wt-b <commit-b>
     .venv/bin/python bench/compare_commits.py --tree before=/work/wt-a --tree head=/work/wt-b
 
-The harness process (this script, with the checkout's `replog` client) drives `replog serve`
-processes started from each tree (`PYTHONPATH=<tree>`, working directory `<tree>`; checked
-at start-up: `import replog` must resolve inside the tree). Only the servers differ: every
-workload uses the same client code, non-idempotent (`Client(idempotent=False)`), so that an
-older server that knows no producer ids does the same work as a newer one.
+The harness process (this script, with whichever `replog` client its own path finds: run it
+with `PYTHONPATH=<a tree>` and `-P` to pin that too) drives `replog serve` processes started
+from each tree (`env PYTHONPATH=<tree> python -P`, so that neither the working directory nor
+the checkout's editable install comes first; checked at start-up: `import replog` must
+resolve inside the tree). Only the servers differ: every workload uses the same client
+code, non-idempotent (`Client(idempotent=False)`), so that an older server that knows no
+producer ids does the same work as a newer one.
 
 Workloads (each runs once per tree per round; the trees alternate A/B, then B/A):
 
@@ -32,6 +34,10 @@ Like with like: options that only one tree knows and that add background work ar
 off where the tree knows them (`LIKE_WITH_LIKE`, detected from `serve --help`); `--flush`
 and metrics-off apply to both. Prints one JSON line per result; `--markdown FILE` writes the
 tables for docs/benchmarks.md. Bounded: every phase is a fixed record count with a deadline.
+
+Where a difference goes: `--profile DIR` runs one more round (left out of the numbers) with
+py-spy sampling every server (collapsed stacks); `--cprofile DIR` runs the servers under
+cProfile for the whole run (much slower; call counts per request are exact, times are not).
 """
 
 from __future__ import annotations
@@ -118,6 +124,7 @@ class Cluster:
     nodes: int
     data_dir: Path
     common_args: list[str]
+    cprofile: Path | None = None  # a directory: each server runs under cProfile, stats here
     servers: list[ServerProcess] = field(default_factory=list)
     ready_files: list[Path] = field(default_factory=list)
     addresses: list[str] = field(default_factory=list)
@@ -129,8 +136,12 @@ class Cluster:
         peers = ",".join(f"{i}={a}" for i, a in addresses.items()) if self.nodes > 1 else ""
         for i, address in addresses.items():
             ready = self.data_dir / f"node{i}.ready"
+            profiled: list[str] = []
+            if self.cprofile is not None:  # written when the server exits (SIGTERM)
+                out = self.cprofile / f"{self.tree.name}-{self.nodes}n-node{i}.prof"
+                profiled = ["-m", "cProfile", "-o", str(out)]
             cmd = [
-                *self.tree.command(), "-m", "replog", "serve",
+                *self.tree.command(), *profiled, "-m", "replog", "serve",
                 "--node-id", str(i), "--listen", address, "--peers", peers,
                 "--data-dir", str(self.data_dir / f"node{i}"), "--ready-file", str(ready),
                 "--metrics-listen", "", "--log-level", "WARNING",
@@ -303,13 +314,13 @@ def idle_cpu_ms_per_s(clusters: dict[str, Cluster], seconds: float) -> dict[str,
 
 @contextlib.contextmanager
 def clusters_of(
-    trees: list[Tree], nodes: int, work: Path, common_args: list[str]
+    trees: list[Tree], nodes: int, work: Path, common_args: list[str], cprofile: Path | None
 ) -> Iterator[dict[str, Cluster]]:
     clusters: dict[str, Cluster] = {}
     try:
         for tree in trees:
             data = work / f"{tree.name}-{nodes}n"
-            clusters[tree.name] = Cluster(tree, nodes, data, common_args).start()
+            clusters[tree.name] = Cluster(tree, nodes, data, common_args, cprofile).start()
         yield clusters
     finally:
         for c in clusters.values():
@@ -438,11 +449,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", type=Path, default=None, help="one more round under py-spy; stacks here"
     )
+    parser.add_argument(
+        "--cprofile",
+        type=Path,
+        default=None,
+        help="run the servers under cProfile (slower: for where, not how much); stats here",
+    )
     args = parser.parse_args(argv)
     assert args.rounds >= 1 and len(args.tree) == 2, "two trees: --tree A=PATH --tree B=PATH"
     trees = [Tree(n, Path(p).resolve()) for n, p in (t.split("=", 1) for t in args.tree)]
     assert trees[0].name != trees[1].name
     commits = {t.name: t.check() for t in trees}
+    if args.cprofile is not None:
+        args.cprofile = args.cprofile.resolve()
+        args.cprofile.mkdir(parents=True, exist_ok=True)
     workloads = [w for w in args.workloads.split(",") if w]
     assert set(workloads) <= set(WORKLOADS), workloads
     assert "consume_1n" not in workloads or "produce_leader_1n" in workloads
@@ -460,7 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         ):
             if not group:
                 continue
-            with clusters_of(trees, nodes, work, ["--flush", flush]) as clusters:
+            flush_args = ["--flush", flush]
+            with clusters_of(trees, nodes, work, flush_args, args.cprofile) as clusters:
                 for name, v in idle_cpu_ms_per_s(clusters, args.idle_s).items():
                     idle[f"{name}, {nodes} node(s)"] = v
                 run_rounds(
