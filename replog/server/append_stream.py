@@ -9,15 +9,15 @@ request does not end the stream.
 Two tasks per stream:
 
 * the reader (`_read`) takes each request as it arrives, waits for room in the stream's
-  window (`limits.AppendWindow`: requests and bytes read but not answered, per stream and
-  per node; the reader does not read on meanwhile, so HTTP/2 flow control holds the
-  client), checks it exactly as the unary Append does (`LogService.prepare_append`: acks,
-  producer fields, leadership with the NOT_LEADER hint, the topic's format), and starts
-  its append as a task. Tasks start in the order they are created (the event loop runs
-  ready callbacks first in, first out), and a partition takes an append (its owner's
-  inbox, `ReplicationDriver.append`) before the task's first suspension: requests reach
-  their partitions in stream order, so an idempotent producer's pipelined batches arrive
-  in sequence order;
+  window (`limits.AppendWindow`: requests and bytes (each request's serialized size) read
+  but not answered, per stream and per node; the reader does not read on meanwhile, so
+  HTTP/2 flow control holds the client), checks it exactly as the unary Append does
+  (`LogService.prepare_append`: acks, producer fields, leadership with the NOT_LEADER
+  hint, the topic's format), and starts its append as a task. Tasks start in the order
+  they are created (the event loop runs ready callbacks first in, first out), and a
+  partition takes an append (its owner's inbox, `ReplicationDriver.append`) before the
+  task's first suspension: requests reach their partitions in stream order, so an
+  idempotent producer's pipelined batches arrive in sequence order;
 * the writer (`answer`, the handler's generator) awaits the entries in order and yields
   each answer; `rpc.streaming` writes it once flow control takes it.
 
@@ -153,7 +153,9 @@ async def _read(
                 entries.append(_Entry(0, error=request.error))
                 arrived.set()
                 continue
-            size_bytes = sum(map(len, request.values))
+            # Its size as read (C; summing the values' lengths here would first copy each
+            # value out of the message, a Python object per record).
+            size_bytes = request.ByteSize()
             await window.take(size_bytes)
             try:
                 prepared = await service.prepare_append(request)

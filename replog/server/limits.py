@@ -13,7 +13,7 @@ so the client may retry with backoff.
     stream_bytes_pool_max       bytes that StreamFrom replies may hold above their floor,
                                 all streams together (`StreamWindow`)
     append_stream_requests_max  requests one AppendStream holds read and not yet answered
-    append_stream_bytes_max     record bytes of those requests, per AppendStream
+    append_stream_bytes_max     bytes of those requests (serialized), per AppendStream
     append_stream_bytes_pool_max  the same bytes, all AppendStreams of the node together
 
 The AppendStream limits are not refusals but flow control (`AppendWindow`): past them the
@@ -224,9 +224,10 @@ class StreamWindow:
 
 
 class AppendWindow:
-    """What one AppendStream holds: requests read and not yet answered, and their record
-    bytes, at most `append_stream_requests_max` and `append_stream_bytes_max` per stream and
-    `append_stream_bytes_pool_max` for all streams of the node. `take` waits (the stream
+    """What one AppendStream holds: requests read and not yet answered, and their bytes
+    (each request's serialized size, `ByteSize`), at most `append_stream_requests_max` and
+    `append_stream_bytes_max` per stream and `append_stream_bytes_pool_max` for all streams
+    of the node. `take` waits (the stream
     reads no further request meanwhile) until the request fits; a stream that holds nothing
     may always take one request, so every stream progresses and what all of them hold is
     at most the pool + `streams_max` requests. `release` when the request is answered;

@@ -87,6 +87,7 @@ class PreparedAppend:
     values: list[bytes]
     acks: Acks
     producer: ProducerBatch | None
+    values_bytes: int  # the values' total size (the append_bytes metric)
 
 
 class LogService(log_pb2_grpc.LogServicer):
@@ -126,7 +127,11 @@ class LogService(log_pb2_grpc.LogServicer):
     async def prepare_append(self, request: log_pb2.AppendRequest) -> PreparedAppend:
         """What an append checks before its partition takes it (Append and AppendStream
         alike): a batch, valid acks and producer fields, this node leads the partition
-        (NOT_LEADER with the leader hint), the topic's record format."""
+        (NOT_LEADER with the leader hint), the topic's record format.
+
+        Each value is taken out of the request once (`list(request.values)`: a Python
+        `bytes` per record) and measured once (`values_bytes`, for the metrics and for
+        `ReplicatedPartition.append`'s size check of the batch as a whole)."""
         values = list(request.values)
         if not values:
             raise EmptyBatchError("an append needs at least one record")
@@ -134,7 +139,8 @@ class LogService(log_pb2_grpc.LogServicer):
         producer = producer_from_wire(request)
         part = await self.router.leader_replica(request.topic, request.partition)
         values = _as_topic_stores(await self.router.topic(request.topic), values)
-        return PreparedAppend(part, values, acks, producer)
+        values_bytes = sum(map(len, values))
+        return PreparedAppend(part, values, acks, producer, values_bytes)
 
     async def complete_append(self, prepared: PreparedAppend) -> tuple[int, int, int]:
         """Append a prepared batch: (base_offset, last_offset, high_watermark) once its acks
@@ -142,9 +148,11 @@ class LogService(log_pb2_grpc.LogServicer):
         caller cancelled at any await leaves it whole (done, or not started)."""
         part, values = prepared.part, prepared.values
         timeout_s = self.settings.ack_timeout_ms / 1000
-        result = await part.append(values, prepared.acks, timeout_s, prepared.producer)
+        result = await part.append(
+            values, prepared.acks, timeout_s, prepared.producer, values_bytes=prepared.values_bytes
+        )
         self.metrics.append_records.inc(len(values))
-        self.metrics.append_bytes.inc(sum(map(len, values)))
+        self.metrics.append_bytes.inc(prepared.values_bytes)
         if result is None:  # acks=none: no offsets
             return -1, -1, part.high_watermark
         return result.base_offset, result.last_offset, part.high_watermark

@@ -121,14 +121,20 @@ class ReplicatedPartition(Partition):
         acks: Acks,
         timeout_s: float,
         producer: ProducerBatch | None = None,
+        *,
+        values_bytes: int | None = None,
     ) -> AppendResult | None:
         """Append as leader; the offsets once `acks` is satisfied (None for acks=none).
-        `producer`: an idempotent producer's batch (appended once, see `producers`)."""
+        `producer`: an idempotent producer's batch (appended once, see `producers`).
+        `values_bytes`: the values' total size, if the caller has it (then a batch whose
+        total fits `record_bytes_max` is not measured record by record)."""
         self.check_leader()
         # Checked before the driver sees the batch: a write the log refuses would make the
         # driver rebuild its core from disk (and a lone voter hold a new election).
         limit = self.log.config.record_bytes_max
-        biggest = max(map(len, values))
+        # no record can be larger than the whole batch: measured one by one only past it
+        whole_fits = values_bytes is not None and values_bytes <= limit
+        biggest = 0 if whole_fits else max(map(len, values))
         if biggest > limit:
             raise RecordTooLargeError(
                 f"a record of {biggest} bytes exceeds record_bytes_max={limit}",
@@ -136,7 +142,7 @@ class ReplicatedPartition(Partition):
                 record_bytes_max=limit,
             )
         if acks is Acks.NONE:  # nobody hears about later failures
-            size_bytes = sum(map(len, values))
+            size_bytes = sum(map(len, values)) if values_bytes is None else values_bytes
             self.limits.take_acks_none(size_bytes)  # TOO_MANY_BYTES_IN_FLIGHT past the limit
             try:
                 self._spawn(

@@ -151,15 +151,15 @@ class Settings:
     append_stream_bytes_max: int = field(
         default=16 * MIB,
         metadata=_help(
-            "record bytes one AppendStream holds read and not yet answered (a lone request "
-            "always fits); more: flow control"
+            "bytes of requests (serialized) one AppendStream holds read and not yet answered "
+            "(a lone request always fits); more: flow control"
         ),
     )
     append_stream_bytes_pool_max: int = field(
         default=256 * MIB,
         metadata=_help(
-            "record bytes all AppendStreams of the node hold read and not yet answered (a "
-            "stream holding nothing may take one request); more: flow control"
+            "bytes of requests (serialized) all AppendStreams of the node hold read and not "
+            "yet answered (a stream holding nothing may take one request); more: flow control"
         ),
     )
     message_bytes_max: int = field(

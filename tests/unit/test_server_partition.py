@@ -103,6 +103,22 @@ def test_a_record_over_the_limit_is_refused_before_the_replica_sees_it(tmp_path:
     asyncio.run(scenario())
 
 
+def test_a_batch_whose_total_size_is_given_is_measured_record_by_record_only_past_the_limit(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with solo(open_log(tmp_path)) as part:
+            small = [b"x" * 30, b"y" * 30]
+            result = await part.append(small, Acks.LEADER, timeout_s=5, values_bytes=60)
+            assert result is not None and (result.base_offset, result.last_offset) == (1, 2)
+            big = [b"a", b"x" * 65]  # one record over the 64-byte limit: refused all the same
+            with pytest.raises(RecordTooLargeError):
+                await part.append(big, Acks.LEADER, timeout_s=5, values_bytes=66)
+            assert part.log.log_end_offset == 3
+
+    asyncio.run(scenario())
+
+
 def test_acks_none_answers_without_offsets_and_the_records_land(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with solo(open_log(tmp_path)) as part:
