@@ -264,6 +264,16 @@ def _decode_uniform(buf: bytes | memoryview, length: int) -> DecodedFrames:
 
 def decode(buf: bytes | memoryview) -> DecodedFrames:
     """Decode a run of complete frames (no check of offset order)."""
+    return _decode(buf, keep_control=True)
+
+
+def decode_data(buf: bytes | memoryview) -> DecodedFrames:
+    """`decode(buf).data_records()` without building the control records and a flag per
+    record first: what a consumer of a raw topic wants."""
+    return _decode(buf, keep_control=False)
+
+
+def _decode(buf: bytes | memoryview, *, keep_control: bool) -> DecodedFrames:
     size = len(buf)
     if size == 0:
         return DecodedFrames([], [])
@@ -277,7 +287,7 @@ def decode(buf: bytes | memoryview) -> DecodedFrames:
     # step per record), e.g. idempotent batches, each after its header control record.
     offsets: list[int] = []
     values: list[bytes] = []
-    control: list[bool] = []
+    control_at: list[int] = []  # indexes of the control records kept
     mv = memoryview(buf)
     pos = 0
     while pos < size:
@@ -289,19 +299,31 @@ def decode(buf: bytes | memoryview) -> DecodedFrames:
         end = start + length
         if end > size:
             raise FrameError(f"frame at position {pos} is cut short", pos)
-        run = 1 if raw_len & CONTROL_FLAG else _run_length(buf, pos, raw_len, end - pos)
+        if raw_len & CONTROL_FLAG:
+            if keep_control:
+                control_at.append(len(offsets))
+                offsets.append(offset)
+                values.append(bytes(mv[start:end]))
+            pos = end
+            continue
+        run = _run_length(buf, pos, raw_len, end - pos)
         if run >= _NUMPY_BATCH_MIN:
             part = _decode_uniform(mv[pos : pos + run * (end - pos)], length)
             offsets += part.offsets
             values += part.values
-            control += [False] * run
             pos += run * (end - pos)
             continue
-        offsets.append(offset)
-        values.append(bytes(mv[start:end]))
-        control.append(bool(raw_len & CONTROL_FLAG))
-        pos = end
-    return DecodedFrames(offsets, values, control if any(control) else None)
+        frame = end - pos
+        for at in range(pos, pos + run * frame, frame):  # a short run: frame by frame
+            offsets.append(_unpack_header(buf, at)[0])
+            values.append(bytes(mv[at + HEADER_BYTES : at + frame]))
+        pos += run * frame
+    if not control_at:
+        return DecodedFrames(offsets, values, None)
+    control = [False] * len(offsets)
+    for i in control_at:
+        control[i] = True
+    return DecodedFrames(offsets, values, control)
 
 
 def last_offset(buf: bytes | memoryview, ends: Sequence[int]) -> int:
@@ -318,7 +340,21 @@ def next_offset(buf: bytes, offset: int) -> int:
     size = HEADER_BYTES + (raw_len & LENGTH_MASK)
     if _uniform(buf, raw_len, size):
         return int(_unpack_header(buf, len(buf) - size)[0]) + 1
-    return last_offset(buf, scan(buf, offset)) + 1
+    # Mixed runs (a batch header before each idempotent batch): hop from run to run of
+    # equally long frames (numpy compares of the length fields) to the last frame.
+    pos, last, total = 0, -1, len(buf)
+    while pos + HEADER_BYTES <= total:
+        last = pos
+        raw_len = int(_unpack_header(buf, pos)[1])
+        frame = HEADER_BYTES + (raw_len & LENGTH_MASK)
+        if pos + frame > total:
+            raise FrameError(f"frame at position {pos} is cut short", pos)
+        run = 1 if raw_len & CONTROL_FLAG else _run_length(buf, pos, raw_len, frame)
+        last = pos + (run - 1) * frame
+        pos += run * frame
+    if pos != total:
+        raise FrameError("truncated frame header", pos)
+    return int(_unpack_header(buf, last)[0]) + 1
 
 
 _RUN_WINDOW_MIN = 64  # frames compared at once when measuring a run of equal lengths
@@ -363,5 +399,5 @@ def _run_length(buf: bytes | memoryview, pos: int, raw_len: int, frame: int) -> 
         if len(differs):
             return run + int(differs[0])
         run += count
-        window *= 2
+        window *= 8  # a batch of 1000 equal records: three compares
     return run

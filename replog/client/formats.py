@@ -140,8 +140,7 @@ def decode(buf: bytes, envelope: bool) -> Decoded:
     """Data records of a run of frames: envelopes decoded on an envelope topic."""
     if envelope:
         return records.decode_frames(buf)
-    decoded = frames.decode(buf)
-    return decoded.data_records() if decoded.control is not None else decoded
+    return frames.decode_data(buf)
 
 
 def parse_time_ms(text: str) -> int:
