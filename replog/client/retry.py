@@ -20,7 +20,10 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    attempts_max: int = 20  # with the backoff below: rides out a failover (several seconds)
+    # The time budget governs: a failover on a loaded machine can take several seconds of
+    # refused attempts (each rerouted or backed off), however many that is. The count is
+    # a backstop only (a server that answers a retriable error at once, over and over).
+    attempts_max: int = 1_000
     backoff_initial_ms: int = 50
     backoff_max_ms: int = 500
     deadline_ms: int = 30_000  # total time budget across attempts

@@ -22,9 +22,9 @@ from replog.errors import InvalidArgumentError
 TlsOptions = tuple[str, str, str, str]
 NO_TLS: TlsOptions = ("", "", "", "")
 
-# Spark's calls ride out a leader failover on a loaded machine instead of failing the query
-# (the client's default gives up after 20 attempts, a few seconds of backoff).
-SPARK_RETRY = RetryPolicy(attempts_max=1000, backoff_max_ms=500, deadline_ms=120_000)
+# Spark's calls get a longer time budget than the client's default (30 s): a failed task
+# costs a whole retry of the task, so a call rides out a slow failover instead.
+SPARK_RETRY = RetryPolicy(deadline_ms=120_000)
 
 _clients: dict[tuple[str, TlsOptions], Client] = {}
 _clients_lock = threading.Lock()
