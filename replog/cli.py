@@ -170,8 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument(
         "--format",
         choices=["raw", "envelope"],
-        default="raw",
-        help="raw: values are your bytes; envelope: records with key, timestamp and headers",
+        default="envelope",
+        help="envelope (default): records with key, timestamp and headers; raw: values are "
+        "your bytes as they are, nothing else",
     )
     create.add_argument(
         "--timestamp-type",

@@ -184,7 +184,7 @@ class AsyncClient:
         partitions: int = 1,
         replication_factor: int = 0,
         *,
-        format: str = formats.RAW,
+        format: str = formats.ENVELOPE,
         timestamp_type: str = formats.CREATE_TIME,
     ) -> None:
         """See `Client.create_topic`."""

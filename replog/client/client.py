@@ -323,7 +323,7 @@ class Client:
         partitions: int = 1,
         replication_factor: int = 0,
         *,
-        format: str = formats.RAW,
+        format: str = formats.ENVELOPE,
         timestamp_type: str = formats.CREATE_TIME,
     ) -> None:
         """`format`: "raw" (values are your bytes) or "envelope" (records with key,

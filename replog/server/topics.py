@@ -17,6 +17,7 @@ from replog.errors import InvalidArgumentError
 from replog.server import replica_dirs
 from replog.server.metadata import (
     CREATE_TIME,
+    ENVELOPE,
     FORMATS,
     METADATA_TOPIC,
     RAW,
@@ -41,9 +42,10 @@ WIRE_TIMESTAMP_TYPES = {
 
 
 def format_from_wire(request: admin_pb2.CreateTopicRequest) -> tuple[str, str]:
-    """(format, timestamp_type) of a CreateTopic; unset fields: raw, create time (what a
-    client that predates them means); INVALID_ARGUMENT for a value this server lacks."""
-    formats: dict[int, str] = {0: RAW, **{v: k for k, v in WIRE_FORMATS.items()}}
+    """(format, timestamp_type) of a CreateTopic; unset fields: envelope (Kafka's record
+    model, the default for new topics), create time; INVALID_ARGUMENT for a value this
+    server lacks. A client that wants the seed's raw values asks for TOPIC_FORMAT_RAW."""
+    formats: dict[int, str] = {0: ENVELOPE, **{v: k for k, v in WIRE_FORMATS.items()}}
     types: dict[int, str] = {0: CREATE_TIME, **{v: k for k, v in WIRE_TIMESTAMP_TYPES.items()}}
     found = formats.get(request.format), types.get(request.timestamp_type)
     if found[0] is None or found[1] is None:

@@ -242,7 +242,7 @@ def test_an_acks_none_flood_is_refused_past_the_bytes_in_flight_limit(
     server: ServerProcess,
 ) -> None:
     with Client(server.address, timeout_s=30) as client:
-        client.create_topic("flood", 1)
+        client.create_topic("flood", 1, format="raw")  # plain values from a raw stub below
     request = log_pb2.AppendRequest(
         topic="flood", partition=0, values=[bytes(FLOOD_RECORD_BYTES)], acks=log_pb2.ACKS_NONE
     )

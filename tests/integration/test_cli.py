@@ -45,10 +45,13 @@ def test_produce_lines_then_consume_them_back_as_text_json_and_hex(
 
     js = replog("consume", "cli-lines", "--from", "3002", "--format", "json", address=addr)
     rows = [json.loads(line) for line in js.stdout.splitlines()]
+    # A new topic holds envelopes (the default): each record also has the producer's time.
+    stamps = [row.pop("timestamp_ms") for row in rows]
     assert rows == [
         {"partition": 0, "offset": 3002, "value": "line 2998"},
         {"partition": 0, "offset": 3003, "value": "line 2999"},
     ]
+    assert all(isinstance(t, int) and t > 1_700_000_000_000 for t in stamps), stamps
     hexed = replog("consume", "cli-lines", "-n", "1", "--format", "hex", address=addr)
     assert hexed.stdout == b"line 0".hex().encode() + b"\n"
 

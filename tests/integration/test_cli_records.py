@@ -83,7 +83,8 @@ def test_plain_lines_to_an_envelope_topic_become_records_without_key(
 
 def test_a_header_for_a_raw_topic_is_a_usage_error(shared_server: ServerProcess) -> None:
     addr = shared_server.address
-    assert replog("topic", "create", "cli-raw-header", address=addr).returncode == 0
+    created = replog("topic", "create", "cli-raw-header", "--format", "raw", address=addr)
+    assert created.returncode == 0
     refused = replog("produce", "cli-raw-header", "--header", "a=b", stdin=b"x\n", address=addr)
     assert refused.returncode != 0
     assert b"--header needs an envelope topic" in refused.stderr

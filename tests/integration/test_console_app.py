@@ -194,7 +194,9 @@ def test_a_post_without_the_token_or_from_another_site_changes_nothing(
     assert client.list_offsets(topic, [0])[0].latest == before
 
 
-def test_headers_on_a_raw_topic_are_refused_with_a_message(web: TestClient, topic: str) -> None:
+def test_headers_on_a_raw_topic_are_refused_with_a_message(web: TestClient, client: Client) -> None:
+    topic = f"console-raw-{next(_names)}"
+    client.create_topic(topic, 1, format="raw")
     form = {"csrf": token(web, topic), "value": "x", "headers": "a=1", "acks": "all"}
     resp = web.post(f"/topics/{topic}/produce", data=form, headers=SAME_ORIGIN)
     assert resp.status_code == 400 and "is raw" in resp.text

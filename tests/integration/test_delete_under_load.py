@@ -140,7 +140,7 @@ class Load:
 def round_trip(client: Client, addresses: Callable[[], dict[int, str]]) -> None:
     for round_ in range(ROUNDS):
         label = b"round%d" % round_
-        client.create_topic(TOPIC, 2, replication_factor=0)
+        client.create_topic(TOPIC, 2, replication_factor=0, format="raw")
         client.append(TOPIC, 0, [label + b"-first"])
         hw_idle = client.fetch(TOPIC, 1, 0).high_watermark
         load = Load(addresses(), label)
@@ -152,7 +152,7 @@ def round_trip(client: Client, addresses: Callable[[], dict[int, str]]) -> None:
         assert load.appended >= 20, load.ends
         load.deleting.set()
         client.delete_topic(TOPIC)
-        client.create_topic(TOPIC, 2, replication_factor=0)  # at once, same name
+        client.create_topic(TOPIC, 2, replication_factor=0, format="raw")  # at once, same name
         load.wait_ended()
         for name, end in load.ends.items():
             if name.startswith(("stream", "long-poll")):

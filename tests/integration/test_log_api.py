@@ -77,7 +77,8 @@ def test_fetch_respects_max_bytes_but_returns_at_least_one_whole_record(
     client.append(topic, 0, [b"v" * 1000] * 20)
     small = client.fetch(topic, 0, F, max_bytes=1)
     assert small.records.offsets == [F]
-    some = client.fetch(topic, 0, F + 5, max_bytes=3 * 1012)
+    frame = 12 + 20 + 1000  # frame header, envelope head (new topics' format), value
+    some = client.fetch(topic, 0, F + 5, max_bytes=3 * frame)
     assert some.records.offsets == [F + 5, F + 6, F + 7]
     assert some.next_offset == F + 8
 

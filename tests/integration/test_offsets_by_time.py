@@ -49,7 +49,7 @@ def test_envelope_topics_answer_the_first_record_at_or_after_a_time(idem: Client
 
 
 def test_a_raw_topic_is_dated_by_its_idempotent_batch_headers(idem: Client) -> None:
-    idem.create_topic("raw-by-time", 1)
+    idem.create_topic("raw-by-time", 1, format="raw")
     before = int(time.time() * 1000)
     idem.append("raw-by-time", 0, [b"first batch"])
     wait_until(lambda: int(time.time() * 1000) > before + 5 or None, "the clock moves on")

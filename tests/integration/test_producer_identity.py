@@ -70,7 +70,7 @@ def test_bad_producer_fields_are_refused_before_anything_is_written(
     from replog.v1 import log_pb2, log_pb2_grpc
 
     with Client(shared_server.address, idempotent=False) as admin:
-        admin.create_topic("fields", 1)
+        admin.create_topic("fields", 1, format="raw")
     with grpc.insecure_channel(shared_server.address) as channel:
         stub = log_pb2_grpc.LogStub(channel)
         pid = stub.InitProducer(log_pb2.InitProducerRequest()).producer_id

@@ -106,24 +106,34 @@ def test_the_leader_refuses_a_batch_that_is_not_all_envelopes(
     assert offsets.latest == offsets.log_end_offset == 1  # the leader's epoch marker only
 
 
-def test_a_create_without_the_field_is_raw_and_metadata_says_each_format(
+def test_a_create_without_the_field_is_envelope_and_metadata_says_each_format(
     idem: Client, shared_server: ServerProcess
 ) -> None:
+    """An unset format makes an envelope topic (Kafka's model, the default); raw is asked
+    for explicitly."""
     with grpc.insecure_channel(shared_server.address) as channel:
         admin = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
-        admin.CreateTopic(admin_pb2.CreateTopicRequest(name="old-client", partitions=1))
-        idem.create_topic("env-meta", 1, format="envelope", timestamp_type="log_append_time")
-        meta = admin.GetMetadata(admin_pb2.GetMetadataRequest(topics=["old-client", "env-meta"]))
+        admin.CreateTopic(admin_pb2.CreateTopicRequest(name="unset-format", partitions=1))
+        admin.CreateTopic(
+            admin_pb2.CreateTopicRequest(
+                name="raw-asked", partitions=1, format=admin_pb2.TOPIC_FORMAT_RAW
+            )
+        )
+        idem.create_topic("env-meta", 1, timestamp_type="log_append_time")
+        names = ["unset-format", "raw-asked", "env-meta"]
+        meta = admin.GetMetadata(admin_pb2.GetMetadataRequest(topics=names))
         described = admin.DescribeTopic(admin_pb2.DescribeTopicRequest(name="env-meta"))
     by_name = {t.name: (t.format, t.timestamp_type) for t in meta.topics}
     assert by_name == {
-        "old-client": (admin_pb2.TOPIC_FORMAT_RAW, admin_pb2.TIMESTAMP_TYPE_CREATE_TIME),
+        "unset-format": (admin_pb2.TOPIC_FORMAT_ENVELOPE, admin_pb2.TIMESTAMP_TYPE_CREATE_TIME),
+        "raw-asked": (admin_pb2.TOPIC_FORMAT_RAW, admin_pb2.TIMESTAMP_TYPE_CREATE_TIME),
         "env-meta": (admin_pb2.TOPIC_FORMAT_ENVELOPE, admin_pb2.TIMESTAMP_TYPE_LOG_APPEND_TIME),
     }
     assert (described.format, described.timestamp_type) == by_name["env-meta"]
-    assert idem.topic_format("old-client") == "raw"
+    assert idem.topic_format("raw-asked") == "raw"
+    assert idem.topic_format("unset-format") == "envelope"
     # Raw topics hold values only: a record with a key would lose it, so it is refused.
     with pytest.raises(InvalidArgumentError, match="is raw"):
-        idem.append("old-client", 0, [Record(b"v", key=b"k")])
-    idem.append("old-client", 0, [b"as before", Record(b"value only")])
-    assert idem.fetch("old-client", 0, 0).records.values == [b"as before", b"value only"]
+        idem.append("raw-asked", 0, [Record(b"v", key=b"k")])
+    idem.append("raw-asked", 0, [b"as before", Record(b"value only")])
+    assert idem.fetch("raw-asked", 0, 0).records.values == [b"as before", b"value only"]
