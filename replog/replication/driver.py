@@ -562,6 +562,11 @@ class ReplicaDriver:
     def transferring_to(self) -> int | None:
         return self.replica.transferring_to
 
+    @property
+    def leader_serving(self) -> bool:
+        """Follower whose leader's epoch is committed: see `Replica.leader_serving`."""
+        return self.replica.leader_serving
+
     def replica_status(self) -> list[tuple[int, int, int, int]]:
         """Leader only (else empty): (replica id, its LEO as acknowledged, lag in records,
         ms since its last fetch or -1), this replica included (lag 0, fetch age 0)."""

@@ -270,6 +270,21 @@ class Replica:
         return self._transfer[0] if self._transfer is not None else None
 
     @property
+    def leader_serving(self) -> bool:
+        """A follower that knows its leader serves: the first record of the current epoch
+        (the leader's epoch marker) is below this replica's HW, so the leader's own epoch
+        is committed and no longer needs this replica's acknowledgement. What a node that
+        handed its partitions over waits for before it stops (`server.handover`)."""
+        entries = self._history.entries
+        return (
+            self._role is Role.FOLLOWER
+            and self.leader_id is not None
+            and bool(entries)
+            and entries[-1].epoch == self.epoch
+            and self._hw > entries[-1].start_offset
+        )
+
+    @property
     def epoch_history(self) -> tuple[EpochStart, ...]:
         return self._history.entries
 

@@ -94,6 +94,11 @@ class ReplicatedPartition(Partition):
             return
         leader = self.driver.leader_id
         where = f"{self.topic}/{self.partition}"
+        target = self.driver.transferring_to
+        if self.driver.role is Role.LEADER and target is not None:
+            # handing over (a SIGTERM, a balancer, a command): the client goes to the target
+            # at once instead of backing off, as the core answers appends meanwhile
+            raise self._not_leader(f"node {self.node_id} is handing {where} over", target)
         if self.driver.role is Role.LEADER:
             raise LeaderUnknownError(
                 f"{where}: node {self.node_id} was just elected and its high watermark is "
@@ -107,8 +112,11 @@ class ReplicatedPartition(Partition):
                 topic=self.topic,
                 partition=self.partition,
             )
-        raise NotLeaderError(
-            f"node {self.node_id} does not lead {where}; node {leader} does",
+        raise self._not_leader(f"node {self.node_id} does not lead {where}", leader)
+
+    def _not_leader(self, why: str, leader: int) -> NotLeaderError:
+        return NotLeaderError(
+            f"{why}; node {leader} does",
             leader_id=leader,
             leader_address=self.peers.get(leader),
             topic=self.topic,

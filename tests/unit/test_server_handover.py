@@ -5,9 +5,24 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from replog.replication import Acks, Role
-from replog.server.handover import hand_over, pick_target
-from tests.unit.test_replication_driver import DEADLINE_S, Cluster, data_values, run
+import pytest
+
+from replog.errors import NotLeaderError
+from replog.replication import Acks, ReplicaConfig, Role
+from replog.server.handover import FRESH_MS, hand_over, pick_target
+from replog.server.replicated import ReplicatedPartition
+from replog.server.supervisor import Supervisor
+from replog.storage import PartitionLog
+from tests.unit.test_replication_driver import (
+    DEADLINE_S,
+    STORAGE,
+    VOTERS,
+    Cluster,
+    LocalNetwork,
+    data_values,
+    run,
+    wait_for,
+)
 
 
 def test_the_target_is_the_freshest_most_caught_up_other_voter() -> None:
@@ -24,20 +39,93 @@ def test_a_leader_hands_over_at_once_and_writes_go_on_at_the_new_leader(tmp_path
         first = await cluster.leader()
         driver = cluster.drivers[first]
         await driver.append([b"before"], Acks.ALL, DEADLINE_S)
-        loop = asyncio.get_running_loop()
-        # every follower has fetched recently (the driver test config polls every 100 ms)
-        await asyncio.sleep(0.3)
+        epoch = driver.epoch
+        # every follower has fetched lately (the driver test config polls every 100 ms)
+        await wait_for(lambda: all(0 <= row[3] <= FRESH_MS for row in driver.replica_status()))
+        target = pick_target(first, VOTERS, driver.replica_status())
         result = await hand_over([driver], timeout_s=DEADLINE_S)
-        assert (result.led, result.moved) == (1, 1)
-        assert (
-            result.seconds < 0.6 * cluster.drivers[first].config.election_timeout_ms_min / 1000 * 2
-        )
-        started = loop.time()
+        assert (result.led, result.moved, result.serving) == (1, 1, 1)
+        # the chosen voter took over in one election (TimeoutNow), and already serves
         second = await cluster.leader()
-        assert second != first and driver.role is Role.FOLLOWER
+        assert second == target and driver.role is Role.FOLLOWER
+        assert cluster.drivers[second].epoch == epoch + 1 and cluster.drivers[second].serving
         await cluster.drivers[second].append([b"after"], Acks.ALL, DEADLINE_S)
-        assert loop.time() - started < DEADLINE_S
         log = cluster.logs[second]
         assert data_values(log, log.high_watermark) == [b"before", b"after"]
 
     run(scenario, tmp_path)
+
+
+def test_a_stopping_leader_stays_until_its_successor_serves_without_the_third_voter(
+    tmp_path: Path,
+) -> None:
+    """The third voter hears nothing (as a node that just restarted, whose peers' links to
+    it are still in their reconnect backoff): the new leader's epoch can only commit with
+    the old leader's acknowledgement, so the hand-over waits for it before the node stops."""
+
+    async def scenario(cluster: Cluster) -> None:
+        first = await cluster.leader()
+        driver = cluster.drivers[first]
+        await driver.append([b"before"], Acks.ALL, DEADLINE_S)
+        target, third = sorted(n for n in VOTERS if n != first)
+        cluster.network.cut.add(third)
+        # the hand-over picks a voter that fetched lately: once the third has gone quiet
+        await wait_for(lambda: pick_target(first, VOTERS, driver.replica_status()) == target)
+        result = await hand_over([driver], timeout_s=DEADLINE_S)
+        assert (result.led, result.moved, result.serving) == (1, 1, 1)
+        successor = cluster.drivers[target]
+        assert successor.role is Role.LEADER and successor.serving
+        await cluster.crash(first)  # the node stops; the successor keeps serving
+        cluster.network.cut.discard(third)
+        await successor.append([b"after"], Acks.ALL, DEADLINE_S)
+        log = cluster.logs[target]
+        assert data_values(log, log.high_watermark) == [b"before", b"after"]
+
+    run(scenario, tmp_path)
+
+
+def test_a_leader_handing_over_names_the_target_so_clients_go_there_at_once(
+    tmp_path: Path,
+) -> None:
+    """While a transfer is under way the old leader answers NOT_LEADER with the target's
+    address (a client retries there without a backoff), not LEADER_UNKNOWN."""
+
+    async def scenario() -> None:
+        network = LocalNetwork()
+        supervisor = Supervisor(lambda exc: None)
+        addresses = {n: f"node{n}.example:7070" for n in VOTERS}
+        parts: dict[int, ReplicatedPartition] = {}
+        try:
+            for node in VOTERS:
+                log = PartitionLog(tmp_path / f"node{node}", "t", 0, STORAGE)
+                # a transfer is given up after election_timeout_ms_max: long enough here
+                config = ReplicaConfig(
+                    node, VOTERS, election_timeout_ms_min=30_000, election_timeout_ms_max=60_000,
+                    fetch_wait_ms_max=100, fetch_retry_ms=200, begin_epoch_retry_ms=100,
+                )  # fmt: skip
+                part = ReplicatedPartition(
+                    log, config, network.transport(node), addresses,
+                    fetch_bytes_max=1 << 20, spawn=supervisor.spawn,
+                )  # fmt: skip
+                parts[node] = part
+                network.attach(node, part.driver)
+                await part.start()
+            leader = parts[1]
+            await leader.driver.campaign()
+            await wait_for(lambda: leader.is_leader)
+            await leader.append([b"before"], Acks.ALL, DEADLINE_S)
+            network.cut.add(3)  # the target never gets TimeoutNow: the transfer stays open
+            await leader.driver.transfer_leadership(3)
+            assert leader.driver.transferring_to == 3
+            with pytest.raises(NotLeaderError) as refused:
+                leader.check_leader()
+            assert refused.value.leader_id == 3
+            assert refused.value.leader_address == addresses[3]
+        finally:
+            for part in parts.values():
+                await part.stop()
+                part.log.close()
+            await supervisor.close()
+            await network.close()
+
+    asyncio.run(scenario())
