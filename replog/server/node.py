@@ -345,7 +345,8 @@ async def _serve(settings: Settings) -> int:
     acl_pb2_grpc.add_AclsServicer_to_server(acl_service, server)  # type: ignore[no-untyped-call]
     tls = settings.tls
     authenticate = node.authenticate if tls is not None else None
-    replication = ReplicationService(node.route, authenticate)
+    # a peer that opens a stream here is up: the link to it stops waiting out its backoff
+    replication = ReplicationService(node.route, authenticate, node.links.heard_from)
     # Replication and forwarded calls on a peer listener of their own, if there is one.
     peer_server = None
     if settings.peer_listen:

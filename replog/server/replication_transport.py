@@ -4,11 +4,17 @@
 Outgoing (`PeerLinks`): `send(peer, envelope)` never blocks; each peer has a bounded queue
 drained by a task that keeps one client stream open (`Exchange`), reconnecting with backoff
 when it breaks. Messages queued while the peer is unreachable are dropped once the queue is
-full (best effort: the protocol's timers retry what matters).
+full (best effort: the protocol's timers retry what matters). A peer that opens a stream to
+this node is up: `heard_from(peer)` ends the backoff of the link to it, which reconnects at
+once. Without that, a node that restarted got no answers (fetch responses, votes) from peers
+whose backoff had grown while it was down, for up to the longest backoff (1 s): measured,
+writers waited that long when such a node was needed for a quorum right after a leader's
+hand-over.
 
 Incoming (`ReplicationService`): envelopes of one stream are delivered in order to the
 replica of `(topic, partition)` found by the router; envelopes for replicas this node does
-not host (yet) are dropped.
+not host (yet) are dropped. The sender of a stream's first envelope is reported to
+`on_peer` (the node passes `PeerLinks.heard_from`).
 
 Trust. With TLS (`authenticate` given) the stream arrives on the peer listener, which
 requires a client certificate signed by the cluster's CA; the certificate must name a
@@ -80,6 +86,7 @@ class _Link:
         self.queue: asyncio.Queue[pb.Envelope] = asyncio.Queue(QUEUE_ENVELOPES_MAX)
         self.task: asyncio.Task[None] | None = None
         self.dropped = 0
+        self.heard = asyncio.Event()  # the peer opened a stream here: it is up again
 
 
 class PeerLinks:
@@ -101,6 +108,13 @@ class PeerLinks:
     def transport(self, topic: str, partition: int, topic_id: int = 0) -> PartitionTransport:
         return PartitionTransport(self, topic, partition, topic_id)
 
+    def heard_from(self, peer: int) -> None:
+        """`peer` is up (it sent on a stream of its own): a link to it waiting out its
+        reconnect backoff reconnects now."""
+        link = self._links.get(peer)
+        if link is not None:
+            link.heard.set()
+
     def send(self, peer: int, envelope: pb.Envelope) -> None:
         link = self._links.get(peer)
         if link is None or self._closed:
@@ -114,26 +128,44 @@ class PeerLinks:
         backoff = RECONNECT_BACKOFF_S[0]
         while not self._closed:
             opened_at = time.monotonic()
+            link.heard.clear()  # only news after this attempt started cuts its backoff short
             channel = self._dial(link.address)
             stub = replication_pb2_grpc.ReplicationStub(channel)  # type: ignore[no-untyped-call]
+            readers: list[asyncio.Task[Any]] = []
             try:
-                await stub.Exchange(self._drain(link))
+                await stub.Exchange(self._drain(link, readers))
             except grpc.aio.AioRpcError as exc:
                 _log.debug("replication stream to %s broke: %s", link.address, exc.code())
             except asyncio.CancelledError:
                 await channel.close(None)
                 raise
             finally:
+                # grpc's task that reads `_drain` outlives a call that failed: left alone, it
+                # would take the next envelope off the queue and lose it on the dead call
+                # (the first message after every break, a BeginEpoch or a fetch answer)
+                for reader in readers:
+                    reader.cancel()
                 with contextlib.suppress(Exception):
                     await channel.close(None)
             if time.monotonic() - opened_at >= RECONNECT_BACKOFF_S[1]:
                 # The stream was up for a while: a fresh break (a peer restarting) reconnects
                 # at once again, not after the longest backoff earlier breaks reached.
                 backoff = RECONNECT_BACKOFF_S[0]
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, RECONNECT_BACKOFF_S[1])
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(link.heard.wait(), backoff)
+            if link.heard.is_set():  # the peer is back: connect now, from the shortest backoff
+                backoff = RECONNECT_BACKOFF_S[0]
+            else:
+                backoff = min(backoff * 2, RECONNECT_BACKOFF_S[1])
 
-    async def _drain(self, link: _Link) -> AsyncIterator[pb.Envelope]:
+    async def _drain(
+        self, link: _Link, readers: list[asyncio.Task[Any]]
+    ) -> AsyncIterator[pb.Envelope]:
+        """The link's queue as one stream's requests; `readers` gets the task reading them
+        (to be cancelled when the stream ends: `Queue.get` gives up without taking)."""
+        reader = asyncio.current_task()
+        if reader is not None:
+            readers.append(reader)
         while True:
             yield await link.queue.get()
 
@@ -162,9 +194,15 @@ class PartitionTransport:
 
 
 class ReplicationService(replication_pb2_grpc.ReplicationServicer):
-    def __init__(self, router: Router, authenticate: Authenticate | None = None) -> None:
+    def __init__(
+        self,
+        router: Router,
+        authenticate: Authenticate | None = None,
+        on_peer: Callable[[int], None] | None = None,
+    ) -> None:
         self.router = router
         self.authenticate = authenticate  # None: plaintext, the envelope's sender is believed
+        self.on_peer = on_peer  # told the sender of each stream's first envelope
         self.dropped = 0  # impossible envelopes (range checks), for tests and metrics
         self.refused = 0  # streams ended with PERMISSION_DENIED
         self._logged_at: dict[int, float] = {}
@@ -211,6 +249,8 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 await self._refuse(
                     context, f"node {peer} sent an envelope as node {envelope.from_id}"
                 )
+            if count == 1 and self.on_peer is not None:
+                self.on_peer(envelope.from_id)
             deliver = self.router(envelope.topic, envelope.partition, envelope.topic_id)
             if deliver is None:
                 continue

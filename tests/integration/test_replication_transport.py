@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
+import pytest
 
 from replog import frames
+from replog.devcluster import free_port
 from replog.replication import Acks, Message, ReplicaConfig, Role
 from replog.replication.driver import ReplicaDriver
+from replog.server import replication_transport
 from replog.server.replication_transport import PeerLinks, ReplicationService, same_incarnation
 from replog.storage import FlushPolicy, PartitionLog, StorageConfig
+from replog.v1 import replication_pb2 as pb
 from replog.v1 import replication_pb2_grpc
 
 VOTERS = (1, 2, 3)
@@ -180,3 +185,50 @@ def test_messages_are_taken_unless_both_sides_know_the_incarnation_and_it_differ
     assert not same_incarnation(5, 9)
     assert same_incarnation(0, 9)  # a sender that predates topic ids
     assert same_incarnation(5, 0)  # a replica directory that predates them
+
+
+def test_a_link_waiting_out_its_backoff_reconnects_once_the_peer_is_heard_from(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Node 1's link to node 2 failed while node 2 was down and waits out a backoff longer
+    than this test's deadline; node 2 comes up and opens a stream to node 1: node 1's link
+    reconnects at once, and the envelope queued after the break reaches node 2 (the failed
+    stream's request reader does not take it and lose it)."""
+    monkeypatch.setattr(replication_transport, "RECONNECT_BACKOFF_S", (60.0, 60.0))
+    caplog.set_level(logging.DEBUG, logger="replog.replication")
+
+    async def main() -> None:
+        ports = {n: free_port() for n in (1, 2)}
+        peers = {n: f"127.0.0.1:{p}" for n, p in ports.items()}
+        received: dict[int, list[int]] = {1: [], 2: []}
+
+        def router_of(node: int) -> Any:
+            def route(topic: str, partition: int, topic_id: int) -> None:
+                received[node].append(partition)  # and host nothing
+
+            return route
+
+        links = {n: PeerLinks(n, peers) for n in (1, 2)}
+        servers: list[grpc.aio.Server] = []
+        try:
+            for n in (1, 2):
+                if n == 2:  # node 2 comes up only once node 1's link to it has failed
+                    await wait_for(lambda: any("broke" in r.getMessage() for r in caplog.records))
+                server = grpc.aio.server()
+                service = ReplicationService(router_of(n), on_peer=links[n].heard_from)
+                replication_pb2_grpc.add_ReplicationServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+                server.add_insecure_port(peers[n])
+                await server.start()
+                servers.append(server)
+                links[n].start()
+            links[1].send(2, pb.Envelope(topic="t", partition=1, from_id=1))
+            links[2].send(1, pb.Envelope(topic="t", partition=2, from_id=2))
+            assert await wait_for(lambda: received[2] == [1] or None)
+            assert received[1] == [2]
+        finally:
+            for link in links.values():
+                await link.close()
+            for server in servers:
+                await server.stop(None)
+
+    asyncio.run(main())
