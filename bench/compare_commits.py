@@ -236,7 +236,7 @@ def client(bootstrap: str) -> Client:
 
 def create_topic(bootstrap: str, topic: str, replication_factor: int) -> None:
     with client(bootstrap) as c:
-        c.create_topic(topic, 1, replication_factor)
+        c.create_topic(topic, 1, replication_factor, format="raw")  # newer default: envelope
         deadline = Deadline(READY_TIMEOUT_S, f"{topic}: first append")
         while True:  # until an append is acknowledged by the leader (an election may run)
             try:
