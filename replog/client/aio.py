@@ -6,6 +6,12 @@ call), a node that does not answer is passed over, data calls go to the partitio
 leader (NOT_LEADER hints followed), and retriable errors are retried within the
 `RetryPolicy`. No producer batching here. Errors come back as the same typed
 `ReplogError`s (`replog.rpc_errors`).
+
+Idempotent appends (the default) travel over AppendStream, one stream per node shared by
+the client's tasks (`aio_append_stream`): concurrent appends to a partition are pipelined,
+up to 5 in flight, in order by their sequence numbers. `streaming=False` sends one unary
+Append per batch instead (as do non-idempotent and acks="none" appends), and so does a
+node that does not know AppendStream (UNIMPLEMENTED: an older server).
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ from typing import Any, TypeVar
 import grpc
 
 from replog.client import formats
+from replog.client.aio_append_stream import PARTITION_IN_FLIGHT_MAX, AsyncAppendStreams
 from replog.client.aio_groups import AsyncGroupCalls, AsyncGroupConsumer
+from replog.client.append_stream import unimplemented
 from replog.client.client import (
     ACKS,
     CHANNEL_OPTIONS,
@@ -58,8 +66,10 @@ class AsyncClient:
         idempotent: bool = True,
         producer_name: str = "",
         producer_resume: bool = False,
+        streaming: bool = True,
     ) -> None:
         self.address = address
+        self.streaming = streaming
         self.idempotent = idempotent
         self.producer_name = producer_name
         self.producer_resume = producer_resume
@@ -73,6 +83,10 @@ class AsyncClient:
         self._discovering = False
         self._nodes: dict[str, Node] = {}
         self._formats: dict[str, str] = {}  # topic -> "raw" | "envelope" (formats.py)
+        self._streams = AsyncAppendStreams(self.routing, timeout_s)
+        # per partition: the lock under which a batch is numbered and first written, and the
+        # semaphore that bounds its batches in flight
+        self._gates: dict[tuple[str, int], tuple[asyncio.Lock, asyncio.Semaphore]] = {}
         self._node(self.routing.current)  # bad TLS files fail here, not at the first call
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -165,6 +179,7 @@ class AsyncClient:
         return formats.config_in(await self.refresh_metadata([topic]), topic)
 
     async def close(self) -> None:
+        await self._streams.close()  # appends still waiting fail (outcome unknown)
         nodes = list(self._nodes.values())
         self._nodes.clear()
         for node in nodes:
@@ -263,21 +278,84 @@ class AsyncClient:
 
         if not self.idempotent or acks == "none" or not values:
             return await self._call(call, topic, partition)
-        while True:
-            identity = await self.producer_identity()
-            seq = self._sequences.reserve(identity, topic, partition, len(values))
-            if seq is not None:
-                break
-        req.producer_id = identity.producer_id
-        req.producer_epoch = identity.producer_epoch
-        req.base_sequence = seq
+        await self._discover(topic)
+        gate = self._gates.get((topic, partition))
+        if gate is None:
+            gate = self._gates[(topic, partition)] = (
+                asyncio.Lock(),
+                asyncio.Semaphore(PARTITION_IN_FLIGHT_MAX),
+            )
+        ordered, in_flight = gate
+        async with in_flight:
+            # Numbered and first sent under the partition's lock: concurrent appends of this
+            # client reach the leader in sequence order; answered outside it.
+            async with ordered:
+                while True:
+                    identity = await self.producer_identity()
+                    seq = self._sequences.reserve(identity, topic, partition, len(values))
+                    if seq is not None:
+                        break
+                identity.stamp(req, seq)
+                first: Callable[[], Awaitable[AppendResult]] | None = await self._send(req, call)
+
+            async def attempt(node: Node) -> AppendResult:
+                nonlocal first
+                sent, first = first, None
+                if sent is None:  # a retry: the same request, sequence numbers included
+                    sent = await self._send(req, call)
+                return await sent()
+
+            try:
+                return await self._call(attempt, topic, partition, idempotent=True)
+            except DuplicateSequenceError:
+                raise  # written before (a resumed writer's resend): the numbering holds
+            except ReplogError:
+                self._sequences.abandon(identity)
+                raise
+
+    async def _send(
+        self, req: log_pb2.AppendRequest, call: Callable[[Node], Awaitable[AppendResult]]
+    ) -> Callable[[], Awaitable[AppendResult]]:
+        """Write `req` to its partition's leader now (over its AppendStream, or as a unary
+        Append with `streaming=False` or to a node without AppendStream); returns how to
+        await its answer. Errors are raised as `_call`'s attempts raise them."""
+        address = self.routing.address(req.topic, req.partition)
+        node = self._node(address)
+        if not self.streaming or address in self._streams.unary_only:
+            task = asyncio.ensure_future(self._unary(call, node))
+            return lambda: task
+        stream = self._streams.get(address, node.log)
         try:
-            return await self._call(call, topic, partition, idempotent=True)
-        except DuplicateSequenceError:
-            raise  # written before (a resumed writer's resend): the numbering holds
-        except ReplogError:
-            self._sequences.abandon(identity)
-            raise
+            fut = await stream.send(req)
+        except ReplogError as err:
+            return self._raiser(err)
+
+        async def answered() -> AppendResult:
+            try:
+                resp = await stream.answer(fut)
+            except ReplogError as err:
+                if not unimplemented(err):
+                    raise
+                self._streams.unary_only.add(address)  # an older server: nothing appended
+                return await self._unary(call, node)
+            return AppendResult(resp.base_offset, resp.last_offset, resp.high_watermark)
+
+        return answered
+
+    async def _unary(
+        self, call: Callable[[Node], Awaitable[AppendResult]], node: Node
+    ) -> AppendResult:
+        try:
+            return await call(node)
+        except grpc.RpcError as exc:
+            raise self.routing.failed(from_rpc_error(exc), node.address, idempotent=True) from None
+
+    @staticmethod
+    def _raiser(err: ReplogError) -> Callable[[], Awaitable[AppendResult]]:
+        async def fail() -> AppendResult:
+            raise err
+
+        return fail
 
     async def producer_identity(self) -> Identity:
         """This client's producer id and epoch (see `Client.producer_identity`)."""

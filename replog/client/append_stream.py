@@ -24,6 +24,17 @@ INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, UNAUTHENTICATED), else they fail
 the same error (their outcome is as unknown as that of a unary append that raised).
 A partition never has batches of two identities in flight at once.
 
+A node that answers AppendStream with UNIMPLEMENTED (a server from before it) is
+remembered (`AppendStreams.unary_only`): the partition's batches in flight there (none of
+which was appended) are resent at once, and from then on every batch for that node goes as
+a unary Append (one call each, still several in flight per partition, ordered by their
+sequence numbers like the stream's).
+
+`Pipeline.close(wait_s)` waits for the batches still queued or in flight at most `wait_s`
+(`Client.close` passes the client's `timeout_s`: a pipeline to a node that is down does not
+hold `close` for the whole retry deadline); those left then fail with SHUTTING_DOWN, their
+outcome unknown (as that of an append that raised).
+
 Threads: the pipeline's sender thread sends and resends (it is the only one that calls
 InitProducer or refreshes metadata); each stream's reader thread takes answers and hands
 them to the pipeline; a watchdog thread ends a stream whose oldest request has waited
@@ -32,12 +43,13 @@ longer than `timeout_s` (its requests then fail as a timed-out call's do).
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 import grpc
@@ -54,6 +66,7 @@ from replog.errors import (
     PermissionDeniedError,
     ReplogError,
     ShuttingDownError,
+    TransportError,
     UnauthenticatedError,
     UnavailableError,
     error_from_reason,
@@ -63,21 +76,38 @@ from replog.v1 import log_pb2
 
 # Errors that say the request was refused before anything was appended.
 NOTHING_WRITTEN = (InvalidArgumentError, NotFoundError, PermissionDeniedError, UnauthenticatedError)
+
+
+def unimplemented(err: ReplogError) -> bool:
+    """The node does not know the method (a server from before AppendStream): nothing was
+    appended; the client sends that node unary Appends instead."""
+    return isinstance(err, TransportError) and err.metadata.get("grpc_code") == "UNIMPLEMENTED"
+
+
 WATCHDOG_INTERVAL_S = 0.1
+UNARY_THREADS = 2  # threads that take the answers of unary Appends (nodes without a stream)
 
 Answer = Callable[[log_pb2.AppendStreamResponse | None, ReplogError | None], None]
 
 
 class LogStub(Protocol):
     AppendStream: Any
+    Append: Any
 
 
 class _Stream:
     """One AppendStream call: requests in order, answers matched by position."""
 
-    def __init__(self, address: str, stub: LogStub, routing: Routing) -> None:
+    def __init__(
+        self,
+        address: str,
+        stub: LogStub,
+        routing: Routing,
+        on_unimplemented: Callable[[str], None] = lambda _: None,
+    ) -> None:
         self.address = address
         self._routing = routing
+        self._on_unimplemented = on_unimplemented
         self._lock = threading.Lock()
         self._requests: queue.SimpleQueue[log_pb2.AppendRequest | None] = queue.SimpleQueue()
         self._pending: deque[tuple[float, Answer]] = deque()  # (sent at, answer), in order
@@ -138,6 +168,8 @@ class _Stream:
                 err = DeadlineExceededError("no answer on the append stream before the deadline")
             else:
                 err = from_rpc_error(exc)
+                if unimplemented(err):
+                    self._on_unimplemented(self.address)
         finally:
             with self._lock:
                 self.broken = True
@@ -162,13 +194,17 @@ class AppendStreams:
         self._streams: dict[str, _Stream] = {}
         self._closed = threading.Event()
         self._watchdog: threading.Thread | None = None
+        self.unary_only: set[str] = set()  # nodes that answered UNIMPLEMENTED
+        self._unary: ThreadPoolExecutor | None = None
 
     def get(self, address: str) -> _Stream:
         with self._lock:
             stream = self._streams.get(address)
             if stream is None or stream.broken:
                 stub = self._stub(address)
-                stream = self._streams[address] = _Stream(address, stub, self._routing)
+                stream = self._streams[address] = _Stream(
+                    address, stub, self._routing, self.unary_only.add
+                )
             if self._watchdog is None:
                 self._watchdog = threading.Thread(
                     target=self._watch, name="replog-append-watchdog", daemon=True
@@ -185,13 +221,52 @@ class AppendStreams:
                 if stream.oldest_s(now) > self.timeout_s:
                     stream.expire()
 
+    def send_unary(self, address: str, request: log_pb2.AppendRequest, answer: Answer) -> None:
+        """`request` as a unary Append to `address` (a node without AppendStream), sent now
+        (the sender thread sends a partition's batches in order; the node takes them in
+        that order, as it does a stream's); `answer` gets its offsets (as a stream's answer)
+        or its error, in a worker thread (never in the caller's: it holds the pipeline)."""
+        with self._lock:
+            if self._unary is None:
+                self._unary = ThreadPoolExecutor(UNARY_THREADS, "replog-append-unary")
+            pool = self._unary
+        try:
+            call = self._stub(address).Append.future(request, timeout=self.timeout_s)
+        except ValueError as exc:  # the client's channel was closed under the call
+            pool.submit(answer, None, ShuttingDownError(f"the client is closed: {exc}"))
+            return
+
+        def done(call: Any) -> None:
+            with contextlib.suppress(RuntimeError):  # the pool is shut down: client closed
+                pool.submit(self._unary_answer, address, call, answer)
+
+        call.add_done_callback(done)
+
+    def _unary_answer(self, address: str, call: Any, answer: Answer) -> None:
+        try:
+            resp = call.result()
+        except grpc.RpcError as exc:
+            answer(None, self._routing.failed(from_rpc_error(exc), address, idempotent=True))
+            return
+        answer(
+            log_pb2.AppendStreamResponse(
+                base_offset=resp.base_offset,
+                last_offset=resp.last_offset,
+                high_watermark=resp.high_watermark,
+            ),
+            None,
+        )
+
     def close(self) -> None:
         self._closed.set()
         with self._lock:
             streams = list(self._streams.values())
             self._streams.clear()
+            pool, self._unary = self._unary, None
         for stream in streams:
             stream.cancel()
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 class _Batch:
@@ -264,6 +339,7 @@ class Pipeline:
         self._parts: dict[tuple[str, int], _Partition] = {}
         self.in_flight_bytes = 0
         self._closing = False
+        self._abandoned = False
         self._sender = threading.Thread(target=self._run, name="replog-pipeline", daemon=True)
         self._sender.start()
 
@@ -290,13 +366,31 @@ class Pipeline:
             self._cond.notify_all()
         return fut
 
-    def close(self) -> None:
-        """Stop once every queued batch is answered (or failed). The streams stay open:
-        they belong to the client (`Client.close` ends them)."""
+    def close(self, wait_s: float | None = None) -> None:
+        """Stop once every queued batch is answered (or failed), or after `wait_s` (None:
+        no limit), when the batches left fail with SHUTTING_DOWN (outcome unknown). The
+        streams stay open: they belong to the client (`Client.close` ends them)."""
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-        self._sender.join()
+        self._sender.join(wait_s)
+        if not self._sender.is_alive():
+            return
+        left: list[Future[AppendResult]] = []
+        with self._cond:
+            self._abandoned = True  # answers arriving from now on are ignored
+            for part in self._parts.values():
+                left += [b.future for b in (*part.in_flight, *part.queue)]
+                part.in_flight.clear()
+                part.queue.clear()
+            self.in_flight_bytes = 0
+            self._cond.notify_all()  # the sender sees nothing left and returns
+        err = ShuttingDownError(
+            f"the client closed after waiting {wait_s} s for this batch: its outcome is unknown"
+        )
+        for fut in left:
+            if not fut.done():
+                fut.set_exception(err)
 
     # -- sending (the sender thread) ----------------------------------------------------------
 
@@ -399,8 +493,13 @@ class Pipeline:
         def answer(response: log_pb2.AppendStreamResponse | None, err: ReplogError | None) -> None:
             self._answered(batch, generation, response, err)
 
-        while not self._streams.get(self._routing.address(topic, partition)).send(request, answer):
-            pass  # broken between get and send: the next get opens a new stream
+        address = self._routing.address(topic, partition)
+        while address not in self._streams.unary_only:
+            if self._streams.get(address).send(request, answer):
+                return
+            # broken between get and send: the next get opens a new stream, unless the node
+            # said it has no AppendStream (noted before the stream counts as broken)
+        self._streams.send_unary(address, request, answer)
 
     # -- answers (stream reader threads) ------------------------------------------------------
 
@@ -417,8 +516,8 @@ class Pipeline:
         done: list[tuple[Future[AppendResult], AppendResult | ReplogError]] = []
         with self._cond:
             part = batch.part
-            if batch.future.done():
-                return  # acknowledged by another send of it
+            if batch.future.done() or self._abandoned:
+                return  # acknowledged by another send of it, or failed by `close`
             if err is None:
                 assert response is not None
                 self._forget(part, batch)
@@ -428,6 +527,8 @@ class Pipeline:
                 done.append((batch.future, result))
             elif generation != part.generation:
                 return  # an older send of the partition: its resend answers
+            elif unimplemented(err):
+                self._take_back(part)  # nothing was appended: resent at once, as unary Appends
             else:
                 assert batch.attempts is not None
                 backoff_s = batch.attempts.budget_left(err)

@@ -35,7 +35,10 @@ Idempotent appends travel over AppendStream, one long-lived stream per node shar
 client's threads and producers (`append_stream`): concurrent appends, and a `Producer`'s
 batches, are pipelined, several per partition in flight, in order by their sequence
 numbers. `streaming=False` sends one unary Append per batch instead (as do non-idempotent
-and acks="none" appends).
+and acks="none" appends), and so does a node that does not know AppendStream
+(UNIMPLEMENTED: an older server), from its first such answer on. `close()` waits for the
+appends still in flight at most `timeout_s`: those left then fail with SHUTTING_DOWN
+(outcome unknown), so a client whose node went away closes in bounded time.
 """
 
 from __future__ import annotations
@@ -297,10 +300,12 @@ class Client:
         return formats.config_in(self.refresh_metadata([topic]), topic)
 
     def close(self) -> None:
+        """Close the channels, after the appends in flight (at most `timeout_s`: see the
+        module doc)."""
         with self._lock:
             pipeline, self._pipeline = self._pipeline, None
         if pipeline is not None:
-            pipeline.close()
+            pipeline.close(self.timeout_s)
         with self._lock:
             if self._streams is not None:
                 self._streams.close()
@@ -496,9 +501,7 @@ class Client:
                 seq = self._sequences.reserve(identity, topic, partition, len(values))
                 if seq is not None:
                     break
-            req.producer_id = identity.producer_id
-            req.producer_epoch = identity.producer_epoch
-            req.base_sequence = seq
+            identity.stamp(req, seq)
             node = self._node(self.routing.address(topic, partition))
             sent = [node.log.Append.future(req, timeout=self.timeout_s)]
 

@@ -12,12 +12,19 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
 class Identity:
     producer_id: int
     producer_epoch: int
+
+    def stamp(self, request: Any, base_sequence: int) -> None:
+        """Set an `AppendRequest`'s producer fields: this identity, `base_sequence`."""
+        request.producer_id = self.producer_id
+        request.producer_epoch = self.producer_epoch
+        request.base_sequence = base_sequence
 
 
 class Sequences:
