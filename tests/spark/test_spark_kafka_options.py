@@ -41,9 +41,12 @@ def client(server: ReplogCluster) -> Any:
         yield c
 
 
-def filled(client: Client, partitions: int, count: int, prefix: str = "spark") -> tuple[str, list]:
-    """A new topic with `count` records in each partition; its expected rows."""
-    topic = new_topic(client, partitions, prefix)
+def filled(
+    client: Client, partitions: int, count: int, prefix: str = "spark", **config: str
+) -> tuple[str, list]:
+    """A new topic (`config` as `new_topic` takes) with `count` records in each partition;
+    its expected rows."""
+    topic = new_topic(client, partitions, prefix, **config)
     expected = []
     for p in range(partitions):
         values = [b"%s-%d-%d" % (topic.encode(), p, i) for i in range(count)]
@@ -62,7 +65,7 @@ def checkpoint(workdir: Path, name: str = "checkpoint") -> str:
 def test_rows_have_kafkas_columns_and_key_timestamp_headers_are_null_until_records_carry_them(
     spark: Any, server: ReplogCluster, client: Client, workdir: Path
 ) -> None:
-    topic, expected = filled(client, 1, 20)
+    topic, expected = filled(client, 1, 20, format="raw")  # values only
     df = reader(spark, server, subscribe=topic)
     assert df.schema.simpleString() == KAFKA_SCHEMA
     got = df.collect()

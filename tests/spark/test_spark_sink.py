@@ -85,7 +85,7 @@ def test_what_the_source_reads_can_be_written_back_with_kafkas_columns(
 def test_rows_with_headers_are_refused_by_a_raw_topic_rather_than_stored_without_them(
     spark: Any, server: ReplogCluster, client: Client
 ) -> None:
-    topic = new_topic(client, 1)
+    topic = new_topic(client, 1, format="raw")
     before = high_watermarks(client, topic)
     df = spark.createDataFrame(
         [(b"v", [("trace", b"1")])], "value binary, headers array<struct<key:string,value:binary>>"
