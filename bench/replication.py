@@ -1,6 +1,6 @@
 """Replication benchmarks: a local 3-node cluster (`replog.devcluster`) on this machine.
 
-    .venv/bin/python bench/replication.py [--quick] [--repeats N] [--write-docs]
+    .venv/bin/python bench/replication.py [--quick] [--repeats N] [--write-docs | --gaps-only]
 
 Setup: two clusters of three `replog serve` processes on 127.0.0.1, one with the durable
 default (`--flush always`) and one with the fast mode (`--flush interval`), each with one
@@ -170,6 +170,14 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
+def emit_gaps(failovers: list[float], graceful_gaps: list[float], kill_gaps: list[float]) -> None:
+    """The failover and write-gap results (median; p99 over the repeats)."""
+    emit(Result("failover_s", round(summarize(failovers).median, 3), "s", None))
+    for name, gaps in (("graceful_stop", graceful_gaps), ("kill", kill_gaps)):
+        emit(Result(f"{name}_write_gap_p50_s", round(summarize(gaps).median, 3), "s", None))
+        emit(Result(f"{name}_write_gap_p99_s", round(percentile(sorted(gaps), 0.99), 3), "s", None))
+
+
 MODES = ("always", "interval")  # the durable default first, then the fast mode
 
 
@@ -178,7 +186,15 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a run of under a minute")
     parser.add_argument("--repeats", type=int, default=0)
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument(
+        "--gaps-only",
+        action="store_true",
+        help="only failover and the SIGTERM/SIGKILL write gaps, in the same order as a full "
+        "run (not with --write-docs)",
+    )
     args = parser.parse_args()
+    if args.gaps_only and args.write_docs:
+        parser.error("--write-docs needs the full run")
     repeats = args.repeats or (1 if args.quick else 5)
     records = 100_000 if args.quick else 400_000
     samples = 100 if args.quick else 500
@@ -204,13 +220,22 @@ def main() -> int:
                     leader_of(admin)
             for r in range(repeats):
                 order = MODES if r % 2 == 0 else MODES[::-1]  # interleaved, alternating
+                default = clusters[MODES[0]]
+                if args.gaps_only:
+                    failovers.append(failover_s(default))
+                    graceful_gaps.append(write_gap_s(default, graceful=True))
+                    kill_gaps.append(write_gap_s(default, graceful=False))
+                    log(
+                        f"repeat {r + 1}/{repeats}: failover {failovers[-1]:.2f} s; write gap: "
+                        f"SIGTERM {graceful_gaps[-1]:.3f} s, SIGKILL {kill_gaps[-1]:.3f} s"
+                    )
+                    continue
                 for mode in order:
                     bootstrap = clusters[mode].bootstrap
                     rates[mode].append(throughput(bootstrap, "all", records))
                     lat = latencies_ms(bootstrap, samples)
                     p50s[mode].append(percentile(lat, 0.50))
                     p99s[mode].append(percentile(lat, 0.99))
-                default = clusters[MODES[0]]
                 plain_rates.append(
                     throughput(default.bootstrap, "all", records, idempotent=False, topic=TOPIC_RAW)
                 )
@@ -233,6 +258,9 @@ def main() -> int:
         finally:
             for cluster in clusters.values():
                 cluster.kill_all()
+    if args.gaps_only:
+        emit_gaps(failovers, graceful_gaps, kill_gaps)
+        return 0
     a = {m: summarize(rates[m]) for m in MODES}
     p50 = {m: summarize(p50s[m]) for m in MODES}
     p99 = {m: summarize(p99s[m]) for m in MODES}
@@ -250,11 +278,7 @@ def main() -> int:
         suffix = "" if m == durable else "_flush_interval"
         emit(Result(f"acks_all_latency_p50_ms{suffix}", round(p50[m].median, 3), "ms", None))
         emit(Result(f"acks_all_latency_p99_ms{suffix}", round(p99[m].median, 3), "ms", None))
-    emit(Result("failover_s", round(fo.median, 3), "s", None))
-    emit(Result("graceful_stop_write_gap_p50_s", round(term_gap.median, 3), "s", None))
-    emit(Result("graceful_stop_write_gap_p99_s", round(term_p99, 3), "s", None))
-    emit(Result("kill_write_gap_p50_s", round(kill_gap.median, 3), "s", None))
-    emit(Result("kill_write_gap_p99_s", round(kill_p99, 3), "s", None))
+    emit_gaps(failovers, graceful_gaps, kill_gaps)
     if args.write_docs:
 
         def row(name: str, s: object, unit: str, target: str, ok: bool | None) -> str:
