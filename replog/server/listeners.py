@@ -41,6 +41,25 @@ def server_options(message_bytes_max: int) -> list[tuple[str, int]]:
     ]
 
 
+def generic_handlers_only(server: grpc.aio.Server) -> grpc.aio.Server:
+    """`server`, on which the generated `add_*Servicer_to_server` functions register their
+    generic handlers only (they register each service twice: generic handlers, then
+    "registered methods"); every method is served the same, through the generic handlers.
+
+    Why: grpc.aio keeps one pending request per registered method, and its serving loop
+    waits, for every call, on all of them together (`asyncio.wait`: a callback added and
+    removed on each), so each call's cost grew with the API surface (30 methods on the
+    client listener against 14 before issue 10). Measured with bench/compare_commits.py,
+    same run: server CPU per record of 1-node produce 0.87..0.90x, per single-record append
+    0.95..0.96x (docs/benchmarks.md, issue 10 section)."""
+    server.add_registered_method_handlers = _no_registered_methods  # type: ignore[attr-defined]
+    return server
+
+
+def _no_registered_methods(*_args: Any, **_kwargs: Any) -> None:
+    """The generic handler the generated code added first serves these methods."""
+
+
 def add_port(
     server: grpc.aio.Server, address: str, tls: TlsFiles | None, *, require_client_auth: bool
 ) -> tuple[int, ReloadingCredentials | None]:

@@ -59,7 +59,13 @@ from replog.server.guard import server_options as guard_options
 from replog.server.handover import hand_over
 from replog.server.legacy_import import import_legacy_topics, metadata_dir
 from replog.server.limits import Limits
-from replog.server.listeners import MembersOnly, add_port, dialer, server_options
+from replog.server.listeners import (
+    MembersOnly,
+    add_port,
+    dialer,
+    generic_handlers_only,
+    server_options,
+)
 from replog.server.log_service import LogService
 from replog.server.logs import log
 from replog.server.metadata import METADATA_TOPIC, TopicMeta
@@ -332,6 +338,7 @@ async def _serve(settings: Settings) -> int:
         interceptors=[guard, InternalTopics(), *authorizer],
         maximum_concurrent_rpcs=maximum_concurrent_rpcs(node.limits),
     )
+    generic_handlers_only(server)  # a call's cost stays flat in the methods served
     producer_ids = ProducerIds(
         node.router, node.metadata, node.peers, timeout_s=settings.ack_timeout_ms / 1000
     )
@@ -353,6 +360,7 @@ async def _serve(settings: Settings) -> int:
         peer_server = grpc.aio.server(  # the same guard: peers' bodies are decoded safely too
             options=server_options(settings.message_bytes_max), interceptors=[guard]
         )
+        generic_handlers_only(peer_server)
         peer_admin = (
             admin_service if authenticate is None else MembersOnly(admin_service, authenticate)
         )
