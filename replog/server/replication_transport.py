@@ -13,8 +13,11 @@ hand-over.
 
 Incoming (`ReplicationService`): envelopes of one stream are delivered in order to the
 replica of `(topic, partition)` found by the router; envelopes for replicas this node does
-not host (yet) are dropped. The sender of a stream's first envelope is reported to
-`on_peer` (the node passes `PeerLinks.heard_from`).
+not host (yet) are dropped. The node that opens a stream is reported to `on_peer` (the
+node passes `PeerLinks.heard_from`) as soon as the stream opens: the member its certificate
+names with TLS, else the id in the `replog-node-id` header every link sends (believed, as
+envelopes' senders are without TLS), else the sender of the stream's first envelope (a
+node of an older version).
 
 Trust. With TLS (`authenticate` given) the stream arrives on the peer listener, which
 requires a client certificate signed by the cluster's CA; the certificate must name a
@@ -57,6 +60,7 @@ CHANNEL_OPTIONS = [
 ]
 
 DROP_LOG_INTERVAL_S = 10.0
+NODE_ID_HEADER = "replog-node-id"  # the sending node's id, on every outgoing stream
 
 # (topic, partition, topic_id) -> the replica's delivery, None when not hosted here
 Router = Callable[[str, int, int], Callable[[Message], Awaitable[None]] | None]
@@ -133,7 +137,9 @@ class PeerLinks:
             stub = replication_pb2_grpc.ReplicationStub(channel)  # type: ignore[no-untyped-call]
             readers: list[asyncio.Task[Any]] = []
             try:
-                await stub.Exchange(self._drain(link, readers))
+                await stub.Exchange(
+                    self._drain(link, readers), metadata=((NODE_ID_HEADER, str(self.node_id)),)
+                )
             except grpc.aio.AioRpcError as exc:
                 _log.debug("replication stream to %s broke: %s", link.address, exc.code())
             except asyncio.CancelledError:
@@ -242,6 +248,9 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
             peer = self.authenticate(context)
             if peer is None:
                 await self._refuse(context, "the client certificate names no member")
+        announced = peer if peer is not None else _announced_node(context)
+        if announced is not None and self.on_peer is not None:
+            self.on_peer(announced)  # it is up: before its first envelope, which may be late
         count = 0
         async for envelope in request_iterator:
             count += 1
@@ -249,7 +258,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 await self._refuse(
                     context, f"node {peer} sent an envelope as node {envelope.from_id}"
                 )
-            if count == 1 and self.on_peer is not None:
+            if count == 1 and announced is None and self.on_peer is not None:
                 self.on_peer(envelope.from_id)
             deliver = self.router(envelope.topic, envelope.partition, envelope.topic_id)
             if deliver is None:
@@ -285,3 +294,11 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 why=reason[:200],
                 dropped=self.dropped,
             )
+
+
+def _announced_node(context: Any) -> int | None:
+    """The node id a stream's `replog-node-id` header gives (None: none, or not a number)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == NODE_ID_HEADER and isinstance(value, str) and value.isdigit() and len(value) < 10:
+            return int(value)
+    return None
