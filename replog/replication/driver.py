@@ -563,6 +563,11 @@ class ReplicaDriver:
         return self.replica.transferring_to
 
     @property
+    def voted_for(self) -> int | None:
+        """The candidate this replica voted for in the current epoch (None: no vote)."""
+        return self.replica.quorum_state.voted_for
+
+    @property
     def leader_serving(self) -> bool:
         """Follower whose leader's epoch is committed: see `Replica.leader_serving`."""
         return self.replica.leader_serving

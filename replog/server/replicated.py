@@ -16,6 +16,7 @@ of acks=none batches handed over and not yet written count against the node's
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from collections.abc import Sequence
@@ -36,6 +37,11 @@ from replog.server.partition import LeaderInfo, Partition
 from replog.storage import AppendResult, PartitionLog
 
 _log = logging.getLogger("replog.server.log")
+# How long a request waits for a replica about to lead (`wait_leadership`): an election
+# started by a hand-over and the new leader's first commit take milliseconds; one that
+# takes longer is answered LEADER_UNKNOWN (retriable) as before.
+LEADERSHIP_WAIT_S = 0.5
+LEADERSHIP_POLL_S = 0.005
 
 
 class ReplicatedPartition(Partition):
@@ -86,6 +92,31 @@ class ReplicatedPartition(Partition):
         """Leads, with its own epoch committed: its HW is never below one an earlier leader
         reported, so it may answer reads, `latest` and appends."""
         return self.driver.serving
+
+    async def wait_leadership(self, timeout_s: float = LEADERSHIP_WAIT_S) -> None:
+        """While leadership of this partition is changing as far as this replica knows, wait
+        until it has settled, up to `timeout_s`; `check_leader` then says how. Changing: a
+        leader handing over, or whose own epoch is not committed yet; a candidate; a
+        follower that voted in this epoch and has not heard of a winner. So a client that
+        asks during a hand-over is answered once, with the new leader's address (or by the
+        new leader itself once it serves), instead of being refused, sent back and forth
+        between the old leader and the target, and backing off longer at each refusal."""
+        if not self._leadership_changing():
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self._leadership_changing() and loop.time() < deadline:
+            await asyncio.sleep(LEADERSHIP_POLL_S)
+
+    def _leadership_changing(self) -> bool:
+        driver = self.driver
+        if self._closed or driver.stopped:
+            return False
+        if driver.role is Role.LEADER:
+            return not driver.serving
+        if driver.role is Role.CANDIDATE:
+            return True
+        return driver.leader_id is None and driver.voted_for is not None
 
     def check_leader(self) -> None:
         if self._closed:

@@ -11,7 +11,9 @@ Every RPC about a topic asks here first, then runs:
   a retriable UNAVAILABLE while a replica assigned here is not running yet (being created,
   or failing locally: the reconciler retries it).
 * `leader_replica(topic, p)`: the replica, if it leads; otherwise NOT_LEADER with the
-  leader's id and address, or LEADER_UNKNOWN during an election.
+  leader's id and address, or LEADER_UNKNOWN during an election. While leadership is
+  changing (a hand-over, an election, a new leader's first commit) the answer waits,
+  briefly, until it has settled (`ReplicatedPartition.wait_leadership`).
 * `metadata_leader()`: the node that accepts metadata commands (this one or a peer).
 """
 
@@ -136,6 +138,7 @@ class Router:
                 leader_id=hint,
                 leader_address=self.peers.address(hint),
             )
+        await route.replica.wait_leadership()
         route.replica.check_leader()
         return route.replica
 

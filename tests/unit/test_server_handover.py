@@ -129,3 +129,80 @@ def test_a_leader_handing_over_names_the_target_so_clients_go_there_at_once(
             await network.close()
 
     asyncio.run(scenario())
+
+
+class _Settling:
+    """What `ReplicatedPartition` asks of its driver, set by the test."""
+
+    def __init__(self, role: Role, leader_id: int | None = None) -> None:
+        self.role = role
+        self.serving = False
+        self.stopped = False
+        self.transferring_to: int | None = None
+        self.leader_id = leader_id
+        self.voted_for: int | None = None
+
+
+def test_a_request_during_a_leadership_change_is_answered_once_it_has_settled(
+    tmp_path: Path,
+) -> None:
+    """A request that reaches a replica while leadership changes (a candidate; a new
+    leader whose epoch is not committed yet; an old leader handing over, then a follower
+    waiting to hear who won) waits instead of being refused with LEADER_UNKNOWN, which
+    sends a client elsewhere with a backoff; it is answered once the change settles."""
+
+    async def scenario() -> None:
+        supervisor = Supervisor(lambda exc: None)
+        log = PartitionLog(tmp_path / "node3", "t", 0, STORAGE)
+        part = ReplicatedPartition(
+            log, ReplicaConfig(3, VOTERS), LocalNetwork().transport(3),
+            {n: f"node{n}:7070" for n in VOTERS}, fetch_bytes_max=1 << 20,
+            spawn=supervisor.spawn,
+        )  # fmt: skip
+
+        async def still_waiting(waiting: asyncio.Task[None]) -> bool:
+            await asyncio.sleep(0.05)  # the waiter looks every 5 ms: give it a few looks
+            return not waiting.done()
+
+        try:
+            # elected, then its epoch committed: the request goes on at this node
+            settling = _Settling(Role.CANDIDATE)
+            part.driver = settling  # type: ignore[assignment]
+            waiting = asyncio.create_task(part.wait_leadership(DEADLINE_S))
+            assert await still_waiting(waiting)
+            settling.role, settling.leader_id = Role.LEADER, 3
+            assert await still_waiting(waiting)
+            settling.serving = True
+            await asyncio.wait_for(waiting, DEADLINE_S)
+            part.check_leader()
+
+            # another candidate won: the answer names it
+            settling = _Settling(Role.CANDIDATE)
+            part.driver = settling  # type: ignore[assignment]
+            waiting = asyncio.create_task(part.wait_leadership(DEADLINE_S))
+            assert await still_waiting(waiting)
+            settling.role, settling.leader_id = Role.FOLLOWER, 2
+            await asyncio.wait_for(waiting, DEADLINE_S)
+            with pytest.raises(NotLeaderError) as refused:
+                part.check_leader()
+            assert refused.value.leader_id == 2
+
+            # handing over to node 2: waits through the election it votes in, then names 2
+            settling = _Settling(Role.LEADER, leader_id=3)
+            settling.transferring_to = 2
+            part.driver = settling  # type: ignore[assignment]
+            waiting = asyncio.create_task(part.wait_leadership(DEADLINE_S))
+            assert await still_waiting(waiting)
+            settling.role, settling.leader_id, settling.voted_for = Role.FOLLOWER, None, 2
+            settling.transferring_to = None
+            assert await still_waiting(waiting)
+            settling.leader_id = 2  # its BeginEpoch arrived
+            await asyncio.wait_for(waiting, DEADLINE_S)
+            with pytest.raises(NotLeaderError) as refused:
+                part.check_leader()
+            assert refused.value.leader_id == 2
+        finally:
+            log.close()
+            await supervisor.close()
+
+    asyncio.run(scenario())
