@@ -265,6 +265,19 @@ class Replica:
         )
 
     @property
+    def timers_idle(self) -> bool:
+        """`tick` has nothing to do until the next input: a leader with no other replica (a
+        replica set of one: no election, fetch, long-poll, BeginEpoch or check-quorum
+        timer) and no append waiting for a flush or a commit. Its driver may tick rarely."""
+        return (
+            self._role is Role.LEADER
+            and not self._progress
+            and not self._pending_leader
+            and not self._pending_all
+            and self._transfer is None
+        )
+
+    @property
     def transferring_to(self) -> int | None:
         """The voter a leadership transfer under way hands the partition to."""
         return self._transfer[0] if self._transfer is not None else None
