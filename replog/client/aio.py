@@ -24,8 +24,9 @@ from typing import Any, TypeVar
 import grpc
 
 from replog.client import formats
-from replog.client.aio_append_stream import PARTITION_IN_FLIGHT_MAX, AsyncAppendStreams
+from replog.client.aio_append_stream import AsyncAppendStreams
 from replog.client.aio_groups import AsyncGroupCalls, AsyncGroupConsumer
+from replog.client.aio_pipeline import Answered, AsyncPipeline
 from replog.client.append_stream import unimplemented
 from replog.client.client import (
     ACKS,
@@ -41,7 +42,6 @@ from replog.client.retry import Attempts, RetryPolicy, acall_with_retry, one_try
 from replog.client.routing import Routing, split_addresses
 from replog.client.sequences import Identity, Sequences
 from replog.errors import (
-    DuplicateSequenceError,
     NotLeaderError,
     ReplogError,
     TopicExistsError,
@@ -84,9 +84,9 @@ class AsyncClient:
         self._nodes: dict[str, Node] = {}
         self._formats: dict[str, str] = {}  # topic -> "raw" | "envelope" (formats.py)
         self._streams = AsyncAppendStreams(self.routing, timeout_s)
-        # per partition: the lock under which a batch is numbered and first written, and the
-        # semaphore that bounds its batches in flight
-        self._gates: dict[tuple[str, int], tuple[asyncio.Lock, asyncio.Semaphore]] = {}
+        self._pipeline = AsyncPipeline(
+            self._send, self._reroute, self.producer_identity, self._sequences, self.retry
+        )
         self._node(self.routing.current)  # bad TLS files fail here, not at the first call
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -179,7 +179,8 @@ class AsyncClient:
         return formats.config_in(await self.refresh_metadata([topic]), topic)
 
     async def close(self) -> None:
-        await self._streams.close()  # appends still waiting fail (outcome unknown)
+        await self._pipeline.close()  # appends still waiting fail (outcome unknown)
+        await self._streams.close()
         nodes = list(self._nodes.values())
         self._nodes.clear()
         for node in nodes:
@@ -279,83 +280,37 @@ class AsyncClient:
         if not self.idempotent or acks == "none" or not values:
             return await self._call(call, topic, partition)
         await self._discover(topic)
-        gate = self._gates.get((topic, partition))
-        if gate is None:
-            gate = self._gates[(topic, partition)] = (
-                asyncio.Lock(),
-                asyncio.Semaphore(PARTITION_IN_FLIGHT_MAX),
-            )
-        ordered, in_flight = gate
-        async with in_flight:
-            # Numbered and first sent under the partition's lock: concurrent appends of this
-            # client reach the leader in sequence order; answered outside it.
-            async with ordered:
-                while True:
-                    identity = await self.producer_identity()
-                    seq = self._sequences.reserve(identity, topic, partition, len(values))
-                    if seq is not None:
-                        break
-                identity.stamp(req, seq)
-                first: Callable[[], Awaitable[AppendResult]] | None = await self._send(req, call)
+        return await self._pipeline.append(req)
 
-            async def attempt(node: Node) -> AppendResult:
-                nonlocal first
-                sent, first = first, None
-                if sent is None:  # a retry: the same request, sequence numbers included
-                    sent = await self._send(req, call)
-                return await sent()
-
-            try:
-                return await self._call(attempt, topic, partition, idempotent=True)
-            except DuplicateSequenceError:
-                raise  # written before (a resumed writer's resend): the numbering holds
-            except ReplogError:
-                self._sequences.abandon(identity)
-                raise
-
-    async def _send(
-        self, req: log_pb2.AppendRequest, call: Callable[[Node], Awaitable[AppendResult]]
-    ) -> Callable[[], Awaitable[AppendResult]]:
+    async def _send(self, req: log_pb2.AppendRequest) -> Answered:
         """Write `req` to its partition's leader now (over its AppendStream, or as a unary
-        Append with `streaming=False` or to a node without AppendStream); returns how to
-        await its answer. Errors are raised as `_call`'s attempts raise them."""
+        Append with `streaming=False` or to a node without AppendStream, noted when it
+        answers UNIMPLEMENTED); returns how to await its answer (`aio_pipeline`)."""
         address = self.routing.address(req.topic, req.partition)
         node = self._node(address)
         if not self.streaming or address in self._streams.unary_only:
-            task = asyncio.ensure_future(self._unary(call, node))
+            task = asyncio.ensure_future(self._unary(req, node))
             return lambda: task
         stream = self._streams.get(address, node.log)
-        try:
-            fut = await stream.send(req)
-        except ReplogError as err:
-            return self._raiser(err)
+        fut = await stream.send(req)
 
         async def answered() -> AppendResult:
             try:
                 resp = await stream.answer(fut)
             except ReplogError as err:
-                if not unimplemented(err):
-                    raise
-                self._streams.unary_only.add(address)  # an older server: nothing appended
-                return await self._unary(call, node)
+                if unimplemented(err):  # an older server: nothing appended
+                    self._streams.unary_only.add(address)
+                raise
             return AppendResult(resp.base_offset, resp.last_offset, resp.high_watermark)
 
         return answered
 
-    async def _unary(
-        self, call: Callable[[Node], Awaitable[AppendResult]], node: Node
-    ) -> AppendResult:
+    async def _unary(self, req: log_pb2.AppendRequest, node: Node) -> AppendResult:
         try:
-            return await call(node)
+            resp = await node.log.Append(req, timeout=self.timeout_s)
         except grpc.RpcError as exc:
             raise self.routing.failed(from_rpc_error(exc), node.address, idempotent=True) from None
-
-    @staticmethod
-    def _raiser(err: ReplogError) -> Callable[[], Awaitable[AppendResult]]:
-        async def fail() -> AppendResult:
-            raise err
-
-        return fail
+        return AppendResult(resp.base_offset, resp.last_offset, resp.high_watermark)
 
     async def producer_identity(self) -> Identity:
         """This client's producer id and epoch (see `Client.producer_identity`)."""

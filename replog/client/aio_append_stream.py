@@ -12,17 +12,14 @@ producer's resend of it is answered with its first offsets).
 
 A node that answers the stream with UNIMPLEMENTED (a server from before AppendStream) is
 remembered (`unary_only`): the client sends that node unary Appends from then on
-(`append_stream.unimplemented`). Nothing was appended by such a refused stream.
+(`append_stream.unimplemented`). Nothing was appended by such a refused stream. grpc.aio
+sometimes reports such a stream as INTERNAL ("Internal error from Core": a write raced
+the server's refusal, measured in about 4 of 10 refused streams here): a stream that ends
+so before its first answer is probed with a second call that writes nothing (half-closed
+at once: a server that knows the method ends it with OK, one that does not with
+UNIMPLEMENTED, with no write to race), and fails its requests as the probe says.
 
-How `AsyncClient` numbers and sends an idempotent batch over it (`AsyncClient._append`):
-under the partition's lock it takes the batch's sequence numbers and writes the request, so
-that concurrent appends reach the leader in sequence order; it awaits the answer outside
-the lock, so up to `PARTITION_IN_FLIGHT_MAX` batches per partition are in flight (Kafka's
-`max.in.flight.requests.per.connection`, 5: the leader recognises a resend of any of the
-last 5 batches). A failed batch is resent alone, with the same numbers, within its
-`RetryPolicy`, to wherever routing says the leader is now; a batch behind it that arrived
-first is answered OUT_OF_ORDER_SEQUENCE (retriable) and resent after a backoff: the
-leader appends a partition's batches only in sequence order, each once.
+The order of a partition's batches, their window and resends: `aio_pipeline`.
 """
 
 from __future__ import annotations
@@ -34,11 +31,16 @@ from typing import Any
 import grpc
 
 from replog.client.routing import Routing
-from replog.errors import DeadlineExceededError, ReplogError, UnavailableError, error_from_reason
-from replog.rpc_errors import from_rpc_error
+from replog.errors import (
+    DeadlineExceededError,
+    ReplogError,
+    TransportError,
+    UnavailableError,
+    error_from_reason,
+)
+from replog.rpc_errors import from_code, from_rpc_error
 from replog.v1 import log_pb2
 
-PARTITION_IN_FLIGHT_MAX = 5
 _EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]  # what read() returns at the end
 
 
@@ -49,7 +51,10 @@ class _AioStream:
         self.address = address
         self._routing = routing
         self._timeout_s = timeout_s
+        self._stub = stub
         self._call = stub.AppendStream()
+        self._answered = False  # an answer came: the node knows the method
+        self._unimplemented = False
         self._pending: deque[asyncio.Future[log_pb2.AppendStreamResponse]] = deque()
         self._writing = asyncio.Lock()
         self.broken: ReplogError | None = None  # why the stream ended (None: open)
@@ -92,10 +97,29 @@ class _AioStream:
             raise error_from_reason(e.reason, e.message, dict(e.metadata))
         return response
 
+    async def _probe(self) -> bool:
+        """Whether the node lacks AppendStream: a call that writes nothing (module doc)."""
+        call = self._stub.AppendStream(timeout=self._timeout_s)
+        try:
+            await call.done_writing()
+            await call.read()
+        except grpc.RpcError as exc:
+            return bool(exc.code() is grpc.StatusCode.UNIMPLEMENTED)
+        finally:
+            call.cancel()
+        return False
+
     def _error(self, exc: BaseException | None) -> ReplogError:
         """Why the call ended (`exc`: its status; None: it ended without one)."""
         if self._expired:
             return DeadlineExceededError("no answer on the append stream before the deadline")
+        if self._unimplemented:
+            return from_code(grpc.StatusCode.UNIMPLEMENTED, "the node has no AppendStream")
+        if isinstance(exc, grpc.RpcError) and not self._answered:
+            err = from_rpc_error(exc)
+            if isinstance(err, TransportError):  # grpc's own failure (no ErrorInfo): retry
+                return UnavailableError(f"the append stream failed: {err.message}")
+            return err
         if isinstance(exc, grpc.RpcError):
             return from_rpc_error(exc)
         return UnavailableError("the append stream ended", address=self.address)
@@ -107,11 +131,17 @@ class _AioStream:
                 response = await self._call.read()
                 if response is _EOF:
                     break
+                self._answered = True
                 fut = self._pending.popleft()
                 if not fut.done():
                     fut.set_result(response)
         except grpc.RpcError as exc:
             error = exc
+            code = exc.code() if callable(getattr(exc, "code", None)) else None
+            if code is grpc.StatusCode.UNIMPLEMENTED:
+                self._unimplemented = True
+            elif code is grpc.StatusCode.INTERNAL and not self._answered:
+                self._unimplemented = await self._probe()
         except asyncio.CancelledError:
             error = None
         finally:

@@ -8,21 +8,23 @@ ended it) fails every request it had not answered; the next request opens a new 
 `Pipeline` sends an idempotent producer's batches (`sequences.Sequences`) with up to
 `partition_in_flight_max` batches in flight per partition (Kafka's
 `max.in.flight.requests.per.connection`, 5) and `in_flight_bytes_max` bytes in flight in
-all (a lone batch is always sent). Ordering rests on the sequence numbers: a batch keeps its
-numbers for all its attempts, and the leader appends a partition's batches only in sequence
-order, each once. When a batch fails with a retriable error (NOT_LEADER,
-OUT_OF_ORDER_SEQUENCE, a broken stream, ACK_TIMEOUT, ...), every batch of its partition in
-flight goes back to the front of the partition's queue, in order, and the partition is
-resent from its first unacknowledged batch after a reroute (`Routing` and the client's
-`_reroute`, as unary appends do) or a backoff (`retry.Attempts`); answers to the older
-sends are ignored unless they acknowledge a batch (a resend of it is then answered as a
-duplicate). A batch that fails for good (its error is not retriable, or its `RetryPolicy`
-is spent) fails its future, and the client's identity is dropped (the next batch numbers
-from 0 under a new producer id). The partition's later batches are then renumbered under
-the new identity when the failed one certainly wrote nothing (the request was refused:
-INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, UNAUTHENTICATED), else they fail too with
-the same error (their outcome is as unknown as that of a unary append that raised).
-A partition never has batches of two identities in flight at once.
+all (a lone batch is always sent); one at a time until the partition has acknowledged a
+batch of the current producer id (a leader that does not know the producer accepts any
+first sequence, so a later batch must not reach it before the first). Ordering rests on the
+sequence numbers: a batch keeps its numbers for all its attempts, and the leader appends a
+partition's batches only in sequence order, each once. When a batch fails with a retriable
+error (NOT_LEADER, OUT_OF_ORDER_SEQUENCE, a broken stream, ACK_TIMEOUT, ...), every batch
+of its partition in flight goes back to the front of the partition's queue, in order, and
+the partition is resent from its first unacknowledged batch after a reroute (`Routing` and
+the client's `_reroute`, as unary appends do) or a backoff (`retry.Attempts`); answers to
+the older sends are ignored unless they acknowledge a batch (a resend of it is then
+answered as a duplicate). A batch that fails for good (its error is not retriable, or its
+`RetryPolicy` is spent) fails its future, and the client's identity is dropped (the next
+batch numbers from 0 under a new producer id). The partition's later batches are then
+renumbered under the new identity when the failed one certainly wrote nothing (the request
+was refused: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, UNAUTHENTICATED), else they
+fail too with the same error (their outcome is as unknown as that of a unary append that
+raised). A partition never has batches of two identities in flight at once.
 
 A node that answers AppendStream with UNIMPLEMENTED (a server from before it) is
 remembered (`AppendStreams.unary_only`): the partition's batches in flight there (none of
@@ -299,7 +301,15 @@ class _Batch:
 
 
 class _Partition:
-    __slots__ = ("generation", "in_flight", "key", "paused_until", "queue", "retry_error")
+    __slots__ = (
+        "confirmed",
+        "generation",
+        "in_flight",
+        "key",
+        "paused_until",
+        "queue",
+        "retry_error",
+    )
 
     def __init__(self, key: tuple[str, int]) -> None:
         self.key = key
@@ -308,6 +318,7 @@ class _Partition:
         self.generation = 0  # bumped when the partition is resent from its first batch
         self.paused_until = 0.0
         self.retry_error: tuple[ReplogError, float] | None = None  # to reroute before resending
+        self.confirmed: Identity | None = None  # the identity of the last acknowledged batch
 
 
 class Pipeline:
@@ -445,7 +456,7 @@ class Pipeline:
                 due = part.paused_until - now
                 wait_s = due if wait_s is None else min(wait_s, due)
                 continue
-            while part.queue and len(part.in_flight) < self.partition_in_flight_max:
+            while part.queue and len(part.in_flight) < self._window(part):
                 batch = part.queue[0]
                 if self.in_flight_bytes and (
                     self.in_flight_bytes + batch.size_bytes > self.in_flight_bytes_max
@@ -458,6 +469,14 @@ class Pipeline:
                 part.queue.popleft()
                 self._send(part, batch)
         return None, wait_s
+
+    def _window(self, part: _Partition) -> int:
+        """Batches that may be in flight: one until the partition acknowledged a batch of
+        the current identity (a leader that does not know the producer accepts any first
+        sequence: a later batch must not reach it first; see `aio_pipeline`)."""
+        identity = self._sequences.identity
+        known = identity is not None and part.confirmed == identity
+        return self.partition_in_flight_max if known else 1
 
     def _number(self, part: _Partition, batch: _Batch) -> bool:
         identity = self._sequences.identity
@@ -520,6 +539,7 @@ class Pipeline:
                 return  # acknowledged by another send of it, or failed by `close`
             if err is None:
                 assert response is not None
+                part.confirmed = batch.identity
                 self._forget(part, batch)
                 result = AppendResult(
                     response.base_offset, response.last_offset, response.high_watermark

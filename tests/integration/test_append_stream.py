@@ -202,6 +202,26 @@ def test_a_follower_answers_not_leader_with_the_leader_address_and_the_stream_go
     assert answers[0].error.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
 
 
+def read_back(
+    cluster: DevCluster, topic: str, partitions: int
+) -> tuple[dict[bytes, tuple[int, int]], Counter[bytes]]:
+    """Every committed record of `topic`: where each value is (partition, offset), and how
+    many times each value was written."""
+    where: dict[bytes, tuple[int, int]] = {}
+    counts: Counter[bytes] = Counter()
+    with Client(cluster.bootstrap, retry=PATIENT) as reader:
+        for p in range(partitions):
+            leader_of(reader, topic, p)
+            offset, hw = 0, reader.list_offsets(topic, [p])[0].latest
+            while offset < hw:
+                got = reader.fetch(topic, p, offset, max_bytes=1 << 20)
+                for o, v in zip(got.records.offsets, got.records.values, strict=True):
+                    counts[v] += 1
+                    where[v] = (p, o)
+                offset = got.next_offset
+    return where, counts
+
+
 def test_a_streaming_idempotent_producer_writes_every_record_once_through_a_leader_kill(
     cluster: DevCluster,
 ) -> None:
@@ -253,18 +273,7 @@ def test_a_streaming_idempotent_producer_writes_every_record_once_through_a_lead
     assert not worker.is_alive(), "the producer did not finish"
     assert not failed, f"{len(failed)} sends failed, e.g. {failed[:3]}"
 
-    with Client(cluster.bootstrap, retry=PATIENT) as reader:
-        where: dict[bytes, tuple[int, int]] = {}
-        counts: Counter[bytes] = Counter()
-        for p in range(partitions):
-            leader_of(reader, topic, p)
-            offset, hw = 0, reader.list_offsets(topic, [p])[0].latest
-            while offset < hw:
-                got = reader.fetch(topic, p, offset, max_bytes=1 << 20)
-                for o, v in zip(got.records.offsets, got.records.values, strict=True):
-                    counts[v] += 1
-                    where[v] = (p, o)
-                offset = got.next_offset
+    where, counts = read_back(cluster, topic, partitions)
     twice = [v for v, c in counts.items() if c > 1]
     assert not twice, f"{len(twice)} records written twice, e.g. {twice[:5]}"
     lost = [v for v in acked if v not in where]

@@ -1,8 +1,9 @@
 """Both clients over AppendStream and around it: the asyncio client pipelines a partition's
 batches over the stream (and `streaming=False` keeps unary Appends), a node without
 AppendStream (an older server: UNIMPLEMENTED) gets unary Appends from the sync and the
-asyncio client alike, and `Client.close()` with a batch in flight to a dead node returns
-after about `timeout_s`, not the whole retry deadline, failing that batch."""
+asyncio client alike, `Client.close()` with a batch in flight to a dead node returns
+after about `timeout_s`, not the whole retry deadline, failing that batch, and the asyncio
+client's streamed appends land once each, in order, through a leader kill."""
 
 from __future__ import annotations
 
@@ -17,9 +18,12 @@ import grpc
 import pytest
 
 from replog.client import AsyncClient, Client, RetryPolicy
+from replog.devcluster import DevCluster
 from replog.errors import ReplogError, ShuttingDownError, UnavailableError
-from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
+from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2
 from tests.integration.servers import ServerProcess
+from tests.integration.test_append_stream import read_back
+from tests.integration.test_cluster import PATIENT, leader_of
 from tests.integration.waiting import wait_until
 
 pytestmark = [pytest.mark.integration]
@@ -83,8 +87,9 @@ def test_the_async_client_pipelines_concurrent_appends_each_partition_in_order(
 # -- a node without AppendStream -------------------------------------------------------------
 
 
-class LegacyLog(log_pb2_grpc.LogServicer):  # type: ignore[misc]
-    """A Log service from before AppendStream: unary Append and InitProducer only."""
+class LegacyLog:
+    """A Log service from before AppendStream: unary Append and InitProducer only (the
+    server does not know the method: grpc answers UNIMPLEMENTED, as an older replog does)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -101,14 +106,39 @@ class LegacyLog(log_pb2_grpc.LogServicer):  # type: ignore[misc]
         last = base + len(request.values) - 1
         return log_pb2.AppendResponse(base_offset=base, last_offset=last, high_watermark=last + 1)
 
-    def AppendStream(self, requests: Iterator[Any], context: Any) -> Iterator[Any]:
-        with self.lock:
-            self.streams += 1
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
-        yield from ()
-
     def InitProducer(self, request: Any, context: Any) -> log_pb2.InitProducerResponse:
         return log_pb2.InitProducerResponse(producer_id=7, producer_epoch=0)
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        def unary(fn: Any, request: Any, response: Any) -> grpc.RpcMethodHandler:
+            return grpc.unary_unary_rpc_method_handler(
+                fn,
+                request_deserializer=request.FromString,
+                response_serializer=response.SerializeToString,
+            )
+
+        return grpc.method_handlers_generic_handler(
+            "replog.v1.Log",
+            {
+                "Append": unary(self.Append, log_pb2.AppendRequest, log_pb2.AppendResponse),
+                "InitProducer": unary(
+                    self.InitProducer, log_pb2.InitProducerRequest, log_pb2.InitProducerResponse
+                ),
+            },
+        )
+
+
+class CountStreams(grpc.ServerInterceptor):  # type: ignore[misc]
+    """Counts the AppendStream calls the legacy server refuses."""
+
+    def __init__(self, log: LegacyLog) -> None:
+        self.log = log
+
+    def intercept_service(self, continuation: Any, details: Any) -> Any:
+        if details.method.endswith("/AppendStream"):
+            with self.log.lock:
+                self.log.streams += 1
+        return continuation(details)
 
 
 class LegacyAdmin(admin_pb2_grpc.AdminServicer):  # type: ignore[misc]
@@ -127,9 +157,9 @@ class LegacyAdmin(admin_pb2_grpc.AdminServicer):  # type: ignore[misc]
 @pytest.fixture
 def legacy() -> Iterator[tuple[str, LegacyLog]]:
     # one worker: calls are handled in the order they arrive, as replog's event loop does
-    server = grpc.server(futures.ThreadPoolExecutor(1))
     log, admin = LegacyLog(), LegacyAdmin()
-    log_pb2_grpc.add_LogServicer_to_server(log, server)
+    server = grpc.server(futures.ThreadPoolExecutor(1), interceptors=[CountStreams(log)])
+    server.add_generic_rpc_handlers((log.handler(),))
     admin_pb2_grpc.add_AdminServicer_to_server(admin, server)
     port = server.add_insecure_port("127.0.0.1:0")
     admin.address = f"127.0.0.1:{port}"
@@ -174,7 +204,9 @@ def test_the_async_client_sends_unary_appends_to_a_node_without_append_stream(
     bases = asyncio.run(asyncio.wait_for(scenario(), 60))
     assert bases == [0, *range(1, 21, 2)]
     assert log.appends == 11
-    assert log.streams == 1  # remembered: the node gets unary Appends from then on
+    # remembered: the node gets unary Appends from then on (a second call when grpc.aio
+    # reported the refusal as INTERNAL: the probe, see aio_append_stream)
+    assert 1 <= log.streams <= 2
 
 
 # -- Client.close with a batch in flight to a dead node --------------------------------------
@@ -212,3 +244,63 @@ def test_close_with_a_batch_for_a_dead_node_returns_after_timeout_s_and_fails_th
     assert not closer.is_alive(), "close waited for the retry deadline"
     writer.join(30)
     assert len(outcome) == 1 and isinstance(outcome[0], ShuttingDownError | UnavailableError)
+
+
+# -- the asyncio client through a leader kill ----------------------------------------------
+
+
+@pytest.mark.slow
+def test_async_streamed_appends_land_once_each_and_in_order_through_a_leader_kill(
+    cluster: DevCluster,
+) -> None:
+    topic, partitions, workers, batch = "aio-kill", 2, 8, 50
+    with Client(cluster.bootstrap, retry=PATIENT) as admin:
+        admin.create_topic(topic, partitions, 3, format="raw")
+        victim = cluster.members[leader_of(admin, topic, 0)]
+    retry = RetryPolicy(attempts_max=1000, backoff_max_ms=300, deadline_ms=60_000)
+    acked: dict[bytes, tuple[int, int]] = {}  # value -> (partition, offset)
+    failed: list[ReplogError] = []
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        async with AsyncClient(cluster.bootstrap, retry=retry, timeout_s=5) as client:
+
+            async def worker(w: int) -> None:
+                p = w % partitions
+                for n in range(10_000):  # bounded; stopped long before
+                    if stop.is_set():
+                        return
+                    values = [b"w%d-%d-%d" % (w, n, j) for j in range(batch)]
+                    try:
+                        result = await client.append(topic, p, values, acks="all")
+                    except ReplogError as exc:
+                        failed.append(exc)
+                        return
+                    for j, value in enumerate(values):
+                        acked[value] = (p, result.base_offset + j)
+
+            async def until(count: int, what: str) -> None:
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 120
+                while len(acked) < count:
+                    assert loop.time() < deadline, what
+                    await asyncio.sleep(0.05)
+
+            tasks = [asyncio.ensure_future(worker(w)) for w in range(workers)]
+            await until(5_000, "the writers are under way")
+            await asyncio.to_thread(victim.kill)
+            await until(len(acked) + 10_000, "the writers go on after the kill")
+            await asyncio.to_thread(victim.start)
+            stop.set()
+            await asyncio.wait_for(asyncio.gather(*tasks), 180)
+
+    asyncio.run(scenario())
+    assert not failed, f"{len(failed)} appends failed, e.g. {failed[:3]}"
+    where, counts = read_back(cluster, topic, partitions)
+    assert not [v for v, c in counts.items() if c > 1], "records written twice"
+    assert not [v for v in acked if v not in where], "acknowledged records lost"
+    assert not [v for v, at in acked.items() if where[v] != at], "acknowledged offsets moved"
+    for w in range(workers):  # each writer's batches in the order it sent them
+        mine = sorted((o, v) for v, (_, o) in where.items() if v.startswith(b"w%d-" % w))
+        numbers = [tuple(int(x) for x in v.split(b"-")[1:]) for _, v in mine]
+        assert numbers == sorted(numbers), f"writer {w}'s records out of order"
