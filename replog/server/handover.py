@@ -14,6 +14,11 @@ third replica, which may be slow or just restarted (its peers' links to it still
 reconnect backoff): measured, writers then waited 0.7-0.9 s instead of tens of ms. So
 each replica handed over stays a follower until it has seen its new leader's epoch
 committed (`ReplicaDriver.leader_serving`), a few milliseconds more.
+
+For the same reason it first lets the other voters catch up, while it still leads and
+writers see nothing (at most `CATCH_UP_S_MAX`): once it is gone, every commit needs them,
+and a voter that just restarted may still be fetching what it missed (measured: acks at
+the new leader then waited for it, 0.1-0.3 s after a hand-over).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from replog.server.logs import log
 
 _log = logging.getLogger("replog.server")
 FRESH_MS = 1000  # a follower that fetched within this long is alive enough to take over
+CATCH_UP_S_MAX = 1.0  # of the hand-over's time, at most this long for the others to catch up
 
 
 def pick_target(
@@ -55,18 +61,40 @@ class HandoverResult:
     serving: int = 0  # of those moved, seen here with the new leader's epoch committed
 
 
+def others_caught_up(driver: ReplicaDriver) -> bool:
+    """A majority of the voters, this leader left out, fetched lately and lag by nothing:
+    they commit without it (True too once it no longer leads: nothing to wait for)."""
+    if driver.role is not Role.LEADER:
+        return True
+    me, voters = driver.config.replica_id, driver.config.voters
+    ready = sum(
+        1
+        for replica, _acked, lag, ago_ms in driver.replica_status()
+        if replica != me and replica in voters and lag == 0 and 0 <= ago_ms <= FRESH_MS
+    )
+    return ready >= min(driver.config.majority, len(voters) - 1)
+
+
 def handed_over(driver: ReplicaDriver) -> bool:
     """Led elsewhere by a leader that serves (or stopped here meanwhile: nothing to wait for)."""
     return driver.role is not Role.LEADER and (driver.leader_serving or driver.stopped)
 
 
-async def hand_over(drivers: Sequence[ReplicaDriver], timeout_s: float) -> HandoverResult:
-    """Transfer every partition led here; wait until none is and each new leader serves
-    (or `timeout_s` passes)."""
+async def hand_over(
+    drivers: Sequence[ReplicaDriver], timeout_s: float, catch_up_s: float = CATCH_UP_S_MAX
+) -> HandoverResult:
+    """Transfer every partition led here once the other voters caught up (or `catch_up_s`,
+    at most a third of `timeout_s`, passed); wait until none is led here and each new
+    leader serves (or `timeout_s` passes)."""
     loop = asyncio.get_running_loop()
     started = loop.time()
     leading = [d for d in drivers if d.role is Role.LEADER and len(d.config.voters) > 1]
+    catch_up_until = started + min(catch_up_s, timeout_s / 3)
+    while loop.time() < catch_up_until and not all(others_caught_up(d) for d in leading):
+        await asyncio.sleep(0.005)
     for driver in leading:
+        if driver.role is not Role.LEADER:
+            continue
         target = pick_target(
             driver.config.replica_id, driver.config.voters, driver.replica_status()
         )
