@@ -452,9 +452,10 @@ def _check_lengths(lengths: np.ndarray) -> None:
         raise _Malformed(i, f"{int(lengths[i])} bytes: shorter than the 20-byte envelope head")
 
 
-def _check_fixed(fixed: np.ndarray, lengths: np.ndarray) -> None:
+def _check_fixed(fixed: np.ndarray, lengths: np.ndarray | int) -> None:
     """Vectorized checks of the fixed parts: version, reserved bits, the parts' lengths
-    (exactly the envelope's size without headers, at most it with headers)."""
+    (exactly the envelope's size without headers, at most it with headers); `lengths`: each
+    envelope's size, or one size for all."""
     parts = FIXED_BYTES + fixed["key_length"].astype(np.int64) + fixed["value_length"]
     bad = (
         (fixed["version"] != VERSION)
@@ -476,7 +477,8 @@ def _check_fixed(fixed: np.ndarray, lengths: np.ndarray) -> None:
         why = "a key length without the key attribute"
     else:
         key, value = int(row["key_length"]), int(row["value_length"])
-        why = f"a key of {key} and a value of {value} bytes in {int(lengths[i])}"
+        size = lengths if isinstance(lengths, int) else int(lengths[i])
+        why = f"a key of {key} and a value of {value} bytes in {size}"
     raise _Malformed(i, why)
 
 
@@ -511,21 +513,26 @@ def _bad(offset: int, why: str) -> InvalidRecordError:
     return InvalidRecordError(f"{where} is not a valid envelope: {why}", offset=offset)
 
 
-def validate(values: Sequence[bytes]) -> None:
+def validate(values: Sequence[bytes]) -> int:
     """Raise `InvalidRecordError` unless every value is a well-formed envelope (the
     server's check of an Append to an envelope topic). `offset` in the error's metadata is
-    the index of the first bad record in the batch."""
+    the index of the first bad record in the batch. Returns the values' total size (the
+    lengths are measured here anyway)."""
     n = len(values)
     if n == 0:
-        return
+        return 0
     sizes = list(map(len, values))
-    lengths = np.array(sizes, dtype=np.int64)
     try:
-        _check_lengths(lengths)
         if sizes.count(sizes[0]) == n:  # equal envelopes: a strided view of them joined
+            # one length for all (numpy broadcasts it): no array of n lengths to build
+            lengths: np.ndarray | int = sizes[0]
+            if sizes[0] < FIXED_BYTES:
+                raise _Malformed(0, f"{sizes[0]} bytes: shorter than the 20-byte envelope head")
             joined = b"".join(values)
             fixed = np.ndarray((n,), dtype=FIXED_DTYPE, buffer=joined, strides=(sizes[0],))
         else:
+            lengths = np.array(sizes, dtype=np.int64)
+            _check_lengths(lengths)
             fixed = np.frombuffer(b"".join(map(_head, values)), dtype=FIXED_DTYPE)
         _check_fixed(fixed, lengths)
         for i in np.flatnonzero(fixed["count"]).tolist():
@@ -538,6 +545,7 @@ def validate(values: Sequence[bytes]) -> None:
             f"record {exc.index} of the batch is not a valid envelope: {exc.why}",
             index=exc.index,
         ) from None
+    return sizes[0] * n if isinstance(lengths, int) else sum(sizes)
 
 
 # -- timestamps of frames (the time index) ---------------------------------------------------

@@ -138,8 +138,9 @@ class LogService(log_pb2_grpc.LogServicer):
         acks = acks_from_wire(request.acks)
         producer = producer_from_wire(request)
         part = await self.router.leader_replica(request.topic, request.partition)
-        values = _as_topic_stores(await self.router.topic(request.topic), values)
-        values_bytes = sum(map(len, values))
+        values, values_bytes = _as_topic_stores(await self.router.topic(request.topic), values)
+        if values_bytes < 0:
+            values_bytes = sum(map(len, values))
         return PreparedAppend(part, values, acks, producer, values_bytes)
 
     async def complete_append(self, prepared: PreparedAppend) -> tuple[int, int, int]:
@@ -231,15 +232,16 @@ class LogService(log_pb2_grpc.LogServicer):
             window.close()
 
 
-def _as_topic_stores(meta: TopicMeta, values: list[bytes]) -> list[bytes]:
+def _as_topic_stores(meta: TopicMeta, values: list[bytes]) -> tuple[list[bytes], int]:
     """An envelope topic takes well-formed envelopes only (INVALID_RECORD, nothing
-    appended); with log-append time each gets the leader's clock (8 bytes rewritten)."""
+    appended); with log-append time each gets the leader's clock (8 bytes rewritten).
+    With the values' total size when it was measured on the way (-1: not measured)."""
     if meta.format != ENVELOPE:
-        return values
-    records.validate(values)
-    if meta.timestamp_type == LOG_APPEND_TIME:
-        return records.stamp(values, time.time_ns() // 1_000_000)
-    return values
+        return values, -1
+    values_bytes = records.validate(values)
+    if meta.timestamp_type == LOG_APPEND_TIME:  # same sizes: 8 bytes rewritten in place
+        return records.stamp(values, time.time_ns() // 1_000_000), values_bytes
+    return values, values_bytes
 
 
 def _not_committed_yet(part: Partition, offset: int) -> bool:

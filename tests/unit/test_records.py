@@ -78,6 +78,22 @@ def test_each_kind_of_damage_is_an_invalid_record_naming_it(damage: object, why:
     assert batch.value.metadata["index"] == "1"
 
 
+@pytest.mark.parametrize("damage", [lambda e: b"\x02" + e[1:], lambda e: e[:5]])
+def test_a_batch_of_equal_damaged_envelopes_names_its_first_record(damage: object) -> None:
+    damaged = damage(records.encode(b"value", timestamp_ms=5))  # type: ignore[operator]
+    with pytest.raises(InvalidRecordError, match="record 0 of the batch") as batch:
+        records.validate([damaged] * 3)
+    assert batch.value.metadata["index"] == "0"
+
+
+def test_validate_answers_the_batch_size_equal_envelopes_or_not() -> None:
+    equal = [records.encode(b"v" * 100, timestamp_ms=i) for i in range(50)]
+    mixed = [*equal, records.encode(b"w", key=b"k", headers=[("h", b"x")], timestamp_ms=0)]
+    assert records.validate(equal) == sum(map(len, equal)) == 50 * len(equal[0])
+    assert records.validate(mixed) == sum(map(len, mixed))
+    assert records.validate([]) == 0
+
+
 def test_a_header_name_that_is_not_utf8_is_refused() -> None:
     envelope = bytearray(records.encode(b"v", headers=[("ab", b"")], timestamp_ms=0))
     envelope[22:24] = b"\xff\xfe"
