@@ -770,7 +770,20 @@ class ReplicaDriver:
         while i < len(queue):
             out = queue[i]
             i += 1
-            if isinstance(out, Send):
+            # the outputs of an append first, then the rest
+            if isinstance(out, AppendRecords) and out.header is None:
+                result = await self._write(partial(self.log.append, out.values))
+                assert result.base_offset == out.base_offset, (result, out.base_offset)
+                self._batch_ends.appended(out.base_offset + len(out.values))
+                queue += self._flush_progress()
+            elif isinstance(out, SetHighWatermark):
+                self._batch_ends.committed(out.offset)
+                self.log.set_high_watermark(out.offset)
+                if self._on_hw is not None:
+                    self._on_hw(out.offset)
+            elif isinstance(out, AckCompleted):
+                self._resolve(out.request_id, (out.base_offset, out.last_offset), None)
+            elif isinstance(out, Send):
                 message = self._fill(out.message)
                 if message is not None:
                     self.transport.send(out.to, message)
@@ -779,11 +792,6 @@ class ReplicaDriver:
             elif isinstance(out, PersistEpochHistory):
                 data_h = [[e.epoch, e.start_offset] for e in out.entries]
                 await self._durable(EPOCH_HISTORY_FILE, json.dumps(data_h).encode())
-            elif isinstance(out, AppendRecords) and out.header is None:
-                result = await self._write(partial(self.log.append, out.values))
-                assert result.base_offset == out.base_offset, (result, out.base_offset)
-                self._batch_ends.appended(out.base_offset + len(out.values))
-                queue += self._flush_progress()
             elif isinstance(out, AppendRecords | AppendPieces):
                 batches = out.pieces if isinstance(out, AppendPieces) else (out,)
                 pieces = [
@@ -813,13 +821,6 @@ class ReplicaDriver:
             elif isinstance(out, ResetLog):
                 self._batch_ends.clear()
                 await self._io(partial(self.log.reset_to, out.offset))
-            elif isinstance(out, SetHighWatermark):
-                self._batch_ends.committed(out.offset)
-                self.log.set_high_watermark(out.offset)
-                if self._on_hw is not None:
-                    self._on_hw(out.offset)
-            elif isinstance(out, AckCompleted):
-                self._resolve(out.request_id, (out.base_offset, out.last_offset), None)
             elif isinstance(out, AckFailed):
                 self._resolve(out.request_id, None, self._failure(out))
 
