@@ -154,33 +154,42 @@ def encode(
     return b"".join(parts)
 
 
-def encode_batch(records: Sequence[Record | bytes], timestamp_ms: int) -> list[bytes]:
+def encode_batch(
+    records: Sequence[Record | bytes],
+    timestamp_ms: int,
+    times: Sequence[int] | None = None,
+) -> list[bytes]:
     """Envelopes for `records` (plain bytes are values without key or headers); records
-    without a timestamp get `timestamp_ms`. Without headers (the usual batch) the fixed
-    parts are built as one numpy array and each envelope is one C-level join."""
+    without a timestamp get `timestamp_ms`, or with `times` (one per record, e.g. each
+    record's send time in a `Producer`) plain bytes get theirs. Without headers (the usual
+    batch) the fixed parts are built as one numpy array and each envelope is one C-level
+    join."""
     _check_timestamp(timestamp_ms)
     n = len(records)
+    if times is not None and len(times) != n:
+        raise InvalidRecordError(f"{len(times)} times for {n} records")
+    stamps: Sequence[int | None]
     if all_bytes(records):
         values: list[bytes] = list(records)  # type: ignore[arg-type]
         first = len(values[0]) if n else 0
-        if list(map(len, values)).count(first) == n:  # one shared prefix
+        if times is None and list(map(len, values)).count(first) == n:  # one shared prefix
             prefix = FIXED.pack(VERSION, 0, timestamp_ms, 0, 0, first)
             return list(map(prefix.__add__, values))
         keys: list[bytes | None] = [None] * n
-        stamps: list[int | None] = [None] * n
+        stamps = [None] * n if times is None else times
     else:
         values, keys, stamps = [], [], []
-        for r in records:
+        for i, r in enumerate(records):
             if isinstance(r, Record):
                 if r.headers:
-                    return _encode_each(records, timestamp_ms)
+                    return _encode_each(records, timestamp_ms, times)
                 values.append(r.value)
                 keys.append(r.key)
                 stamps.append(r.timestamp_ms)
             elif isinstance(r, bytes | bytearray | memoryview):
                 values.append(bytes(r))
                 keys.append(None)
-                stamps.append(None)
+                stamps.append(None if times is None else times[i])
             else:
                 raise InvalidRecordError(
                     f"a record is bytes or replog.Record, got {type(r).__name__}"
@@ -188,7 +197,12 @@ def encode_batch(records: Sequence[Record | bytes], timestamp_ms: int) -> list[b
     fixed = np.zeros(n, dtype=FIXED_DTYPE)
     fixed["version"] = VERSION
     fixed["value_length"] = list(map(len, values))
-    if any(s is not None for s in stamps):
+    if stamps is times and times is not None:  # plain values with their own times
+        try:
+            fixed["ts"] = times
+        except OverflowError:
+            raise InvalidRecordError("a timestamp_ms does not fit in an i64") from None
+    elif any(s is not None for s in stamps):
         try:
             fixed["ts"] = [timestamp_ms if s is None else s for s in stamps]
         except OverflowError:
@@ -212,14 +226,17 @@ def all_bytes(items: Sequence[object]) -> bool:
     return not items or set(map(type, items)) == {bytes}
 
 
-def _encode_each(records: Sequence[Record | bytes], timestamp_ms: int) -> list[bytes]:
+def _encode_each(
+    records: Sequence[Record | bytes], timestamp_ms: int, times: Sequence[int] | None
+) -> list[bytes]:
     out = []
-    for r in records:
+    for i, r in enumerate(records):
         if isinstance(r, Record):
             ts = timestamp_ms if r.timestamp_ms is None else r.timestamp_ms
             out.append(encode(r.value, key=r.key, headers=r.headers, timestamp_ms=ts))
         else:
-            out.append(encode(bytes(r), timestamp_ms=timestamp_ms))
+            ts = timestamp_ms if times is None else times[i]
+            out.append(encode(bytes(r), timestamp_ms=ts))
     return out
 
 

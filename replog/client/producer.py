@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
+from replog import records
 from replog.client import formats
 from replog.client.append_stream import Pipeline
 from replog.client.results import AppendResult
@@ -87,11 +88,14 @@ class OffsetFuture:
 
 
 class _Batch:
-    __slots__ = ("bytes", "created", "future", "partition", "values")
+    __slots__ = ("bytes", "created", "future", "partition", "times", "values")
 
     def __init__(self, partition: int, values: list[bytes | Record] | None = None) -> None:
         self.partition = partition
         self.values: list[bytes | Record] = values if values is not None else []
+        # Envelope topics, `send`: each record's send time (plain values stay bytes, no
+        # Record object per record; `records.encode_batch(..., times=)`).
+        self.times: list[int] | None = None if values is not None else []
         self.bytes = 0
         self.created = time.monotonic()
         self.future: Future[AppendResult] = Future()
@@ -158,9 +162,11 @@ class Producer:
     ) -> OffsetFuture:
         p = self._choose(key, partition)
         item: bytes | Record = value
+        ts = 0
         if self.envelope:
             ts = formats.now_ms() if timestamp_ms is None else timestamp_ms
-            item = Record(value, key, headers, ts)
+            if key is not None or headers:
+                item = Record(value, key, headers, ts)
         elif headers or timestamp_ms is not None:
             raise InvalidArgumentError(
                 f"topic {self.topic!r} is raw: its records hold no headers or timestamps",
@@ -175,6 +181,8 @@ class Producer:
                 self._cond.notify()  # the sender starts this batch's linger clock
             index = len(batch.values)
             batch.values.append(item)
+            if batch.times is not None:
+                batch.times.append(ts)
             batch.bytes += len(value)
             if batch.bytes >= self.batch_bytes_max or index + 1 >= self.batch_records_max:
                 self._seal(p)
@@ -275,7 +283,7 @@ class Producer:
         """Give `batch` to the pipeline (caller holds the lock): sent in order after the
         partition's earlier batches, several in flight."""
         try:
-            values = list(formats.to_values(self.topic, batch.values, self.envelope))
+            values = list(self._wire_values(batch))
             acks = ACKS_WIRE[self.acks]
             pipeline.submit(self.topic, batch.partition, values, acks, batch.future)
         except ReplogError as exc:
@@ -284,6 +292,23 @@ class Producer:
         self._handed.add(batch.future)
         batch.future.add_done_callback(self._answered)
 
+    def _wire_values(self, batch: _Batch) -> Sequence[bytes]:
+        """What the Append carries: on an envelope topic, records sent one by one keep
+        each its send time."""
+        if self.envelope and batch.times:
+            return records.encode_batch(batch.values, formats.now_ms(), batch.times)
+        return formats.to_values(self.topic, batch.values, self.envelope)
+
+    def _records(self, batch: _Batch) -> list[bytes | Record]:
+        """`batch` for `Client.append` (unary): plain values as Records with their send
+        times on an envelope topic."""
+        if not (self.envelope and batch.times):
+            return batch.values
+        return [
+            Record(v, timestamp_ms=t) if isinstance(v, bytes) else v
+            for v, t in zip(batch.values, batch.times, strict=True)
+        ]
+
     def _answered(self, future: Future[AppendResult]) -> None:
         with self._cond:
             self._handed.discard(future)
@@ -291,7 +316,9 @@ class Producer:
 
     def _send(self, batch: _Batch) -> None:
         try:
-            result = self.client.append(self.topic, batch.partition, batch.values, acks=self.acks)
+            result = self.client.append(
+                self.topic, batch.partition, self._records(batch), acks=self.acks
+            )
         except BaseException as exc:
             batch.future.set_exception(exc)
         else:

@@ -15,6 +15,7 @@ from replog.client import Client, Record, RetryPolicy
 from replog.errors import InvalidArgumentError
 from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
 from tests.integration.servers import ServerProcess
+from tests.integration.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -75,6 +76,35 @@ def test_the_producer_sends_keys_and_headers_and_stamps_each_send(idem: Client) 
     assert [r.offset for r in got] == offsets
     assert (got[0].key, got[0].headers) == (b"customer-1", (("h", b"1"),))
     assert got[1].timestamp_ms == 42
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["stream", "unary"])
+def test_records_sent_one_by_one_keep_each_its_send_time_in_one_batch(
+    idem: Client, streaming: bool
+) -> None:
+    """Plain values sent one by one travel as bytes with a send time each (no Record per
+    record): in one batch, mixed with keyed records, each keeps its own time."""
+    topic = f"env-send-times-{streaming}"
+    idem.create_topic(topic, 1)
+    sent: list[tuple[int, int]] = []
+    with idem.producer(topic, linger_ms=60_000, streaming=streaming) as producer:
+        futures = []
+        for i in range(6):
+            before = int(time.time() * 1000)
+            key = b"k" if i == 3 else None
+            futures.append(producer.send(b"v%d" % i, key=key))
+            sent.append((before, int(time.time() * 1000)))
+            wait_until(lambda b=before: int(time.time() * 1000) > b or None, "the clock moves")
+        producer.flush()
+        offsets = [f.result(30) for f in futures]
+    assert offsets == list(range(offsets[0], offsets[0] + 6))  # one batch, in order
+    got = _all(idem, topic, 6)
+    assert [r.value for r in got] == [b"v%d" % i for i in range(6)]
+    assert [r.key for r in got] == [None, None, None, b"k", None, None]
+    for record, (before, after) in zip(got, sent, strict=True):
+        assert before <= record.timestamp_ms <= after
+    stamps = [r.timestamp_ms for r in got]
+    assert stamps == sorted(stamps) and len(set(stamps)) == 6
 
 
 def test_log_append_time_replaces_the_producers_timestamp_with_the_leaders(
