@@ -93,8 +93,9 @@ def test_records_sent_one_by_one_keep_each_its_send_time_in_one_batch(
             before = int(time.time() * 1000)
             key = b"k" if i == 3 else None
             futures.append(producer.send(b"v%d" % i, key=key))
-            sent.append((before, int(time.time() * 1000)))
-            wait_until(lambda b=before: int(time.time() * 1000) > b or None, "the clock moves")
+            after = int(time.time() * 1000)  # >= this record's send time
+            sent.append((before, after))
+            wait_until(lambda a=after: int(time.time() * 1000) > a or None, "the clock moves")
         producer.flush()
         offsets = [f.result(30) for f in futures]
     assert offsets == list(range(offsets[0], offsets[0] + 6))  # one batch, in order
