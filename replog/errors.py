@@ -219,6 +219,32 @@ class DuplicateSequenceError(ReplogError):
     reason = "DUPLICATE_SEQUENCE"
 
 
+class MembershipChangeBusyError(ReplogError):
+    """A partition's leader cannot change its membership yet (`refusal`: its own epoch is
+    not committed, another change is not committed, or the replica to add as voter has not
+    caught up): nothing was appended; retry later."""
+
+    code = "FAILED_PRECONDITION"
+    reason = "MEMBERSHIP_CHANGE_BUSY"
+    retriable = True
+
+    @property
+    def refusal(self) -> str | None:
+        return self.metadata.get("refusal")
+
+
+class MembershipChangeRefusedError(ReplogError):
+    """A membership change that is not allowed (`refusal`: malformed sets, more than one
+    voter changed, or the leader removing itself): nothing was appended."""
+
+    code = "FAILED_PRECONDITION"
+    reason = "MEMBERSHIP_CHANGE_REFUSED"
+
+    @property
+    def refusal(self) -> str | None:
+        return self.metadata.get("refusal")
+
+
 # --- UNAVAILABLE / DEADLINE_EXCEEDED -------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ and returns `Output`s for a driver to perform.
 
 from replog.replication.config import ReplicaConfig
 from replog.replication.epochs import EpochHistory, EpochStart
+from replog.replication.membership import Membership, MembershipEntry, MembershipHistory
 from replog.replication.messages import (
     BeginEpoch,
     Diverging,
@@ -28,8 +29,10 @@ from replog.replication.outputs import (
     AppendFrames,
     AppendRecords,
     LeaderEpochMarker,
+    MembershipChange,
     Output,
     PersistEpochHistory,
+    PersistMembershipHistory,
     PersistQuorumState,
     ResetLog,
     Send,
@@ -55,9 +58,14 @@ __all__ = [
     "FetchRequest",
     "FetchResponse",
     "LeaderEpochMarker",
+    "Membership",
+    "MembershipChange",
+    "MembershipEntry",
+    "MembershipHistory",
     "Message",
     "Output",
     "PersistEpochHistory",
+    "PersistMembershipHistory",
     "PersistQuorumState",
     "QuorumState",
     "Records",

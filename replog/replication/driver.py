@@ -34,8 +34,22 @@ Durable files in the partition directory, written atomically (`storage.checkpoin
 
     quorum-state    JSON {"epoch": int, "voted_for": int|null, "leader_id": int|null}
     epoch-history   JSON [[epoch, start_offset], ...]
+    membership-history  JSON [[offset, [voter, ...], [observer, ...]], ...] (missing: no
+                    change in the log, the starting `ReplicaConfig` membership is in force;
+                    files of versions before membership changes never have one)
 
 The control record a new leader appends holds a `replog.v1.LeaderEpochMarker` protobuf.
+A membership record (`Replica.change_membership`) holds 0x00 0x02, a big-endian u16
+version (1), then a `replog.v1.MembershipChange` protobuf (`encode_membership`): the
+leading 0x00 tells it from an epoch marker, 0x02 from a producer batch header (0x01).
+
+**Membership.** `change_membership` goes through the owner like an append and returns the
+offset of the committed membership record. The replicas this driver sends to are the
+core's (`Replica.membership`): the transport must reach any replica id it is given (the
+server's peer links reach every node of the cluster). `on_membership` is called by the
+owner, after the outputs that changed it are performed, each time the current membership
+changes (a record appended or fetched, or truncated away): the hook for a server that
+hosts replicas of a partition on the nodes of its current membership.
 This module does no network I/O: the gRPC transport lives in `replog.server`.
 """
 
@@ -60,6 +74,8 @@ from replog.errors import (
     AckTimeoutError,
     CorruptDataError,
     DuplicateSequenceError,
+    MembershipChangeBusyError,
+    MembershipChangeRefusedError,
     NotLeaderError,
     OutOfOrderSequenceError,
     ProducerFencedError,
@@ -70,6 +86,7 @@ from replog.replication.batch_ends import BatchEnds
 from replog.replication.coalesce import coalesce
 from replog.replication.config import ReplicaConfig
 from replog.replication.epochs import EpochStart
+from replog.replication.membership import Membership, MembershipEntry
 from replog.replication.messages import FetchResponse, Message, Records
 from replog.replication.outputs import (
     AckCompleted,
@@ -80,8 +97,10 @@ from replog.replication.outputs import (
     AppendFrames,
     AppendPieces,
     AppendRecords,
+    MembershipChange,
     Output,
     PersistEpochHistory,
+    PersistMembershipHistory,
     PersistQuorumState,
     ResetLog,
     Send,
@@ -96,6 +115,8 @@ from replog.storage import FlushPolicy, PartitionLog, checkpoint
 T = TypeVar("T")
 QUORUM_STATE_FILE = "quorum-state"
 EPOCH_HISTORY_FILE = "epoch-history"
+MEMBERSHIP_HISTORY_FILE = "membership-history"
+MEMBERSHIP_RECORD_PREFIX = b"\x00\x02\x00\x01"  # 0x00, record type 2, version 1
 _log = logging.getLogger("replog.replication")
 # A producer whose newest batch on a partition is older than this is forgotten there (at
 # the next retention pass): its next batch is accepted at any sequence (Kafka's
@@ -173,6 +194,55 @@ def load_epoch_history(directory: Path) -> list[EpochStart]:
     if not ok:
         raise CorruptDataError(f"{directory / EPOCH_HISTORY_FILE}: invalid {raw[:200]!r}")
     return out
+
+
+def load_membership_history(directory: Path) -> list[MembershipEntry]:
+    """The persisted membership history, validated: offsets strictly increasing, ids in
+    range, each membership valid; CorruptDataError otherwise. A missing file (every file
+    written before membership changes existed) is an empty history."""
+    raw = checkpoint.read_file(directory / MEMBERSHIP_HISTORY_FILE)
+    if raw is None:
+        return []
+    try:
+        out = [
+            MembershipEntry(offset, Membership(tuple(voters), tuple(observers)))
+            for offset, voters, observers in json.loads(raw)
+        ]
+        ok = all(
+            _in_range(e.offset, OFFSET_MAX)
+            and e.membership.problem() is None
+            and all(_in_range(i, NODE_ID_MAX) for i in e.membership.replicas)
+            for e in out
+        )
+        ok = ok and all(a.offset < b.offset for a, b in itertools.pairwise(out))
+    except (ValueError, TypeError):
+        ok = False
+    if not ok:
+        raise CorruptDataError(f"{directory / MEMBERSHIP_HISTORY_FILE}: invalid {raw[:200]!r}")
+    return out
+
+
+def encode_membership_history(entries: Sequence[MembershipEntry]) -> bytes:
+    data = [[e.offset, list(e.membership.voters), list(e.membership.observers)] for e in entries]
+    return json.dumps(data).encode()
+
+
+def encode_membership(voters: Sequence[int], observers: Sequence[int]) -> bytes:
+    """The value of a membership record (see the module docstring)."""
+    from replog.v1 import replication_pb2
+
+    change = replication_pb2.MembershipChange(voters=voters, observers=observers)
+    return MEMBERSHIP_RECORD_PREFIX + bytes(change.SerializeToString())
+
+
+def decode_membership(value: bytes) -> Membership | None:
+    """The membership in a control record's value; None for other control records."""
+    if not value.startswith(MEMBERSHIP_RECORD_PREFIX):
+        return None
+    from replog.v1 import replication_pb2
+
+    change = replication_pb2.MembershipChange.FromString(value[len(MEMBERSHIP_RECORD_PREFIX) :])
+    return Membership(tuple(change.voters), tuple(change.observers))
 
 
 def _in_range(value: object, maximum: int) -> bool:
@@ -253,6 +323,25 @@ class _Repair(_Input):
     pass
 
 
+@dataclass(slots=True)
+class _ChangeMembership(_Input):
+    request_id: int
+    voters: tuple[int, ...]
+    observers: tuple[int, ...]
+
+
+_MEMBERSHIP_BUSY = (
+    AckFailure.EPOCH_NOT_COMMITTED,
+    AckFailure.MEMBERSHIP_CHANGE_IN_PROGRESS,
+    AckFailure.NOT_CAUGHT_UP,
+)
+_MEMBERSHIP_REFUSED = (
+    AckFailure.INVALID_MEMBERSHIP,
+    AckFailure.TOO_MANY_VOTER_CHANGES,
+    AckFailure.LEADER_REMOVAL,
+)
+
+
 class ReplicaDriver:
     def __init__(
         self,
@@ -265,6 +354,7 @@ class ReplicaDriver:
         fetch_bytes_max: int = 1024 * 1024,
         answer_bytes_max: int = 4 * 1024 * 1024 - 64 * 1024,
         on_high_watermark: Callable[[int], None] | None = None,
+        on_membership: Callable[[Membership], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         spawn: Spawn | None = None,
     ) -> None:
@@ -279,6 +369,7 @@ class ReplicaDriver:
         self._batch_ends = BatchEnds()  # uncommitted batches' ends: where answers may end
         self._clock = clock
         self._on_hw = on_high_watermark
+        self._on_membership = on_membership
         self._spawn = spawn or _spawn_task
         self._inbox: deque[_Input] = deque()
         # The owner waits on this future (None while it runs); `_wake` resolves it.
@@ -305,6 +396,7 @@ class ReplicaDriver:
         self.repairs = 0  # the log was discarded and fetched again (corrupt data)
         self.log_writes = 0  # appends performed on the log (each one write, maybe an fsync)
         self._seen = (self.replica.role, self.replica.epoch)
+        self._membership_seen = self.replica.membership
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -409,6 +501,35 @@ class ReplicaDriver:
             self._acks.pop(request_id, None)
             if fut.done() and not fut.cancelled():
                 fut.exception()  # answered as the caller left: not 'never retrieved'
+
+    async def change_membership(
+        self, voters: Sequence[int], observers: Sequence[int], timeout_s: float
+    ) -> int:
+        """As leader, make `voters` / `observers` the partition's membership (one voter
+        added or removed at a time: see `Replica.change_membership`); returns the offset of
+        the membership record once it is committed (-1: the starting membership already is
+        this one). Refusals raise `MembershipChangeBusyError` (retry later) or
+        `MembershipChangeRefusedError` (the request is wrong), with the core's reason;
+        NOT_LEADER raises `NotLeaderError`. Like an append, a caller that is cancelled or
+        times out (`AckTimeoutError`) leaves the change to the owner: it is appended all
+        the same and may commit; retrying the same membership then waits for that record
+        instead of appending another."""
+        self._check_running()
+        request_id = next(self._request_ids)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[tuple[int, int]] = loop.create_future()
+        deadline = loop.time() + timeout_s
+        self._acks[request_id] = _Waiting(fut, deadline, Acks.ALL, timeout_s)
+        if self._sweep_timer is None or deadline < self._sweep_at:
+            self._arm_sweep(loop, deadline)
+        try:
+            self._submit(_ChangeMembership(request_id, tuple(voters), tuple(observers)))
+            offset, _ = await fut
+            return offset
+        finally:
+            self._acks.pop(request_id, None)
+            if fut.done() and not fut.cancelled():
+                fut.exception()
 
     def _arm_sweep(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
         if self._sweep_timer is not None:
@@ -568,6 +689,10 @@ class ReplicaDriver:
                 outputs += self.replica.campaign(now)
             elif isinstance(item, _Transfer):
                 outputs += self.replica.transfer_leadership(item.target, now)
+            elif isinstance(item, _ChangeMembership):
+                outputs += self.replica.change_membership(
+                    item.request_id, item.voters, item.observers, now
+                )
             answers.append((item, None))
         await self._perform(outputs)
         for item, value in answers:
@@ -598,7 +723,7 @@ class ReplicaDriver:
 
     def _start_outputs(self, now: int) -> list[Output]:
         outputs = self.replica.start()
-        if self.config.voters == (self.config.replica_id,):  # nobody to wait for
+        if self.replica.membership.voters == (self.config.replica_id,):  # nobody to wait for
             outputs += self.replica.campaign(now)
         return outputs
 
@@ -642,6 +767,11 @@ class ReplicaDriver:
     @property
     def transferring_to(self) -> int | None:
         return self.replica.transferring_to
+
+    @property
+    def membership(self) -> Membership:
+        """The current membership (the latest of the log, committed or not)."""
+        return self.replica.membership
 
     @property
     def voted_for(self) -> int | None:
@@ -706,6 +836,14 @@ class ReplicaDriver:
             # busy loop. Should the start-up repairs fail too, the owner ends (loudly).
             await self._perform_all(self.replica.start())
         self._check_in_step()
+        self._report_membership()
+
+    def _report_membership(self) -> None:
+        membership = self.replica.membership
+        if membership != self._membership_seen:
+            self._membership_seen = membership
+            if self._on_membership is not None:
+                self._on_membership(membership)
 
     def _count_role_change(self) -> None:
         """The core changed role while computing the outputs about to be performed: compare
@@ -767,6 +905,7 @@ class ReplicaDriver:
             self._now_ms(),
             state=load_quorum_state(directory),
             history=load_epoch_history(directory),
+            memberships=load_membership_history(directory),
             log_end_offset=self.log.log_end_offset,
             high_watermark=self.log.high_watermark,
             log_start_offset=self.log.log_start_offset,
@@ -800,6 +939,9 @@ class ReplicaDriver:
             elif isinstance(out, PersistEpochHistory):
                 data_h = [[e.epoch, e.start_offset] for e in out.entries]
                 await self._durable(EPOCH_HISTORY_FILE, json.dumps(data_h).encode())
+            elif isinstance(out, PersistMembershipHistory):
+                data_m = encode_membership_history(out.entries)
+                await self._durable(MEMBERSHIP_HISTORY_FILE, data_m)
             elif isinstance(out, AppendRecords | AppendPieces):
                 batches = out.pieces if isinstance(out, AppendPieces) else (out,)
                 pieces = [
@@ -814,7 +956,10 @@ class ReplicaDriver:
                 queue += self._flush_progress()
             elif isinstance(out, AppendControl):
                 m = out.marker
-                value = encode_marker(m.epoch, m.leader_id, m.voters)
+                if isinstance(m, MembershipChange):
+                    value = encode_membership(m.voters, m.observers)
+                else:
+                    value = encode_marker(m.epoch, m.leader_id, m.voters)
                 result = await self._write(partial(self.log.append, [value], control=True))
                 assert result.base_offset == out.offset, (result, out.offset)
                 self._batch_ends.appended(out.offset + 1)
@@ -911,6 +1056,16 @@ class ReplicaDriver:
         if out.failure is AckFailure.DUPLICATE_SEQUENCE:
             return DuplicateSequenceError(
                 f"{where} already holds this batch (too old for its offsets to be known)"
+            )
+        if out.failure in _MEMBERSHIP_BUSY:
+            return MembershipChangeBusyError(
+                f"{where}: membership change refused: {out.failure.value}",
+                refusal=out.failure.value,
+            )
+        if out.failure in _MEMBERSHIP_REFUSED:
+            return MembershipChangeRefusedError(
+                f"{where}: membership change refused: {out.failure.value}",
+                refusal=out.failure.value,
             )
         if out.failure is AckFailure.NOT_LEADER:
             return NotLeaderError(

@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from replog.replication.epochs import EpochStart
+from replog.replication.membership import MembershipEntry
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,19 +30,24 @@ class FetchRequest:
 
 @dataclass(frozen=True, slots=True)
 class Records:
-    """Records `[start_offset, end_offset)`, the epochs that start inside, and the leader HW."""
+    """Records `[start_offset, end_offset)`, the epochs that start inside, and the leader HW;
+    `memberships`: the membership changes among the records (see `membership.py`)."""
 
     start_offset: int
     end_offset: int
     boundaries: tuple[EpochStart, ...]
     high_watermark: int
     frames: bytes = b""
+    memberships: tuple[MembershipEntry, ...] = ()
 
     def clipped(self, end_offset: int, frames: bytes) -> Records:
         """The same answer carrying only `[start_offset, end_offset)` as `frames`."""
         assert self.start_offset <= end_offset <= self.end_offset, (self, end_offset)
         kept = tuple(b for b in self.boundaries if b.start_offset < end_offset)
-        return dataclasses.replace(self, end_offset=end_offset, boundaries=kept, frames=frames)
+        members = tuple(m for m in self.memberships if m.offset < end_offset)
+        return dataclasses.replace(
+            self, end_offset=end_offset, boundaries=kept, frames=frames, memberships=members
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +70,12 @@ class Fenced:
 class StartAt:
     """The request's fetch offset is below the leader's log start (retention deleted it):
     start an empty log at `offset`, whose earlier epochs are `history` (every offset below
-    `offset` is committed)."""
+    `offset` is committed); `memberships`: the membership change in force at `offset`
+    (empty: the starting membership)."""
 
     offset: int
     history: tuple[EpochStart, ...]
+    memberships: tuple[MembershipEntry, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,16 +9,22 @@ not be flushed before the next output: the driver reports flushes with `Replica.
 |-----------------------|------------------------------------------------------------------|
 | PersistQuorumState    | writes `quorum-state` atomically                                 |
 | PersistEpochHistory   | writes `epoch-history` atomically (the whole list)               |
+| PersistMembershipHistory | writes `membership-history` atomically (the whole list)       |
 | AppendRecords         | `PartitionLog.append(values)` (offsets must come out as given);  |
 |                       | with a `header`, that control record first, then the values      |
 | AppendPieces          | several AppendRecords merged by `coalesce`: one write            |
-| AppendControl         | encodes `marker` (LeaderEpochMarker) and appends it, control=True |
+| AppendControl         | encodes `marker` (LeaderEpochMarker or MembershipChange) and     |
+|                       | appends it, control=True                                         |
 | AppendFrames          | `PartitionLog.append_frames(records.frames)`                     |
 | TruncateTo            | `PartitionLog.truncate_to(offset)`                               |
 | ResetLog              | `PartitionLog.reset_to(offset)` (empty log from `offset` on)     |
 | SetHighWatermark      | `PartitionLog.set_high_watermark(offset)`; wakes consumers       |
 | Send                  | sends `message` to replica `to` (best effort)                    |
-| AckCompleted / Failed | completes the client's Append call `request_id`                  |
+| AckCompleted / Failed | completes the client's Append (or membership change) `request_id` |
+
+The membership history goes to disk before the record it describes, like the epoch history
+(so a replica never holds a membership record its history does not know), and after a
+truncation (a history entry past the log end is dropped on restart).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import enum
 from dataclasses import dataclass
 
 from replog.replication.epochs import EpochStart
+from replog.replication.membership import MembershipEntry
 from replog.replication.messages import Message, Records
 from replog.replication.producers import BatchHeader
 from replog.replication.state import QuorumState
@@ -49,6 +56,19 @@ class AckFailure(enum.Enum):
     PRODUCER_FENCED = "PRODUCER_FENCED"
     OUT_OF_ORDER_SEQUENCE = "OUT_OF_ORDER_SEQUENCE"
     DUPLICATE_SEQUENCE = "DUPLICATE_SEQUENCE"
+    # Membership changes (`Replica.change_membership`; nothing was appended):
+    # the leader's own epoch is not committed yet (Ongaro's single-server-change fix): retry
+    EPOCH_NOT_COMMITTED = "EPOCH_NOT_COMMITTED"
+    # a membership record above the HW: one change at a time; retry once it commits
+    MEMBERSHIP_CHANGE_IN_PROGRESS = "MEMBERSHIP_CHANGE_IN_PROGRESS"
+    # a replica added as voter is not an observer that has fetched up to the leader's HW
+    NOT_CAUGHT_UP = "NOT_CAUGHT_UP"
+    # malformed sets (no voter, a duplicate, a replica in both sets)
+    INVALID_MEMBERSHIP = "INVALID_MEMBERSHIP"
+    # the voters would change by more than one replica (add or remove one at a time)
+    TOO_MANY_VOTER_CHANGES = "TOO_MANY_VOTER_CHANGES"
+    # the leader would stop being a voter: transfer leadership first
+    LEADER_REMOVAL = "LEADER_REMOVAL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +81,15 @@ class LeaderEpochMarker:
 
 
 @dataclass(frozen=True, slots=True)
+class MembershipChange:
+    """Value of the control record a leader appends to change the membership (see
+    `membership.py`)."""
+
+    voters: tuple[int, ...]
+    observers: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class PersistQuorumState:
     state: QuorumState
 
@@ -68,6 +97,11 @@ class PersistQuorumState:
 @dataclass(frozen=True, slots=True)
 class PersistEpochHistory:
     entries: tuple[EpochStart, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PersistMembershipHistory:
+    entries: tuple[MembershipEntry, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +133,7 @@ class AppendPieces:
 @dataclass(frozen=True, slots=True)
 class AppendControl:
     offset: int
-    marker: LeaderEpochMarker
+    marker: LeaderEpochMarker | MembershipChange
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +183,7 @@ class AckFailed:
 Output = (
     PersistQuorumState
     | PersistEpochHistory
+    | PersistMembershipHistory
     | AppendRecords
     | AppendPieces
     | AppendControl

@@ -13,6 +13,16 @@ input method and performs the returned outputs in order (see `outputs.py`):
 * `log_start_advanced(offset, now_ms)`: retention deleted every offset below `offset`.
 * `campaign(now_ms)`: start an election now (tests, single node).
 * `transfer_leadership(target, now_ms)`: a leader hands its partition to voter `target`.
+* `change_membership(request_id, voters, observers, now_ms)`: a leader changes the
+  partition's membership, one voter at a time (see `change_membership`).
+
+**Membership** (`membership.py`, Raft thesis 4.1-4.2, single-server changes): the leader
+appends a membership record (a control record); every replica uses the latest membership of
+its log, committed or not, for everything: who votes and campaigns, whose votes and
+pre-votes count, HW and check-quorum (the leader's voters), whom the leader sends to. A
+truncation that removes the record reverts to the membership before it. A replica in
+neither set is passive: it never votes, never campaigns, and the leader ignores its fetches
+(it may go on asking, and is told nothing).
 
 **Leadership transfer** (Raft thesis 3.10): the leader stops taking appends (they fail
 NOT_LEADER naming the target), waits until the target holds its whole log and the HW is at
@@ -29,8 +39,9 @@ and the asker's log is at least as up to date. So a node that was cut off (or lo
 state) does not depose a healthy leader when it comes back; a leader asked by one of its
 voters answers with `BeginEpoch` too, so that a voter that lost track of it finds it again.
 
-An **observer** (`config.observers`) is a follower that never votes and never campaigns: it
-fetches, appends, truncates and sets its HW like a follower, and its role stays FOLLOWER.
+An **observer** (in the current membership's `observers`) is a follower that never votes
+and never campaigns: it fetches, appends, truncates and sets its HW like a follower, and its
+role stays FOLLOWER.
 When no leader answers it within its election timeout it forgets the leader (leader
 unknown) and waits: a leader keeps sending `BeginEpoch` to every observer that has not
 fetched in its epoch or has gone quiet for `election_timeout_ms_min`, and a `Fenced` answer
@@ -51,6 +62,7 @@ from dataclasses import dataclass
 
 from replog.replication.config import ReplicaConfig
 from replog.replication.epochs import EpochHistory, EpochStart
+from replog.replication.membership import Membership, MembershipEntry, MembershipHistory
 from replog.replication.messages import (
     BeginEpoch,
     Diverging,
@@ -73,8 +85,10 @@ from replog.replication.outputs import (
     AppendFrames,
     AppendRecords,
     LeaderEpochMarker,
+    MembershipChange,
     Output,
     PersistEpochHistory,
+    PersistMembershipHistory,
     PersistQuorumState,
     ResetLog,
     Send,
@@ -127,6 +141,7 @@ class Replica:
         high_watermark: int = 0,
         log_start_offset: int = 0,
         producers: ProducerTable | None = None,
+        memberships: Iterable[MembershipEntry] = (),
     ) -> None:
         self.config = config
         # Idempotent producers' last batches, a function of the log (`producers`): updated
@@ -136,6 +151,7 @@ class Replica:
         self._out: list[Output] = []
         self._state = state or QuorumState()
         self._history = EpochHistory(history)
+        self._members = MembershipHistory(Membership(config.voters, config.observers), memberships)
         self._leo = log_end_offset
         self._flushed = log_end_offset  # what recovery found is on disk
         assert 0 <= log_start_offset <= log_end_offset, (log_start_offset, log_end_offset)
@@ -163,6 +179,8 @@ class Replica:
         # epoch history still describes; a restarted leader is no longer the leader.
         if self._history.truncate_to(log_end_offset):
             self._out.append(PersistEpochHistory(self._history.entries))
+        if self._members.truncate_to(log_end_offset):
+            self._out.append(PersistMembershipHistory(self._members.entries))
         if self._state.leader_id == config.replica_id:
             self._set_state(QuorumState(self._state.epoch, self._state.voted_for, None))
         self._reset_election_timer(now_ms)
@@ -303,8 +321,18 @@ class Replica:
 
     @property
     def is_voter(self) -> bool:
-        """Whether this replica votes (else it is an observer, never a candidate or leader)."""
-        return self.config.is_voter
+        """Whether this replica votes in its current membership (else it is an observer, or
+        in neither set: never a candidate or leader)."""
+        return self.replica_id in self.membership.voters
+
+    @property
+    def membership(self) -> Membership:
+        """The latest membership of this replica's log, committed or not."""
+        return self._members.current
+
+    @property
+    def membership_history(self) -> tuple[MembershipEntry, ...]:
+        return self._members.entries
 
     def followers(self) -> dict[int, tuple[int, int | None]]:
         """Leader only (else empty): replica (voters, then observers) -> (match offset, time
@@ -326,7 +354,7 @@ class Replica:
             self._tick_leader(now_ms)
         else:
             if now_ms >= self._election_deadline_ms:
-                if self.config.is_voter:
+                if self.is_voter:
                     self._start_prevote(now_ms)
                 else:
                     self._lose_leader(now_ms)
@@ -342,15 +370,16 @@ class Replica:
     def campaign(self, now_ms: int) -> list[Output]:
         """Start an election now (no-op on a leader, an observer, and a replica whose
         discarded log has not caught up: see `QuorumState.vote_floor`)."""
-        if self._role is not Role.LEADER and self.config.is_voter and not self.below_vote_floor:
+        if self._role is not Role.LEADER and self.is_voter and not self.below_vote_floor:
             self._start_election(now_ms)
         return self._take()
 
     def transfer_leadership(self, target: int, now_ms: int) -> list[Output]:
-        """Hand leadership to voter `target` (no-op unless leader; the caller checks that
-        `target` is another voter). See the module docstring."""
-        assert target in self.config.voters and target != self.replica_id, target
-        if self._role is Role.LEADER:
+        """Hand leadership to voter `target` (no-op unless leader, or unless `target` is
+        another voter of the current membership). See the module docstring."""
+        assert target != self.replica_id, target
+        # (a target that is no voter of the current membership, e.g. just removed: no-op)
+        if self._role is Role.LEADER and target in self.membership.voters:
             self._transfer = (target, now_ms + self.config.election_timeout_ms_max)
             self._timeout_now_sent = False
             self._maybe_timeout_now()
@@ -419,6 +448,98 @@ class Replica:
         self._await_ack(_PendingAck(request_id, base, self._leo - 1), acks, now_ms)
         return self._take()
 
+    def change_membership(
+        self, request_id: int, voters: Sequence[int], observers: Sequence[int], now_ms: int
+    ) -> list[Output]:
+        """Leader: make `voters` / `observers` the membership by appending a membership
+        record (`MembershipChange`). Completes with `AckCompleted(request_id, o, o)` once the
+        record at `o` is committed; a membership the log already holds is answered with its
+        record's offset once that is committed (-1: the starting membership), so a retry
+        after OUTCOME_UNKNOWN appends nothing twice. Refusals (`AckFailed`, nothing
+        appended), in this order:
+
+        * NOT_LEADER: not the leader, or handing leadership over (names the target);
+        * EPOCH_NOT_COMMITTED: the leader's own epoch marker is not committed yet. This is
+          the fix of the single-server-change bug (Ongaro, raft-dev, 2015): a new leader
+          must commit an entry of its own epoch before it appends a membership change, or
+          an uncommitted change of an earlier leader and its own could form two majorities
+          that do not overlap;
+        * INVALID_MEMBERSHIP: no voter, a duplicate, a replica in both sets;
+        * MEMBERSHIP_CHANGE_IN_PROGRESS: the latest membership record is not committed
+          (one change at a time);
+        * TOO_MANY_VOTER_CHANGES: the voters differ from the current ones by more than one
+          replica added or removed (observers may change freely);
+        * LEADER_REMOVAL: the leader would no longer be a voter (transfer leadership first);
+        * NOT_CAUGHT_UP: a replica added as voter must be an observer of the current
+          membership whose latest fetch in this epoch asked for an offset at or past the
+          leader's HW (it holds every committed record), so that the new majority does
+          not stall behind it.
+        """
+        wanted = Membership(tuple(voters), tuple(observers))
+        refusal = self._membership_refusal(wanted)
+        if refusal is not None:
+            leader = self._transfer[0] if self._transfer is not None else self.leader_id
+            self._out.append(AckFailed(request_id, refusal, leader))
+            return self._take()
+        latest = self._members.latest_offset
+        if wanted.same_as(self.membership):  # nothing to change: wait for what holds it
+            self._await_ack(_PendingAck(request_id, latest, latest), Acks.ALL, now_ms)
+            return self._take()
+        offset = self._leo
+        self._members.append(MembershipEntry(offset, wanted))
+        self._out.append(PersistMembershipHistory(self._members.entries))
+        self._out.append(AppendControl(offset, MembershipChange(wanted.voters, wanted.observers)))
+        self._leo += 1
+        self._sync_progress(now_ms)
+        self._await_ack(_PendingAck(request_id, offset, offset), Acks.ALL, now_ms)
+        return self._take()
+
+    def _membership_refusal(self, wanted: Membership) -> AckFailure | None:
+        if self._role is not Role.LEADER or self._transfer is not None:
+            return AckFailure.NOT_LEADER
+        if not self.serving:  # (see the docstring: Ongaro's fix)
+            return AckFailure.EPOCH_NOT_COMMITTED
+        if wanted.problem() is not None:
+            return AckFailure.INVALID_MEMBERSHIP
+        current = self.membership
+        if wanted.same_as(current):
+            return None
+        if self._members.latest_offset >= self._hw:
+            return AckFailure.MEMBERSHIP_CHANGE_IN_PROGRESS
+        added = set(wanted.voters) - set(current.voters)
+        removed = set(current.voters) - set(wanted.voters)
+        if len(added) + len(removed) > 1:
+            return AckFailure.TOO_MANY_VOTER_CHANGES
+        if self.replica_id in removed:
+            return AckFailure.LEADER_REMOVAL
+        for replica in added:
+            progress = self._progress.get(replica)
+            if (
+                replica not in current.observers
+                or progress is None
+                or progress.last_fetch_ms is None
+                or progress.match < self._hw
+            ):
+                return AckFailure.NOT_CAUGHT_UP
+        return None
+
+    def _sync_progress(self, now_ms: int) -> None:
+        """Leader: track the replicas of the current membership (a new one is told who
+        leads at once; a removed one is sent nothing more) and recount the HW."""
+        me = self.replica_id
+        members = self.membership
+        wanted = {v: True for v in members.voters if v != me}
+        wanted.update(dict.fromkeys(members.observers, False))
+        for replica in [r for r in self._progress if r not in wanted]:
+            del self._progress[replica]
+        for replica, voter in wanted.items():
+            progress = self._progress.get(replica)
+            if progress is None:
+                self._progress[replica] = _Progress(voter=voter, begin_sent_ms=now_ms)
+                self._out.append(Send(replica, BeginEpoch(self.epoch, me)))
+            else:
+                progress.voter = voter
+
     def _await_ack(self, ack: _PendingAck, acks: Acks, now_ms: int) -> None:
         """Answer `ack` now or once its records are flushed (acks=leader under flush=always)
         or committed (acks=all)."""
@@ -482,7 +603,7 @@ class Replica:
             message.epoch == self.epoch
             and message.leader_id == self.leader_id
             and self._role is Role.FOLLOWER
-            and self.config.is_voter
+            and self.is_voter
             and not self.below_vote_floor
         ):
             self._start_election(now_ms)
@@ -523,7 +644,7 @@ class Replica:
     def _lose_leader(self, now_ms: int) -> None:
         """Observer: nothing valid came from the leader within the election timeout. Forget
         it and wait for a BeginEpoch (or a Fenced answer) instead of campaigning."""
-        assert not self.config.is_voter and self._role is Role.FOLLOWER
+        assert not self.is_voter and self._role is Role.FOLLOWER
         if self.leader_id is not None:
             self._become_follower(self.epoch, None, now_ms)
         else:
@@ -542,29 +663,29 @@ class Replica:
         self._prevotes = {me}
         # Below its vote floor it never starts the election, but it still asks: a pre-vote
         # in a newer epoch moves the others there, so that it learns who leads.
-        if len(self._prevotes) >= self.config.majority and not self.below_vote_floor:
+        if len(self._prevotes) >= self.membership.majority and not self.below_vote_floor:
             self._start_election(now_ms)
             return
         last_epoch = self._history.last_epoch(self._leo)
         request = VoteRequest(self.epoch + 1, me, last_epoch, self._leo, pre_vote=True)
-        for voter in self.config.voters:
+        for voter in self.membership.voters:
             if voter != me:
                 self._out.append(Send(voter, request))
 
     def _start_election(self, now_ms: int) -> None:
         me = self.replica_id
-        assert self.config.is_voter, "an observer never campaigns"
+        assert self.is_voter, "an observer never campaigns"
         self._prevotes = None
         self._role = Role.CANDIDATE
         self._set_state(QuorumState(self._state.epoch + 1, me, None))
         self._votes = {me}
         self._fetch_sent_ms = None
         self._reset_election_timer(now_ms)
-        if len(self._votes) >= self.config.majority:
+        if len(self._votes) >= self.membership.majority:
             self._become_leader(now_ms)
             return
         request = VoteRequest(self.epoch, me, self._history.last_epoch(self._leo), self._leo)
-        for voter in self.config.voters:
+        for voter in self.membership.voters:
             if voter != me:
                 self._out.append(Send(voter, request))
 
@@ -579,12 +700,12 @@ class Replica:
         self._history.append(epoch, self._leo)
         self._out.append(PersistEpochHistory(self._history.entries))
         self._control_offset = self._leo
-        marker = LeaderEpochMarker(epoch, me, self.config.voters)
+        marker = LeaderEpochMarker(epoch, me, self.membership.voters)
         self._out.append(AppendControl(self._control_offset, marker))
         self._leo += 1
         self._leader_since_ms = now_ms
-        self._progress = {v: _Progress() for v in self.config.voters if v != me}
-        self._progress.update((o, _Progress(voter=False)) for o in self.config.observers)
+        self._progress = {v: _Progress() for v in self.membership.voters if v != me}
+        self._progress.update((o, _Progress(voter=False)) for o in self.membership.observers)
         for replica, progress in self._progress.items():
             progress.begin_sent_ms = now_ms
             self._out.append(Send(replica, BeginEpoch(epoch, me)))
@@ -614,7 +735,10 @@ class Replica:
                     self._out.append(Send(replica, BeginEpoch(self.epoch, self.replica_id)))
             elif progress.voter and now_ms - last < cfg.election_timeout_ms_max:
                 alive += 1
-        if now_ms - self._leader_since_ms >= cfg.election_timeout_ms_max and alive < cfg.majority:
+        if (
+            now_ms - self._leader_since_ms >= cfg.election_timeout_ms_max
+            and alive < self.membership.majority
+        ):
             # check quorum: a leader that cannot reach a majority stops taking writes
             self._become_follower(self.epoch, None, now_ms)
 
@@ -623,7 +747,7 @@ class Replica:
 
     def _update_high_watermark(self, now_ms: int) -> None:
         matches = [self._own_match(), *(p.match for p in self._progress.values() if p.voter)]
-        hw = next_high_watermark(self._hw, matches, self.config.majority, self._control_offset)
+        hw = next_high_watermark(self._hw, matches, self.membership.majority, self._control_offset)
         assert hw >= self._hw, (hw, self._hw)
         if hw == self._hw:
             return
@@ -648,7 +772,13 @@ class Replica:
         progress.parked = None
         progress.hw_sent = self._hw
         start, end = request.fetch_offset, self._leo
-        records = Records(start, end, self._history.boundaries(start, end), self._hw)
+        records = Records(
+            start,
+            end,
+            self._history.boundaries(start, end),
+            self._hw,
+            memberships=self._members.between(start, end),
+        )
         response = FetchResponse(
             self.epoch, self.replica_id, start, request.last_fetched_epoch, records
         )
@@ -713,7 +843,9 @@ class Replica:
         progress.parked = None
         before = EpochHistory(self._history.entries)
         before.truncate_to(self._log_start)
-        start_at = StartAt(self._log_start, before.entries)
+        start_at = StartAt(
+            self._log_start, before.entries, self._members.in_force_at(self._log_start)
+        )
         response = FetchResponse(
             self.epoch, self.replica_id, request.fetch_offset, request.last_fetched_epoch, start_at
         )
@@ -782,6 +914,8 @@ class Replica:
         self._flushed = min(self._flushed, offset)
         if self._history.truncate_to(offset):
             self._out.append(PersistEpochHistory(self._history.entries))
+        if self._members.truncate_to(offset):  # back to the membership before
+            self._out.append(PersistMembershipHistory(self._members.entries))
 
     def _start_at(self, start_at: StartAt) -> None:
         """Discard the log and start empty at the leader's log start (see `_send_start_at`).
@@ -791,6 +925,12 @@ class Replica:
         assert offset > self._leo, ("a log start moves a follower forward", start_at, self._leo)
         self._history = EpochHistory(start_at.history)
         self._out.append(PersistEpochHistory(self._history.entries))
+        # the leader's membership in force at `offset` (this replica's own history may
+        # hold entries of a divergent tail it no longer has)
+        members = MembershipHistory(self._members.starting, start_at.memberships)
+        if members.entries != self._members.entries:
+            self._members = members
+            self._out.append(PersistMembershipHistory(members.entries))
         self._out.append(ResetLog(offset))
         self.producers.clear()
         self._leo = self._flushed = self._log_start = offset
@@ -812,6 +952,11 @@ class Replica:
                 changed = True
             if changed:  # the history before the records it describes
                 self._out.append(PersistEpochHistory(self._history.entries))
+            if records.memberships:  # so is the membership history
+                for entry in records.memberships:
+                    assert start <= entry.offset < end, (entry, records)
+                    self._members.append(entry)
+                self._out.append(PersistMembershipHistory(self._members.entries))
             self.producers.apply_frames(records.frames, end)
             self._out.append(AppendFrames(records))
             self._leo = end
@@ -840,10 +985,7 @@ class Replica:
         mine = self._log_for_votes()
         theirs = (request.last_epoch, request.log_end_offset)
         granted = (
-            self.config.is_voter
-            and request.epoch > self.epoch
-            and not leader_alive
-            and theirs >= mine
+            self.is_voter and request.epoch > self.epoch and not leader_alive and theirs >= mine
         )
         epoch = request.epoch if granted else self.epoch
         self._out.append(Send(request.candidate_id, VoteResponse(epoch, me, granted, True)))
@@ -860,7 +1002,7 @@ class Replica:
         if request.epoch > self.epoch:
             self._become_follower(request.epoch, None, now_ms)
         granted = False  # an observer answers, but never grants
-        if request.epoch == self.epoch and self._role is Role.FOLLOWER and self.config.is_voter:
+        if request.epoch == self.epoch and self._role is Role.FOLLOWER and self.is_voter:
             mine = self._log_for_votes()
             theirs = (request.last_epoch, request.log_end_offset)
             if (
@@ -882,9 +1024,10 @@ class Replica:
                 return
             if self._prevotes is None or response.epoch != self.epoch + 1:
                 return  # a round that ended, or an answer about another epoch
-            assert self._role is not Role.LEADER and self.config.is_voter
-            self._prevotes.add(response.voter_id)
-            if len(self._prevotes) >= self.config.majority and not self.below_vote_floor:
+            assert self._role is not Role.LEADER and self.is_voter
+            if response.voter_id in self.membership.voters:
+                self._prevotes.add(response.voter_id)
+            if len(self._prevotes) >= self.membership.majority and not self.below_vote_floor:
                 self._start_election(now_ms)
             return
         if response.epoch > self.epoch:
@@ -892,9 +1035,10 @@ class Replica:
             return
         if self._role is not Role.CANDIDATE or response.epoch != self.epoch:
             return
-        if response.granted:
+        if response.granted and response.voter_id in self.membership.voters:
+            # (a vote only counts from a voter of this candidate's membership)
             self._votes.add(response.voter_id)
-            if len(self._votes) >= self.config.majority:
+            if len(self._votes) >= self.membership.majority:
                 self._become_leader(now_ms)
 
     def _on_begin_epoch(self, message: BeginEpoch, now_ms: int) -> None:

@@ -18,6 +18,9 @@ node sends:
                        increasing in epoch (<= epoch) and inside [start, end); frames are
                        whole, with consecutive offsets start .. end - 1
     diverging          epoch <= last_fetched_epoch
+    memberships        offsets strictly increasing (inside [start, end) in records,
+                       below the offset in start_at), node ids in range, each a valid
+                       membership (a voter, no duplicate, no replica in both sets)
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import google_crc32c
 
 from replog import frames
 from replog.replication.epochs import EpochStart
+from replog.replication.membership import Membership, MembershipEntry
 from replog.replication.messages import (
     BeginEpoch,
     Diverging,
@@ -77,6 +81,7 @@ def to_envelope(
                 pb.EpochBoundary(epoch=b.epoch, start_offset=b.start_offset)
                 for b in result.boundaries
             )
+            rec.memberships.extend(map(_membership_entry, result.memberships))
         elif isinstance(result, Diverging):
             resp.diverging.epoch = result.epoch
             resp.diverging.end_offset = result.end_offset
@@ -85,6 +90,7 @@ def to_envelope(
             resp.start_at.history.extend(
                 pb.EpochBoundary(epoch=b.epoch, start_offset=b.start_offset) for b in result.history
             )
+            resp.start_at.memberships.extend(map(_membership_entry, result.memberships))
         else:
             resp.fenced.epoch = result.epoch
             if result.leader_id is not None:
@@ -113,6 +119,11 @@ def to_envelope(
     else:
         env.begin_epoch.CopyFrom(pb.BeginEpoch(epoch=message.epoch, leader_id=message.leader_id))
     return env
+
+
+def _membership_entry(entry: MembershipEntry) -> pb.MembershipEntry:
+    m = entry.membership
+    return pb.MembershipEntry(offset=entry.offset, voters=m.voters, observers=m.observers)
 
 
 class ImpossibleMessage(ValueError):
@@ -147,6 +158,21 @@ def _history(entries: Iterable[pb.EpochBoundary], epoch_max: int) -> tuple[Epoch
         if out:
             _check(e > out[-1].epoch and start >= out[-1].start_offset, "boundaries out of order")
         out.append(EpochStart(e, start))
+    return tuple(out)
+
+
+def _memberships(
+    entries: Iterable[pb.MembershipEntry], start: int, end: int
+) -> tuple[MembershipEntry, ...]:
+    out: list[MembershipEntry] = []
+    for e in entries:
+        offset = _offset(e.offset, "membership offset")
+        _check(start <= offset < end, "a membership outside its range")
+        _check(not out or offset > out[-1].offset, "memberships out of order")
+        _check(all(i <= NODE_ID_MAX for i in (*e.voters, *e.observers)), "member id out of range")
+        membership = Membership(tuple(e.voters), tuple(e.observers))
+        _check(membership.problem() is None, f"invalid membership {membership}")
+        out.append(MembershipEntry(offset, membership))
     return tuple(out)
 
 
@@ -193,7 +219,12 @@ def from_envelope(env: pb.Envelope) -> Message:
                 raise ImpossibleMessage(f"frames: {exc}") from None
             _check(len(ends) == end - start, "frames do not hold start_offset .. end_offset")
             result = Records(
-                start, end, boundaries, _offset(rec.high_watermark, "high_watermark"), rec.frames
+                start,
+                end,
+                boundaries,
+                _offset(rec.high_watermark, "high_watermark"),
+                rec.frames,
+                _memberships(rec.memberships, start, end),
             )
         elif which == "diverging":
             d_epoch = _epoch(f.diverging.epoch, "diverging epoch")
@@ -201,7 +232,11 @@ def from_envelope(env: pb.Envelope) -> Message:
             result = Diverging(d_epoch, _offset(f.diverging.end_offset, "diverging end_offset"))
         elif which == "start_at":
             offset = _offset(f.start_at.offset, "start_at offset")
-            result = StartAt(offset, _history(f.start_at.history, epoch))
+            result = StartAt(
+                offset,
+                _history(f.start_at.history, epoch),
+                _memberships(f.start_at.memberships, 0, offset),
+            )
         elif which == "fenced":
             leader = f.fenced.leader_id if f.fenced.HasField("leader_id") else None
             _check(leader is None or leader <= NODE_ID_MAX, "fenced leader_id out of range")

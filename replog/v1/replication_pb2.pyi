@@ -48,6 +48,16 @@ class ReplicaFetchRequest(_message.Message):
     last_fetched_epoch: int
     def __init__(self, epoch: _Optional[int] = ..., replica_id: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ...) -> None: ...
 
+class MembershipEntry(_message.Message):
+    __slots__ = ("offset", "voters", "observers")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    VOTERS_FIELD_NUMBER: _ClassVar[int]
+    OBSERVERS_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    voters: _containers.RepeatedScalarFieldContainer[int]
+    observers: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, offset: _Optional[int] = ..., voters: _Optional[_Iterable[int]] = ..., observers: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class EpochBoundary(_message.Message):
     __slots__ = ("epoch", "start_offset")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -59,20 +69,22 @@ class EpochBoundary(_message.Message):
 class ReplicaFetchResponse(_message.Message):
     __slots__ = ("epoch", "leader_id", "fetch_offset", "last_fetched_epoch", "records", "diverging", "fenced", "start_at")
     class Records(_message.Message):
-        __slots__ = ("start_offset", "end_offset", "boundaries", "high_watermark", "frames", "frames_crc32c")
+        __slots__ = ("start_offset", "end_offset", "boundaries", "high_watermark", "frames", "frames_crc32c", "memberships")
         START_OFFSET_FIELD_NUMBER: _ClassVar[int]
         END_OFFSET_FIELD_NUMBER: _ClassVar[int]
         BOUNDARIES_FIELD_NUMBER: _ClassVar[int]
         HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
         FRAMES_FIELD_NUMBER: _ClassVar[int]
         FRAMES_CRC32C_FIELD_NUMBER: _ClassVar[int]
+        MEMBERSHIPS_FIELD_NUMBER: _ClassVar[int]
         start_offset: int
         end_offset: int
         boundaries: _containers.RepeatedCompositeFieldContainer[EpochBoundary]
         high_watermark: int
         frames: bytes
         frames_crc32c: int
-        def __init__(self, start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., boundaries: _Optional[_Iterable[_Union[EpochBoundary, _Mapping]]] = ..., high_watermark: _Optional[int] = ..., frames: _Optional[bytes] = ..., frames_crc32c: _Optional[int] = ...) -> None: ...
+        memberships: _containers.RepeatedCompositeFieldContainer[MembershipEntry]
+        def __init__(self, start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., boundaries: _Optional[_Iterable[_Union[EpochBoundary, _Mapping]]] = ..., high_watermark: _Optional[int] = ..., frames: _Optional[bytes] = ..., frames_crc32c: _Optional[int] = ..., memberships: _Optional[_Iterable[_Union[MembershipEntry, _Mapping]]] = ...) -> None: ...
     class Diverging(_message.Message):
         __slots__ = ("epoch", "end_offset")
         EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -81,12 +93,14 @@ class ReplicaFetchResponse(_message.Message):
         end_offset: int
         def __init__(self, epoch: _Optional[int] = ..., end_offset: _Optional[int] = ...) -> None: ...
     class StartAt(_message.Message):
-        __slots__ = ("offset", "history")
+        __slots__ = ("offset", "history", "memberships")
         OFFSET_FIELD_NUMBER: _ClassVar[int]
         HISTORY_FIELD_NUMBER: _ClassVar[int]
+        MEMBERSHIPS_FIELD_NUMBER: _ClassVar[int]
         offset: int
         history: _containers.RepeatedCompositeFieldContainer[EpochBoundary]
-        def __init__(self, offset: _Optional[int] = ..., history: _Optional[_Iterable[_Union[EpochBoundary, _Mapping]]] = ...) -> None: ...
+        memberships: _containers.RepeatedCompositeFieldContainer[MembershipEntry]
+        def __init__(self, offset: _Optional[int] = ..., history: _Optional[_Iterable[_Union[EpochBoundary, _Mapping]]] = ..., memberships: _Optional[_Iterable[_Union[MembershipEntry, _Mapping]]] = ...) -> None: ...
     class Fenced(_message.Message):
         __slots__ = ("epoch", "leader_id")
         EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -163,3 +177,11 @@ class LeaderEpochMarker(_message.Message):
     leader_id: int
     voters: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, epoch: _Optional[int] = ..., leader_id: _Optional[int] = ..., voters: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class MembershipChange(_message.Message):
+    __slots__ = ("voters", "observers")
+    VOTERS_FIELD_NUMBER: _ClassVar[int]
+    OBSERVERS_FIELD_NUMBER: _ClassVar[int]
+    voters: _containers.RepeatedScalarFieldContainer[int]
+    observers: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, voters: _Optional[_Iterable[int]] = ..., observers: _Optional[_Iterable[int]] = ...) -> None: ...
