@@ -15,14 +15,14 @@ Token file, one entry a line (`#` comments), reloaded when it changes (mtime, si
 
 (the hex SHA-256 of the token's UTF-8 bytes: `replog token hash`); tokens are never stored.
 
-What it may do (`Authorizer`, a server interceptor, `--authorization acl`): every Log,
-Admin, Acls and Groups call names an operation on a resource (`REQUIRED` below); a principal
-in `--super-users` may do everything, anyone else needs an ACL of the replicated metadata
-(`MetadataImage.allowed`), else PERMISSION_DENIED (reason PERMISSION_DENIED) naming the
-operation and resource. GetMetadata needs only an authenticated caller (clients route
-with it). Health and reflection are open. Calls forwarded between nodes arrive on the
-peer listener, where mutual TLS authenticates the node (security.py); the node that took
-the client's call authorized it.
+What it may do (`Authorizer`, a handler wrapper of `handler_chain.py`, with
+`--authorization acl`): every Log, Admin, Acls and Groups call names an operation on a
+resource (`REQUIRED` below); a principal in `--super-users` may do everything, anyone else
+needs an ACL of the replicated metadata (`MetadataImage.allowed`), else PERMISSION_DENIED
+(reason PERMISSION_DENIED) naming the operation and resource. GetMetadata needs only an
+authenticated caller (clients route with it). Health and reflection are open. Calls
+forwarded between nodes arrive on the peer listener, where mutual TLS authenticates the
+node (security.py); the node that took the client's call authorized it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import inspect
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,11 +47,8 @@ from replog.server.status import Refused, abort
 
 if TYPE_CHECKING:
     Handler = grpc.RpcMethodHandler[Any, Any]
-    Interceptor = grpc.aio.ServerInterceptor[Any, Any]
 else:  # the stubs' generics do not exist at run time
     Handler = grpc.RpcMethodHandler
-    Interceptor = grpc.aio.ServerInterceptor
-Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[Handler]]
 
 AUTHORIZATION_KEY = "authorization"
 BEARER = "bearer "
@@ -182,7 +179,7 @@ GUARDED_SERVICES = (
 NAME_CHARS_MAX = 100
 
 
-class Authorizer(Interceptor):
+class Authorizer:
     """Checks every Log, Admin and Acls call against the ACLs before its handler runs."""
 
     def __init__(
@@ -196,13 +193,9 @@ class Authorizer(Interceptor):
         self.super_users = super_users
         self.denied = 0
 
-    async def intercept_service(
-        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
-    ) -> Handler:
-        handler: Handler | None = await continuation(handler_call_details)
-        method: str = handler_call_details.method
-        if handler is None or not method.startswith(GUARDED_SERVICES):
-            return handler  # type: ignore[return-value]
+    def wrap(self, method: str, handler: Handler) -> Handler:
+        if not method.startswith(GUARDED_SERVICES):
+            return handler
         required = REQUIRED.get(method, ("alter", "cluster", None))  # unknown: the strictest
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
@@ -306,13 +299,13 @@ class Authorizer(Interceptor):
             await abort(context, err)
 
 
-def interceptors(
+def authorizers(
     authorization: str,
     token_file: Path | None,
     super_users: str,
     image: Callable[[], MetadataImage],
-) -> list[Interceptor]:
-    """The client listener's authorization interceptor (none with authorization off)."""
+) -> list[Authorizer]:
+    """The client listener's authorization wrapper (none with authorization off)."""
     if authorization != "acl":
         return []
     tokens = TokenFile(token_file) if token_file is not None else None

@@ -1,4 +1,4 @@
-"""The wire boundary: every call passes here before its handler (a grpc.aio interceptor).
+"""The wire boundary: every call passes here before its handler (`handler_chain.py`).
 
 * Decoding. Each method's request deserializer is replaced by one that never raises: a body
   that is not a valid message of the request type (garbage, a truncated varint, a bad wire
@@ -12,7 +12,7 @@
   `streams_per_connection_max` (the connection is `context.peer()`, the client's address
   and port). Refused calls get the typed RESOURCE_EXHAUSTED at once.
 
-Handlers are wrapped once per method (the wrapped handler is cached).
+Handlers are wrapped once per method (`handler_chain.WrappedHandlers` keeps the result).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -42,11 +42,8 @@ UNCOUNTED_CALLS_HEADROOM = 256
 Context = grpc.aio.ServicerContext[Any, Any]
 if TYPE_CHECKING:
     Handler = grpc.RpcMethodHandler[Any, Any]
-    Interceptor = grpc.aio.ServerInterceptor[Any, Any]
 else:  # the stubs' generics do not exist at run time
     Handler = grpc.RpcMethodHandler
-    Interceptor = grpc.aio.ServerInterceptor
-Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[Handler]]
 
 
 class Malformed:
@@ -72,29 +69,14 @@ def _safe(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]
     return decode
 
 
-class Guard(Interceptor):
+class Guard:
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self._throttle = Throttle(MALFORMED_LOGS_MAX, MALFORMED_LOG_INTERVAL_S)
-        self._wrapped: dict[str, tuple[Handler, Handler]] = {}
-
-    async def intercept_service(
-        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
-    ) -> Handler:
-        handler: Handler | None = await continuation(handler_call_details)
-        if handler is None:  # an unknown method: grpc answers UNIMPLEMENTED
-            return handler  # type: ignore[return-value]
-        method: str = handler_call_details.method
-        cached = self._wrapped.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = self._wrap(method, handler)
-        self._wrapped[method] = (handler, wrapped)
-        return wrapped
 
     # -- wrapping ---------------------------------------------------------------------------
 
-    def _wrap(self, method: str, h: Handler) -> Handler:
+    def wrap(self, method: str, h: Handler) -> Handler:
         decode = _safe(h.request_deserializer)
         encode = h.response_serializer
         counted = method.startswith(COUNTED_SERVICES)

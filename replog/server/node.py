@@ -56,6 +56,7 @@ from replog.server.groups.coordinator import Coordinator
 from replog.server.groups.internal import InternalTopics
 from replog.server.guard import Guard, maximum_concurrent_rpcs
 from replog.server.guard import server_options as guard_options
+from replog.server.handler_chain import serve_through
 from replog.server.handover import hand_over
 from replog.server.legacy_import import import_legacy_topics, metadata_dir
 from replog.server.limits import Limits
@@ -88,7 +89,7 @@ from replog.server.routing import Router
 from replog.server.security import peer_node_id
 from replog.server.settings import Settings
 from replog.server.supervisor import EXIT_TASK_FAILED, Supervisor
-from replog.server.topics import Topics
+from replog.server.topics import OFFSETS_TOPIC, Topics
 from replog.storage import FlushPolicy, PartitionLog
 from replog.storage.open_files import OpenFiles
 from replog.v1 import (
@@ -204,7 +205,11 @@ class Node:
             spawn=self.supervisor.spawn,
             topic_id=meta.topic_id,
             limits=self.limits,
+            on_serving=self._serving if meta.name == OFFSETS_TOPIC else None,
         )
+
+    def _serving(self, _part: ReplicatedPartition) -> None:
+        self.groups.wake()  # its group coordinator takes over the partition's groups now
 
     def logs(self) -> list[PartitionLog]:
         """Every log this node has open, the metadata log included (metrics, flusher)."""
@@ -327,7 +332,7 @@ async def _serve(settings: Settings) -> int:
     guard = Guard(node.limits)  # malformed bodies, limits (guard.py)
     # Who calls and what it may do (auth.py; none with --authorization off): after the guard,
     # so that it sees decoded requests.
-    authorizer = auth.interceptors(
+    authorizer = auth.authorizers(
         settings.authorization,
         settings.token_file,
         settings.super_users,
@@ -335,10 +340,10 @@ async def _serve(settings: Settings) -> int:
     )
     server = grpc.aio.server(
         options=[*server_options(settings.message_bytes_max), *guard_options(node.limits)],
-        interceptors=[guard, InternalTopics(), *authorizer],
         maximum_concurrent_rpcs=maximum_concurrent_rpcs(node.limits),
     )
     generic_handlers_only(server)  # a call's cost stays flat in the methods served
+    serve_through(server, [guard, InternalTopics(), *authorizer])  # wrapped once per method
     producer_ids = ProducerIds(
         node.router, node.metadata, node.peers, timeout_s=settings.ack_timeout_ms / 1000
     )
@@ -357,10 +362,9 @@ async def _serve(settings: Settings) -> int:
     # Replication and forwarded calls on a peer listener of their own, if there is one.
     peer_server = None
     if settings.peer_listen:
-        peer_server = grpc.aio.server(  # the same guard: peers' bodies are decoded safely too
-            options=server_options(settings.message_bytes_max), interceptors=[guard]
-        )
+        peer_server = grpc.aio.server(options=server_options(settings.message_bytes_max))
         generic_handlers_only(peer_server)
+        serve_through(peer_server, [guard])  # the same guard: peers' bodies decode safely too
         peer_admin = (
             admin_service if authenticate is None else MembersOnly(admin_service, authenticate)
         )

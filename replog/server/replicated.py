@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from replog.errors import (
     LeaderUnknownError,
@@ -58,8 +58,14 @@ class ReplicatedPartition(Partition):
         rng: random.Random | None = None,
         topic_id: int = 0,
         limits: Limits | None = None,
+        on_serving: Callable[[ReplicatedPartition], None] | None = None,
     ) -> None:
+        """`on_serving(self)` is called when this replica starts serving as leader (its own
+        epoch committed: seen when its HW moves), so that what follows leadership (group
+        coordinators) need not poll for it."""
         super().__init__(log, config.replica_id)
+        self._on_serving = on_serving
+        self._serving_seen = False
         self.limits = limits if limits is not None else Limits(LimitsConfig())
         self.topic_id = topic_id  # which incarnation of the topic's name (see `metadata`)
         self.peers = peers
@@ -72,12 +78,20 @@ class ReplicatedPartition(Partition):
             rng=rng,
             fetch_bytes_max=fetch_bytes_max,
             answer_bytes_max=answer_bytes_max,
-            on_high_watermark=lambda _hw: self._notify(),
+            on_high_watermark=self._high_watermark_moved,
             spawn=spawn,
         )
 
     async def start(self) -> None:
         await self.driver.start()
+
+    def _high_watermark_moved(self, _hw: int) -> None:
+        self._notify()
+        serving = self.driver.serving
+        if serving is not self._serving_seen:
+            self._serving_seen = serving
+            if serving and self._on_serving is not None:
+                self._on_serving(self)
 
     async def stop(self) -> None:
         self.close()

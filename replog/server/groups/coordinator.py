@@ -10,8 +10,11 @@ leader this node knows, one whose shard is still loading gets COORDINATOR_LOADIN
 
 Background work, in supervised tasks started by `start`:
 
-    run             follow leadership of the partitions (shards come and go)
-    run_expiry      remove members past their session or rebalance timeout (every 100 ms)
+    run             follow leadership of the partitions (shards come and go): woken when
+                    a replica of the topic here starts serving as leader (`wake`) or a
+                    request finds no shard, and every WATCH_INTERVAL_S in any case
+    run_expiry      remove members past their session or rebalance timeout (every 100 ms
+                    while this node holds groups, every second while it holds none)
     run_retention   every retention_check_interval_ms: drop the offsets of groups empty and
                     without commits for offsets_retention_ms (a `delete_group` record,
                     reason "expired"); and, when the node has a log retention_ms, rewrite
@@ -54,8 +57,9 @@ from replog.server.topics import OFFSETS_TOPIC, Topics
 
 _log = logging.getLogger("replog.server.groups")
 
-WATCH_INTERVAL_S = 0.05
+WATCH_INTERVAL_S = 1.0  # a safety net: leadership gained wakes the watch at once
 EXPIRY_INTERVAL_S = 0.1
+IDLE_EXPIRY_INTERVAL_S = 1.0  # no group held here: nobody to expire but one that joins
 SNAPSHOT_CHECK_S = 1.0
 Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
 
@@ -211,13 +215,22 @@ class Coordinator:
 
     # -- leadership --------------------------------------------------------------------------
 
+    def wake(self) -> None:
+        """Leadership of a `__consumer_offsets` replica here changed: look now."""
+        self._wake.set()
+
     async def run(self) -> None:
-        """Keep one shard per partition led here; runs until cancelled."""
+        """Keep one shard per partition led here; runs until cancelled. Waits on `_wake`
+        with one loop timer per wait (no task per wait, as `asyncio.wait_for` makes)."""
+        loop = asyncio.get_running_loop()
         while True:
             await self._sync()
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), WATCH_INTERVAL_S)
+            timer = loop.call_later(WATCH_INTERVAL_S, self._wake.set)
+            try:
+                await self._wake.wait()
+            finally:
+                timer.cancel()
 
     async def _sync(self) -> None:
         meta = self.offsets_meta()
@@ -256,7 +269,8 @@ class Coordinator:
 
     async def run_expiry(self) -> None:
         while True:
-            await asyncio.sleep(EXPIRY_INTERVAL_S)
+            held = any(shard.groups.groups for shard in self.loaded_shards())
+            await asyncio.sleep(EXPIRY_INTERVAL_S if held else IDLE_EXPIRY_INTERVAL_S)
             self.expire()
 
     def expire(self) -> None:

@@ -1,4 +1,4 @@
-"""Clients may read `__consumer_offsets` but never append to it (a grpc.aio interceptor).
+"""Clients may read `__consumer_offsets` but never append to it (a `handler_chain` wrapper).
 
 Only group coordinators write that topic (through their replicas, not through Log.Append):
 a record a client appended could forge a group's committed offsets past its fencing. An
@@ -9,7 +9,7 @@ the stream goes on). It sits after the guard (`guard.py`), so it sees decoded re
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -20,32 +20,20 @@ from replog.server.topics import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     Handler = grpc.RpcMethodHandler[Any, Any]
-    Interceptor = grpc.aio.ServerInterceptor[Any, Any]
 else:  # the stubs' generics do not exist at run time
     Handler = grpc.RpcMethodHandler
-    Interceptor = grpc.aio.ServerInterceptor
-Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[Handler]]
 
 APPEND = "/replog.v1.Log/Append"
 APPEND_STREAM = "/replog.v1.Log/AppendStream"
 
 
-class InternalTopics(Interceptor):
-    def __init__(self) -> None:
-        self._wrapped: dict[str, tuple[Handler, Handler]] = {}  # (the method's, ours)
-
-    async def intercept_service(
-        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
-    ) -> Handler:
-        handler: Handler | None = await continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or method not in (APPEND, APPEND_STREAM):
-            return handler  # type: ignore[return-value]
-        cached = self._wrapped.get(method)
-        if cached is None or cached[0] is not handler:
-            wrap = self._wrap if method == APPEND else self._wrap_stream
-            cached = self._wrapped[method] = (handler, wrap(handler))
-        return cached[1]
+class InternalTopics:
+    def wrap(self, method: str, handler: Handler) -> Handler:
+        if method == APPEND:
+            return self._wrap(handler)
+        if method == APPEND_STREAM:
+            return self._wrap_stream(handler)
+        return handler
 
     def _wrap_stream(self, handler: Handler) -> Handler:
         assert handler.stream_stream is not None
