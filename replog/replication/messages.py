@@ -92,13 +92,16 @@ class FetchResponse:
 @dataclass(frozen=True, slots=True)
 class VoteRequest:
     """A vote for `candidate_id` in `epoch`. With `pre_vote`, only a question (KIP-996,
-    Raft thesis 9.6): would you vote for me in `epoch`? The voter changes nothing."""
+    Raft thesis 9.6): would you vote for me in `epoch`? The voter changes nothing.
+    `membership_offset`: the offset of the candidate's latest membership record (-1: the
+    starting membership; see `Replica._votes_for`)."""
 
     epoch: int
     candidate_id: int
     last_epoch: int
     log_end_offset: int
     pre_vote: bool = False
+    membership_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)

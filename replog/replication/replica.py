@@ -667,7 +667,8 @@ class Replica:
             self._start_election(now_ms)
             return
         last_epoch = self._history.last_epoch(self._leo)
-        request = VoteRequest(self.epoch + 1, me, last_epoch, self._leo, pre_vote=True)
+        members = self._members.latest_offset
+        request = VoteRequest(self.epoch + 1, me, last_epoch, self._leo, True, members)
         for voter in self.membership.voters:
             if voter != me:
                 self._out.append(Send(voter, request))
@@ -684,7 +685,9 @@ class Replica:
         if len(self._votes) >= self.membership.majority:
             self._become_leader(now_ms)
             return
-        request = VoteRequest(self.epoch, me, self._history.last_epoch(self._leo), self._leo)
+        last_epoch = self._history.last_epoch(self._leo)
+        members = self._members.latest_offset
+        request = VoteRequest(self.epoch, me, last_epoch, self._leo, False, members)
         for voter in self.membership.voters:
             if voter != me:
                 self._out.append(Send(voter, request))
@@ -725,15 +728,16 @@ class Replica:
                 self._send_records(replica, parked)
             last = progress.last_fetch_ms
             # Tell the leader again to a replica that has not fetched in this epoch, and to an
-            # observer that went quiet: it forgets a silent leader and does not campaign.
-            if last is None or (
-                not progress.voter and now_ms - last >= cfg.election_timeout_ms_min
-            ):
+            # observer that went quiet: it forgets a silent leader and does not campaign. So
+            # does a voter that may not know it is one (it has not fetched the latest
+            # membership record: it may still think it is an observer).
+            unaware = not progress.voter or progress.match <= self._members.latest_offset
+            if last is None or (unaware and now_ms - last >= cfg.election_timeout_ms_min):
                 sent = progress.begin_sent_ms
                 if sent is None or now_ms - sent >= cfg.begin_epoch_retry_ms:
                     progress.begin_sent_ms = now_ms
                     self._out.append(Send(replica, BeginEpoch(self.epoch, self.replica_id)))
-            elif progress.voter and now_ms - last < cfg.election_timeout_ms_max:
+            if progress.voter and last is not None and now_ms - last < cfg.election_timeout_ms_max:
                 alive += 1
         if (
             now_ms - self._leader_since_ms >= cfg.election_timeout_ms_max
@@ -985,7 +989,10 @@ class Replica:
         mine = self._log_for_votes()
         theirs = (request.last_epoch, request.log_end_offset)
         granted = (
-            self.is_voter and request.epoch > self.epoch and not leader_alive and theirs >= mine
+            self._votes_for(request)
+            and request.epoch > self.epoch
+            and not leader_alive
+            and theirs >= mine
         )
         epoch = request.epoch if granted else self.epoch
         self._out.append(Send(request.candidate_id, VoteResponse(epoch, me, granted, True)))
@@ -993,6 +1000,18 @@ class Replica:
             # one of this leader's replicas lost track of it (restarted without its state,
             # or cut off for a while): tell it who leads
             self._out.append(Send(request.candidate_id, BeginEpoch(self.epoch, me)))
+
+    def _votes_for(self, request: VoteRequest) -> bool:
+        """Whether this replica may vote on `request`: as a voter of its own membership, or
+        when the candidate's membership is newer than its own (a candidate asks only its
+        own voters: this replica was made a voter by a record it has not fetched yet). Raft
+        (thesis 4.1) and KIP-853 let a replica vote without consulting its membership, and
+        a single-server change can need that vote: a replica added as voter that missed
+        its record may be part of every majority of the new voters. Votes only count from
+        the candidate's own voters (`_on_vote_response`), so either way a replica outside
+        the winner's voters never helps to elect it; one vote per epoch per replica holds
+        as always (`voted_for`)."""
+        return self.is_voter or request.membership_offset > self._members.latest_offset
 
     def _on_vote_request(self, request: VoteRequest, now_ms: int) -> None:
         if request.pre_vote:
@@ -1002,7 +1021,7 @@ class Replica:
         if request.epoch > self.epoch:
             self._become_follower(request.epoch, None, now_ms)
         granted = False  # an observer answers, but never grants
-        if request.epoch == self.epoch and self._role is Role.FOLLOWER and self.is_voter:
+        if request.epoch == self.epoch and self._role is Role.FOLLOWER and self._votes_for(request):
             mine = self._log_for_votes()
             theirs = (request.last_epoch, request.log_end_offset)
             if (

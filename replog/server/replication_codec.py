@@ -105,6 +105,8 @@ def to_envelope(
                 pre_vote=message.pre_vote,
             )
         )
+        if message.membership_offset >= 0:
+            env.vote_request.membership_offset = message.membership_offset
     elif isinstance(message, VoteResponse):
         env.vote_response.CopyFrom(
             pb.VoteResponse(
@@ -257,6 +259,9 @@ def from_envelope(env: pb.Envelope) -> Message:
             last,
             _offset(v.log_end_offset, "log_end_offset"),
             v.pre_vote,
+            _offset(v.membership_offset, "membership_offset")
+            if v.HasField("membership_offset")
+            else -1,
         )
     if kind == "vote_response":
         answer = env.vote_response

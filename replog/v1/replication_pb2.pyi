@@ -127,18 +127,20 @@ class ReplicaFetchResponse(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., leader_id: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ..., records: _Optional[_Union[ReplicaFetchResponse.Records, _Mapping]] = ..., diverging: _Optional[_Union[ReplicaFetchResponse.Diverging, _Mapping]] = ..., fenced: _Optional[_Union[ReplicaFetchResponse.Fenced, _Mapping]] = ..., start_at: _Optional[_Union[ReplicaFetchResponse.StartAt, _Mapping]] = ...) -> None: ...
 
 class VoteRequest(_message.Message):
-    __slots__ = ("epoch", "candidate_id", "last_epoch", "log_end_offset", "pre_vote")
+    __slots__ = ("epoch", "candidate_id", "last_epoch", "log_end_offset", "pre_vote", "membership_offset")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_EPOCH_FIELD_NUMBER: _ClassVar[int]
     LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     PRE_VOTE_FIELD_NUMBER: _ClassVar[int]
+    MEMBERSHIP_OFFSET_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     candidate_id: int
     last_epoch: int
     log_end_offset: int
     pre_vote: bool
-    def __init__(self, epoch: _Optional[int] = ..., candidate_id: _Optional[int] = ..., last_epoch: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., pre_vote: _Optional[bool] = ...) -> None: ...
+    membership_offset: int
+    def __init__(self, epoch: _Optional[int] = ..., candidate_id: _Optional[int] = ..., last_epoch: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., pre_vote: _Optional[bool] = ..., membership_offset: _Optional[int] = ...) -> None: ...
 
 class VoteResponse(_message.Message):
     __slots__ = ("epoch", "voter_id", "granted", "pre_vote")

@@ -1,7 +1,7 @@
 """Run one simulated schedule from the command line: the reproduction of a failing seed.
 
 python -m tests.simulation.run --seed 1234 --nodes 3 [--observers 1] [--flush never]
-    [--interrupts]
+    [--interrupts] [--memberships --spares 1]
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ def main() -> None:
     parser.add_argument("--transfers", action="store_true", help="leadership transfers")
     parser.add_argument("--corruption", action="store_true", help="bit rot on one node's disk")
     parser.add_argument("--producers", type=int, default=0, help="idempotent producers")
+    parser.add_argument("--memberships", action="store_true", help="membership changes")
+    parser.add_argument("--spares", type=int, default=0, help="replicas in neither set")
     args = parser.parse_args()
     config = SimConfig.random(
         args.seed,
@@ -33,6 +35,8 @@ def main() -> None:
         transfers=args.transfers,
         corruption=args.corruption,
         producers=args.producers,
+        memberships=args.memberships,
+        spares=args.spares,
     )
     print(config)
     outcome = run_schedule(config)

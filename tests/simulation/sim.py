@@ -60,9 +60,13 @@ from replog.replication import (
     EpochHistory,
     EpochStart,
     FetchResponse,
+    Membership,
+    MembershipChange,
+    MembershipEntry,
     Message,
     Output,
     PersistEpochHistory,
+    PersistMembershipHistory,
     PersistQuorumState,
     QuorumState,
     Records,
@@ -110,6 +114,11 @@ class SimConfig:
     transfers_per_s: float = 0.0  # leadership transfers to a random voter
     corruptions_per_s: float = 0.0  # a committed record's bytes flipped on one node's disk
     producers: int = 0  # idempotent producers appending beside the plain clients
+    # Replicas in neither set at the start (ids after the observers): each starts with the
+    # starting membership plus itself as an observer, as a server would start a replica
+    # that joins later; it takes no part until a membership change adds it.
+    spares: int = 0
+    memberships_per_s: float = 0.0  # membership changes asked of the leader (one at a time)
 
     def repro(self) -> str:
         flush = "" if self.flush_always else " --flush never"
@@ -118,9 +127,10 @@ class SimConfig:
         transfers = " --transfers" if self.transfers_per_s else ""
         corruption = " --corruption" if self.corruptions_per_s else ""
         producers = f" --producers {self.producers}" if self.producers else ""
+        members = f" --memberships --spares {self.spares}" if self.memberships_per_s else ""
         return (
             f"python -m tests.simulation.run --seed {self.seed} --nodes {self.nodes}"
-            f"{observers}{flush}{owner}{transfers}{corruption}{producers}"
+            f"{observers}{flush}{owner}{transfers}{corruption}{producers}{members}"
         )
 
     @property
@@ -140,6 +150,8 @@ class SimConfig:
         transfers: bool = False,
         corruption: bool = False,
         producers: int = 0,
+        memberships: bool = False,
+        spares: int = 0,
     ) -> SimConfig:
         """Fault rates drawn from the seed, so that seeds cover calm and hostile networks.
         `interrupts`: the owner model with cancelled callers (a rate drawn separately, so
@@ -149,7 +161,10 @@ class SimConfig:
         owner_rate = random.Random(f"interrupts-{seed}-{shape}").choice([2.0, 10.0, 40.0])
         transfer_rate = random.Random(f"transfers-{seed}-{shape}").choice([0.5, 2.0, 10.0])
         corruption_rate = random.Random(f"corruption-{seed}-{shape}").choice([0.5, 2.0, 5.0])
+        membership_rate = random.Random(f"memberships-{seed}-{shape}").choice([2.0, 5.0, 20.0])
         return SimConfig(
+            spares=spares,
+            memberships_per_s=membership_rate if memberships else 0.0,
             producers=producers,
             corruptions_per_s=corruption_rate if corruption else 0.0,
             transfers_per_s=transfer_rate if transfers else 0.0,
@@ -199,6 +214,7 @@ class Node:
     # the driver's uncommitted batch boundaries (answers above the HW end at one of them)
     batch_ends: BatchEnds = field(default_factory=BatchEnds)
     before_repair: list[SimRecord] | None = None  # its log when it was discarded
+    memberships: tuple[MembershipEntry, ...] = ()  # the `membership-history` file
 
     def held(self, leader_log: list[SimRecord], hw: int) -> list[SimRecord]:
         """Its log, or, if only that holds the leader's record at `hw - 1`, what it held
@@ -238,8 +254,8 @@ class _Wake:
 
 
 # Outputs the driver performs with an await (disk I/O): other events may run after them.
-_DISK = (PersistQuorumState, PersistEpochHistory, AppendRecords, AppendControl, AppendFrames,
-         TruncateTo, ResetLog)  # fmt: skip
+_DISK = (PersistQuorumState, PersistEpochHistory, PersistMembershipHistory, AppendRecords,
+         AppendControl, AppendFrames, TruncateTo, ResetLog)  # fmt: skip
 
 
 @dataclass
@@ -264,6 +280,33 @@ class SimProducer:
     zombie: bool = False  # replaced by a newer instance: retries, starts nothing new
 
 
+@dataclass
+class MembershipRequest:
+    """A membership change asked of a leader (retried on refusals by `membership_step`)."""
+
+    node: int
+    membership: Membership
+    outcome: str = "pending"  # pending | acked | failed | unknown
+    failure: AckFailure | None = None
+    offset: int = -1
+
+
+# Refusals worth asking again (later, or of another leader).
+_RETRIED = (
+    AckFailure.NOT_LEADER,
+    AckFailure.OUTCOME_UNKNOWN,
+    AckFailure.EPOCH_NOT_COMMITTED,
+    AckFailure.MEMBERSHIP_CHANGE_IN_PROGRESS,
+    AckFailure.NOT_CAUGHT_UP,
+)
+MEMBERSHIP_REQUEST_IDS = 2 * 10**12
+
+
+def membership_value(change: MembershipChange) -> bytes:
+    """The membership record's value on a simulated disk."""
+    return f"members voters={change.voters} observers={change.observers}".encode()
+
+
 class Simulation:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
@@ -272,7 +315,14 @@ class Simulation:
         self.checker = Checker()
         self.voters = tuple(range(1, config.nodes + 1))
         self.observers = tuple(range(config.nodes + 1, config.nodes + config.observers + 1))
-        self.ids = self.voters + self.observers
+        start = config.nodes + config.observers + 1
+        self.spares = tuple(range(start, start + config.spares))
+        self.ids = self.voters + self.observers + self.spares
+        # membership changes: the requests (by request id), the one being retried, and the
+        # votes each (epoch, candidate) was granted (sent: some may be lost on the way)
+        self.membership_requests: dict[int, MembershipRequest] = {}
+        self.membership_goal: tuple[int, int] | None = None  # (request id, attempts)
+        self.votes_granted: dict[tuple[int, int], set[int]] = {}
         self.nodes = {i: Node(i) for i in self.ids}
         self.groups: dict[int, int] = dict.fromkeys(self.ids, 0)
         self.loss = config.loss
@@ -380,8 +430,11 @@ class Simulation:
             self.retention(rng.choice(self.ids))
         if cfg.transfers_per_s and rng.random() < cfg.transfers_per_s * per_tick:
             leader = self.leader()
-            if leader is not None and len(self.voters) > 1:
-                self.transfer(leader.id, rng.choice([v for v in self.voters if v != leader.id]))
+            voters = leader.replica.membership.voters if leader and leader.replica else ()
+            if leader is not None and len(voters) > 1:
+                self.transfer(leader.id, rng.choice([v for v in voters if v != leader.id]))
+        if cfg.memberships_per_s and rng.random() < cfg.memberships_per_s * per_tick:
+            self.membership_step()
         if cfg.corruptions_per_s and rng.random() < cfg.corruptions_per_s * per_tick:
             self.corrupt(rng.choice(self.ids))
         if cfg.interrupts_per_s and rng.random() < cfg.interrupts_per_s * per_tick:
@@ -465,7 +518,7 @@ class Simulation:
         where the remaining outputs of that input were dropped."""
         node = self.nodes[node_id]
         if node.caller is not None:
-            request = self.requests[node.caller]
+            request = self.requests.get(node.caller) or self.membership_requests[node.caller]
             if request.outcome == "pending":
                 request.outcome = "unknown"
         if self.config.interrupt_drops_outputs:
@@ -488,7 +541,7 @@ class Simulation:
         if self.config.flush_always or self.config.power_loss:
             del node.log[node.flushed :]  # power loss: the page cache is gone
         node.flushed = len(node.log)
-        for request in self.requests.values():
+        for request in (*self.requests.values(), *self.membership_requests.values()):
             if request.node == node_id and request.outcome == "pending":
                 request.outcome = "unknown"
 
@@ -511,6 +564,71 @@ class Simulation:
             return replica.log_start_advanced(start, self.now)
 
         self._input(node, call)
+
+    def change_membership(
+        self, node_id: int, voters: tuple[int, ...], observers: tuple[int, ...]
+    ) -> int:
+        """Ask node `node_id` to change the membership; returns the request id."""
+        request_id = MEMBERSHIP_REQUEST_IDS + len(self.membership_requests) + 1
+        membership = Membership(voters, observers)
+        self.membership_requests[request_id] = MembershipRequest(node_id, membership)
+        self._input(
+            self.nodes[node_id],
+            lambda r: r.change_membership(request_id, voters, observers, self.now),
+            request_id,
+        )
+        return request_id
+
+    def membership_step(self) -> None:
+        """One membership move: wait for the change under way, ask for it again (of the
+        current leader) after a refusal worth retrying, or pick a new one at random among:
+        promote an observer, demote a voter (never the leader) to observer, remove a voter
+        or an observer, add a replica that is in neither set as an observer."""
+        leader = self.leader()
+        if leader is None or leader.replica is None:
+            return
+        if self.membership_goal is not None:
+            request_id, attempts = self.membership_goal
+            request = self.membership_requests[request_id]
+            if request.outcome == "pending":
+                return
+            retry = request.outcome == "unknown" or request.failure in _RETRIED
+            if request.outcome != "acked" and retry and attempts < 20:
+                m = request.membership
+                again = self.change_membership(leader.id, m.voters, m.observers)
+                self.membership_goal = (again, attempts + 1)
+                return
+            self.membership_goal = None
+        rng = self.rng
+        current = leader.replica.membership
+        voters, observers = list(current.voters), list(current.observers)
+        outside = [i for i in self.ids if i not in current.replicas]
+        others = [v for v in voters if v != leader.id]
+        moves = ["add"] if outside else []
+        if observers:
+            moves += ["promote", "drop"]
+        # At least 2 voters; 3 with bit rot: a repairing node that lost its disk is half of
+        # 2 voters, not the minority the quorum tolerates (its vote floor then stalls them).
+        if others and len(voters) > (3 if self.config.corruptions_per_s else 2):
+            moves += ["demote", "remove"]
+        if not moves:
+            return
+        move = rng.choice(moves)
+        if move == "add":
+            observers.append(rng.choice(outside))
+        elif move == "promote":
+            chosen = rng.choice(observers)
+            observers.remove(chosen)
+            voters.append(chosen)
+        elif move == "drop":
+            observers.remove(rng.choice(observers))
+        else:
+            chosen = rng.choice(others)
+            voters.remove(chosen)
+            if move == "demote":
+                observers.append(chosen)
+        request_id = self.change_membership(leader.id, tuple(voters), tuple(observers))
+        self.membership_goal = (request_id, 1)
 
     def transfer(self, node_id: int, target: int) -> None:
         """Node `node_id` (a leader) hands leadership to voter `target`."""
@@ -538,7 +656,7 @@ class Simulation:
         config = ReplicaConfig(
             replica_id=node_id,
             voters=self.voters,
-            observers=self.observers,
+            observers=self.observers + ((node_id,) if node_id in self.spares else ()),
             election_timeout_ms_min=cfg.election_timeout_ms_min,
             election_timeout_ms_max=cfg.election_timeout_ms_max,
             fetch_wait_ms_max=50,
@@ -557,6 +675,7 @@ class Simulation:
             high_watermark=min(node.hw_checkpoint, len(node.log)),
             log_start_offset=node.log_start,
             producers=producer_table(node.log, node.log_start),
+            memberships=node.memberships,
         )
         node.replica = replica
         node.flushed = len(node.log)
@@ -766,6 +885,8 @@ class Simulation:
                 node.quorum = out.state
             elif isinstance(out, PersistEpochHistory):
                 node.history = EpochHistory(out.entries)
+            elif isinstance(out, PersistMembershipHistory):
+                node.memberships = out.entries
             elif isinstance(out, AppendRecords):
                 check(out.base_offset == len(node.log), f"node {node.id}: append not at LEO")
                 if out.header is not None:
@@ -776,7 +897,10 @@ class Simulation:
             elif isinstance(out, AppendControl):
                 check(out.offset == len(node.log), f"node {node.id}: control not at LEO")
                 marker = out.marker
-                value = f"epoch={marker.epoch} leader={marker.leader_id}".encode()
+                if isinstance(marker, MembershipChange):
+                    value = membership_value(marker)
+                else:
+                    value = f"epoch={marker.epoch} leader={marker.leader_id}".encode()
                 self._append(node, value, control=True, assigned_here=False)
                 node.batch_ends.appended(len(node.log))
             elif isinstance(out, AppendFrames):
@@ -804,12 +928,19 @@ class Simulation:
                     # a node repairing its log still counts with what it held when it
                     # acknowledged (the leader may use that acknowledgement): the repair is
                     # a lost disk, made safe by its vote floor, not an undone commit
-                    voter_logs = [self.nodes[v].held(node.log, out.offset) for v in self.voters]
+                    # (the majority of the leader's current membership, Raft thesis 4.1)
+                    voters = node.replica.membership.voters
+                    voter_logs = [self.nodes[v].held(node.log, out.offset) for v in voters]
                     checker.on_commit(node.id, node.log, out.offset, voter_logs)
                 node.hw = out.offset
                 node.batch_ends.committed(out.offset)
                 if self.rng.random() < 0.2:  # the driver checkpoints HW periodically
                     node.hw_checkpoint = out.offset
+            elif isinstance(out, AckCompleted) and out.request_id in self.membership_requests:
+                self._membership_acked(out)
+            elif isinstance(out, AckFailed) and out.request_id in self.membership_requests:
+                m_request = self.membership_requests[out.request_id]
+                m_request.outcome, m_request.failure = "failed", out.failure
             elif isinstance(out, AckCompleted):
                 request = self.requests[out.request_id]
                 request.outcome = "acked"
@@ -826,6 +957,27 @@ class Simulation:
                 self.requests[out.request_id].failure = out.failure
             else:  # pragma: no cover
                 raise AssertionError(out)
+
+    def _membership_acked(self, out: AckCompleted) -> None:
+        """A membership change completed: its record (or, for a membership the log already
+        held, the latest one) is committed and holds that membership."""
+        request = self.membership_requests[out.request_id]
+        request.outcome, request.offset = "acked", out.base_offset
+        m = request.membership
+        committed = self.checker.committed
+        if out.base_offset == -1:  # the starting membership, no record
+            check(
+                m.same_as(Membership(self.voters, self.observers)),
+                f"membership {m} acked as the starting one",
+            )
+            return
+        check(
+            out.base_offset < len(committed)
+            and committed[out.base_offset].control
+            and committed[out.base_offset].value.startswith(b"members ")
+            and Membership(*_parse_members(committed[out.base_offset].value)).same_as(m),
+            f"membership {m} acked at {out.base_offset}, which does not hold it committed",
+        )
 
     def _append(self, node: Node, value: bytes, *, control: bool, assigned_here: bool) -> None:
         epoch = node.history.epoch_of(len(node.log))
@@ -862,11 +1014,20 @@ class Simulation:
         return b"".join(chunks)
 
     def _send(self, node: Node, to: int, message: Message) -> None:
-        if node.id in self.observers and (
-            isinstance(message, VoteRequest)
-            or (isinstance(message, VoteResponse) and message.granted)
-        ):
-            check(False, f"observer {node.id} took part in an election: {message}")
+        if isinstance(message, VoteRequest) and not (node.replica and node.replica.is_voter):
+            check(False, f"non-voter {node.id} campaigned: {message}")
+        if isinstance(message, VoteResponse) and message.granted and not message.pre_vote:
+            # a vote only for a candidate that counts it (it asks only its own voters, and
+            # a candidate's membership does not change while it campaigns)
+            candidate = self.nodes[to].replica
+            if (
+                candidate is not None
+                and candidate.role is Role.CANDIDATE
+                and candidate.epoch == message.epoch
+                and node.id not in candidate.membership.voters
+            ):
+                check(False, f"{node.id}, no voter of candidate {to}, granted {message}")
+            self.votes_granted.setdefault((message.epoch, to), set()).add(node.id)
         if isinstance(message, FetchResponse) and isinstance(message.result, Records):
             records = message.result
             start = records.start_offset
@@ -914,8 +1075,8 @@ class Simulation:
                     False,
                     f"node {node.id}: core LEO {leo} HW {hw}, log {len(node.log)} HW {node.hw}",
                 )
-            if replica.role is not Role.FOLLOWER and node.id in self.observers:
-                check(False, f"observer {node.id} became {replica.role.value}")
+            if replica.role is not Role.FOLLOWER and not replica.is_voter:
+                check(False, f"non-voter {node.id} became {replica.role.value}")
             if replica.role is Role.LEADER:
                 epoch = replica.epoch
                 checker.on_leader(node.id, epoch, hw)
@@ -925,9 +1086,23 @@ class Simulation:
                         f"leader {node.id} serves HW {hw} at or below acked offset "
                         f"{checker.acked_all_max}: 'latest' went back",
                     )
+                # (committed: by anyone, as the checker knows; its own HW may lag behind
+                # after a restart)
+                history = replica.membership_history
+                if len(history) > 1 and history[-2].offset >= len(checker.committed):
+                    check(False, f"leader {node.id}: two uncommitted membership changes")
                 if node.was_leader_epoch != epoch:
                     node.was_leader_epoch = epoch
                     checker.on_new_leader(node.id, epoch, node.log, node.corrupt)
+                    # elected by a majority of its own membership's voters
+                    members = replica.membership
+                    granted = self.votes_granted.get((epoch, node.id), set()) | {node.id}
+                    if len(granted & set(members.voters)) < members.majority:
+                        check(
+                            False,
+                            f"leader {node.id} of epoch {epoch} won with {sorted(granted)}, "
+                            f"not a majority of its voters {members.voters}",
+                        )
 
     def _check_epochs(self, node: Node) -> None:
         """The core's epoch history describes the records the node really holds."""
@@ -959,6 +1134,18 @@ class Outcome:
 
 class SimulationFailure(AssertionError):
     pass
+
+
+def _parse_members(value: bytes) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """`membership_value` read back."""
+    text = value.decode()
+    voters = text.split("voters=")[1].split(" observers=")[0]
+    observers = text.split("observers=")[1]
+    return _int_tuple(voters), _int_tuple(observers)
+
+
+def _int_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.strip("(),").split(",") if x.strip())
 
 
 def producer_table(log: list[SimRecord], log_start: int) -> ProducerTable:
@@ -1023,17 +1210,24 @@ def _check_converged(sim: Simulation, deadline: int) -> None:
             and n.idle
             and n.replica.high_watermark == hw
             and not n.corrupt  # the scrubber finds what no read did
-            for n in sim.nodes.values()
+            for n in _members(sim, leader)
         )
 
     check(sim.run_until(deadline, converged), "followers did not converge after healing")
     leader = sim.leader()
     assert leader is not None
-    for node in sim.nodes.values():
+    for node in _members(sim, leader):
         check(
             [(r.value, r.control) for r in node.log] == [(r.value, r.control) for r in leader.log],
             f"node {node.id}'s log differs from leader {leader.id}'s after convergence",
         )
+
+
+def _members(sim: Simulation, leader: Node) -> list[Node]:
+    """The nodes of the leader's membership (a replica in neither set is sent nothing)."""
+    assert leader.replica is not None
+    replicas = (leader.id, *leader.replica.membership.replicas)
+    return [n for n in sim.nodes.values() if n.id in replicas]
 
 
 def _wait_commit(sim: Simulation, deadline: int) -> int | None:
