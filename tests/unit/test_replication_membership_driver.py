@@ -28,17 +28,16 @@ from replog.replication.membership import MembershipHistory
 from replog.replication.producers import decode_header
 from replog.storage import PartitionLog
 from tests.unit.test_replication_driver import DEADLINE_S, STORAGE, LocalNetwork, wait_for
+from tests.unit.test_replication_driver import Cluster as DriverCluster
 
 VOTERS = (1, 2, 3)
 
 
-class Cluster:
+class Cluster(DriverCluster):
     """Voters 1-3; node 4 starts as a replica that joins later (itself an observer)."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.network = LocalNetwork()
-        self.drivers: dict[int, ReplicaDriver] = {}
+        super().__init__(root)
         self.seen: dict[int, list[Membership]] = {}
 
     async def start(self, node: int) -> None:
@@ -53,15 +52,9 @@ class Cluster:
             log, config, self.network.transport(node), rng=random.Random(node), tick_ms=20,
             on_membership=seen.append,
         )  # fmt: skip
-        self.drivers[node] = driver
+        self.logs[node], self.drivers[node] = log, driver
         self.network.attach(node, driver)
         await driver.start()
-
-    async def crash(self, node: int) -> None:
-        driver = self.drivers.pop(node)
-        self.network.drivers.pop(node, None)
-        await driver.close()
-        driver.log.crash()
 
     async def serving_leader(self) -> ReplicaDriver:
         def serving() -> ReplicaDriver | None:
@@ -70,11 +63,6 @@ class Cluster:
         driver = await wait_for(serving)
         assert isinstance(driver, ReplicaDriver)
         return driver
-
-    async def close(self) -> None:
-        for node in list(self.drivers):
-            await self.crash(node)
-        await self.network.close()
 
 
 def run(test: object, root: Path) -> None:
