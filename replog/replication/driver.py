@@ -110,7 +110,7 @@ from replog.replication.outputs import (
 from replog.replication.producers import ProducerBatch, ProducerTable
 from replog.replication.replica import Replica, Role
 from replog.replication.state import EPOCH_MAX, NODE_ID_MAX, OFFSET_MAX, QuorumState
-from replog.storage import FlushPolicy, PartitionLog, checkpoint
+from replog.storage import AppendResult, FlushPolicy, PartitionLog, checkpoint
 
 T = TypeVar("T")
 QUORUM_STATE_FILE = "quorum-state"
@@ -385,6 +385,10 @@ class ReplicaDriver:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._busy = False  # the owner is performing outputs (the core may be ahead)
+        # Left by an append that took the owner's turn (`_append_here`) for the owner: the
+        # outputs it could not perform without an await, or the failure of a log operation.
+        self._handoff: list[Output] = []
+        self._failed: ReplogError | None = None
         self._stopped_because: str | None = None
         self._rng = rng or random.Random()
         self.replica = self._new_replica()
@@ -428,7 +432,7 @@ class ReplicaDriver:
     def idle(self) -> bool:
         """No input waits and no output is being performed: the core's view of the log is
         exactly the log's (checked after every batch)."""
-        return not self._busy and not self._inbox
+        return not (self._busy or self._inbox or self._handoff or self._failed)
 
     @property
     def stopped(self) -> bool:
@@ -495,7 +499,11 @@ class ReplicaDriver:
             self._arm_sweep(loop, deadline)
         try:
             now_ms = time.time_ns() // 1_000_000 if producer is not None else 0
-            self._submit(_Append(request_id, tuple(values), acks, producer, now_ms))
+            item = _Append(request_id, tuple(values), acks, producer, now_ms)
+            if self._owner_parked():
+                self._append_here(item, loop)
+            else:
+                self._submit(item)
             return await fut
         finally:
             self._acks.pop(request_id, None)
@@ -594,7 +602,7 @@ class ReplicaDriver:
         self._arm_tick(loop)
         try:
             while not self._stopping:
-                if not self._inbox and not self._tick_due:
+                if not (self._inbox or self._tick_due or self._handoff or self._failed):
                     self._wakeup = loop.create_future()
                     try:
                         await self._wakeup
@@ -602,6 +610,12 @@ class ReplicaDriver:
                         self._wakeup = None
                     continue
                 self._busy = True
+                if self._failed is not None:
+                    failed, self._failed = self._failed, None
+                    await self._rebuild(failed)
+                if self._handoff:
+                    handoff, self._handoff = self._handoff, []
+                    await self._perform(handoff)
                 if self._tick_due:
                     self._tick_due = False
                     await self._tick()
@@ -675,14 +689,7 @@ class ReplicaDriver:
             if isinstance(item, _Deliver):
                 outputs += self.replica.receive(item.message, now)
             elif isinstance(item, _Append):
-                outputs += self.replica.append(
-                    item.request_id,
-                    item.values,
-                    item.acks,
-                    now,
-                    item.producer,
-                    item.timestamp_ms,
-                )
+                outputs += self._core_append(item, now)
             elif isinstance(item, _Start):
                 outputs += self._start_outputs(now)
             elif isinstance(item, _Campaign):
@@ -819,24 +826,88 @@ class ReplicaDriver:
             # A log operation failed (e.g. a full disk): the core's view of the log may now
             # be ahead of the disk. Drop the remaining outputs, fail every waiting append
             # and rebuild the core from what is on disk.
-            _log.error(
-                "replica %s/%s: %s; rebuilding its state from the log",
-                self.log.topic,
-                self.log.partition,
-                exc,
-            )
-            for waiting in self._acks.values():
-                if not waiting.fut.done():
-                    waiting.fut.set_exception(exc)
-            self.rebuilds += 1
-            self.replica = self._new_replica()
-            self.replica.producers = await self._io(self._scan_producers)
-            # No campaign here even in a replica set of one: its election timer starts one
-            # later, so a disk that stays full costs a rebuild per election timeout, not a
-            # busy loop. Should the start-up repairs fail too, the owner ends (loudly).
-            await self._perform_all(self.replica.start())
+            self._fail_acks(exc)
+            await self._rebuild(exc)
+            return
         self._check_in_step()
         self._report_membership()
+
+    def _fail_acks(self, exc: ReplogError) -> None:
+        _log.error(
+            "replica %s/%s: %s; rebuilding its state from the log",
+            self.log.topic,
+            self.log.partition,
+            exc,
+        )
+        for waiting in self._acks.values():
+            if not waiting.fut.done():
+                waiting.fut.set_exception(exc)
+
+    async def _rebuild(self, exc: ReplogError) -> None:
+        """After a failed log operation (`_fail_acks` already ran): a new core from the log."""
+        self.rebuilds += 1
+        self.replica = self._new_replica()
+        self.replica.producers = await self._io(self._scan_producers)
+        # No campaign here even in a replica set of one: its election timer starts one
+        # later, so a disk that stays full costs a rebuild per election timeout, not a
+        # busy loop. Should the start-up repairs fail too, the owner ends (loudly).
+        await self._perform_all(self.replica.start())
+        self._check_in_step()
+        self._report_membership()
+
+    # -- an append in the caller's task ----------------------------------------------------
+
+    def _owner_parked(self) -> bool:
+        """The owner waits with nothing to do, and an append's outputs need no await (no
+        fsync: flush=always appends go through a thread, and merge). Then the caller may
+        take the owner's turn for its append (`_append_here`)."""
+        wakeup = self._wakeup
+        return (
+            wakeup is not None
+            and not wakeup.done()
+            and not self._inbox
+            and not self._tick_due
+            and not self._handoff
+            and self._failed is None
+            and self.log.config.flush is not FlushPolicy.ALWAYS
+        )
+
+    def _append_here(self, item: _Append, loop: asyncio.AbstractEventLoop) -> None:
+        """The owner's turn for one append, taken by the caller while the owner is parked:
+        the core's step and the log write happen here, with no await in between (so no
+        cancellation can come between them, exactly as in the owner), which saves the two
+        event-loop passes of a hand-over to the owner and back. What needs an await (none
+        on this path today, but a core may ask for a durable write) and a failed log
+        operation are left to the owner, which performs them before anything else."""
+        self._busy = True
+        try:
+            outputs = self._core_append(item, self._now_ms())
+            self._count_role_change()
+            queue = list(outputs)
+            i = 0
+            try:
+                while i < len(queue) and self._perform_now(queue[i], queue):
+                    i += 1
+            except ReplogError as exc:
+                self._fail_acks(exc)
+                self._failed = exc
+                self._wake()
+                return
+            if i < len(queue):
+                self._handoff = queue[i:]
+                self._wake()
+                return
+            self._check_in_step()
+            self._report_membership()
+            if self._tick_idle and not self.replica.timers_idle:
+                self._arm_tick(loop)  # something waits for a timer now
+        finally:
+            self._busy = False
+
+    def _core_append(self, item: _Append, now: int) -> list[Output]:
+        return self.replica.append(
+            item.request_id, item.values, item.acks, now, item.producer, item.timestamp_ms
+        )
 
     def _report_membership(self) -> None:
         membership = self.replica.membership
@@ -911,29 +982,59 @@ class ReplicaDriver:
             log_start_offset=self.log.log_start_offset,
         )
 
+    def _perform_now(self, out: Output, queue: list[Output]) -> bool:
+        """Perform `out` if that needs no await (True; outputs it leads to are added to
+        `queue`), else nothing (False): the outputs of an append, first, then the rest."""
+        if isinstance(out, AppendRecords | AppendPieces):
+            if self.log.config.flush is FlushPolicy.ALWAYS:
+                return False  # may fsync: in a thread
+            self.log_writes += 1
+            self._appended(out, self._log_write(out)(), queue)
+        elif isinstance(out, SetHighWatermark):
+            self._batch_ends.committed(out.offset)
+            self.log.set_high_watermark(out.offset)
+            if self._on_hw is not None:
+                self._on_hw(out.offset)
+        elif isinstance(out, AckCompleted):
+            self._resolve(out.request_id, (out.base_offset, out.last_offset), None)
+        elif isinstance(out, Send):
+            message = self._fill(out.message)
+            if message is not None:
+                self.transport.send(out.to, message)
+        elif isinstance(out, AckFailed):
+            self._resolve(out.request_id, None, self._failure(out))
+        else:
+            return False
+        return True
+
+    def _log_write(self, out: AppendRecords | AppendPieces) -> Callable[[], AppendResult]:
+        """The log write of an append output (a batch, or batches with producer headers)."""
+        if isinstance(out, AppendRecords) and out.header is None:
+            return partial(self.log.append, out.values)
+        batches = out.pieces if isinstance(out, AppendPieces) else (out,)
+        pieces = [(None if b.header is None else b.header.encode(), b.values) for b in batches]
+        return partial(self.log.append_pieces, pieces)
+
+    def _appended(
+        self, out: AppendRecords | AppendPieces, result: AppendResult, queue: list[Output]
+    ) -> None:
+        assert result.base_offset == out.base_offset, (result, out.base_offset)
+        end = out.base_offset
+        for b in out.pieces if isinstance(out, AppendPieces) else (out,):
+            end += b.frame_count
+            self._batch_ends.appended(end)
+        queue += self._flush_progress()
+
     async def _perform_all(self, outputs: list[Output]) -> None:
         queue = list(outputs)
         i = 0
         while i < len(queue):
             out = queue[i]
             i += 1
-            # the outputs of an append first, then the rest
-            if isinstance(out, AppendRecords) and out.header is None:
-                result = await self._write(partial(self.log.append, out.values))
-                assert result.base_offset == out.base_offset, (result, out.base_offset)
-                self._batch_ends.appended(out.base_offset + len(out.values))
-                queue += self._flush_progress()
-            elif isinstance(out, SetHighWatermark):
-                self._batch_ends.committed(out.offset)
-                self.log.set_high_watermark(out.offset)
-                if self._on_hw is not None:
-                    self._on_hw(out.offset)
-            elif isinstance(out, AckCompleted):
-                self._resolve(out.request_id, (out.base_offset, out.last_offset), None)
-            elif isinstance(out, Send):
-                message = self._fill(out.message)
-                if message is not None:
-                    self.transport.send(out.to, message)
+            if self._perform_now(out, queue):
+                continue
+            if isinstance(out, AppendRecords | AppendPieces):  # flush=always
+                self._appended(out, await self._write(self._log_write(out)), queue)
             elif isinstance(out, PersistQuorumState):
                 await self._durable(QUORUM_STATE_FILE, encode_quorum_state(out.state))
             elif isinstance(out, PersistEpochHistory):
@@ -942,18 +1043,6 @@ class ReplicaDriver:
             elif isinstance(out, PersistMembershipHistory):
                 data_m = encode_membership_history(out.entries)
                 await self._durable(MEMBERSHIP_HISTORY_FILE, data_m)
-            elif isinstance(out, AppendRecords | AppendPieces):
-                batches = out.pieces if isinstance(out, AppendPieces) else (out,)
-                pieces = [
-                    (None if b.header is None else b.header.encode(), b.values) for b in batches
-                ]
-                result = await self._write(partial(self.log.append_pieces, pieces))
-                assert result.base_offset == out.base_offset, (result, out.base_offset)
-                end = out.base_offset
-                for b in batches:
-                    end += b.frame_count
-                    self._batch_ends.appended(end)
-                queue += self._flush_progress()
             elif isinstance(out, AppendControl):
                 m = out.marker
                 if isinstance(m, MembershipChange):
@@ -974,8 +1063,6 @@ class ReplicaDriver:
             elif isinstance(out, ResetLog):
                 self._batch_ends.clear()
                 await self._io(partial(self.log.reset_to, out.offset))
-            elif isinstance(out, AckFailed):
-                self._resolve(out.request_id, None, self._failure(out))
 
     async def _durable(self, name: str, data: bytes) -> None:
         await self._io(partial(checkpoint.write_atomic, self.log.directory / name, data))

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -216,16 +217,28 @@ def _single_voter(tmp_path: Path, flush: FlushPolicy) -> tuple[PartitionLog, Rep
     return log, ReplicaDriver(log, config, Transport(LocalNetwork(), 1), rng=random.Random(1))
 
 
+@contextlib.asynccontextmanager
+async def _leading(
+    tmp_path: Path, flush: FlushPolicy, first: bytes
+) -> AsyncIterator[tuple[PartitionLog, ReplicaDriver]]:
+    """A single voter that leads, with `first` appended (acks=all); closed on exit."""
+    log, driver = _single_voter(tmp_path, flush)
+    await driver.start()
+    try:
+        await wait_for(lambda: driver.role is Role.LEADER)
+        await driver.append([first], Acks.ALL, DEADLINE_S)
+        yield log, driver
+    finally:
+        await driver.close()
+        log.close()
+
+
 @pytest.mark.parametrize("flush", [FlushPolicy.ALWAYS, FlushPolicy.INTERVAL], ids=str)
 def test_a_failed_log_write_fails_the_waiting_appends_and_rebuilds_the_core_from_disk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flush: FlushPolicy
 ) -> None:
     async def main() -> None:
-        log, driver = _single_voter(tmp_path, flush)
-        await driver.start()
-        try:
-            await wait_for(lambda: driver.role is Role.LEADER)
-            await driver.append([b"before"], Acks.ALL, DEADLINE_S)
+        async with _leading(tmp_path, flush, b"before") as (log, driver):
             real = log.append
 
             def full(values: object, **kwargs: object) -> object:
@@ -234,15 +247,14 @@ def test_a_failed_log_write_fails_the_waiting_appends_and_rebuilds_the_core_from
             monkeypatch.setattr(log, "append", full)
             with pytest.raises(StorageFullError):
                 await driver.append([b"lost"], Acks.ALL, DEADLINE_S)
-            assert driver.rebuilds == 1
+            # the owner rebuilds the core: at once, or right after the caller that took its
+            # turn (`ReplicaDriver._append_here`) failed
+            await wait_for(lambda: driver.rebuilds == 1 and driver.idle)
             assert driver.replica.log_end_offset == log.log_end_offset  # not ahead of disk
             monkeypatch.setattr(log, "append", real)
             await wait_for(lambda: driver.role is Role.LEADER)  # the rebuilt core leads again
             base, _ = await driver.append([b"after"], Acks.ALL, DEADLINE_S)
             assert data_values(log, base + 1) == [b"before", b"after"]
-        finally:
-            await driver.close()
-            log.close()
 
     asyncio.run(main())
 
@@ -329,3 +341,27 @@ def test_a_follower_that_discards_a_corrupt_log_fetches_it_again_from_the_leader
         assert cluster.drivers[follower].epoch == cluster.drivers[leader].epoch
 
     run(scenario, tmp_path)
+
+
+@pytest.mark.parametrize("flush", [FlushPolicy.ALWAYS, FlushPolicy.INTERVAL], ids=str)
+def test_an_append_while_the_owner_waits_is_written_in_the_callers_own_step(
+    tmp_path: Path, flush: FlushPolicy
+) -> None:
+    """No fsync to wait for: the caller takes the parked owner's turn (core step and log
+    write with no await between them), saving two event-loop passes. With flush=always the
+    owner writes it (in a thread), as before."""
+
+    async def main() -> None:
+        async with _leading(tmp_path, flush, b"first") as (log, driver):
+            await wait_for(lambda: driver.idle)
+            end = log.log_end_offset
+            task = asyncio.create_task(driver.append([b"x", b"y"], Acks.ALL, DEADLINE_S))
+            await asyncio.sleep(0)  # one pass of the loop: the task's first step ran
+            written_at_once = log.log_end_offset == end + 2
+            assert written_at_once is (flush is not FlushPolicy.ALWAYS)
+            base, last = await task
+            assert (base, last) == (end, end + 1)
+            assert data_values(log, last + 1) == [b"first", b"x", b"y"]
+            assert driver.idle and driver.replica.log_end_offset == log.log_end_offset
+
+    asyncio.run(main())
