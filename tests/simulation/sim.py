@@ -292,7 +292,7 @@ class MembershipRequest:
 
 
 # Refusals worth asking again (later, or of another leader).
-_RETRIED = (
+_RETRIED = (  # (TOO_MANY_VOTER_CHANGES, LEADER_REMOVAL, INVALID_MEMBERSHIP: never)
     AckFailure.NOT_LEADER,
     AckFailure.OUTCOME_UNKNOWN,
     AckFailure.EPOCH_NOT_COMMITTED,
@@ -587,19 +587,25 @@ class Simulation:
         leader = self.leader()
         if leader is None or leader.replica is None:
             return
+        rng = self.rng
         if self.membership_goal is not None:
             request_id, attempts = self.membership_goal
             request = self.membership_requests[request_id]
             if request.outcome == "pending":
                 return
             retry = request.outcome == "unknown" or request.failure in _RETRIED
+            # after an unknown outcome, now and then another change instead: a new leader
+            # asked for a different change than its predecessor's uncommitted one is the
+            # single-server-change bug's setting (Ongaro, raft-dev 2015)
+            unknown = request.outcome == "unknown" or request.failure is AckFailure.OUTCOME_UNKNOWN
+            if unknown and rng.random() < 0.5:
+                retry = False
             if request.outcome != "acked" and retry and attempts < 20:
                 m = request.membership
                 again = self.change_membership(leader.id, m.voters, m.observers)
                 self.membership_goal = (again, attempts + 1)
                 return
             self.membership_goal = None
-        rng = self.rng
         current = leader.replica.membership
         voters, observers = list(current.voters), list(current.observers)
         outside = [i for i in self.ids if i not in current.replicas]
@@ -611,6 +617,8 @@ class Simulation:
         # 2 voters, not the minority the quorum tolerates (its vote floor then stalls them).
         if others and len(voters) > (3 if self.config.corruptions_per_s else 2):
             moves += ["demote", "remove"]
+            if observers:
+                moves.append("swap")  # two voters changed: always refused
         if not moves:
             return
         move = rng.choice(moves)
@@ -622,6 +630,12 @@ class Simulation:
             voters.append(chosen)
         elif move == "drop":
             observers.remove(rng.choice(observers))
+        elif move == "swap":
+            promoted, demoted = rng.choice(observers), rng.choice(others)
+            observers.remove(promoted)
+            voters.remove(demoted)
+            voters.append(promoted)
+            observers.append(demoted)
         else:
             chosen = rng.choice(others)
             voters.remove(chosen)

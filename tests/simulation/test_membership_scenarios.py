@@ -6,7 +6,10 @@ that join later. A change is one voter added or removed at a time (`change_membe
 
 from __future__ import annotations
 
-from replog.replication import AckFailure, Acks, Membership, Role
+import pytest
+
+from replog.replication import AckFailure, Acks, Membership, Replica, Role
+from tests.simulation.checker import InvariantViolation
 from tests.simulation.sim import MembershipRequest, Simulation
 from tests.simulation.test_scenarios import calm, elect, wait_replicated
 
@@ -192,3 +195,61 @@ def test_a_change_held_by_a_minority_is_truncated_when_the_others_elect_a_leader
     sim.run_for(2000, lambda: sim.replica(1).membership == Membership((1, 2, 3, 4, 5)))
     assert sim.replica(1).membership == Membership((1, 2, 3, 4, 5))
     assert committed(sim, sim.client_append(Acks.ALL, 3, 1))
+
+
+def _ongaro(sim: Simulation) -> MembershipRequest:
+    """The single-server-change bug (Ongaro, raft-dev, 2015), up to the new leader's change:
+    leader 1 of voters 1-4 promotes observer 5 (on 1 and 5 only, not committed); 2 is
+    elected by 2, 3 and 4 without that record and at once asks to remove voter 4."""
+    lead(sim, 1)
+    assert settle_request(sim, change(sim, 1, (1, 2, 3, 4), (5,))) == "acked"
+    r = sim.replica(1)
+    assert sim.run_for(2000, lambda: r.followers()[5][0] >= r.high_watermark)
+    sim.run_for(200)  # every follower learns that HW
+    sim.partition({1, 5}, {2, 3, 4})
+    change(sim, 1, (1, 2, 3, 4, 5))
+    wait_replicated(sim, 1, [5])
+    elect(sim, 2)
+    sim.partition({1, 5}, {2, 3}, {4})  # 4 hears nothing of epoch 2
+    return change(sim, 2, (1, 2, 3), (5,))
+
+
+def test_a_new_leader_changes_nothing_before_its_epoch_commits_ongaros_bug() -> None:
+    sim = calm(4, spares=1)
+    removal = _ongaro(sim)
+    assert settle_request(sim, removal, 10) == "failed"
+    assert removal.failure is AckFailure.EPOCH_NOT_COMMITTED
+    # once its epoch commits (4 back), 1's uncommitted promotion of 5 can never win
+    sim.heal()
+    assert sim.run_for(2000, lambda: sim.replica(2).serving)
+    assert settle_request(sim, change(sim, 2, (1, 2, 3), (5,))) == "acked"
+    # 1 follows 2: the promotion of 5 is truncated away, 2's removal of 4 is in force
+    wait_replicated(sim, 2, [1, 5])
+    for node in (1, 2, 3, 5):
+        assert sim.replica(node).membership == Membership((1, 2, 3), (5,))
+
+
+def test_without_the_serving_rule_the_checker_catches_two_disjoint_majorities(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the checker's sanity check: drop the rule and the scenario loses committed records
+    refusal = Replica._membership_refusal
+
+    def no_serving_rule(self: Replica, wanted: Membership) -> AckFailure | None:
+        control, self._control_offset = self._control_offset, -1  # "serving" at once
+        try:
+            return refusal(self, wanted)
+        finally:
+            self._control_offset = control
+
+    monkeypatch.setattr(Replica, "_membership_refusal", no_serving_rule)
+    sim = calm(4, spares=1)
+    removal = _ongaro(sim)
+    assert settle_request(sim, removal) == "acked", removal  # by 2 and 3, majority of 1-3
+    sim.run_for(50)  # flushed
+    sim.crash(1)  # (a leader never campaigns: restarted, it is a follower)
+    sim.restart(1)
+    sim.partition({1, 4, 5}, {2, 3})
+    # 1 (voters 1-5 in its log) wins with 4 (removed, never told) and 5: it lacks epoch 2
+    with pytest.raises(InvariantViolation, match="leader completeness"):
+        elect(sim, 1)
