@@ -18,6 +18,13 @@ Observers are checked like every replica (their records join the same hash chain
 their logs are prefix-consistent copies; their HW covers committed records only); the
 simulator also checks that an observer never campaigns, never grants a vote and never
 becomes a candidate or leader.
+
+Membership changes (`memberships_per_s`): "voters" above are those of the leader's current
+(latest) membership, and the simulator also checks after every event that no leader's log
+holds more than one uncommitted membership record; that every leader was granted votes by a
+majority of its own membership's voters; that a replica grants a vote only to a candidate
+whose voters include it and campaigns only as a voter of its own membership; and that an
+acknowledged change is committed at the offset it was acknowledged with.
 """
 
 from __future__ import annotations

@@ -37,6 +37,9 @@ seed fully determines a schedule. The simulated pieces:
   producer's batches in sequence order without gaps, and no batch of an epoch after a
   newer epoch's batch (`check_producers`).
 
+* membership changes (`memberships_per_s`): the leader is asked for one change at a time
+  (`membership_step`), retried on refusals worth retrying; `spares` start in neither set.
+
 Invariants (checker.py) are checked as outputs are applied and after every event.
 """
 
