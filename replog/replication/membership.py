@@ -100,6 +100,14 @@ class MembershipHistory:
         self._entries = keep
         return changed
 
+    def forget_before(self, offset: int) -> bool:
+        """Drop the entries before the one in force at `offset` (the records below
+        `offset` are deleted). Returns whether anything was dropped."""
+        keep = [*self.in_force_at(offset), *(e for e in self._entries if e.offset >= offset)]
+        changed = len(keep) != len(self._entries)
+        self._entries = keep
+        return changed
+
     def between(self, start_offset: int, end_offset: int) -> tuple[MembershipEntry, ...]:
         """The entries whose records lie in `[start_offset, end_offset)`."""
         return tuple(e for e in self._entries if start_offset <= e.offset < end_offset)

@@ -576,9 +576,13 @@ class Replica:
 
     def log_start_advanced(self, offset: int, now_ms: int) -> list[Output]:
         """Log fact: retention deleted every offset below `offset` (never above the HW). A
-        follower that asks this leader for one of them is told to start at `offset`."""
+        follower that asks this leader for one of them is told to start at `offset`. The
+        membership history forgets the changes before the one in force at `offset` (their
+        records are gone and, committed, never truncated), so its file stays small."""
         assert self._log_start <= offset <= self._hw, (offset, self._log_start, self._hw)
         self._log_start = offset
+        if self._members.forget_before(offset):
+            self._out.append(PersistMembershipHistory(self._members.entries))
         return self._take()
 
     # -- state changes -------------------------------------------------------------------

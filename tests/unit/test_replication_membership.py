@@ -334,3 +334,19 @@ def test_a_fetch_of_a_removed_replica_is_not_answered_but_a_new_observer_is() ->
     out = fetch(r, 5, 0, 0)
     assert isinstance(sent(out, FetchResponse)[0].result, Records)
     assert FetchRequest(1, 5, 0, 0).replica_id in r.followers()
+
+
+def test_retention_forgets_the_changes_before_the_one_in_force_at_the_log_start() -> None:
+    r = serving_leader(observers=())
+    r.change_membership(7, (1, 2, 3), (4,), 0)
+    commit(r, 2)
+    r.change_membership(8, (1, 2, 3), (4, 5), 0)
+    commit(r, 2)
+    r.change_membership(9, (1, 2, 3), (5,), 0)
+    commit(r, 2)
+    assert [e.offset for e in r.membership_history] == [1, 2, 3]
+    assert r.log_start_advanced(2, 0) == []  # the change at 1 is in force at 2: kept
+    out = r.log_start_advanced(3, 0)
+    assert out == [PersistMembershipHistory(r.membership_history)]
+    assert [e.offset for e in r.membership_history] == [2, 3]
+    assert r.membership == Membership((1, 2, 3), (5,))
