@@ -38,7 +38,7 @@ import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -47,6 +47,7 @@ from replog.errors import ReplogError, UnavailableError
 from replog.replication import Message, ReplicaConfig
 from replog.replication.driver import ReplicaDriver
 from replog.server import auth, logs
+from replog.server import identity as identities
 from replog.server.acl_service import AclService
 from replog.server.admin_service import AdminService
 from replog.server.balancer import run_balancer
@@ -58,6 +59,7 @@ from replog.server.guard import Guard, maximum_concurrent_rpcs
 from replog.server.guard import server_options as guard_options
 from replog.server.handler_chain import serve_through
 from replog.server.handover import hand_over
+from replog.server.identity import Identity, NodesService
 from replog.server.legacy_import import import_legacy_topics, metadata_dir
 from replog.server.limits import Limits
 from replog.server.listeners import (
@@ -99,13 +101,16 @@ from replog.v1 import (
     groups_pb2,
     log_pb2,
     log_pb2_grpc,
+    nodes_pb2_grpc,
     replication_pb2_grpc,
 )
 
 _log = logging.getLogger("replog.server")
+T = TypeVar("T")
 
 FAILED_CLOSE_TIMEOUT_S = 5.0
 OPEN_WAIT_S = 60.0
+CATCH_UP_POLL_S = 0.2
 ReplicationTarget = Callable[[Message], Awaitable[None]]
 ANSWER_MARGIN_BYTES = 64 * 1024  # a fetch answer's envelope fields, under the message limit
 SERVICE_NAMES = (
@@ -116,10 +121,14 @@ SERVICE_NAMES = (
 
 
 class Node:
-    def __init__(self, settings: Settings, supervisor: Supervisor) -> None:
+    def __init__(
+        self, settings: Settings, supervisor: Supervisor, identity: Identity | None = None
+    ) -> None:
+        """`identity`: from `establish_identity` (None: a directory adopted as it is)."""
         self.settings = settings
         self.supervisor = supervisor
         self.node_id = node_id = settings.node_id
+        self.identity = identity or Identity(node_id, "", identities.EXISTING)
         self.address = settings.advertised_address or settings.listen
         addresses = settings.peer_map() or {node_id: self.address}  # a cluster of one
         members = sorted(addresses)
@@ -133,6 +142,8 @@ class Node:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.imported = import_legacy_topics(data_dir, node_id, members, storage)
         voters, observers = replica_config_members(members)
+        if self.identity.catching_up:  # a lost disk: no vote before catching up (identity.py)
+            identities.floor_replica(metadata_dir(data_dir))
         self.metadata = MetadataLog(
             PartitionLog(metadata_dir(data_dir), METADATA_TOPIC, 0, storage),
             self.replica_config(voters, observers),
@@ -195,6 +206,8 @@ class Node:
         )
 
     def _make_replica(self, meta: TopicMeta, p: int, plog: PartitionLog) -> ReplicatedPartition:
+        if self.identity.floors(meta.topic_id):  # a lost disk: its replicas catch up first
+            identities.floor_replica(plog.directory)
         return ReplicatedPartition(
             plog,
             self.replica_config(meta.assignment[p]),
@@ -210,6 +223,30 @@ class Node:
 
     def _serving(self, _part: ReplicatedPartition) -> None:
         self.groups.wake()  # its group coordinator takes over the partition's groups now
+
+    def identify(self) -> tuple[str, bool, int, int, bool]:
+        """What `Nodes.Identify` answers: directory id, deciding (never, once running),
+        metadata epoch and log end, still a replacement catching up."""
+        driver = self.metadata.driver
+        return (
+            self.identity.directory_id,
+            False,
+            driver.epoch,
+            self.metadata.log.log_end_offset,
+            self.identity.catching_up,
+        )
+
+    async def watch_catch_up(self) -> None:
+        """A replacement: note where its metadata partition caught up (its vote floor gone),
+        which tells which replicas of later topics start without one (`Identity.floors`)."""
+        while self.identity.catching_up:
+            if not self.metadata.driver.replica.quorum_state.vote_floor:
+                hw = self.metadata.log.high_watermark
+                self.identity = await asyncio.to_thread(
+                    identities.caught_up, self.settings.data_dir, self.identity, hw
+                )
+                return
+            await asyncio.sleep(CATCH_UP_POLL_S)
 
     def logs(self) -> list[PartitionLog]:
         """Every log this node has open, the metadata log included (metrics, flusher)."""
@@ -248,6 +285,7 @@ class Node:
         await self.replicas.load()
         await self.metadata.start()
         self._tasks = [
+            spawn(self.watch_catch_up(), "identity-catch-up"),
             spawn(self.metadata.run(), "metadata-apply"),
             spawn(self.replicas.run(), "reconciler"),
             spawn(run_flusher(self.logs, self.settings.storage_config()), "flusher"),
@@ -327,7 +365,10 @@ async def _serve(settings: Settings) -> int:
         loop.add_signal_handler(sig, stop.set)
     # A background task that dies of a bug stops the node too, and the exit code says so.
     supervisor = Supervisor(on_fatal=lambda _exc: stop.set())
-    node = Node(settings, supervisor)
+    identity = await _until_stopped(establish_identity(settings), stop)
+    if identity is None:
+        return 0  # stopped while asking its peers: nothing was started
+    node = Node(settings, supervisor, identity)
     await node.open()
     guard = Guard(node.limits)  # malformed bodies, limits (guard.py)
     # Who calls and what it may do (auth.py; none with --authorization off): after the guard,
@@ -374,6 +415,10 @@ async def _serve(settings: Settings) -> int:
         peer_server.add_generic_rpc_handlers((peer_handler(log_service, authenticate),))
     replication_pb2_grpc.add_ReplicationServicer_to_server(  # type: ignore[no-untyped-call]
         replication, peer_server or server
+    )
+    nodes = NodesService(node.node_id, node.identify)
+    nodes_pb2_grpc.add_NodesServicer_to_server(  # type: ignore[no-untyped-call]
+        nodes if authenticate is None else MembersOnly(nodes, authenticate), peer_server or server
     )
     groups_service.register(
         node.groups, node.metrics, server, peer_server, authenticate, supervisor.spawn
@@ -487,6 +532,65 @@ async def _serve(settings: Settings) -> int:
         return EXIT_TASK_FAILED
     log(_log, "server.stopped")
     return 0
+
+
+async def establish_identity(settings: Settings) -> Identity:
+    """The data directory's identity (`identity.py`). On an empty directory in a cluster of
+    several, this node answers `Nodes.Identify` (deciding) on its peer address while it asks
+    its peers, so that nodes started together on empty directories find each other."""
+    node_id, data_dir = settings.node_id, settings.data_dir
+    members = sorted(settings.peer_map() or {node_id: settings.listen})
+    voters, _observers = replica_config_members(members)
+    if identities.load(data_dir) is not None or not identities.is_empty(data_dir):
+        return await identities.establish(data_dir, node_id, voters, [], _nobody)
+    if members == [node_id]:
+        return await identities.establish(data_dir, node_id, voters, [], _nobody)
+    temporary = grpc.aio.server(options=server_options(settings.message_bytes_max))
+    deciding = NodesService(node_id, lambda: ("", True, 0, 0, False))
+    nodes_pb2_grpc.add_NodesServicer_to_server(deciding, temporary)  # type: ignore[no-untyped-call]
+    address = settings.peer_listen or settings.listen
+    client_auth = bool(settings.peer_listen) or settings.tls_client_auth == "require"
+    try:
+        add_port(temporary, address, settings.tls, require_client_auth=client_auth)
+    except RuntimeError as exc:
+        raise UnavailableError(f"cannot listen on {address}: {exc}") from None
+    await temporary.start()
+    dial_map = settings.peer_dial_map() or settings.peer_map()
+    dial = dialer(settings.tls)
+    channels: dict[int, grpc.aio.Channel] = {}
+
+    def channel_for(peer: int) -> grpc.aio.Channel:
+        if peer not in channels:
+            channels[peer] = dial(dial_map[peer])
+        return channels[peer]
+
+    try:
+        return await identities.establish(
+            data_dir, node_id, voters, members, identities.asker(channel_for, node_id)
+        )
+    finally:
+        await temporary.stop(0)
+        for channel in channels.values():
+            await channel.close(None)
+
+
+async def _nobody(_peer: int) -> identities.Answer | None:
+    return None
+
+
+async def _until_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
+    """`work`'s result, or None if `stop` is set first (`work` is then cancelled)."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([task, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return None
+    return task.result()
 
 
 async def _publish_ready(servicer: Any, ready: bool) -> None:

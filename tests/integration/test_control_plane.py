@@ -29,8 +29,10 @@ NAMES = [name_of_length(k) for k in range(1, TOPIC_NAME_CHARS_MAX + 1)]
 
 
 def topic_dirs(data_dir: Path) -> list[str]:
-    """Topic directories left on disk (the metadata log and the trash aside)."""
-    return sorted(p.name for p in data_dir.iterdir() if p.name not in ("__cluster", ".trash~"))
+    """Topic directories left on disk (the metadata log and the trash aside; files such as
+    `node-identity.json` are not topics)."""
+    skip = ("__cluster", ".trash~")
+    return sorted(p.name for p in data_dir.iterdir() if p.is_dir() and p.name not in skip)
 
 
 def no_replica_failures(metrics: str) -> bool:

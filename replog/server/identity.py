@@ -1,0 +1,284 @@
+"""A node's data directory identity, and what a node on an empty directory may do.
+
+A node whose data directory is empty cannot tell by itself whether it is one of the first
+nodes of a new cluster or a node whose disk was lost (a wiped or replaced volume). The
+difference matters: a replacement has forgotten the records it acknowledged and the votes it
+cast, so its vote could elect a leader that lacks committed records (Raft's and KIP-853's
+wiped-disk hazard). So, before it takes part in any vote, a node on an empty directory asks
+its peers (`Nodes.Identify`, on their peer listener) and decides (`decide`, pure):
+
+* **replacement**: a peer has seen cluster metadata (a metadata epoch or log end above 0)
+  or is a replacement itself: the cluster exists. The node starts every replica it had
+  before (the metadata partition, and each partition of a topic created before it caught
+  up) with a *vote floor* it cannot reach (`QuorumState.vote_floor`): it fetches as a
+  follower, votes for nobody and never campaigns, until it durably holds everything its
+  leader has committed in the leader's current epoch (the core's repair rule); then it is a
+  voter like the others. Its metadata catch-up point is kept (`caught_up_at`), so replicas
+  of topics created before it are floored and those created after are not.
+* **bootstrap**: a majority of the metadata voters (this node included) answer that they
+  are on empty directories too and have seen no metadata: nothing can have been
+  acknowledged yet, so the node votes at once. A cluster of one bootstraps at once.
+* neither (peers unreachable, or not enough of them): ask again; nothing is decided while
+  the peers that would tell are down.
+
+While deciding, the node answers `Identify` itself (`deciding=true`) on a temporary server
+on its peer address, so that nodes started together on empty directories find each other.
+The decision is written (with a new random directory id) to `node-identity.json` before any
+replica starts; a directory that is not empty and has no identity file (a node of an
+earlier release, or a single-node data dir to import) is adopted as it is ("existing").
+
+File `node-identity.json` (JSON, written atomically)::
+
+    {"node_id": 2, "directory_id": "0b6c...", "start": "replacement",
+     "caught_up_at": 1234}      (null until the metadata partition caught up)
+
+What this does not close: a replacement forgets the votes it cast before the loss, and it
+may vote again, after catching up, in an election of an epoch it had voted in already (a
+candidate of that epoch cut off since); KIP-853 closes that by making the new directory a
+non-voter until a membership change adds it, which the server does not do yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from replog.errors import CorruptDataError
+from replog.replication.driver import QUORUM_STATE_FILE, encode_quorum_state
+from replog.replication.state import EPOCH_MAX, OFFSET_MAX, QuorumState
+from replog.server.logs import log
+from replog.storage import checkpoint
+from replog.v1 import nodes_pb2, nodes_pb2_grpc
+
+_log = logging.getLogger("replog.server.identity")
+
+IDENTITY_FILE = "node-identity.json"
+IGNORED_ENTRIES = frozenset({"lost+found", IDENTITY_FILE + ".tmp"})  # an empty volume has these
+BOOTSTRAP = "bootstrap"
+REPLACEMENT = "replacement"
+EXISTING = "existing"
+STARTS = (BOOTSTRAP, REPLACEMENT, EXISTING)
+ASK_TIMEOUT_S = 1.0
+ASK_INTERVAL_S = 0.2
+WAITING_LOG_INTERVAL_S = 10.0
+# A floor no log reaches: votes for nobody until caught up with a leader (see above).
+UNREACHABLE_FLOOR = QuorumState(vote_floor=OFFSET_MAX, vote_floor_epoch=EPOCH_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    node_id: int
+    directory_id: str
+    start: str  # one of STARTS
+    caught_up_at: int | None = None  # replacement: metadata HW once caught up
+
+    def floors(self, topic_id: int) -> bool:
+        """Whether a new replica of the topic created at metadata offset `topic_id` starts
+        floored: on a replacement, for topics created before it caught up."""
+        if self.start != REPLACEMENT:
+            return False
+        return self.caught_up_at is None or topic_id < self.caught_up_at
+
+    @property
+    def catching_up(self) -> bool:
+        return self.start == REPLACEMENT and self.caught_up_at is None
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A peer's `IdentifyResponse`, as far as the decision goes."""
+
+    deciding: bool
+    metadata_epoch: int
+    metadata_end_offset: int
+    replacement: bool = False  # a replacement itself (still catching up)
+
+
+def decide(node_id: int, voters: Sequence[int], answers: Mapping[int, Answer]) -> str | None:
+    """BOOTSTRAP, REPLACEMENT, or None (ask again). `voters`: the metadata partition's
+    voters; `answers`: the peers that answered (this node not among them)."""
+    for answer in answers.values():
+        if answer.replacement or answer.metadata_epoch > 0 or answer.metadata_end_offset > 0:
+            return REPLACEMENT
+    empty = 1 if node_id in voters else 0
+    empty += sum(1 for peer, a in answers.items() if peer in voters and peer != node_id)
+    if empty >= len(voters) // 2 + 1:
+        return BOOTSTRAP
+    return None
+
+
+# -- the file ---------------------------------------------------------------------------------
+
+
+def is_empty(data_dir: Path) -> bool:
+    """No data yet: the directory does not exist or holds nothing but an empty volume's own
+    entries."""
+    if not data_dir.exists():
+        return True
+    return all(entry.name in IGNORED_ENTRIES for entry in data_dir.iterdir())
+
+
+def load(data_dir: Path) -> Identity | None:
+    raw = checkpoint.read_file(data_dir / IDENTITY_FILE)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+        identity = Identity(
+            data["node_id"], data["directory_id"], data["start"], data.get("caught_up_at")
+        )
+        ok = (
+            type(identity.node_id) is int
+            and isinstance(identity.directory_id, str)
+            and 0 < len(identity.directory_id) <= 64
+            and identity.start in STARTS
+            and (identity.caught_up_at is None or type(identity.caught_up_at) is int)
+        )
+    except (ValueError, TypeError, KeyError):
+        ok = False
+    if not ok:
+        raise CorruptDataError(f"{data_dir / IDENTITY_FILE}: invalid {raw[:200]!r}")
+    return identity
+
+
+def save(data_dir: Path, identity: Identity) -> None:
+    data = {
+        "node_id": identity.node_id,
+        "directory_id": identity.directory_id,
+        "start": identity.start,
+        "caught_up_at": identity.caught_up_at,
+    }
+    checkpoint.write_atomic(data_dir / IDENTITY_FILE, json.dumps(data).encode())
+
+
+def caught_up(data_dir: Path, identity: Identity, metadata_hw: int) -> Identity:
+    """A replacement's metadata partition caught up at `metadata_hw`: saved, returned."""
+    done = replace(identity, caught_up_at=metadata_hw)
+    save(data_dir, done)
+    log(_log, "identity.caught_up", metadata_offset=metadata_hw)
+    return done
+
+
+def floor_replica(directory: Path) -> bool:
+    """Write the unreachable vote floor into a replica directory about to start empty (no
+    quorum state yet); False (nothing written) when it has one."""
+    if (directory / QUORUM_STATE_FILE).exists():
+        return False
+    directory.mkdir(parents=True, exist_ok=True)
+    checkpoint.write_atomic(directory / QUORUM_STATE_FILE, encode_quorum_state(UNREACHABLE_FLOOR))
+    return True
+
+
+# -- deciding -----------------------------------------------------------------------------------
+
+Ask = Callable[[int], Awaitable[Answer | None]]
+
+
+async def establish(
+    data_dir: Path,
+    node_id: int,
+    voters: Sequence[int],
+    peers: Sequence[int],
+    ask: Ask,
+    *,
+    interval_s: float = ASK_INTERVAL_S,
+) -> Identity:
+    """This node's identity: from its file, or adopted (a directory with data and no file),
+    or decided by asking `peers` (an empty directory). Written before it returns."""
+    known = load(data_dir)
+    if known is not None:
+        if known.node_id != node_id:
+            raise CorruptDataError(
+                f"{data_dir} belongs to node {known.node_id}, not to node {node_id}"
+            )
+        return known
+    start = (
+        EXISTING
+        if not is_empty(data_dir)
+        else await _decide(node_id, voters, peers, ask, interval_s)
+    )
+    identity = Identity(node_id, uuid.uuid4().hex, start)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    save(data_dir, identity)
+    log(_log, "identity.decided", start=start, directory_id=identity.directory_id)
+    return identity
+
+
+async def _decide(
+    node_id: int, voters: Sequence[int], peers: Sequence[int], ask: Ask, interval_s: float
+) -> str:
+    others = [p for p in peers if p != node_id]
+    logged = 0.0
+    while True:
+        replies = await asyncio.gather(*(ask(p) for p in others))
+        answers = {p: a for p, a in zip(others, replies, strict=True) if a is not None}
+        start = decide(node_id, voters, answers)
+        if start is not None:
+            return start
+        now = time.monotonic()
+        if now - logged >= WAITING_LOG_INTERVAL_S:
+            logged = now
+            log(
+                _log,
+                "identity.waiting",
+                logging.WARNING,
+                answered=sorted(answers),
+                peers=others,
+                why="an empty data directory: waiting for peers to tell a new cluster "
+                "from a lost disk",
+            )
+        await asyncio.sleep(interval_s)
+
+
+def asker(channel_for: Callable[[int], grpc.aio.Channel], node_id: int) -> Ask:
+    """`Ask` over gRPC: a peer that does not answer within ASK_TIMEOUT_S counts as absent."""
+
+    async def ask(peer: int) -> Answer | None:
+        stub: Any = nodes_pb2_grpc.NodesStub(channel_for(peer))  # type: ignore[no-untyped-call]
+        try:
+            reply = await stub.Identify(
+                nodes_pb2.IdentifyRequest(node_id=node_id), timeout=ASK_TIMEOUT_S
+            )
+        except grpc.RpcError:
+            return None
+        return Answer(
+            reply.deciding,
+            reply.metadata_epoch,
+            reply.metadata_end_offset,
+            replacement=reply.replacement,
+        )
+
+    return ask
+
+
+# -- answering ------------------------------------------------------------------------------
+
+
+class NodesService:
+    """`Nodes.Identify`: `state()` gives (directory_id, deciding, epoch, end, replacement)."""
+
+    def __init__(self, node_id: int, state: Callable[[], tuple[str, bool, int, int, bool]]) -> None:
+        self.node_id = node_id
+        self.state = state
+
+    async def Identify(
+        self, request: nodes_pb2.IdentifyRequest, context: Any
+    ) -> nodes_pb2.IdentifyResponse:
+        directory_id, deciding, epoch, end, replacement = self.state()
+        return nodes_pb2.IdentifyResponse(
+            node_id=self.node_id,
+            directory_id=directory_id,
+            deciding=deciding,
+            metadata_epoch=epoch,
+            metadata_end_offset=end,
+            replacement=replacement,
+        )

@@ -1,0 +1,117 @@
+"""A node on an empty data directory: bootstrap or replacement (server/identity.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from replog.errors import CorruptDataError
+from replog.replication.driver import load_quorum_state
+from replog.server import identity as ids
+from replog.server.identity import BOOTSTRAP, EXISTING, REPLACEMENT, Answer, Identity, decide
+
+EMPTY = Answer(deciding=True, metadata_epoch=0, metadata_end_offset=0)
+BOOTSTRAPPED = Answer(deciding=False, metadata_epoch=0, metadata_end_offset=0)
+RUNNING = Answer(deciding=False, metadata_epoch=3, metadata_end_offset=120)
+
+
+def test_a_peer_that_has_seen_metadata_makes_an_empty_node_a_replacement() -> None:
+    assert decide(1, (1, 2, 3), {2: RUNNING}) == REPLACEMENT
+    assert decide(1, (1, 2, 3), {2: EMPTY, 3: RUNNING}) == REPLACEMENT
+    only_end = Answer(deciding=False, metadata_epoch=0, metadata_end_offset=1)
+    assert decide(1, (1, 2, 3), {2: only_end}) == REPLACEMENT
+    other_replacement = Answer(False, 0, 0, replacement=True)
+    assert decide(1, (1, 2, 3), {2: other_replacement, 3: EMPTY}) == REPLACEMENT
+
+
+def test_a_majority_of_empty_voters_bootstraps_and_less_waits() -> None:
+    assert decide(1, (1, 2, 3), {2: EMPTY}) == BOOTSTRAP
+    assert decide(1, (1, 2, 3), {2: BOOTSTRAPPED, 3: EMPTY}) == BOOTSTRAP
+    assert decide(1, (1, 2, 3), {}) is None  # nobody answers: nothing is decided
+    assert decide(1, (1, 2, 3, 4, 5), {2: EMPTY}) is None  # 2 of 5 voters
+    assert decide(1, (1, 2, 3, 4, 5), {2: EMPTY, 5: EMPTY}) == BOOTSTRAP
+    # an observer of the metadata partition does not count toward the voters' majority
+    assert decide(6, (1, 2, 3, 4, 5), {1: EMPTY, 2: EMPTY}) is None
+    assert decide(6, (1, 2, 3, 4, 5), {1: EMPTY, 2: EMPTY, 3: EMPTY}) == BOOTSTRAP
+    assert decide(1, (1,), {}) == BOOTSTRAP  # a cluster of one
+
+
+def test_establish_asks_until_it_can_decide_and_writes_its_identity_first(
+    tmp_path: Path,
+) -> None:
+    answers: list[dict[int, Answer | None]] = [
+        {2: None, 3: None},  # nobody up yet
+        {2: None, 3: None},
+        {2: RUNNING, 3: None},  # node 2 is up and has metadata: this disk was lost
+    ]
+    asked: list[int] = []
+
+    async def ask(peer: int) -> Answer | None:
+        asked.append(peer)
+        round_ = answers[min(len(asked) - 1, 2 * len(answers) - 1) // 2]
+        return round_[peer]
+
+    data_dir = tmp_path / "data"
+    identity = asyncio.run(ids.establish(data_dir, 1, (1, 2, 3), (1, 2, 3), ask, interval_s=0))
+    assert identity.start == REPLACEMENT and identity.catching_up
+    assert ids.load(data_dir) == identity
+    assert asked == [2, 3, 2, 3, 2, 3]
+    # once written, the identity is read back and nobody is asked
+    again = asyncio.run(ids.establish(data_dir, 1, (1, 2, 3), (1, 2, 3), ask, interval_s=0))
+    assert again == identity and len(asked) == 6
+
+
+def test_a_directory_with_data_and_no_identity_file_is_adopted_without_asking(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    (data_dir / "__cluster" / "partition_0").mkdir(parents=True)
+
+    async def ask(peer: int) -> Answer | None:
+        raise AssertionError("asked")
+
+    identity = asyncio.run(ids.establish(data_dir, 2, (1, 2, 3), (1, 2, 3), ask))
+    assert identity.start == EXISTING and not identity.catching_up
+    assert not identity.floors(0)
+
+
+def test_an_empty_volume_with_lost_and_found_is_empty(tmp_path: Path) -> None:
+    (tmp_path / "lost+found").mkdir()
+    assert ids.is_empty(tmp_path)
+    (tmp_path / "orders").mkdir()
+    assert not ids.is_empty(tmp_path)
+
+
+def test_a_replacement_floors_replicas_of_topics_older_than_its_catch_up(
+    tmp_path: Path,
+) -> None:
+    identity = Identity(1, "d", REPLACEMENT)
+    assert identity.floors(5) and identity.floors(10**6)  # not caught up: every replica
+    done = ids.caught_up(tmp_path, identity, 100)
+    assert done.caught_up_at == 100 and ids.load(tmp_path) == done
+    assert done.floors(99) and not done.floors(100) and not done.catching_up
+    assert not Identity(1, "d", BOOTSTRAP).floors(0)
+
+
+def test_a_floored_replica_votes_for_nobody_until_it_has_caught_up(tmp_path: Path) -> None:
+    replica_dir = tmp_path / "orders" / "partition_0"
+    assert ids.floor_replica(replica_dir)
+    state = load_quorum_state(replica_dir)
+    assert state.vote_floor == ids.UNREACHABLE_FLOOR.vote_floor > 0
+    assert state.epoch == 0 and state.voted_for is None
+    assert not ids.floor_replica(replica_dir)  # a replica with a quorum state keeps it
+
+
+def test_an_identity_of_another_node_or_a_damaged_file_stops_the_node(tmp_path: Path) -> None:
+    ids.save(tmp_path, Identity(3, "d", BOOTSTRAP))
+
+    async def ask(peer: int) -> Answer | None:
+        return None
+
+    with pytest.raises(CorruptDataError, match="belongs to node 3"):
+        asyncio.run(ids.establish(tmp_path, 1, (1, 2, 3), (1, 2, 3), ask))
+    (tmp_path / ids.IDENTITY_FILE).write_text('{"node_id": 1, "start": "maybe"}')
+    with pytest.raises(CorruptDataError):
+        ids.load(tmp_path)
