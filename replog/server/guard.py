@@ -132,6 +132,24 @@ class Guard:
 
             return generate
 
+        if counted and not stream:  # the common call: no ExitStack, no generator per call
+            limits = self.limits
+
+            async def handle_counted(request: Any, context: Context) -> Any:
+                if isinstance(request, Malformed):
+                    await self._check(method, request, context)
+                try:
+                    limits.take_rpc()
+                except ReplogError as err:
+                    await status.abort(context, err)
+                    raise AssertionError("abort returned") from err
+                try:
+                    return await inner(request, context)
+                finally:
+                    limits.give_rpc()
+
+            return handle_counted
+
         async def handle(request: Any, context: Context) -> Any:
             await self._check(method, request, context)
             with await self._enter(context, counted, stream):

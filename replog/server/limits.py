@@ -105,6 +105,15 @@ class Limits:
     @contextlib.contextmanager
     def rpc(self) -> Iterator[None]:
         """Hold one of `rpcs_max` for the duration of a call."""
+        self.take_rpc()
+        try:
+            yield
+        finally:
+            self.rpcs -= 1
+
+    def take_rpc(self) -> None:
+        """Take one of `rpcs_max` (TOO_MANY_REQUESTS when none is left); the caller gives it
+        back with `give_rpc` (`rpc()` pairs the two; the guard's unary path, per call)."""
         limit = self.config.rpcs_max
         if self.rpcs >= limit:
             self._refuse("rpcs_max")
@@ -114,10 +123,9 @@ class Limits:
                 limit_value=limit,
             )
         self.rpcs += 1
-        try:
-            yield
-        finally:
-            self.rpcs -= 1
+
+    def give_rpc(self) -> None:
+        self.rpcs -= 1
 
     @contextlib.contextmanager
     def stream(self, connection: str) -> Iterator[None]:
