@@ -271,7 +271,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 stub.TransferLeadership(request, timeout=REMOTE_TIMEOUT_S, metadata=FORWARD)
             )
         driver = part.driver
-        voters = driver.config.voters
+        voters = driver.membership.voters
         target = request.target_node_id
         if target == 0:
             picked = pick_target(self.node_id, voters, driver.replica_status())

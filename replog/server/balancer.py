@@ -48,7 +48,7 @@ async def balance_once(drivers: Sequence[ReplicaDriver]) -> int:
         if driver.role is not Role.LEADER or not driver.serving:
             continue
         target = preferred_target(
-            driver.config.replica_id, driver.config.voters, driver.replica_status()
+            driver.config.replica_id, driver.membership.voters, driver.replica_status()
         )
         if target is not None:
             await driver.transfer_leadership(target)

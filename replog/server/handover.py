@@ -66,7 +66,7 @@ def others_caught_up(driver: ReplicaDriver) -> bool:
     they commit without it (True too once it no longer leads: nothing to wait for)."""
     if driver.role is not Role.LEADER:
         return True
-    me, voters = driver.config.replica_id, driver.config.voters
+    me, voters = driver.config.replica_id, driver.membership.voters
     ready = sum(
         1
         for replica, _acked, lag, ago_ms in driver.replica_status()
@@ -88,7 +88,7 @@ async def hand_over(
     leader serves (or `timeout_s` passes)."""
     loop = asyncio.get_running_loop()
     started = loop.time()
-    leading = [d for d in drivers if d.role is Role.LEADER and len(d.config.voters) > 1]
+    leading = [d for d in drivers if d.role is Role.LEADER and len(d.membership.voters) > 1]
     catch_up_until = started + min(catch_up_s, timeout_s / 3)
     while loop.time() < catch_up_until and not all(others_caught_up(d) for d in leading):
         await asyncio.sleep(0.005)
@@ -96,7 +96,7 @@ async def hand_over(
         if driver.role is not Role.LEADER:
             continue
         target = pick_target(
-            driver.config.replica_id, driver.config.voters, driver.replica_status()
+            driver.config.replica_id, driver.membership.voters, driver.replica_status()
         )
         if target is not None:
             await driver.transfer_leadership(target)

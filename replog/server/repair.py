@@ -229,11 +229,11 @@ class Repairer:
                 )
 
     def _decide(self, driver: ReplicaDriver, ranges: list[IntegrityIssue]) -> Decision:
-        cfg = driver.config
+        membership = driver.membership  # the log's latest: membership changes included
         return decide(
-            cfg.replica_id,
-            cfg.voters,
-            cfg.observers,
+            driver.config.replica_id,
+            membership.voters,
+            membership.observers,
             driver.role,
             driver.leader_id,
             bool(ranges),

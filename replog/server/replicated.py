@@ -69,7 +69,6 @@ class ReplicatedPartition(Partition):
         self.limits = limits if limits is not None else Limits(LimitsConfig())
         self.topic_id = topic_id  # which incarnation of the topic's name (see `metadata`)
         self.peers = peers
-        self.voters = config.voters
         self._spawn = spawn
         self.driver = ReplicaDriver(
             log,
@@ -99,7 +98,7 @@ class ReplicatedPartition(Partition):
 
     @property
     def leader(self) -> LeaderInfo:
-        return LeaderInfo(self.driver.leader_id, self.driver.epoch, self.voters)
+        return LeaderInfo(self.driver.leader_id, self.driver.epoch, self.driver.membership.voters)
 
     @property
     def is_leader(self) -> bool:
