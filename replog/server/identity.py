@@ -56,6 +56,7 @@ from replog.errors import CorruptDataError
 from replog.replication.driver import QUORUM_STATE_FILE, encode_quorum_state
 from replog.replication.state import EPOCH_MAX, OFFSET_MAX, QuorumState
 from replog.server.logs import log
+from replog.server.settings import RACK_CHARS_MAX
 from replog.storage import checkpoint
 from replog.v1 import nodes_pb2, nodes_pb2_grpc
 
@@ -266,9 +267,15 @@ def asker(channel_for: Callable[[int], grpc.aio.Channel], node_id: int) -> Ask:
 class NodesService:
     """`Nodes.Identify`: `state()` gives (directory_id, deciding, epoch, end, replacement)."""
 
-    def __init__(self, node_id: int, state: Callable[[], tuple[str, bool, int, int, bool]]) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        state: Callable[[], tuple[str, bool, int, int, bool]],
+        rack: str = "",
+    ) -> None:
         self.node_id = node_id
         self.state = state
+        self.rack = rack
 
     async def Identify(
         self, request: nodes_pb2.IdentifyRequest, context: Any
@@ -281,4 +288,26 @@ class NodesService:
             metadata_epoch=epoch,
             metadata_end_offset=end,
             replacement=replacement,
+            rack=self.rack,
         )
+
+
+async def racks_of(
+    channel_for: Callable[[int], grpc.aio.Channel], node_id: int, peers: Sequence[int]
+) -> dict[int, str]:
+    """The racks the `peers` that answer `Identify` within ASK_TIMEOUT_S report ("" for the
+    others: unknown)."""
+
+    async def one(peer: int) -> str:
+        stub: Any = nodes_pb2_grpc.NodesStub(channel_for(peer))  # type: ignore[no-untyped-call]
+        try:
+            reply = await stub.Identify(
+                nodes_pb2.IdentifyRequest(node_id=node_id), timeout=ASK_TIMEOUT_S
+            )
+        except grpc.RpcError:
+            return ""
+        rack = str(reply.rack)
+        return rack if len(rack) <= RACK_CHARS_MAX and rack.isprintable() else ""
+
+    found = await asyncio.gather(*(one(p) for p in peers))
+    return dict(zip(peers, found, strict=True))

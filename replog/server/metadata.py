@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -309,16 +309,47 @@ def _shaped(command: CreateTopic) -> CreateTopic:
 
 
 def assign(
-    name: str, partitions: int, replication_factor: int, nodes: Sequence[int]
+    name: str,
+    partitions: int,
+    replication_factor: int,
+    nodes: Sequence[int],
+    racks: Mapping[int, str] | None = None,
 ) -> tuple[tuple[int, ...], ...]:
-    """Spread replicas evenly: partition p starts at node (p + crc32(name)) % n."""
+    """Spread replicas evenly: partition p starts at node (p + crc32(name)) % n.
+
+    With `racks` (node -> rack, "" unknown) naming two racks or more, the nodes are taken
+    in a ring that alternates racks (each rack's nodes by id, racks by name), and each
+    partition takes, from its start on the ring, first nodes of racks it has no replica in
+    yet, then any: its replicas span min(replication_factor, racks) racks."""
     ordered = sorted(nodes)
     n = len(ordered)
     seed = zlib.crc32(name.encode())
-    return tuple(
-        tuple(ordered[(p + seed + k) % n] for k in range(replication_factor))
-        for p in range(partitions)
-    )
+    rack_of = {node: (racks or {}).get(node, "") for node in ordered}
+    if len(set(rack_of.values())) < 2:
+        return tuple(
+            tuple(ordered[(p + seed + k) % n] for k in range(replication_factor))
+            for p in range(partitions)
+        )
+    by_rack: dict[str, list[int]] = {}
+    for node in ordered:
+        by_rack.setdefault(rack_of[node], []).append(node)
+    groups = [by_rack[r] for r in sorted(by_rack)]
+    ring = [g[i] for i in range(max(map(len, groups))) for g in groups if i < len(g)]
+    out = []
+    for p in range(partitions):
+        start = (p + seed) % n
+        around = [ring[(start + k) % n] for k in range(n)]
+        chosen: list[int] = []
+        used: set[str] = set()
+        for node in around:
+            if len(chosen) < replication_factor and rack_of[node] not in used:
+                chosen.append(node)
+                used.add(rack_of[node])
+        for node in around:
+            if len(chosen) < replication_factor and node not in chosen:
+                chosen.append(node)
+        out.append(tuple(chosen))
+    return tuple(out)
 
 
 # -- the image ------------------------------------------------------------------------------
@@ -344,8 +375,10 @@ class MetadataImage:
         nodes: Sequence[int],
         format: str = RAW,
         timestamp_type: str = CREATE_TIME,
+        racks: Mapping[int, str] | None = None,
     ) -> CreateTopic:
-        """The command that creates `name`, or the typed error a client should get."""
+        """The command that creates `name`, or the typed error a client should get
+        (`racks`: see `assign`)."""
         validate_topic_name(name)
         if name == METADATA_TOPIC:
             raise InvalidArgumentError(f"{METADATA_TOPIC} is reserved", topic=name)
@@ -367,7 +400,7 @@ class MetadataImage:
             )
         if name in self.topics:
             raise TopicExistsError(f"topic {name!r} already exists", topic=name)
-        assignment = assign(name, partitions, replication_factor, nodes)
+        assignment = assign(name, partitions, replication_factor, nodes, racks)
         return CreateTopic(name, partitions, assignment, format, timestamp_type)
 
     def delete_topic(self, name: str) -> DeleteTopic:

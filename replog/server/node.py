@@ -129,6 +129,7 @@ class Node:
         self.supervisor = supervisor
         self.node_id = node_id = settings.node_id
         self.identity = identity or Identity(node_id, "", identities.EXISTING)
+        self._racks: dict[int, str] = {}  # peers' racks, once they told (`racks`)
         self.address = settings.advertised_address or settings.listen
         addresses = settings.peer_map() or {node_id: self.address}  # a cluster of one
         members = sorted(addresses)
@@ -170,6 +171,7 @@ class Node:
             self.peers,
             default_replication_factor=settings.default_replication_factor,
             timeout_s=settings.ack_timeout_ms / 1000,
+            racks=self.racks,
         )
         self.groups = Coordinator(  # consumer groups (server/groups/)
             settings.groups_config(),
@@ -223,6 +225,17 @@ class Node:
 
     def _serving(self, _part: ReplicatedPartition) -> None:
         self.groups.wake()  # its group coordinator takes over the partition's groups now
+
+    async def racks(self) -> dict[int, str]:
+        """Every member's rack: this node's setting, the others' `Identify` answers (kept
+        once known; a node not heard from is asked again next time). Nobody is asked when
+        this node has no rack: racks are set on every node or on none."""
+        if not self.settings.rack:
+            return {}
+        unknown = [i for i, _ in self.peers.nodes() if i != self.node_id and i not in self._racks]
+        found = await identities.racks_of(self.peers.channel, self.node_id, unknown)
+        self._racks.update((node, rack) for node, rack in found.items() if rack)
+        return {**self._racks, self.node_id: self.settings.rack}
 
     def identify(self) -> tuple[str, bool, int, int, bool]:
         """What `Nodes.Identify` answers: directory id, deciding (never, once running),
@@ -416,7 +429,7 @@ async def _serve(settings: Settings) -> int:
     replication_pb2_grpc.add_ReplicationServicer_to_server(  # type: ignore[no-untyped-call]
         replication, peer_server or server
     )
-    nodes = NodesService(node.node_id, node.identify)
+    nodes = NodesService(node.node_id, node.identify, settings.rack)
     nodes_pb2_grpc.add_NodesServicer_to_server(  # type: ignore[no-untyped-call]
         nodes if authenticate is None else MembersOnly(nodes, authenticate), peer_server or server
     )

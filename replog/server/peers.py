@@ -60,6 +60,10 @@ class Peers:
         """A Log stub of node `node_id` (forwarded InitProducer calls)."""
         return log_pb2_grpc.LogStub(self._channel(node_id))  # type: ignore[no-untyped-call]
 
+    def channel(self, node_id: int) -> grpc.aio.Channel:
+        """The channel to node `node_id` (for stubs of other services: `identity.racks_of`)."""
+        return self._channel(node_id)
+
     def _channel(self, node_id: int) -> grpc.aio.Channel:
         address = self.dial_addresses.get(node_id) or self.addresses[node_id]
         channel = self._channels.get(address)

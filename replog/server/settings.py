@@ -37,6 +37,9 @@ def _help(text: str) -> dict[str, Any]:
     return {"help": text}
 
 
+RACK_CHARS_MAX = 64
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     data_dir: Path = field(default=Path("data"), metadata=_help("data directory"))
@@ -55,6 +58,13 @@ class Settings:
         metadata=_help("file that receives the bound address (line 1) and metrics=ADDR"),
     )
     node_id: int = field(default=0, metadata=_help("this node's id"))
+    rack: str = field(
+        default="",
+        metadata=_help(
+            "this node's rack or zone: new topics spread each partition's replicas over "
+            "racks (empty: unknown)"
+        ),
+    )
     log_format: str = field(default="text", metadata=_help("log format: text (key=value), json"))
     log_level: str = field(default="INFO", metadata=_help("log level"))
     flush: str = field(
@@ -357,6 +367,10 @@ class Settings:
                 raise InvalidConfigError(f"invalid settings: {what}")
 
         need(self.flush in {p.value for p in FlushPolicy}, "flush must be always|interval|never")
+        need(
+            len(self.rack) <= RACK_CHARS_MAX and self.rack.isprintable(),
+            f"rack must be at most {RACK_CHARS_MAX} printable characters",
+        )
         need(self.log_format in ("text", "json"), "log_format must be text or json")
         need(_is_address(self.listen), f"listen must be host:port, got {self.listen!r}")
         need(

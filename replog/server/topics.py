@@ -13,6 +13,8 @@ LEADER_UNKNOWN meanwhile).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
+
 from replog.errors import InvalidArgumentError
 from replog.server import replica_dirs
 from replog.server.metadata import (
@@ -70,7 +72,11 @@ class Topics:
         *,
         default_replication_factor: int,
         timeout_s: float,
+        racks: Callable[[], Awaitable[Mapping[int, str]]] | None = None,
     ) -> None:
+        """`racks()`: every node's rack (node -> rack, "" unknown), asked when a topic is
+        created (rack-aware placement, `metadata.assign`)."""
+        self.racks = racks
         self.router = router
         self.metadata = metadata
         self.replicas = replicas
@@ -122,8 +128,10 @@ class Topics:
             await remote(self.peers.admin(leader).CreateTopic(request, timeout=self.timeout_s))
             return
 
+        racks = await self.racks() if self.racks is not None else None
+
         def make(image: MetadataImage) -> CreateTopic:
-            command = image.create_topic(name, partitions, rf, nodes, format, timestamp_type)
+            command = image.create_topic(name, partitions, rf, nodes, format, timestamp_type, racks)
             hosted = sum(self.peers.node_id in replicas for replicas in command.assignment)
             replica_dirs.check_space(self.replicas.data_dir, hosted, self.replicas.config)
             self.replicas.check_capacity(command.assignment)

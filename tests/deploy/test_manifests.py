@@ -144,8 +144,12 @@ def policy_allows(
     return False
 
 
-def pod_env(objects: list[Obj], pod_name: str) -> dict[str, str]:
-    """The environment a pod's container starts with, as the kubelet builds it."""
+def pod_env(
+    objects: list[Obj], pod_name: str, labels: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The environment a pod's container starts with, as the kubelet builds it (`labels`:
+    the pod's labels besides the template's, e.g. the zone Kubernetes copies from the node;
+    a label that is absent gives an empty value)."""
     c = container(objects)
     env = {"HOSTNAME": pod_name}  # a StatefulSet pod's hostname is its name
     for source in c.get("envFrom") or []:
@@ -157,6 +161,11 @@ def pod_env(objects: list[Obj], pod_name: str) -> dict[str, str]:
             env[var["name"]] = var["value"]
             continue
         path = var["valueFrom"]["fieldRef"]["fieldPath"]
+        if path.startswith("metadata.labels['") and path.endswith("']"):
+            key = path[len("metadata.labels['") : -2]
+            template = one(objects, "StatefulSet", "replog")["spec"]["template"]["metadata"]
+            env[var["name"]] = {**template.get("labels", {}), **(labels or {})}.get(key, "")
+            continue
         env[var["name"]] = {"metadata.name": pod_name, "metadata.namespace": NAMESPACE}[path]
     return env
 
@@ -497,3 +506,12 @@ def test_tls_is_on_with_each_pod_using_its_own_certificate_from_the_secret(
         assert env["REPLOG_TLS_CA_FILE"] == f"{directory}/ca.pem"
         settings = pod_settings(rendered, ordinal)
         assert settings.tls is not None and settings.peer_listen
+
+
+def test_each_pod_takes_its_rack_from_the_zone_of_its_node(rendered: list[Obj]) -> None:
+    zone = {"topology.kubernetes.io/zone": "eu-west-1b"}
+    assert Settings.from_sources(args=None, env=pod_env(rendered, "replog-0", zone)).rack == (
+        "eu-west-1b"
+    )
+    # without the label (PodTopologyLabelsAdmission off): no rack, placement ignores racks
+    assert pod_settings(rendered, 0).rack == ""

@@ -132,3 +132,30 @@ def test_a_node_that_meets_an_unknown_command_stops_applying_with_a_clear_error(
 class NoPeers:
     def send(self, to: int, message: Message) -> None:
         raise AssertionError("a replica set of one sends nothing")
+
+
+def test_rack_aware_assignment_spans_as_many_racks_as_it_can() -> None:
+    from replog.server.metadata import assign
+
+    racks = {1: "a", 2: "a", 3: "b", 4: "b", 5: "c"}
+    for name in ("orders", "t", "x" * 200):
+        for rf in (1, 2, 3, 4, 5):
+            out = assign(name, 40, rf, list(racks), racks)
+            for replicas in out:
+                assert len(set(replicas)) == rf
+                assert len({racks[n] for n in replicas}) == min(rf, 3), (name, rf, replicas)
+            # every node leads (comes first) somewhere: leadership still spreads
+            assert {r[0] for r in out} == set(racks)
+    # unequal racks: one node alone in its rack is in every partition of rf=2 it can be
+    lopsided = {1: "a", 2: "a", 3: "a", 4: "b"}
+    for replicas in assign("t", 12, 2, list(lopsided), lopsided):
+        assert {lopsided[n] for n in replicas} == {"a", "b"}
+
+
+def test_without_racks_or_with_one_the_assignment_is_as_before() -> None:
+    from replog.server.metadata import assign
+
+    plain = assign("orders", 12, 3, [1, 2, 3, 4])
+    assert assign("orders", 12, 3, [1, 2, 3, 4], {}) == plain
+    assert assign("orders", 12, 3, [1, 2, 3, 4], dict.fromkeys([1, 2, 3, 4], "a")) == plain
+    assert assign("orders", 12, 3, [4, 3, 2, 1], {1: "", 2: ""}) == plain

@@ -1,0 +1,32 @@
+"""Rack-aware placement: each node's `--rack`, learnt over `Nodes.Identify`, spreads new
+topics' replicas over racks (metadata.assign)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from replog.client import Client, RetryPolicy
+from replog.devcluster import DevCluster
+
+pytestmark = pytest.mark.slow
+
+RACKS = {1: "zone-a", 2: "zone-a", 3: "zone-b", 4: "zone-b"}
+
+
+def test_every_partition_of_a_new_topic_has_replicas_in_both_racks(tmp_path: Path) -> None:
+    cluster = DevCluster(tmp_path / "cluster", len(RACKS))
+    for node_id, node in cluster.members.items():
+        node.args += ["--rack", RACKS[node_id]]
+    with cluster, Client(cluster.bootstrap, retry=RetryPolicy(deadline_ms=60_000)) as client:
+        client.create_topic("spread", partitions=12, replication_factor=2)
+        client.create_topic("three", partitions=8, replication_factor=3)
+        meta = client.refresh_metadata(["spread", "three"])
+        for topic in meta.topics:
+            for part in topic.partitions:
+                replicas = list(part.replicas)
+                assert {RACKS[n] for n in replicas} == {"zone-a", "zone-b"}, (topic.name, replicas)
+        # leadership (the first replica) still spreads over every node
+        firsts = {p.replicas[0] for t in meta.topics for p in t.partitions}
+        assert firsts == set(RACKS)
