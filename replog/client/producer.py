@@ -22,6 +22,7 @@ different partitions in parallel (up to `in_flight_max` batches).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -221,15 +222,35 @@ class Producer:
                     break
                 self._cond.wait(remaining)
 
-    def close(self) -> None:
-        self.flush()
+    def close(self, timeout: float | None = None) -> None:
+        """Send what is queued, wait until it is answered, stop. With `timeout` (seconds)
+        return after about that long at most (Kafka's `close(Duration)`): a batch not sent
+        by then fails with SHUTTING_DOWN (not appended), one sent and unanswered fails with
+        SHUTTING_DOWN too, its outcome unknown (it may be appended), and a unary Append
+        under way finishes in the background within the client's retry deadline. Without
+        `timeout`, every batch is answered first (each within that deadline)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        with contextlib.suppress(TimeoutError):  # flush's wait ran out: what is left fails
+            self.flush(timeout)
         with self._cond:
             self._closing = True
+            unsent = [batch for queue in self._ready.values() for batch in queue]
+            for queue in self._ready.values():
+                queue.clear()
             self._cond.notify_all()
-        self._sender.join()
-        self._pool.shutdown(wait=True)
+        for batch in unsent:
+            if not batch.future.done():
+                batch.future.set_exception(
+                    ShuttingDownError("the producer closed before this batch was sent")
+                )
         if self._pipeline is not None:
-            self._pipeline.close()
+            self._pipeline.close(left())  # fails what it still holds once `left()` is out
+        self._sender.join(left())
+        self._pool.shutdown(wait=deadline is None, cancel_futures=True)
 
     def __enter__(self) -> Producer:
         return self
