@@ -245,6 +245,15 @@ class MembershipChangeRefusedError(ReplogError):
         return self.metadata.get("refusal")
 
 
+class ReassignmentInProgressError(ReplogError):
+    """A ReassignPartition of a partition already being moved to other replicas (wait, or
+    cancel by reassigning to its current replicas), or a completion of a reassignment that
+    is not the one in force."""
+
+    code = "FAILED_PRECONDITION"
+    reason = "REASSIGNMENT_IN_PROGRESS"
+
+
 # --- UNAVAILABLE / DEADLINE_EXCEEDED -------------------------------------------------------
 
 

@@ -20,6 +20,23 @@ Record value, JSON (UTF-8), version 1 (written)::
      "operation": "write"}}
     {"kind": "remove_acl", "version": 1, "acl": {...the same fields...}}
     {"kind": "init_producer", "version": 1, "name": "spark-query-7"}   ("" : anonymous)
+    {"kind": "reassign_partition", "version": 1, "name": "orders", "topic_id": 17,
+     "partition": 0, "replicas": [2, 3, 4]}
+    {"kind": "complete_reassignment", "version": 1, "name": "orders", "topic_id": 17,
+     "partition": 0, "replicas": [2, 3, 4]}
+
+Reassignment (moving a partition's replicas to other nodes): `reassign_partition` records a
+partition's target replicas (preferred leader first) beside its assignment; while it is in
+force the partition is hosted by the nodes of both (`TopicMeta.hosts`). The partition's
+leader drives its membership towards the target (`server/reassignment.py`) and, once the
+membership is the target, proposes `complete_reassignment`, which makes the target the
+assignment. A `reassign_partition` whose replicas are the current assignment cancels one
+in progress (the leader drives the membership back, then completes). Validation
+(`MetadataImage.reassign_partition`): the topic exists (with that `topic_id`), the partition
+is in range, the replicas are 1 or more distinct known node ids, and no other reassignment
+of the partition is in progress. Applying either command to a topic that is gone or was
+created again (another `topic_id`), or a completion whose replicas are not the target in
+force, changes nothing.
 
 A topic's `format` ("raw": values are the producer's bytes; "envelope": `replog.records`)
 and `timestamp_type` ("create_time" or "log_append_time") are absent from version 1 (raw,
@@ -52,13 +69,15 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from replog.errors import (
     InvalidArgumentError,
     LimitExceededError,
     NotFoundError,
+    PartitionNotFoundError,
+    ReassignmentInProgressError,
     TopicExistsError,
     TopicNotFoundError,
 )
@@ -90,6 +109,28 @@ class CreateTopic:
     timestamp_type: str = CREATE_TIME
 
     KIND = "create_topic"
+
+
+@dataclass(frozen=True, slots=True)
+class _PartitionTarget:
+    name: str
+    topic_id: int
+    partition: int
+    replicas: tuple[int, ...]  # the target, preferred leader first
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignPartition(_PartitionTarget):
+    """Start moving the partition to `replicas` (or cancel: the current assignment)."""
+
+    KIND = "reassign_partition"
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteReassignment(_PartitionTarget):
+    """The partition's membership is `replicas`, its target: they become its assignment."""
+
+    KIND = "complete_reassignment"
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +228,15 @@ PRODUCER_NAME_BYTES_MAX = 255
 PRODUCER_NAMES_MAX = 100_000
 PRODUCER_EPOCH_MAX = 2**31 - 1
 
-Command = CreateTopic | DeleteTopic | AddAcl | RemoveAcl | InitProducer
+Command = (
+    CreateTopic
+    | DeleteTopic
+    | AddAcl
+    | RemoveAcl
+    | InitProducer
+    | ReassignPartition
+    | CompleteReassignment
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,10 +247,19 @@ class TopicMeta:
     topic_id: int  # the __cluster offset of the CreateTopic that made it
     format: str = RAW
     timestamp_type: str = CREATE_TIME
+    # partition -> target replicas of a reassignment in progress (preferred leader first)
+    targets: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def hosts(self, partition: int) -> tuple[int, ...]:
+        """The nodes with a replica of `partition`: its assignment, then the target's
+        nodes not in it while a reassignment is in progress."""
+        replicas = self.assignment[partition]
+        target = self.targets.get(partition, ())
+        return replicas + tuple(n for n in target if n not in replicas)
 
     def hosted_by(self, node_id: int) -> list[int]:
-        """The partitions with a replica on `node_id`."""
-        return [p for p, replicas in enumerate(self.assignment) if node_id in replicas]
+        """The partitions with a replica on `node_id` (reassignment targets included)."""
+        return [p for p in range(self.partitions) if node_id in self.hosts(p)]
 
 
 # -- encoding -------------------------------------------------------------------------------
@@ -213,6 +271,10 @@ def encode(command: Command) -> bytes:
         body["acl"] = command.acl.as_dict()
     else:
         body["name"] = command.name
+    if isinstance(command, ReassignPartition | CompleteReassignment):
+        body["topic_id"] = command.topic_id
+        body["partition"] = command.partition
+        body["replicas"] = list(command.replicas)
     if isinstance(command, CreateTopic):
         body["partitions"] = command.partitions
         body["assignment"] = [list(r) for r in command.assignment]
@@ -255,6 +317,15 @@ def decode(value: bytes) -> Command:
             return DeleteTopic(_name(body["name"]))
         if kind == InitProducer.KIND and version >= 1:
             return InitProducer(_name(body["name"]))
+        if kind in (ReassignPartition.KIND, CompleteReassignment.KIND) and version >= 1:
+            cls = ReassignPartition if kind == ReassignPartition.KIND else CompleteReassignment
+            replicas = tuple(_int(r) for r in body["replicas"])
+            if not replicas or len(set(replicas)) != len(replicas) or min(replicas) < 0:
+                raise ValueError(f"replicas {list(replicas)} must be distinct and not empty")
+            partition = _int(body["partition"])
+            if not 0 <= partition < PARTITIONS_MAX:
+                raise ValueError(f"partition {partition} out of range")
+            return cls(_name(body["name"]), _int(body["topic_id"]), partition, replicas)
         if kind in (AddAcl.KIND, RemoveAcl.KIND) and version >= 1:
             acl = _acl(body["acl"])
             return AddAcl(acl) if kind == AddAcl.KIND else RemoveAcl(acl)
@@ -432,6 +503,62 @@ class MetadataImage:
             raise InvalidArgumentError(f"producer {name!r} has used every epoch")
         return InitProducer(name)
 
+    def reassign_partition(
+        self, name: str, partition: int, replicas: Sequence[int], nodes: Sequence[int]
+    ) -> ReassignPartition:
+        """The command that moves `name`/`partition` to `replicas` (preferred leader first),
+        or the typed error a client should get. `nodes`: the cluster's node ids. Replicas
+        equal to the current assignment cancel a reassignment in progress."""
+        meta = self.topic(name)
+        if name == METADATA_TOPIC:
+            raise InvalidArgumentError(f"{METADATA_TOPIC} is not reassigned", topic=name)
+        if not 0 <= partition < meta.partitions:
+            raise PartitionNotFoundError(
+                f"partition {partition} does not exist (the topic has {meta.partitions})",
+                partition=partition,
+                partitions=meta.partitions,
+            )
+        target = tuple(replicas)
+        if not target or len(set(target)) != len(target):
+            raise InvalidArgumentError(
+                f"replicas {list(target)[:16]} must be one or more distinct node ids"
+            )
+        unknown = sorted(set(target) - set(nodes))
+        if unknown:
+            raise InvalidArgumentError(
+                f"replicas {unknown[:16]} are not nodes of the cluster (nodes {sorted(nodes)})"
+            )
+        current = meta.targets.get(partition)
+        cancel = target == meta.assignment[partition]
+        if current is not None and not cancel and current != target:
+            raise ReassignmentInProgressError(
+                f"{name}/{partition} is being reassigned to {list(current)}; wait for it, or "
+                f"cancel it by reassigning to {list(meta.assignment[partition])}",
+                topic=name,
+                partition=partition,
+            )
+        if current is None and cancel:
+            raise InvalidArgumentError(
+                f"{name}/{partition} already has replicas {list(target)}", topic=name
+            )
+        return ReassignPartition(name, meta.topic_id, partition, target)
+
+    def complete_reassignment(
+        self, name: str, topic_id: int, partition: int, replicas: Sequence[int]
+    ) -> CompleteReassignment:
+        """The command that ends the reassignment of `name`/`partition` to `replicas`
+        (its leader found the membership equal to them), or FAILED_PRECONDITION when that is
+        not the reassignment in force (completed already, cancelled, another incarnation)."""
+        meta = self.topics.get(name)
+        target = tuple(replicas)
+        if meta is None or meta.topic_id != topic_id or meta.targets.get(partition) != target:
+            raise ReassignmentInProgressError(
+                f"{name}/{partition} is not being reassigned to {list(target)[:16]}",
+                topic=name,
+                partition=partition,
+            )
+        return CompleteReassignment(name, topic_id, partition, target)
+
     def allowed(self, principal: str, operation: str, resource_type: str, name: str = "") -> bool:
         """Whether an ACL grants `principal` `operation` on the resource."""
         return any(a.grants(principal, operation, resource_type, name) for a in self.acls)
@@ -468,7 +595,29 @@ class MetadataImage:
             self.acls.discard(command.acl)
         elif isinstance(command, InitProducer):
             self._apply_init_producer(offset, command.name)
+        elif isinstance(command, ReassignPartition | CompleteReassignment):
+            self._apply_reassignment(command)
         self.applied_offset = offset + 1
+
+    def _apply_reassignment(self, command: ReassignPartition | CompleteReassignment) -> None:
+        meta = self.topics.get(command.name)
+        if meta is None or meta.topic_id != command.topic_id:
+            return  # the topic went (or is another incarnation) before this committed
+        if not 0 <= command.partition < meta.partitions:
+            return
+        targets = dict(meta.targets)
+        assignment = meta.assignment
+        if isinstance(command, ReassignPartition):
+            targets[command.partition] = command.replicas
+        elif targets.get(command.partition) == command.replicas:
+            del targets[command.partition]
+            assignment = tuple(
+                command.replicas if p == command.partition else replicas
+                for p, replicas in enumerate(assignment)
+            )
+        else:
+            return  # completes a target no longer in force
+        self.topics[command.name] = replace(meta, assignment=assignment, targets=targets)
 
     def _apply_init_producer(self, offset: int, name: str) -> None:
         known = self.producer_names.get(name) if name else None

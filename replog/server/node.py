@@ -210,9 +210,13 @@ class Node:
     def _make_replica(self, meta: TopicMeta, p: int, plog: PartitionLog) -> ReplicatedPartition:
         if self.identity.floors(meta.topic_id):  # a lost disk: its replicas catch up first
             identities.floor_replica(plog.directory)
+        assignment = meta.assignment[p]
+        # A replica a reassignment adds starts as an observer of the assignment's voters;
+        # from then on the membership records of the partition's log govern.
+        joining = tuple(n for n in meta.hosts(p) if n not in assignment)
         return ReplicatedPartition(
             plog,
-            self.replica_config(meta.assignment[p]),
+            self.replica_config(assignment, joining),
             self.links.transport(meta.name, p, meta.topic_id),
             self.peers.addresses,
             fetch_bytes_max=self.settings.fetch_bytes_max,

@@ -81,14 +81,23 @@ def create(data_dir: Path, name: str, partitions: int, topic_id: int) -> LocalTo
 
 def remove(data_dir: Path, name: str) -> None:
     """Move `name`'s directory to the trash (one rename, made durable), then empty it."""
-    source = data_dir / name
+    _discard(data_dir, data_dir / name)
+
+
+def remove_partition(data_dir: Path, name: str, partition: int) -> None:
+    """The same for one partition's directory (a reassignment moved it to other nodes);
+    the topic's other partitions stay."""
+    _discard(data_dir, partition_dir(data_dir, name, partition))
+
+
+def _discard(data_dir: Path, source: Path) -> None:
     if not source.exists():
         return
     trash = data_dir / TRASH_DIR
     trash.mkdir(exist_ok=True)
     doomed = trash / uuid.uuid4().hex
     source.rename(doomed)
-    checkpoint.fsync_dir(data_dir)
+    checkpoint.fsync_dir(source.parent)
     shutil.rmtree(doomed, ignore_errors=True)
 
 

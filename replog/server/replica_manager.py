@@ -10,7 +10,10 @@ whenever the image changes and performs, topic by topic:
   with UNKNOWN_TOPIC from then on, never with an error of a closed file), stop them, close
   their logs, move its directory to the trash;
 * a topic the image assigns here: make its directory (or adopt an unstamped one from an
-  earlier release), open each hosted partition's log, start its replica.
+  earlier release), open each hosted partition's log, start its replica (a partition being
+  reassigned is hosted by its assignment's nodes and its target's: see `metadata`);
+* a partition of a topic still hosted here that the image no longer hosts here (a
+  completed reassignment moved it away): stop its replica, move its directory to the trash.
 
 A local failure (ENOSPC, EMFILE, a name too long for the file system, ...) is recorded for
 that topic or partition (`failures()`: logs, metrics, errors on the request path), and
@@ -245,7 +248,10 @@ class ReplicaManager:
                 return
             self._local[name] = local
             self._succeeded((name, None))
-        for p in meta.hosted_by(self.node_id):
+        hosted = meta.hosted_by(self.node_id)
+        for key in [k for k in self.replicas if k[0] == name and k[1] not in hosted]:
+            await self._remove_partition(key, now)  # reassigned to other nodes
+        for p in hosted:
             if (name, p) in self.replicas or not self._due((name, p), now):
                 continue
             try:
@@ -286,6 +292,21 @@ class ReplicaManager:
             await asyncio.to_thread(plog.close)
             raise
         self.replicas[(meta.name, p)] = part
+
+    async def _remove_partition(self, key: tuple[str, int], now: float) -> None:
+        """Stop and delete the replica of a partition the image no longer hosts here (a
+        completed reassignment moved it away): requests on it end with UNKNOWN_TOPIC."""
+        if not self._due(key, now):
+            return
+        self.replicas[key].close(deleted=True)
+        try:
+            await self._stop(key)
+            await asyncio.to_thread(replica_dirs.remove_partition, self.data_dir, *key)
+        except (ReplogError, OSError) as exc:
+            self._failed(key, "delete", exc, now)
+            return
+        self._succeeded(key)
+        log(_log, "partition.removed", topic=key[0], partition=key[1])
 
     async def _stop(self, key: tuple[str, int]) -> None:
         part = self.replicas.pop(key)

@@ -109,7 +109,7 @@ class Router:
                 partition=partition,
                 partitions=meta.partitions,
             )
-        replicas = meta.assignment[partition]
+        replicas = meta.hosts(partition)  # a reassignment's new replicas too
         if self.node_id not in replicas:
             return Elsewhere(replicas)
         part = self.replicas.replica(meta, partition)

@@ -1,0 +1,268 @@
+"""The reassignment controller: moves a partition's replicas to the target in the metadata.
+
+A `reassign_partition` command (see `metadata`) records a partition's target replicas. The
+replicas the target adds start as observers (`node._make_replica`); the node that leads the
+partition changes its membership (`ReplicaDriver.change_membership`, one voter at a time)
+step by step until it equals the target, then proposes `complete_reassignment`, after which
+the reconcilers of the nodes left out delete their replicas.
+
+`decide(state) -> step` is the pure part: from the partition's current membership (the
+latest in its log), the target and which replicas are caught up, the next step is one of
+
+1. `Change(voters, joining)`: make the target's new replicas observers (and drop observers
+   that are not in the target, e.g. after a cancel);
+2. `Wait`: no joining observer has caught up yet (holds every committed record and fetched
+   within `handover.FRESH_MS`);
+3. `Change(voters + [o], ...)`: promote the first caught-up joining observer (target order);
+4. `Change(voters - [v], ...)`: once nobody joins, remove a voter not in the target, other
+   replicas before the leader itself;
+5. `Transfer(t)`: the leader is the last voter to remove: hand leadership to a caught-up
+   voter of the target, whose controller goes on from there;
+6. `Complete(target)`: the membership is the target: propose the completion.
+
+Every step is read from the partition's log (its membership) and the metadata (its target),
+never from this controller's memory, so a leader change or a restart half way resumes where
+the log is. `Reassigner.run` (one supervised task per node) applies `decide` to each
+partition being reassigned that this node leads and serves. Retriable refusals (the core's
+MEMBERSHIP_CHANGE_BUSY: another change not committed yet, the replica not caught up; a lost
+leadership; a metadata leader unknown) are retried with exponential backoff; other typed
+refusals are logged at warning and shown in DescribeTopic (`status`), and retried at the
+longest backoff (the target may be cancelled meanwhile). Anything else is a bug: it ends the
+node (`supervisor`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from replog.errors import ReplogError
+from replog.server.handover import FRESH_MS
+from replog.server.logs import log
+from replog.server.metadata import MetadataImage, TopicMeta
+from replog.server.replica_manager import ReplicaManager
+from replog.server.replicated import ReplicatedPartition
+
+_log = logging.getLogger("replog.server.reassignment")
+
+POLL_S = 0.1  # between passes while some partition is being reassigned
+BACKOFF_S_MIN = 0.1
+BACKOFF_S_MAX = 10.0
+
+Complete_ = Callable[[str, int, int, tuple[int, ...]], Awaitable[None]]
+
+
+# -- the pure part ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    me: int  # the partition's leader (this node)
+    voters: tuple[int, ...]  # the current membership (the latest of the log)
+    observers: tuple[int, ...]
+    target: tuple[int, ...]  # preferred leader first
+    caught_up: frozenset[int]  # other replicas holding every committed record, fresh
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    voters: tuple[int, ...]
+    observers: tuple[int, ...]
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    target: int
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    replicas: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    why: str
+
+
+Step = Change | Transfer | Complete | Wait
+
+
+def decide(state: State) -> Step:
+    """The next step that moves the membership towards `state.target` (module docstring)."""
+    voters, observers, target = state.voters, state.observers, state.target
+    joining = tuple(n for n in target if n not in voters)
+    if set(observers) != set(joining):
+        return Change(voters, joining, f"observers {list(observers)} -> {list(joining)}")
+    if joining:
+        ready = [n for n in joining if n in state.caught_up]
+        if not ready:
+            return Wait(f"observers {list(joining)} catching up")
+        new = ready[0]
+        rest = tuple(n for n in observers if n != new)
+        return Change((*voters, new), rest, f"promote {new} to voter")
+    leaving = [v for v in voters if v not in target]
+    if not leaving:
+        return Complete(target)
+    others = [v for v in leaving if v != state.me]
+    if others:
+        gone = others[0]
+        return Change(tuple(v for v in voters if v != gone), observers, f"remove voter {gone}")
+    heirs = [v for v in target if v in voters and v in state.caught_up and v != state.me]
+    if not heirs:
+        return Wait(f"no caught-up voter of {list(target)} to hand leadership to")
+    return Transfer(heirs[0])
+
+
+def caught_up(
+    high_watermark: int, status: Sequence[tuple[int, int, int, int]], me: int
+) -> frozenset[int]:
+    """The replicas of a leader's `replica_status()` rows (id, acked LEO, lag, ms since
+    fetch) that hold every committed record and fetched within `FRESH_MS`."""
+    return frozenset(
+        r
+        for r, acked, _lag, ago_ms in status
+        if r != me and acked >= high_watermark and 0 <= ago_ms <= FRESH_MS
+    )
+
+
+# -- the loop -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Progress:
+    """What this node's controller last did for a partition it leads (for DescribeTopic)."""
+
+    step: str
+    error: str = ""
+    attempts: int = 0  # failed attempts in a row
+    retry_at: float = 0.0
+
+
+class Reassigner:
+    def __init__(
+        self,
+        node_id: int,
+        image: MetadataImage,
+        replicas: ReplicaManager,
+        complete: Complete_,
+        *,
+        timeout_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`complete(topic, topic_id, partition, replicas)` proposes the completion command
+        on the metadata leader (forwarded there when that is another node)."""
+        self.node_id = node_id
+        self.image = image
+        self.replicas = replicas
+        self._complete = complete
+        self.timeout_s = timeout_s
+        self._clock = clock
+        self.progress: dict[tuple[str, int], Progress] = {}
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """The metadata changed: look again now."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            busy = await self.run_once()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), POLL_S if busy else None)
+            self._wake.clear()
+
+    def status(self, topic: str, partition: int) -> Progress | None:
+        return self.progress.get((topic, partition))
+
+    async def run_once(self) -> bool:
+        """One pass; returns whether some partition is being reassigned."""
+        busy = False
+        live: set[tuple[str, int]] = set()
+        for meta in list(self.image.topics.values()):
+            for p, target in sorted(meta.targets.items()):
+                busy = True
+                live.add((meta.name, p))
+                part = self.replicas.replica(meta, p)
+                if part is None or part.closed or not part.is_leader:
+                    continue
+                await self._step(meta, p, target, part)
+        for key in [k for k in self.progress if k not in live]:
+            del self.progress[key]
+        return busy
+
+    async def _step(
+        self, meta: TopicMeta, p: int, target: tuple[int, ...], part: ReplicatedPartition
+    ) -> None:
+        key = (meta.name, p)
+        progress = self.progress.setdefault(key, Progress("starting"))
+        if progress.retry_at > self._clock():
+            return
+        driver = part.driver
+        membership = driver.membership
+        state = State(
+            self.node_id,
+            membership.voters,
+            membership.observers,
+            target,
+            caught_up(part.log.high_watermark, driver.replica_status(), self.node_id),
+        )
+        step = decide(state)
+        try:
+            if isinstance(step, Change):
+                progress.step = step.why
+                await driver.change_membership(step.voters, step.observers, self.timeout_s)
+            elif isinstance(step, Transfer):
+                progress.step = f"hand leadership to {step.target}"
+                await driver.transfer_leadership(step.target)
+            elif isinstance(step, Complete):
+                progress.step = "completing"
+                await self._complete(meta.name, meta.topic_id, p, step.replicas)
+            else:
+                progress.step = step.why
+                return
+        except ReplogError as exc:
+            self._failed(meta.name, p, progress, step, exc)
+            return
+        log(_log, "reassignment.step", topic=meta.name, partition=p, step=progress.step)
+        progress.error, progress.attempts, progress.retry_at = "", 0, 0.0
+
+    def _failed(self, topic: str, p: int, progress: Progress, step: Step, exc: ReplogError) -> None:
+        progress.attempts += 1
+        if exc.retriable:
+            delay_s = min(BACKOFF_S_MAX, BACKOFF_S_MIN * 2 ** (progress.attempts - 1))
+            level = logging.INFO
+        else:
+            delay_s = BACKOFF_S_MAX
+            level = logging.WARNING
+        progress.error = f"{exc.reason}: {exc.message}"
+        progress.retry_at = self._clock() + delay_s
+        log(
+            _log,
+            "reassignment.refused",
+            level,
+            topic=topic,
+            partition=p,
+            step=repr(step),
+            error=progress.error,
+            retriable=exc.retriable,
+            retry_in_ms=int(delay_s * 1000),
+        )
+
+
+def describe(
+    meta: TopicMeta, p: int, progress: Mapping[tuple[str, int], Progress]
+) -> tuple[tuple[int, ...], str, str]:
+    """(target, step, error) of `meta`/`p` for DescribeTopic ((), "", "": none)."""
+    target = meta.targets.get(p, ())
+    if not target:
+        return (), "", ""
+    found = progress.get((meta.name, p))
+    if found is None:
+        return target, "", ""
+    return target, found.step, found.error
