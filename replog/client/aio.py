@@ -42,6 +42,7 @@ from replog.client.retry import Attempts, RetryPolicy, acall_with_retry, one_try
 from replog.client.routing import Routing, split_addresses
 from replog.client.sequences import Identity, Sequences
 from replog.errors import (
+    InvalidArgumentError,
     NotLeaderError,
     ReplogError,
     TopicExistsError,
@@ -67,7 +68,12 @@ class AsyncClient:
         producer_name: str = "",
         producer_resume: bool = False,
         streaming: bool = True,
+        in_flight_bytes_max: int = 64 * 1024 * 1024,
     ) -> None:
+        """`in_flight_bytes_max`: the bytes of appends sent and not answered yet, over all
+        partitions (an append waits while another would pass it; one alone always goes)."""
+        if in_flight_bytes_max < 1:
+            raise InvalidArgumentError("in_flight_bytes_max >= 1")
         self.address = address
         self.streaming = streaming
         self.idempotent = idempotent
@@ -85,7 +91,12 @@ class AsyncClient:
         self._formats: dict[str, str] = {}  # topic -> "raw" | "envelope" (formats.py)
         self._streams = AsyncAppendStreams(self.routing, timeout_s)
         self._pipeline = AsyncPipeline(
-            self._send, self._reroute, self.producer_identity, self._sequences, self.retry
+            self._send,
+            self._reroute,
+            self.producer_identity,
+            self._sequences,
+            self.retry,
+            in_flight_bytes_max=in_flight_bytes_max,
         )
         self._node(self.routing.current)  # bad TLS files fail here, not at the first call
 

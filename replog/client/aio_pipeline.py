@@ -83,6 +83,7 @@ class AsyncPipeline:
         retry: RetryPolicy,
         *,
         partition_in_flight_max: int = 5,
+        in_flight_bytes_max: int = 64 * 1024 * 1024,
     ) -> None:
         self._send_request = send
         self._reroute = reroute
@@ -90,6 +91,11 @@ class AsyncPipeline:
         self._sequences = sequences
         self._retry = retry
         self.partition_in_flight_max = partition_in_flight_max
+        # Bytes of requests taken and not answered yet, all partitions together: a caller
+        # waits while another batch would pass the cap (one batch alone always passes).
+        self.in_flight_bytes_max = in_flight_bytes_max
+        self.in_flight_bytes = 0
+        self._bytes_freed = asyncio.Event()
         self._parts: dict[tuple[str, int], _Part] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -105,17 +111,39 @@ class AsyncPipeline:
             part = self._parts[key] = _Part()
         batch = _Batch(request, asyncio.get_running_loop().create_future())
         batch.attempts = Attempts(self._retry)
-        while True:
-            async with part.room:
-                await part.room.wait_for(lambda: len(part.batches) < self.partition_in_flight_max)
-            async with part.order:
-                if len(part.batches) >= self.partition_in_flight_max:
-                    continue  # taken meanwhile
-                await self._number(batch)
-                part.batches.append(batch)
-                await self._pump(part)
-                break
+        size = request.ByteSize()
+        await self._take_bytes(size)
+        # Given back once the batch is answered (a caller cancelled meanwhile leaves it in
+        # flight: its bytes stay counted), or at once if it never joins the partition.
+        batch.future.add_done_callback(lambda _f: self._give_bytes(size))
+        try:
+            while True:
+                async with part.room:
+                    await part.room.wait_for(
+                        lambda: len(part.batches) < self.partition_in_flight_max
+                    )
+                async with part.order:
+                    if len(part.batches) >= self.partition_in_flight_max:
+                        continue  # taken meanwhile
+                    await self._number(batch)
+                    part.batches.append(batch)
+                    await self._pump(part)
+                    break
+        except BaseException:
+            if batch not in part.batches and not batch.future.done():
+                batch.future.cancel()  # never sent: its bytes go back (the callback)
+            raise
         return await asyncio.shield(batch.future)
+
+    async def _take_bytes(self, size: int) -> None:
+        while self.in_flight_bytes and self.in_flight_bytes + size > self.in_flight_bytes_max:
+            self._bytes_freed.clear()
+            await self._bytes_freed.wait()
+        self.in_flight_bytes += size
+
+    def _give_bytes(self, size: int) -> None:
+        self.in_flight_bytes -= size
+        self._bytes_freed.set()
 
     def _window(self, part: _Part) -> int:
         """How many batches may be in flight: one until the leader knows this producer."""

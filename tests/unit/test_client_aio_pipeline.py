@@ -158,3 +158,57 @@ def test_close_fails_what_is_unanswered() -> None:
             await pipe.append(request())
 
     run(scenario)
+
+
+def test_bytes_in_flight_over_every_partition_are_capped() -> None:
+    """Many partitions, each under its 5 batches: the bytes held stay under the cap (one
+    batch alone always goes), and every append is answered once room is made."""
+
+    async def main() -> None:
+        leader = Leader()
+        leader.gate.clear()  # nothing is answered yet
+        pipe, _ = pipeline(leader)
+        value = b"v" * 1000
+        size = log_pb2.AppendRequest(topic="t", partition=1, values=[value]).ByteSize()
+        pipe.in_flight_bytes_max = 3 * size
+        tasks = [
+            asyncio.ensure_future(
+                pipe.append(log_pb2.AppendRequest(topic="t", partition=p, values=[value]))
+            )
+            for p in range(1, 11)  # the same size each (partition 0 encodes shorter)
+        ]
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert pipe.in_flight_bytes == 3 * size  # three taken; seven wait for room
+        assert len(leader.sent) == 3
+        leader.gate.set()
+        results = await asyncio.wait_for(asyncio.gather(*tasks), 30)
+        assert len(results) == 10 and pipe.in_flight_bytes == 0
+        # a batch larger than the cap alone still goes
+        pipe.in_flight_bytes_max = 10
+        big = await asyncio.wait_for(pipe.append(request(value)), 30)
+        assert big.base_offset >= 0 and pipe.in_flight_bytes == 0
+
+    asyncio.run(main())
+
+
+def test_a_caller_cancelled_while_waiting_for_room_gives_nothing_back_twice() -> None:
+    async def main() -> None:
+        leader = Leader()
+        leader.gate.clear()
+        pipe, _ = pipeline(leader)
+        size = request(b"a" * 100).ByteSize()
+        pipe.in_flight_bytes_max = size
+        first = asyncio.ensure_future(pipe.append(request(b"a" * 100)))
+        waiting = asyncio.ensure_future(pipe.append(request(b"b" * 100)))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert pipe.in_flight_bytes == size
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        assert pipe.in_flight_bytes == size  # the first batch's bytes only
+        leader.gate.set()
+        await asyncio.wait_for(first, 30)
+        assert pipe.in_flight_bytes == 0
+
+    asyncio.run(main())
