@@ -197,10 +197,15 @@ class DevCluster:
     def bootstrap(self) -> str:
         return ",".join(self.addresses.values())
 
-    def start(self) -> DevCluster:
+    def release_ports(self) -> None:
+        """Let go of the reserved ports, so that nodes can bind them (`start` does it; a
+        test that starts some nodes itself calls it first)."""
         for s in self._reserved:
             s.close()
         self._reserved.clear()
+
+    def start(self) -> DevCluster:
+        self.release_ports()
         for node in self.members.values():
             node.start(wait=False)
         for node in self.members.values():

@@ -1,0 +1,84 @@
+"""Growing a cluster by one node with a rolling restart (docs/operations.md, Scale).
+
+Three nodes serve an acks=all producer; node 4 starts on an empty data directory with the
+four-node peer list (it is a replacement by its identity: it votes for nobody until caught
+up), and nodes 1-3 restart one at a time with the same list. Each step changes the metadata
+partition's voters by one node, which keeps every majority of the old voters and of the new
+ones intersecting (Raft's single-server change). Nothing acknowledged is lost, node 4
+catches up and takes replicas of new topics.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from replog.client import Client
+from replog.devcluster import DevCluster
+from replog.server.identity import IDENTITY_FILE
+from tests.integration.test_cluster import PATIENT, SteadyProducer, leader_of, read_all
+from tests.integration.waiting import wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def _peers(cluster: DevCluster, ids: list[int]) -> str:
+    return ",".join(f"{i}={cluster.members[i].address}" for i in ids)
+
+
+def _set_peers(cluster: DevCluster, node_id: int, ids: list[int]) -> None:
+    args = cluster.members[node_id].args
+    args[args.index("--peers") + 1] = _peers(cluster, ids)
+
+
+def _identity(data_dir: Path) -> dict[str, object]:
+    data: dict[str, object] = json.loads((data_dir / IDENTITY_FILE).read_text())
+    return data
+
+
+def test_a_fourth_node_joins_by_a_rolling_restart_under_load(tmp_path: Path) -> None:
+    cluster = DevCluster(tmp_path / "cluster", 4, extra_args=["--flush", "always"])
+    nodes = cluster.members
+    cluster.release_ports()
+    try:
+        for i in (1, 2, 3):
+            _set_peers(cluster, i, [1, 2, 3])
+            nodes[i].start(wait=False)
+        for i in (1, 2, 3):
+            nodes[i].wait_ready()
+        three = ",".join(nodes[i].address for i in (1, 2, 3))
+        with Client(three, retry=PATIENT) as client:
+            client.create_topic("before", 1, 3, format="raw")
+            leader_of(client, "before")
+            with SteadyProducer(client, "before") as producer:
+                producer.wait_acked(300)
+                nodes[4].start()  # the four-node peer list; an empty data directory
+                assert _identity(nodes[4].data_dir)["start"] == "replacement"
+                for i in (1, 2, 3):  # one at a time: each waits for the previous one
+                    assert nodes[i].stop() == 0
+                    _set_peers(cluster, i, [1, 2, 3, 4])
+                    nodes[i].start()
+                    producer.wait_acked(len(producer.acked) + 200)
+                wait_until(
+                    lambda: _identity(nodes[4].data_dir)["caught_up_at"] is not None,
+                    "node 4 caught up on the metadata",
+                )
+                producer.wait_acked(len(producer.acked) + 200)
+            assert not producer.errors or all(isinstance(e, str) for e in producer.errors)
+        with Client(cluster.bootstrap, retry=PATIENT) as client:
+            records = dict(read_all(client, "before"))
+            lost = [o for o, v in producer.acked.items() if records.get(o) != v]
+            assert not lost, f"{len(lost)} acknowledged records lost or changed"
+            # a topic created now places replicas on all four nodes, node 4 included
+            client.create_topic("after", 8, 3, format="raw")
+            meta = client.refresh_metadata(["after"])
+            hosts = {n for p in meta.topics[0].partitions for n in p.replicas}
+            assert hosts == {1, 2, 3, 4}
+            for p in range(8):
+                res = client.append("after", p, [b"p%d" % p], acks="all")
+                fetched = client.fetch("after", p, res.base_offset)
+                assert fetched.records.values[:1] == [b"p%d" % p]
+    finally:
+        cluster.stop()
