@@ -68,7 +68,9 @@ JSON_KEYS = {
     '"epoch", "replicas": [id], "log_start_offset", "high_watermark", "log_end_offset", '
     '"segment_count", "size_bytes", "replica_status": [{"replica_id", "log_end_offset", '
     '"lag_records", "last_fetch_ms_ago"}], "corrupt_ranges": [{"replica_id", "segment", '
-    '"start_position", "end_position", "first_offset", "end_offset", "detail"}]}]}',
+    '"start_position", "end_position", "first_offset", "end_offset", "detail"}], '
+    '"observers": [id], "target_replicas": [id] (empty: no reassignment), '
+    '"reassignment_step", "reassignment_error"}]}',
     "offsets": '{"topic", "partitions": [{"partition", "earliest", "latest", "log_end_offset"}]}',
     "verify": '{"ok", "data_dirs": [{"data_dir", "ok", "partitions", "segments", "records", '
     '"bytes_checked", "findings": [{"severity", "path", "detail"}]}]}',
@@ -255,6 +257,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--to", type=int, default=0, help="the node to hand over to (default: the freshest)"
     )
 
+    reassign = client_parser(
+        "reassign", "move a partition's replicas to other nodes (docs/operations.md)", psub
+    )
+    reassign.add_argument("topic")
+    reassign.add_argument("partition", type=int)
+    reassign.add_argument(
+        "--replicas",
+        required=True,
+        type=node_ids,
+        help="the target node ids, preferred leader first, e.g. 2,3,4 (the current replicas "
+        "cancel a move in progress)",
+    )
+
     offsets = client_parser("offsets", "show earliest, committed (HW) and end offsets")
     offsets.add_argument("topic")
     add_output_argument(offsets, "offsets")
@@ -391,7 +406,7 @@ def cmd_topic(args: argparse.Namespace, out: TextIO) -> int:
                 return 0
             print(
                 "partition\tleader\tepoch\treplicas\tlog_start\thw\tleo\tsegments\tbytes"
-                "\treplica:leo/lag\tcorrupt",
+                "\treplica:leo/lag\tcorrupt\treassigning",
                 file=out,
             )
             for p in infos:
@@ -414,13 +429,27 @@ def cmd_topic(args: argparse.Namespace, out: TextIO) -> int:
                 print(
                     f"{p.partition}\t{leader}\t{p.epoch}\t{replicas}\t{p.log_start_offset}\t"
                     f"{p.high_watermark}\t{p.log_end_offset}\t{p.segment_count}\t{p.size_bytes}"
-                    f"\t{status}\t{corrupt}",
+                    f"\t{status}\t{corrupt}\t{reassigning(p)}",
                     file=out,
                 )
         elif args.topic_command == "delete":
             client.delete_topic(args.name)
             print(f"deleted topic {args.name}", file=out)
     return 0
+
+
+def reassigning(p: PartitionInfo) -> str:
+    """The describe table's last column: `-`, or the target, observers, step and error."""
+    if not p.target_replicas:
+        return "-"
+    text = "->" + ",".join(map(str, p.target_replicas))
+    if p.observers:
+        text += " observers=" + ",".join(map(str, p.observers))
+    if p.reassignment_step:
+        text += f" step={p.reassignment_step!r}"
+    if p.reassignment_error:
+        text += f" error={p.reassignment_error!r}"
+    return text
 
 
 def describe_row(p: PartitionInfo) -> dict[str, object]:
@@ -455,6 +484,10 @@ def describe_row(p: PartitionInfo) -> dict[str, object]:
             }
             for c in p.corrupt_ranges
         ],
+        "observers": list(p.observers),
+        "target_replicas": list(p.target_replicas),
+        "reassignment_step": p.reassignment_step,
+        "reassignment_error": p.reassignment_error,
     }
 
 
@@ -711,10 +744,29 @@ def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_partition(args: argparse.Namespace, out: TextIO) -> int:
     from replog.client import Client
 
-    with Client(args.address, timeout_s=args.timeout, tls=client_tls(args)) as client:
+    where = f"{args.topic}/{args.partition}"
+    with Client(
+        args.address, timeout_s=args.timeout, tls=client_tls(args), token=args.token
+    ) as client:
+        if args.partition_command == "reassign":
+            replicas, target = client.reassign_partition(args.topic, args.partition, args.replicas)
+            moving = ",".join(map(str, target)) if target else "nothing (already there)"
+            print(f"{where}: replicas {','.join(map(str, replicas))}, moving to {moving}", file=out)
+            return 0
         leader = client.transfer_leadership(args.topic, args.partition, args.to)
-    print(f"{args.topic}/{args.partition}: leadership handed to node {leader}", file=out)
+    print(f"{where}: leadership handed to node {leader}", file=out)
     return 0
+
+
+def node_ids(text: str) -> list[int]:
+    """`2,3,4` -> [2, 3, 4] (argparse type)."""
+    try:
+        ids = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of ids") from None
+    if not ids or min(ids) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: node ids are positive integers")
+    return ids
 
 
 def cmd_offsets(args: argparse.Namespace, out: TextIO) -> int:

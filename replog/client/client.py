@@ -138,6 +138,10 @@ def partition_info(p: admin_pb2.PartitionDescription) -> PartitionInfo:
             )
             for c in p.corrupt_ranges
         ),
+        target_replicas=tuple(p.target_replicas),
+        reassignment_step=p.reassignment_step,
+        reassignment_error=p.reassignment_error,
+        observers=tuple(p.observers),
     )
 
 
@@ -450,6 +454,21 @@ class Client:
             idempotent=False,
         )
         return int(resp.leader_id)
+
+    def reassign_partition(
+        self, topic: str, partition: int, replicas: Sequence[int]
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Move the partition's replicas to `replicas` (preferred leader first; its current
+        replicas cancel a move in progress). Returns (replicas, target) once the target is
+        recorded; the move itself goes on in the cluster (`describe_topic` shows it)."""
+        req = admin_pb2.ReassignPartitionRequest(
+            topic=topic, partition=partition, replicas=list(replicas)
+        )
+        resp = self._call(
+            lambda node: node.admin.ReassignPartition(req, timeout=self.timeout_s),
+            idempotent=True,  # the same target again is accepted and changes nothing
+        )
+        return tuple(resp.replicas), tuple(resp.target_replicas)
 
     def partition_count(self, topic: str) -> int:
         topics = self.list_topics()

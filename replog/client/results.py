@@ -73,6 +73,12 @@ class PartitionInfo:
     replica_status: tuple[ReplicaStatus, ...] = ()
     # the leader's and the asked node's (see admin.proto's PartitionDescription)
     corrupt_ranges: tuple[CorruptRange, ...] = ()
+    # a reassignment in progress (ReassignPartition): its target (empty: none), the step the
+    # leader is at and its last refusal; and the observers (new replicas not voters yet)
+    target_replicas: tuple[int, ...] = ()
+    reassignment_step: str = ""
+    reassignment_error: str = ""
+    observers: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from replog.errors import (
@@ -26,6 +26,7 @@ from replog.replication import Role
 from replog.server.handover import pick_target
 from replog.server.metrics import Metrics
 from replog.server.peers import FORWARD_METADATA, FORWARDED, Peers, remote
+from replog.server.reassignment import Progress, describe
 from replog.server.replicated import ReplicatedPartition
 from replog.server.routing import Here, Router
 from replog.server.rpc import Context, unary
@@ -66,7 +67,17 @@ def _forwarded(context: Context) -> bool:
 
 
 class AdminService(admin_pb2_grpc.AdminServicer):
-    def __init__(self, router: Router, topics: Topics, peers: Peers, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        router: Router,
+        topics: Topics,
+        peers: Peers,
+        metrics: Metrics,
+        reassignments: Mapping[tuple[str, int], Progress] | None = None,
+    ) -> None:
+        """`reassignments`: the reassignment controller's progress of the partitions this
+        node leads (`Reassigner.progress`), shown in DescribeTopic."""
+        self.reassignments = reassignments if reassignments is not None else {}
         self.router = router
         self.topics = topics
         self.peers = peers
@@ -132,7 +143,10 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             except UnavailableError:  # its replica here is starting, or failing (retried)
                 out.partitions.append(
                     admin_pb2.PartitionDescription(
-                        partition=p, replicas=meta.assignment[p], leader_id=NO_LEADER
+                        partition=p,
+                        replicas=meta.assignment[p],
+                        leader_id=NO_LEADER,
+                        target_replicas=meta.targets.get(p, ()),
                     )
                 )
                 continue
@@ -168,6 +182,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             leader = part.leader
             plog = part.log
             status = part.driver.replica_status()
+            target, step, error = describe(meta, p, self.reassignments)
             out.partitions.append(
                 admin_pb2.PartitionDescription(
                     replica_status=[
@@ -186,6 +201,10 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     segment_count=plog.segment_count,
                     epoch=leader.epoch,
                     corrupt_ranges=self._corrupt_ranges(part),
+                    target_replicas=target,
+                    reassignment_step=step,
+                    reassignment_error=error,
+                    observers=part.driver.membership.observers,
                 )
             )
         return out
@@ -250,6 +269,21 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     )
                 )
         return out
+
+    @unary("ReassignPartition")
+    async def ReassignPartition(
+        self, request: admin_pb2.ReassignPartitionRequest, context: Context
+    ) -> admin_pb2.ReassignPartitionResponse:
+        replicas = tuple(request.replicas)
+        if request.complete:
+            assignment, target = await self.topics.complete_reassignment(
+                request.topic, request.topic_id, request.partition, replicas
+            )
+        else:
+            assignment, target = await self.topics.reassign(
+                request.topic, request.partition, replicas
+            )
+        return admin_pb2.ReassignPartitionResponse(replicas=assignment, target_replicas=target)
 
     @unary("TransferLeadership")
     async def TransferLeadership(

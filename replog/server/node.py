@@ -8,6 +8,7 @@ the parts and hands each what it needs; none reaches back into the node:
     MetadataLog     the `__cluster` replica, its apply loop and MetadataImage (desired state)
     ReplicaManager  the reconciler: local replicas follow the image (local state)
     Router          where each request is served; Topics: create/delete on the leader
+    Reassigner      moves the replicas of partitions led here to their target (reassignment.py)
     Repairer        scrubs the logs and repairs corrupt ranges from the replicas (repair.py)
     LogService, AdminService, ReplicationService   the gRPC services
 
@@ -77,6 +78,7 @@ from replog.server.metrics import Metrics
 from replog.server.peers import Peers
 from replog.server.producer_ids import ProducerIds, peer_handler
 from replog.server.readiness import READY_SERVICE, report_readiness
+from replog.server.reassignment import Reassigner
 from replog.server.reflection import enable_reflection
 from replog.server.repair import Repairer, corrupt_found, run_scrubber
 from replog.server.replica_manager import ReplicaManager
@@ -151,7 +153,7 @@ class Node:
             self.links.transport(METADATA_TOPIC, 0),
             fetch_bytes_max=settings.fetch_bytes_max,
             spawn=supervisor.spawn,
-            on_applied=lambda: self.replicas.wake(),
+            on_applied=self._metadata_applied,
         )
         self.replicas = ReplicaManager(
             node_id,
@@ -173,6 +175,13 @@ class Node:
             timeout_s=settings.ack_timeout_ms / 1000,
             racks=self.racks,
         )
+        self.reassigner = Reassigner(  # moves replicas of partitions led here (issue 15)
+            node_id,
+            self.metadata.image,
+            self.replicas,
+            self._complete_reassignment,
+            timeout_s=settings.ack_timeout_ms / 1000,
+        )
         self.groups = Coordinator(  # consumer groups (server/groups/)
             settings.groups_config(),
             self.router,
@@ -190,6 +199,15 @@ class Node:
             lambda: [(f.topic, f.partition, f.action, f.attempts) for f in self.replicas.failures()]
         )
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _metadata_applied(self) -> None:
+        self.replicas.wake()
+        self.reassigner.wake()
+
+    async def _complete_reassignment(
+        self, topic: str, topic_id: int, partition: int, replicas: tuple[int, ...]
+    ) -> None:
+        await self.topics.complete_reassignment(topic, topic_id, partition, replicas)
 
     def replica_config(
         self, voters: tuple[int, ...], observers: tuple[int, ...] = ()
@@ -305,6 +323,7 @@ class Node:
             spawn(self.watch_catch_up(), "identity-catch-up"),
             spawn(self.metadata.run(), "metadata-apply"),
             spawn(self.replicas.run(), "reconciler"),
+            spawn(self.reassigner.run(), "reassigner"),
             spawn(run_flusher(self.logs, self.settings.storage_config()), "flusher"),
             spawn(self.run_retention(), "retention"),
             spawn(self.repairer.run(), "repair"),
@@ -406,7 +425,9 @@ async def _serve(settings: Settings) -> int:
         node.router, node.metadata, node.peers, timeout_s=settings.ack_timeout_ms / 1000
     )
     log_service = LogService(node.router, node.metrics, settings, node.limits, producer_ids)
-    admin_service = AdminService(node.router, node.topics, node.peers, node.metrics)
+    admin_service = AdminService(
+        node.router, node.topics, node.peers, node.metrics, node.reassigner.progress
+    )
     log_pb2_grpc.add_LogServicer_to_server(log_service, server)  # type: ignore[no-untyped-call]
     admin_pb2_grpc.add_AdminServicer_to_server(admin_service, server)  # type: ignore[no-untyped-call]
     acl_service = AclService(

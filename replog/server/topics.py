@@ -24,6 +24,7 @@ from replog.server.metadata import (
     METADATA_TOPIC,
     RAW,
     TIMESTAMP_TYPES,
+    Command,
     CreateTopic,
     MetadataImage,
 )
@@ -151,3 +152,53 @@ class Topics:
             await remote(self.peers.admin(leader).DeleteTopic(request, timeout=self.timeout_s))
             return
         await self.metadata.propose(lambda image: image.delete_topic(name), self.timeout_s)
+
+    async def reassign(
+        self, name: str, partition: int, replicas: tuple[int, ...]
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Record `replicas` as the target of `name`/`partition` (validated on the metadata
+        leader, forwarded there from another node); returns (assignment, target) once the
+        command is applied there."""
+        await self.router.topic(name)  # UNKNOWN_TOPIC (or LEADER_UNKNOWN) before forwarding
+        request = admin_pb2.ReassignPartitionRequest(
+            topic=name, partition=partition, replicas=replicas
+        )
+        nodes = [i for i, _ in self.peers.nodes()]
+        return await self._reassignment(
+            name,
+            partition,
+            request,
+            lambda image: image.reassign_partition(name, partition, replicas, nodes),
+        )
+
+    async def complete_reassignment(
+        self, name: str, topic_id: int, partition: int, replicas: tuple[int, ...]
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The partition's leader found its membership equal to the target `replicas`:
+        make them the assignment (`reassignment`)."""
+        request = admin_pb2.ReassignPartitionRequest(
+            topic=name, partition=partition, replicas=replicas, complete=True, topic_id=topic_id
+        )
+        return await self._reassignment(
+            name,
+            partition,
+            request,
+            lambda image: image.complete_reassignment(name, topic_id, partition, replicas),
+        )
+
+    async def _reassignment(
+        self,
+        name: str,
+        partition: int,
+        request: admin_pb2.ReassignPartitionRequest,
+        make: Callable[[MetadataImage], Command],
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        leader = self.router.metadata_leader()
+        if leader != self.peers.node_id:
+            reply = await remote(
+                self.peers.admin(leader).ReassignPartition(request, timeout=self.timeout_s)
+            )
+            return tuple(reply.replicas), tuple(reply.target_replicas)
+        await self.metadata.propose(make, self.timeout_s)
+        meta = self.metadata.image.topic(name)
+        return meta.assignment[partition], tuple(meta.targets.get(partition, ()))

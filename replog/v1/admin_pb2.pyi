@@ -78,7 +78,7 @@ class DescribeTopicRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class PartitionDescription(_message.Message):
-    __slots__ = ("partition", "replicas", "leader_id", "log_start_offset", "log_end_offset", "high_watermark", "size_bytes", "segment_count", "epoch", "replica_status", "corrupt_ranges")
+    __slots__ = ("partition", "replicas", "leader_id", "log_start_offset", "log_end_offset", "high_watermark", "size_bytes", "segment_count", "epoch", "replica_status", "corrupt_ranges", "target_replicas", "reassignment_step", "reassignment_error", "observers")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -90,6 +90,10 @@ class PartitionDescription(_message.Message):
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     REPLICA_STATUS_FIELD_NUMBER: _ClassVar[int]
     CORRUPT_RANGES_FIELD_NUMBER: _ClassVar[int]
+    TARGET_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    REASSIGNMENT_STEP_FIELD_NUMBER: _ClassVar[int]
+    REASSIGNMENT_ERROR_FIELD_NUMBER: _ClassVar[int]
+    OBSERVERS_FIELD_NUMBER: _ClassVar[int]
     partition: int
     replicas: _containers.RepeatedScalarFieldContainer[int]
     leader_id: int
@@ -101,7 +105,11 @@ class PartitionDescription(_message.Message):
     epoch: int
     replica_status: _containers.RepeatedCompositeFieldContainer[ReplicaStatus]
     corrupt_ranges: _containers.RepeatedCompositeFieldContainer[CorruptRange]
-    def __init__(self, partition: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., leader_id: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., size_bytes: _Optional[int] = ..., segment_count: _Optional[int] = ..., epoch: _Optional[int] = ..., replica_status: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., corrupt_ranges: _Optional[_Iterable[_Union[CorruptRange, _Mapping]]] = ...) -> None: ...
+    target_replicas: _containers.RepeatedScalarFieldContainer[int]
+    reassignment_step: str
+    reassignment_error: str
+    observers: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partition: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., leader_id: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., size_bytes: _Optional[int] = ..., segment_count: _Optional[int] = ..., epoch: _Optional[int] = ..., replica_status: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ..., corrupt_ranges: _Optional[_Iterable[_Union[CorruptRange, _Mapping]]] = ..., target_replicas: _Optional[_Iterable[int]] = ..., reassignment_step: _Optional[str] = ..., reassignment_error: _Optional[str] = ..., observers: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CorruptRange(_message.Message):
     __slots__ = ("replica_id", "segment", "start_position", "end_position", "first_offset", "end_offset", "detail")
@@ -242,3 +250,25 @@ class TransferLeadershipResponse(_message.Message):
     leader_id: int
     previous_epoch: int
     def __init__(self, leader_id: _Optional[int] = ..., previous_epoch: _Optional[int] = ...) -> None: ...
+
+class ReassignPartitionRequest(_message.Message):
+    __slots__ = ("topic", "partition", "replicas", "complete", "topic_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    complete: bool
+    topic_id: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., complete: _Optional[bool] = ..., topic_id: _Optional[int] = ...) -> None: ...
+
+class ReassignPartitionResponse(_message.Message):
+    __slots__ = ("replicas", "target_replicas")
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    target_replicas: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, replicas: _Optional[_Iterable[int]] = ..., target_replicas: _Optional[_Iterable[int]] = ...) -> None: ...

@@ -69,6 +69,11 @@ class AdminStub:
                 request_serializer=replog_dot_v1_dot_admin__pb2.TransferLeadershipRequest.SerializeToString,
                 response_deserializer=replog_dot_v1_dot_admin__pb2.TransferLeadershipResponse.FromString,
                 _registered_method=True)
+        self.ReassignPartition = channel.unary_unary(
+                '/replog.v1.Admin/ReassignPartition',
+                request_serializer=replog_dot_v1_dot_admin__pb2.ReassignPartitionRequest.SerializeToString,
+                response_deserializer=replog_dot_v1_dot_admin__pb2.ReassignPartitionResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -119,6 +124,15 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReassignPartition(self, request, context):
+        """Move a partition's replicas to other nodes of the cluster (docs/operations.md, Moving
+        replicas). Answers once the target is recorded in the cluster metadata; the partition's
+        leader then moves its membership there one replica at a time (DescribeTopic shows it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -156,6 +170,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.TransferLeadership,
                     request_deserializer=replog_dot_v1_dot_admin__pb2.TransferLeadershipRequest.FromString,
                     response_serializer=replog_dot_v1_dot_admin__pb2.TransferLeadershipResponse.SerializeToString,
+            ),
+            'ReassignPartition': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReassignPartition,
+                    request_deserializer=replog_dot_v1_dot_admin__pb2.ReassignPartitionRequest.FromString,
+                    response_serializer=replog_dot_v1_dot_admin__pb2.ReassignPartitionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -347,6 +366,33 @@ class Admin:
             '/replog.v1.Admin/TransferLeadership',
             replog_dot_v1_dot_admin__pb2.TransferLeadershipRequest.SerializeToString,
             replog_dot_v1_dot_admin__pb2.TransferLeadershipResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReassignPartition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/replog.v1.Admin/ReassignPartition',
+            replog_dot_v1_dot_admin__pb2.ReassignPartitionRequest.SerializeToString,
+            replog_dot_v1_dot_admin__pb2.ReassignPartitionResponse.FromString,
             options,
             channel_credentials,
             insecure,

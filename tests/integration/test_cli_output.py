@@ -56,6 +56,7 @@ def test_topic_list_describe_and_offsets_print_one_json_document_with_stable_key
     assert set(p1) == {
         "partition", "leader_id", "epoch", "replicas", "log_start_offset", "high_watermark",
         "log_end_offset", "segment_count", "size_bytes", "replica_status", "corrupt_ranges",
+        "observers", "target_replicas", "reassignment_step", "reassignment_error",
     }  # fmt: skip
     # the same numbers as the text table (the leader may write a control marker first)
     text = replog("topic", "describe", "out-json", address=addr).stdout.splitlines()[2].split()

@@ -87,7 +87,7 @@ def test_the_bash_script_is_valid_bash_and_registers_a_completion_for_replog(
         ("replog topic ", ["create", "list", "describe", "delete"]),
         ("replog topic de", ["describe", "delete"]),
         ("replog completion ", ["bash", "zsh"]),
-        ("replog partition ", ["transfer-leader"]),
+        ("replog partition ", ["reassign", "transfer-leader"]),
         ("replog group ", ["list", "describe", "reset-offsets", "delete"]),
         ("replog offsets orders -o ", ["text", "json"]),
         ("replog consume orders --format ", ["text", "hex", "json"]),

@@ -1,0 +1,178 @@
+"""Moving a partition's replicas to other nodes (ReassignPartition) under an acks=all
+producer: every acknowledged record is readable afterwards, the node left out deletes its
+replica, the new node holds the log; also when the leader's own node leaves, and when a
+node is killed half way."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from replog.client import Client
+from replog.client.results import PartitionInfo
+from replog.devcluster import DevCluster
+from replog.errors import InvalidArgumentError, ReassignmentInProgressError, ReplogError
+from tests.integration.test_cluster import PATIENT, SteadyProducer, leader_of, read_all
+from tests.integration.waiting import wait_until
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "moving"
+DEADLINE_S = 120.0
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[DevCluster]:
+    c = DevCluster(tmp_path / "cluster", 4)
+    c.start()
+    yield c
+    c.kill_all()
+
+
+def partition(client: Client) -> PartitionInfo | None:
+    try:
+        return client.describe_topic(TOPIC)[0]
+    except ReplogError:
+        return None
+
+
+def completed(client: Client, target: tuple[int, ...]) -> PartitionInfo | None:
+    """The partition once its reassignment is done: no target, voters = `target`."""
+    info = partition(client)
+    if info is None or info.target_replicas or set(info.replicas) != set(target):
+        return None
+    return info if not info.observers and info.leader_id in target else None
+
+
+def move(cluster: DevCluster, leaving: str, half_way: bool = False) -> None:
+    """Reassign TOPIC/0 from its 3 replicas to 2 of them and the fourth node, removing
+    the leader (`leaving="leader"`) or a follower. `half_way`: the fourth node is down when
+    the move starts, so the leader stops at "catching up" with it as an observer; then the
+    fourth node restarts and the leader is SIGKILLed and restarted: another leader must
+    resume from the log's membership and the metadata's target."""
+    with Client(cluster.bootstrap, retry=PATIENT) as client:
+        client.create_topic(TOPIC, 1, 3)
+        old = wait_until(lambda: partition(client), "the topic is described").replicas
+        leader = leader_of(client, TOPIC)
+        (new,) = set(cluster.members) - set(old)
+        out = leader if leaving == "leader" else next(r for r in old if r != leader)
+        target = (*(r for r in old if r != out), new)
+        with (
+            Client(cluster.bootstrap, retry=PATIENT) as producing,
+            SteadyProducer(producing, TOPIC) as producer,
+        ):
+            producer.wait_acked(2000)
+            if half_way:
+                cluster.members[new].kill()
+            replicas, recorded = client.reassign_partition(TOPIC, 0, target)
+            assert (set(replicas), recorded) == (set(old), target)
+            if half_way:
+                stuck = wait_until(
+                    lambda: (
+                        (i := partition(client))
+                        and i.observers == (new,)
+                        and "catching up" in i.reassignment_step
+                        and i
+                    ),
+                    f"node {new} joined as an observer and the leader waits for it",
+                    DEADLINE_S,
+                )
+                assert stuck.target_replicas == target
+                cluster.members[new].start()
+                assert stuck.leader_id is not None
+                cluster.members[stuck.leader_id].kill()
+                cluster.members[stuck.leader_id].start()
+            info = wait_until(
+                lambda: completed(client, target), f"{old} moved to {target}", DEADLINE_S
+            )
+            acked_during = len(producer.acked)
+            producer.wait_acked(acked_during + 500)  # and the new replicas take writes
+        acked = dict(producer.acked)
+        assert info.leader_id != out
+        wait_until(
+            lambda: not (cluster.members[out].data_dir / TOPIC).exists(),
+            f"node {out} deleted its replica",
+            DEADLINE_S,
+        )
+        read = dict(read_all(client, TOPIC))
+        missing = [o for o, v in acked.items() if read.get(o) != v]
+        assert not missing, f"{len(missing)} acknowledged records lost, e.g. {missing[:5]}"
+        logs = list((cluster.members[new].data_dir / TOPIC / "partition_0").glob("*.log"))
+        assert sum(p.stat().st_size for p in logs) > 0
+        final = wait_until(
+            lambda: (i := completed(client, target)) and len(i.replica_status) == 3 and i,
+            "the leader reports the progress of every new replica",
+        )
+        assert {s.replica_id for s in final.replica_status} == set(target)
+
+
+def test_replicas_move_to_another_node_and_every_acked_record_stays(
+    cluster: DevCluster,
+) -> None:
+    move(cluster, leaving="follower")
+
+
+def test_the_leaders_own_node_leaves_after_handing_leadership_over(cluster: DevCluster) -> None:
+    move(cluster, leaving="leader")
+
+
+def test_a_reassignment_resumes_after_its_leader_is_killed_half_way(
+    cluster: DevCluster,
+) -> None:
+    move(cluster, leaving="follower", half_way=True)
+
+
+def test_invalid_reassignments_are_refused_with_typed_errors(cluster: DevCluster) -> None:
+    with Client(cluster.bootstrap, retry=PATIENT) as client:
+        client.create_topic(TOPIC, 1, 3)
+        old = wait_until(lambda: partition(client), "the topic is described").replicas
+        with pytest.raises(InvalidArgumentError, match="not nodes of the cluster"):
+            client.reassign_partition(TOPIC, 0, (*old[:2], 9))
+        with pytest.raises(InvalidArgumentError, match="distinct"):
+            client.reassign_partition(TOPIC, 0, (old[0], old[0]))
+        (new,) = set(cluster.members) - set(old)
+        client.reassign_partition(TOPIC, 0, (*old[:2], new))
+        try:
+            client.reassign_partition(TOPIC, 0, (new, *old[1:]))
+        except ReassignmentInProgressError as exc:
+            assert exc.reason == "REASSIGNMENT_IN_PROGRESS"
+        else:  # the first one completed already: the partition is on its target
+            assert completed(client, (*old[:2], new)) is not None
+
+
+def test_the_cli_reassigns_and_describe_shows_the_move(cluster: DevCluster) -> None:
+    with Client(cluster.bootstrap, retry=PATIENT) as client:
+        client.create_topic(TOPIC, 1, 3)
+        old = wait_until(lambda: partition(client), "the topic is described").replicas
+        (new,) = set(cluster.members) - set(old)
+        target = (new, *old[1:])
+        cluster.members[new].kill()  # the move waits for it: describe shows it under way
+        ids = ",".join(map(str, target))
+        moved = replog("partition", "reassign", TOPIC, "0", "--replicas", ids, cluster=cluster)
+        assert moved.returncode == 0, moved.stderr
+        assert f"moving to {ids}" in moved.stdout.decode()
+
+        def under_way() -> str | None:
+            shown = replog("topic", "describe", TOPIC, cluster=cluster).stdout.decode()
+            return shown if f"->{ids} observers={new}" in shown else None
+
+        shown = wait_until(under_way, "describe shows the move", DEADLINE_S)
+        assert "catching up" in shown
+        doc = json.loads(
+            replog("topic", "describe", TOPIC, "--output", "json", cluster=cluster).stdout
+        )
+        assert doc["partitions"][0]["target_replicas"] == list(target)
+        cluster.members[new].start()
+        wait_until(lambda: completed(client, target), "the move completed", DEADLINE_S)
+        bad = replog("partition", "reassign", TOPIC, "0", "--replicas", "1,x", cluster=cluster)
+        assert bad.returncode != 0
+
+
+def replog(*args: str, cluster: DevCluster) -> subprocess.CompletedProcess[bytes]:
+    cmd = [sys.executable, "-m", "replog", *args, "--address", cluster.bootstrap]
+    return subprocess.run(cmd, capture_output=True, timeout=60, check=False)
