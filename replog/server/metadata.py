@@ -27,7 +27,8 @@ Record value, JSON (UTF-8), version 1 (written)::
 
 Reassignment (moving a partition's replicas to other nodes): `reassign_partition` records a
 partition's target replicas (preferred leader first) beside its assignment; while it is in
-force the partition is hosted by the nodes of both (`TopicMeta.hosts`). The partition's
+force the partition is hosted by the nodes of both (`TopicMeta.hosts`; a cancelled target's
+nodes too, until the completion). The partition's
 leader drives its membership towards the target (`server/reassignment.py`) and, once the
 membership is the target, proposes `complete_reassignment`, which makes the target the
 assignment. A `reassign_partition` whose replicas are the current assignment cancels one
@@ -249,13 +250,14 @@ class TopicMeta:
     timestamp_type: str = CREATE_TIME
     # partition -> target replicas of a reassignment in progress (preferred leader first)
     targets: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    # partition -> the nodes outside its assignment that any target of the reassignment in
+    # progress named (a cancelled target's too: they may hold a voter until it completes)
+    joining: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
     def hosts(self, partition: int) -> tuple[int, ...]:
-        """The nodes with a replica of `partition`: its assignment, then the target's
-        nodes not in it while a reassignment is in progress."""
-        replicas = self.assignment[partition]
-        target = self.targets.get(partition, ())
-        return replicas + tuple(n for n in target if n not in replicas)
+        """The nodes with a replica of `partition`: its assignment, then, while a
+        reassignment is in progress, the nodes its targets added."""
+        return self.assignment[partition] + tuple(self.joining.get(partition, ()))
 
     def hosted_by(self, node_id: int) -> list[int]:
         """The partitions with a replica on `node_id` (reassignment targets included)."""
@@ -605,19 +607,26 @@ class MetadataImage:
             return  # the topic went (or is another incarnation) before this committed
         if not 0 <= command.partition < meta.partitions:
             return
-        targets = dict(meta.targets)
+        p = command.partition
+        targets, joining = dict(meta.targets), dict(meta.joining)
         assignment = meta.assignment
         if isinstance(command, ReassignPartition):
-            targets[command.partition] = command.replicas
-        elif targets.get(command.partition) == command.replicas:
-            del targets[command.partition]
+            targets[p] = command.replicas
+            before = joining.get(p, ())
+            added = (n for n in command.replicas if n not in assignment[p] and n not in before)
+            joining[p] = (*before, *added)
+        elif targets.get(p) == command.replicas:
+            del targets[p]
+            joining.pop(p, None)
             assignment = tuple(
                 command.replicas if p == command.partition else replicas
                 for p, replicas in enumerate(assignment)
             )
         else:
             return  # completes a target no longer in force
-        self.topics[command.name] = replace(meta, assignment=assignment, targets=targets)
+        self.topics[command.name] = replace(
+            meta, assignment=assignment, targets=targets, joining=joining
+        )
 
     def _apply_init_producer(self, offset: int, name: str) -> None:
         known = self.producer_names.get(name) if name else None

@@ -1,0 +1,142 @@
+"""The reassignment controller's loop: it acts only on partitions this node leads and
+serves, retries the core's busy refusals with backoff, reports a refusal it cannot retry
+away, and proposes the completion once the membership is the target."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from replog.errors import MembershipChangeBusyError, MembershipChangeRefusedError, ReplogError
+from replog.replication.membership import Membership
+from replog.server.metadata import CreateTopic, MetadataImage, ReassignPartition, TopicMeta
+from replog.server.reassignment import BACKOFF_S_MAX, Reassigner
+
+
+@dataclass
+class FakeDriver:
+    membership: Membership
+    status: list[tuple[int, int, int, int]]
+    refusals: list[ReplogError] = field(default_factory=list)
+    changes: list[Membership] = field(default_factory=list)
+    transfers: list[int] = field(default_factory=list)
+
+    def replica_status(self) -> list[tuple[int, int, int, int]]:
+        return self.status
+
+    async def change_membership(self, voters: Any, observers: Any, timeout_s: float) -> int:
+        if self.refusals:
+            raise self.refusals.pop(0)
+        self.membership = Membership(tuple(voters), tuple(observers))
+        self.changes.append(self.membership)
+        return 1
+
+    async def transfer_leadership(self, target: int) -> None:
+        self.transfers.append(target)
+
+
+@dataclass
+class FakeLog:
+    high_watermark: int = 10
+
+
+@dataclass
+class FakePart:
+    driver: FakeDriver
+    is_leader: bool = True
+    closed: bool = False
+    log: FakeLog = field(default_factory=FakeLog)
+
+
+class FakeReplicas:
+    def __init__(self, part: FakePart) -> None:
+        self.part = part
+
+    def replica(self, meta: TopicMeta, partition: int) -> FakePart:
+        return self.part
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def setup(driver: FakeDriver) -> tuple[Reassigner, FakePart, Clock, list[tuple[Any, ...]]]:
+    image = MetadataImage()
+    image.apply(3, CreateTopic("a", 1, ((1, 2, 3),)))
+    image.apply(4, ReassignPartition("a", 3, 0, (2, 3, 4)))
+    completed: list[tuple[Any, ...]] = []
+
+    async def complete(*args: Any) -> None:
+        completed.append(args)
+
+    part = FakePart(driver)
+    clock = Clock()
+    controller = Reassigner(
+        1,
+        image,
+        FakeReplicas(part),
+        complete,
+        timeout_s=1.0,
+        clock=clock,  # type: ignore[arg-type]
+    )
+    return controller, part, clock, completed
+
+
+def test_busy_refusals_are_retried_with_backoff_then_the_leader_hands_over() -> None:
+    caught_up = [(1, 10, 0, 0), (2, 10, 0, 5), (3, 10, 0, 5), (4, 10, 0, 5)]
+    driver = FakeDriver(Membership((1, 2, 3)), caught_up)
+    busy = MembershipChangeBusyError("busy", refusal="MEMBERSHIP_CHANGE_IN_PROGRESS")
+    driver.refusals = [busy]
+    controller, _part, clock, completed = setup(driver)
+
+    async def scenario() -> None:
+        await controller.run_once()
+        progress = controller.status("a", 0)
+        assert progress is not None and "MEMBERSHIP_CHANGE_BUSY" in progress.error
+        await controller.run_once()  # backing off: nothing tried
+        assert driver.changes == []
+        for _ in range(6):
+            clock.now += BACKOFF_S_MAX
+            await controller.run_once()
+        # observer 4, promoted, then the leader (1) must go: it hands over to 2 and waits
+        assert driver.changes == [Membership((1, 2, 3), (4,)), Membership((1, 2, 3, 4))]
+        assert set(driver.transfers) == {2}
+        assert completed == []
+        progress = controller.status("a", 0)
+        assert progress is not None and progress.error == ""
+
+    asyncio.run(scenario())
+
+
+def test_a_refusal_that_no_retry_fixes_is_reported_and_a_follower_does_nothing() -> None:
+    driver = FakeDriver(Membership((1, 2, 3)), [])
+    driver.refusals = [MembershipChangeRefusedError("no", refusal="INVALID_MEMBERSHIP")]
+    controller, part, clock, _completed = setup(driver)
+
+    async def scenario() -> None:
+        await controller.run_once()
+        progress = controller.status("a", 0)
+        assert progress is not None
+        assert progress.error.startswith("MEMBERSHIP_CHANGE_REFUSED")
+        assert progress.retry_at == BACKOFF_S_MAX
+        part.is_leader = False
+        clock.now += BACKOFF_S_MAX
+        await controller.run_once()
+        assert driver.changes == []
+
+    asyncio.run(scenario())
+
+
+def test_the_membership_equal_to_the_target_is_completed_on_the_metadata_leader() -> None:
+    driver = FakeDriver(Membership((2, 3, 4)), [])
+    controller, _part, _clock, completed = setup(driver)
+
+    async def scenario() -> None:
+        await controller.run_once()
+        assert completed == [("a", 3, 0, (2, 3, 4))]
+
+    asyncio.run(scenario())

@@ -1,0 +1,38 @@
+"""The reconciler during a reassignment: a node keeps its replica while the partition is
+being moved and deletes it (that partition only) once the completion moved it away."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from replog.server.metadata import (
+    CompleteReassignment,
+    CreateTopic,
+    MetadataImage,
+    ReassignPartition,
+)
+from replog.storage.names import partition_dir
+from tests.unit.test_server_replica_manager import Clock, manager
+
+
+def test_a_replica_moved_away_is_deleted_only_after_the_completion(tmp_path: Path) -> None:
+    image = MetadataImage()
+
+    async def scenario() -> None:
+        async with manager(tmp_path, image, Clock()) as mgr:
+            image.apply(0, CreateTopic("a", 2, ((1,), (1,))))
+            await mgr.reconcile()
+            assert sorted(mgr.replicas) == [("a", 0), ("a", 1)]
+            image.apply(1, ReassignPartition("a", 0, 1, (2,)))
+            await mgr.reconcile()
+            assert sorted(mgr.replicas) == [("a", 0), ("a", 1)]  # still moving: kept
+            moved = mgr.replicas[("a", 1)]
+            image.apply(2, CompleteReassignment("a", 0, 1, (2,)))
+            await mgr.reconcile()
+            assert sorted(mgr.replicas) == [("a", 0)]
+            assert moved.closed
+            assert not partition_dir(tmp_path, "a", 1).exists()
+            assert partition_dir(tmp_path, "a", 0).exists()
+
+    asyncio.run(scenario())
