@@ -229,9 +229,9 @@ class Node:
         if self.identity.floors(meta.topic_id):  # a lost disk: its replicas catch up first
             identities.floor_replica(plog.directory)
         assignment = meta.assignment[p]
-        # A replica a reassignment adds starts as an observer of the assignment's voters;
-        # from then on the membership records of the partition's log govern.
-        joining = tuple(n for n in meta.hosts(p) if n not in assignment)
+        # A replica a reassignment adds starts with the partition's starting membership plus
+        # itself as an observer (docs/design.md); the log's membership records govern.
+        joining = () if self.node_id in assignment else (self.node_id,)
         return ReplicatedPartition(
             plog,
             self.replica_config(assignment, joining),

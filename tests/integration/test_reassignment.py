@@ -159,10 +159,10 @@ def test_the_cli_reassigns_and_describe_shows_the_move(cluster: DevCluster) -> N
 
         def under_way() -> str | None:
             shown = replog("topic", "describe", TOPIC, cluster=cluster).stdout.decode()
-            return shown if f"->{ids} observers={new}" in shown else None
+            waiting = f"->{ids} observers={new} step='observers [{new}] catching up'"
+            return shown if waiting in shown else None
 
-        shown = wait_until(under_way, "describe shows the move", DEADLINE_S)
-        assert "catching up" in shown
+        wait_until(under_way, "describe shows the move waiting for the new node", DEADLINE_S)
         doc = json.loads(
             replog("topic", "describe", TOPIC, "--output", "json", cluster=cluster).stdout
         )
