@@ -6,6 +6,7 @@
     replog consume TOPIC [--from earliest|latest|N] [--follow] [--format text|hex|json]
     replog offsets TOPIC
     replog group list|describe|reset-offsets|delete ...   (consumer groups: cli_groups.py)
+    replog node list|decommission ...     (the cluster's nodes: cli_nodes.py)
     replog verify DATA_DIR [...]          (offline check of a stopped node's files)
     replog console [--listen 127.0.0.1:8080]   (the web console: replog/console/)
     replog completion bash|zsh            (prints a shell completion script)
@@ -38,7 +39,7 @@ from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
-from replog import __version__, cli_groups
+from replog import __version__, cli_groups, cli_nodes
 from replog.cli_progress import Progress
 from replog.errors import InvalidConfigError, ReplogError
 
@@ -77,6 +78,7 @@ JSON_KEYS = {
     "acl list": '{"acls": [{"principal", "resource_type", "resource_name", "prefix", '
     '"operation"}]}',
     **cli_groups.JSON_KEYS,
+    **cli_nodes.JSON_KEYS,
 }
 
 
@@ -275,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_output_argument(offsets, "offsets")
 
     cli_groups.add_parser(sub, client_parser, add_output_argument)
+    cli_nodes.add_parser(sub, client_parser, add_output_argument)
 
     from replog.console.server import add_arguments as add_console_arguments
 
@@ -803,6 +806,15 @@ def cmd_group(args: argparse.Namespace, out: TextIO) -> int:
         return cli_groups.run(args, client, out)
 
 
+def cmd_node(args: argparse.Namespace, out: TextIO) -> int:
+    from replog.client import Client
+
+    with Client(
+        args.address, timeout_s=args.timeout, tls=client_tls(args), token=args.token
+    ) as client:
+        return cli_nodes.run(args, client, out)
+
+
 def cmd_console(args: argparse.Namespace, out: TextIO) -> int:
     from replog.console.server import ConsoleUsageError
     from replog.console.server import run as run_console
@@ -1004,6 +1016,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             return cmd_partition(args, out)
         if args.command == "group":
             return cmd_group(args, out)
+        if args.command == "node":
+            return cmd_node(args, out)
         if args.command == "dev-cluster":
             return cmd_dev_cluster(args, out)
         if args.command == "verify":

@@ -1,17 +1,23 @@
-"""Growing a cluster by one node with a rolling restart (docs/operations.md, Scale).
+"""Growing a cluster by one node with a rolling restart, and shrinking it back
+(docs/operations.md, Scale).
 
 Three nodes serve an acks=all producer; node 4 starts on an empty data directory with the
 four-node peer list (it is a replacement by its identity: it votes for nobody until caught
 up), and nodes 1-3 restart one at a time with the same list. Each step changes the metadata
 partition's voters by one node, which keeps every majority of the old voters and of the new
 ones intersecting (Raft's single-server change). Nothing acknowledged is lost, node 4
-catches up and takes replicas of new topics.
+catches up and takes replicas of new topics. Then `replog node decommission 4` moves its
+replicas away, nodes 1-3 restart with the three-node list and node 4 stops: still nothing
+lost, and the metadata works on three nodes.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,7 +44,7 @@ def _identity(data_dir: Path) -> dict[str, object]:
     return data
 
 
-def test_a_fourth_node_joins_by_a_rolling_restart_under_load(tmp_path: Path) -> None:
+def test_a_fourth_node_joins_and_leaves_by_rolling_restarts_under_load(tmp_path: Path) -> None:
     cluster = DevCluster(tmp_path / "cluster", 4, extra_args=["--flush", "always"])
     nodes = cluster.members
     cluster.release_ports()
@@ -80,5 +86,41 @@ def test_a_fourth_node_joins_by_a_rolling_restart_under_load(tmp_path: Path) -> 
                 res = client.append("after", p, [b"p%d" % p], acks="all")
                 fetched = client.fetch("after", p, res.base_offset)
                 assert fetched.records.values[:1] == [b"p%d" % p]
+        # ...and leaves again: its replicas move away first (`replog node decommission`),
+        # then nodes 1-3 restart one at a time with the three-node list, then node 4 stops.
+        three_args = ["--address", three, "--timeout", "60"]
+        listed = _replog("node", "list", "-o", "json", *three_args)
+        assert {n["id"]: n["replicas"] > 0 for n in listed["nodes"]} == dict.fromkeys(
+            (1, 2, 3, 4), True
+        )
+        plan = _replog("node", "decommission", "4", "--wait", "-o", "json", *three_args)
+        assert plan["done"] is True and plan["moves"]
+        with Client(three, retry=PATIENT) as client:
+            with SteadyProducer(client, "before") as producer:
+                producer.wait_acked(100)
+                for i in (1, 2, 3):
+                    assert nodes[i].stop() == 0
+                    _set_peers(cluster, i, [1, 2, 3])
+                    nodes[i].start()
+                    producer.wait_acked(len(producer.acked) + 200)
+                assert nodes[4].stop() == 0
+                producer.wait_acked(len(producer.acked) + 200)
+            records = dict(read_all(client, "before"))
+            lost = [o for o, v in producer.acked.items() if records.get(o) != v]
+            assert not lost, f"{len(lost)} acknowledged records lost or changed"
+            for p in range(8):  # the moved partitions kept their records
+                values = client.fetch("after", p, 0).records.values
+                assert b"p%d" % p in values
+            client.create_topic("final", 3, 3, format="raw")  # metadata works on three
+            meta = client.refresh_metadata(["after", "final"])
+            assert all(4 not in p.replicas for t in meta.topics for p in t.partitions)
     finally:
         cluster.stop()
+
+
+def _replog(*args: str) -> Any:
+    done = subprocess.run(
+        [sys.executable, "-m", "replog", *args], capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
