@@ -45,7 +45,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from replog.errors import ReplogError, UnavailableError
-from replog.replication import Message, ReplicaConfig
+from replog.replication import FetchRequest, Message, ReplicaConfig
 from replog.replication.driver import ReplicaDriver
 from replog.server import auth, logs
 from replog.server import identity as identities
@@ -181,6 +181,8 @@ class Node:
             self.replicas,
             self._complete_reassignment,
             timeout_s=settings.ack_timeout_ms / 1000,
+            fetch_bytes_per_s=settings.reassignment_fetch_bytes_per_s,
+            answer_bytes=settings.fetch_bytes_max,
         )
         self.groups = Coordinator(  # consumer groups (server/groups/)
             settings.groups_config(),
@@ -305,7 +307,22 @@ class Node:
         part = self.replicas.replicas.get((topic, partition))
         if part is None or not same_incarnation(topic_id, part.topic_id):
             return None
+        if self.reassigner.throttles:  # (empty unless a move is throttled here)
+            return partial(self._throttled, part)
         return part.driver.deliver
+
+    async def _throttled(self, part: ReplicatedPartition, message: Message) -> None:
+        """Deliver `message`, unless it is the fetch of a joining observer that the
+        reassignment throttle drops (`reassignment.Throttle`)."""
+        if isinstance(message, FetchRequest):
+            throttle = self.reassigner.throttle(part.topic, part.partition, message.replica_id)
+            plog = part.log
+            lag = plog.log_end_offset - message.fetch_offset
+            if throttle is not None and lag > 0:
+                held = max(1, plog.log_end_offset - plog.log_start_offset)
+                if not throttle.allow(lag * plog.size_bytes // held):
+                    return
+        await part.driver.deliver(message)
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -142,6 +142,44 @@ class Progress:
     error: str = ""
     attempts: int = 0  # failed attempts in a row
     retry_at: float = 0.0
+    throttled: int = 0  # fetches of joining observers dropped by the throttle
+
+
+class Throttle:
+    """The catch-up throttle of one partition's joining observers (setting
+    `reassignment_fetch_bytes_per_s`): a token bucket of bytes, one answer (`answer_bytes`)
+    deep. The leader lets a fetch of a joining observer through only if the bucket holds
+    what the fetch costs, and takes it; otherwise the
+    fetch is dropped, and the observer asks again after its fetch retry interval (the
+    protocol treats it as a lost message). A fetch costs what it lags by, estimated from
+    the log's average record size, at most one answer (`answer_bytes`): a caught-up
+    observer's fetch costs nothing."""
+
+    def __init__(
+        self, bytes_per_s: int, answer_bytes: int, progress: Progress, clock: Callable[[], float]
+    ) -> None:
+        assert bytes_per_s > 0 and answer_bytes > 0
+        self.bytes_per_s = bytes_per_s
+        self.answer_bytes = answer_bytes
+        self.progress = progress
+        self._clock = clock
+        self._tokens = float(answer_bytes)
+        self._at = clock()
+
+    def allow(self, lag_bytes: int) -> bool:
+        """Whether a fetch that lags by about `lag_bytes` may be answered now."""
+        if lag_bytes <= 0:
+            return True
+        cost = min(lag_bytes, self.answer_bytes)
+        now = self._clock()
+        refill = (now - self._at) * self.bytes_per_s
+        self._tokens = min(float(self.answer_bytes), self._tokens + refill)
+        self._at = now
+        if self._tokens >= cost:
+            self._tokens -= cost
+            return True
+        self.progress.throttled += 1
+        return False
 
 
 class Reassigner:
@@ -154,9 +192,17 @@ class Reassigner:
         *,
         timeout_s: float,
         clock: Callable[[], float] = time.monotonic,
+        fetch_bytes_per_s: int = 0,
+        answer_bytes: int = 1 << 20,
     ) -> None:
         """`complete(topic, topic_id, partition, replicas)` proposes the completion command
-        on the metadata leader (forwarded there when that is another node)."""
+        on the metadata leader (forwarded there when that is another node).
+        `fetch_bytes_per_s` (0: none): the catch-up throttle of joining observers
+        (`Throttle`), for answers of `answer_bytes`."""
+        self.fetch_bytes_per_s = fetch_bytes_per_s
+        self.answer_bytes = answer_bytes
+        # (topic, partition) -> the throttle of a partition led here while it is reassigned
+        self.throttles: dict[tuple[str, int], Throttle] = {}
         self.node_id = node_id
         self.image = image
         self.replicas = replicas
@@ -190,11 +236,30 @@ class Reassigner:
                 live.add((meta.name, p))
                 part = self.replicas.replica(meta, p)
                 if part is None or part.closed or not part.is_leader:
+                    live.discard((meta.name, p))
                     continue
                 await self._step(meta, p, target, part)
         for key in [k for k in self.progress if k not in live]:
             del self.progress[key]
+        for key in [k for k in self.throttles if k not in live]:
+            del self.throttles[key]
+        if self.fetch_bytes_per_s:
+            for key in live:
+                if key not in self.throttles:
+                    self.throttles[key] = Throttle(
+                        self.fetch_bytes_per_s, self.answer_bytes, self.progress[key], self._clock
+                    )
         return busy
+
+    def throttle(self, topic: str, partition: int, replica_id: int) -> Throttle | None:
+        """The throttle for a fetch of `replica_id` on a partition led here (None: none)."""
+        throttle = self.throttles.get((topic, partition))
+        if throttle is None:
+            return None
+        part = self.replicas.replicas.get((topic, partition))
+        if part is None or replica_id not in part.driver.membership.observers:
+            return None
+        return throttle
 
     async def _step(
         self, meta: TopicMeta, p: int, target: tuple[int, ...], part: ReplicatedPartition
@@ -265,4 +330,7 @@ def describe(
     found = progress.get((meta.name, p))
     if found is None:
         return target, "", ""
-    return target, found.step, found.error
+    step = found.step
+    if found.throttled:
+        step += f" (throttled fetches: {found.throttled})"
+    return target, step, found.error

@@ -104,6 +104,14 @@ class Settings:
             "(0: no scrubber); a corrupt range it finds is refetched from a healthy replica"
         ),
     )
+    reassignment_fetch_bytes_per_s: int = field(
+        default=0,
+        metadata=_help(
+            "a partition's leader serves the replicas a reassignment adds, while they catch "
+            "up as observers, at most this fast (0: unthrottled); a fetch past it is dropped "
+            "and asked again after the replica fetch retry interval"
+        ),
+    )
     fetch_bytes_max: int = field(
         default=1 * MIB, metadata=_help("largest frames payload of one Fetch/StreamFrom reply")
     )
@@ -415,6 +423,9 @@ class Settings:
         need(self.leader_balance_interval_ms >= 0, "leader_balance_interval_ms must be >= 0")
         need(self.retention_check_interval_ms >= 1, "retention_check_interval_ms must be >= 1")
         need(self.scrub_bytes_per_s >= 0, "scrub_bytes_per_s must be >= 0")
+        need(
+            self.reassignment_fetch_bytes_per_s >= 0, "reassignment_fetch_bytes_per_s must be >= 0"
+        )
         need(self.election_timeout_ms >= 50, "election_timeout_ms must be >= 50")
         need(
             0 < self.replica_fetch_wait_ms < self.election_timeout_ms // 2,

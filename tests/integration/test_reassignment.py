@@ -176,3 +176,28 @@ def test_the_cli_reassigns_and_describe_shows_the_move(cluster: DevCluster) -> N
 def replog(*args: str, cluster: DevCluster) -> subprocess.CompletedProcess[bytes]:
     cmd = [sys.executable, "-m", "replog", *args, "--address", cluster.bootstrap]
     return subprocess.run(cmd, capture_output=True, timeout=60, check=False)
+
+
+def test_a_throttled_move_drops_catch_up_fetches_and_still_completes(tmp_path: Path) -> None:
+    throttled = ["--reassignment-fetch-bytes-per-s", "131072", "--fetch-bytes-max", "65536"]
+    cluster = DevCluster(tmp_path / "cluster", 4, extra_args=throttled)
+    cluster.start()
+    try:
+        with Client(cluster.bootstrap, retry=PATIENT) as client:
+            client.create_topic(TOPIC, 1, 3)
+            old = wait_until(lambda: partition(client), "the topic is described").replicas
+            values = [b"r%09d" % i + b"." * 40 for i in range(8_000)]  # ~0.5 MB with framing
+            for i in range(0, len(values), 1000):
+                client.append(TOPIC, 0, values[i : i + 1000], acks="all")
+            (new,) = set(cluster.members) - set(old)
+            target = (*old[1:], new)
+            client.reassign_partition(TOPIC, 0, target)
+            wait_until(
+                lambda: (i := partition(client)) and "throttled fetches" in i.reassignment_step,
+                "the leader throttles the new replica's catch-up",
+                DEADLINE_S,
+            )
+            wait_until(lambda: completed(client, target), "the move completed", DEADLINE_S)
+            assert [v for _, v in read_all(client, TOPIC)] == values
+    finally:
+        cluster.kill_all()

@@ -11,7 +11,7 @@ from typing import Any
 from replog.errors import MembershipChangeBusyError, MembershipChangeRefusedError, ReplogError
 from replog.replication.membership import Membership
 from replog.server.metadata import CreateTopic, MetadataImage, ReassignPartition, TopicMeta
-from replog.server.reassignment import BACKOFF_S_MAX, Reassigner
+from replog.server.reassignment import BACKOFF_S_MAX, Progress, Reassigner, Throttle
 
 
 @dataclass
@@ -138,5 +138,37 @@ def test_the_membership_equal_to_the_target_is_completed_on_the_metadata_leader(
     async def scenario() -> None:
         await controller.run_once()
         assert completed == [("a", 3, 0, (2, 3, 4))]
+
+    asyncio.run(scenario())
+
+
+def test_the_catch_up_throttle_lets_through_what_its_rate_allows() -> None:
+    clock = Clock()
+    progress = Progress("observers [4] catching up")
+    throttle = Throttle(1000, 4000, progress, clock)
+    assert throttle.allow(0)  # a caught-up observer costs nothing
+    assert throttle.allow(10_000)  # a full answer (4000) from a full bucket
+    assert not throttle.allow(100)
+    clock.now += 0.1  # +100 bytes
+    assert throttle.allow(100)
+    assert not throttle.allow(4000)
+    clock.now += 5.0  # full again (the bucket holds one answer, never more)
+    assert throttle.allow(4000)
+    assert progress.throttled == 2
+
+
+def test_a_throttled_move_throttles_only_the_joining_observers_of_partitions_led_here() -> None:
+    driver = FakeDriver(Membership((1, 2, 3), (4,)), [(4, 0, 10, 5)])
+    controller, part, _clock, _completed = setup(driver)
+    controller.fetch_bytes_per_s = 1000
+    controller.replicas.replicas = {("a", 0): part}  # type: ignore[attr-defined]
+
+    async def scenario() -> None:
+        await controller.run_once()
+        assert controller.throttle("a", 0, 4) is not None
+        assert controller.throttle("a", 0, 2) is None  # a voter
+        part.is_leader = False
+        await controller.run_once()
+        assert controller.throttle("a", 0, 4) is None
 
     asyncio.run(scenario())
