@@ -52,6 +52,7 @@ _log = logging.getLogger("replog.server.reassignment")
 POLL_S = 0.1  # between passes while some partition is being reassigned
 BACKOFF_S_MIN = 0.1
 BACKOFF_S_MAX = 10.0
+SETTLE_S = 1.0  # after a hand-over or a completion, before the same partition's next step
 
 Complete_ = Callable[[str, int, int, tuple[int, ...]], Awaitable[None]]
 
@@ -295,7 +296,11 @@ class Reassigner:
             self._failed(meta.name, p, progress, step, exc)
             return
         log(_log, "reassignment.step", topic=meta.name, partition=p, step=progress.step)
-        progress.error, progress.attempts, progress.retry_at = "", 0, 0.0
+        progress.error, progress.attempts = "", 0
+        # A hand-over takes an election; a completion takes its command's way to this
+        # node's image: neither is asked for again before then.
+        settle_s = 0.0 if isinstance(step, Change) else SETTLE_S
+        progress.retry_at = self._clock() + settle_s
 
     def _failed(self, topic: str, p: int, progress: Progress, step: Step, exc: ReplogError) -> None:
         progress.attempts += 1
