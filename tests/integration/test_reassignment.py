@@ -178,26 +178,61 @@ def replog(*args: str, cluster: DevCluster) -> subprocess.CompletedProcess[bytes
     return subprocess.run(cmd, capture_output=True, timeout=60, check=False)
 
 
-def test_a_throttled_move_drops_catch_up_fetches_and_still_completes(tmp_path: Path) -> None:
-    throttled = ["--reassignment-fetch-bytes-per-s", "131072", "--fetch-bytes-max", "65536"]
-    cluster = DevCluster(tmp_path / "cluster", 4, extra_args=throttled)
-    cluster.start()
-    try:
-        with Client(cluster.bootstrap, retry=PATIENT) as client:
-            client.create_topic(TOPIC, 1, 3)
-            old = wait_until(lambda: partition(client), "the topic is described").replicas
-            values = [b"r%09d" % i + b"." * 40 for i in range(8_000)]  # ~0.5 MB with framing
-            for i in range(0, len(values), 1000):
-                client.append(TOPIC, 0, values[i : i + 1000], acks="all")
-            (new,) = set(cluster.members) - set(old)
-            target = (*old[1:], new)
-            client.reassign_partition(TOPIC, 0, target)
-            wait_until(
-                lambda: (i := partition(client)) and "throttled fetches" in i.reassignment_step,
-                "the leader throttles the new replica's catch-up",
-                DEADLINE_S,
-            )
-            wait_until(lambda: completed(client, target), "the move completed", DEADLINE_S)
-            assert [v for _, v in read_all(client, TOPIC)] == values
-    finally:
-        cluster.kill_all()
+@pytest.fixture
+def throttled(tmp_path: Path) -> Iterator[DevCluster]:
+    """4 nodes whose leaders serve a move's new replicas at 128 KiB/s (64 KiB answers)."""
+    args = ["--reassignment-fetch-bytes-per-s", "131072", "--fetch-bytes-max", "65536"]
+    c = DevCluster(tmp_path / "cluster", 4, extra_args=args)
+    c.start()
+    yield c
+    c.kill_all()
+
+
+def filled(cluster: DevCluster, client: Client) -> tuple[tuple[int, ...], int, list[bytes]]:
+    """TOPIC with ~0.5 MB: its replicas, the node outside them, the values."""
+    client.create_topic(TOPIC, 1, 3)
+    old = wait_until(lambda: partition(client), "the topic is described").replicas
+    values = [b"r%09d" % i + b"." * 40 for i in range(8_000)]
+    for i in range(0, len(values), 1000):
+        client.append(TOPIC, 0, values[i : i + 1000], acks="all")
+    (new,) = set(cluster.members) - set(old)
+    return old, new, values
+
+
+def catching_up_throttled(client: Client) -> PartitionInfo | None:
+    info = partition(client)
+    return info if info and "throttled fetches" in info.reassignment_step else None
+
+
+def test_a_throttled_move_drops_catch_up_fetches_and_still_completes(
+    throttled: DevCluster,
+) -> None:
+    with Client(throttled.bootstrap, retry=PATIENT) as client:
+        old, new, values = filled(throttled, client)
+        target = (*old[1:], new)
+        client.reassign_partition(TOPIC, 0, target)
+        wait_until(lambda: catching_up_throttled(client), "the catch-up is throttled", DEADLINE_S)
+        wait_until(lambda: completed(client, target), "the move completed", DEADLINE_S)
+        assert [v for _, v in read_all(client, TOPIC)] == values
+
+
+def test_a_cancelled_move_goes_back_and_the_new_node_deletes_its_copy(
+    throttled: DevCluster,
+) -> None:
+    with Client(throttled.bootstrap, retry=PATIENT) as client:
+        old, new, values = filled(throttled, client)
+        client.reassign_partition(TOPIC, 0, (*old[1:], new))
+        info = wait_until(
+            lambda: catching_up_throttled(client), "the new node copies the log", DEADLINE_S
+        )
+        assert info.observers == (new,)
+        assert (throttled.members[new].data_dir / TOPIC).exists()
+        replicas, target = client.reassign_partition(TOPIC, 0, old)  # cancel
+        assert (set(replicas), target) == (set(old), old)
+        wait_until(lambda: completed(client, old), "the move was undone", DEADLINE_S)
+        wait_until(
+            lambda: not (throttled.members[new].data_dir / TOPIC).exists(),
+            f"node {new} deleted its copy",
+            DEADLINE_S,
+        )
+        assert [v for _, v in read_all(client, TOPIC)] == values
