@@ -18,7 +18,8 @@ latest in its log), the target and which replicas are caught up, the next step i
    replicas before the leader itself;
 5. `Transfer(t)`: the leader is the last voter to remove: hand leadership to a caught-up
    voter of the target, whose controller goes on from there;
-6. `Complete(target)`: the membership is the target: propose the completion.
+6. `Complete(target)`: the membership is the target: once its record is committed, propose
+   the completion.
 
 Every step is read from the partition's log (its membership) and the metadata (its target),
 never from this controller's memory, so a leader change or a restart half way resumes where
@@ -288,6 +289,12 @@ class Reassigner:
                 await driver.transfer_leadership(step.target)
             elif isinstance(step, Complete):
                 progress.step = "completing"
+                # The latest membership may not be committed yet (an earlier change's caller
+                # timed out): asking for it again appends nothing and returns once it is, so
+                # the replicas left out are deleted only after their removal committed.
+                await driver.change_membership(
+                    membership.voters, membership.observers, self.timeout_s
+                )
                 await self._complete(meta.name, meta.topic_id, p, step.replicas)
             else:
                 progress.step = step.why

@@ -138,6 +138,8 @@ def test_the_membership_equal_to_the_target_is_completed_on_the_metadata_leader(
     async def scenario() -> None:
         await controller.run_once()
         assert completed == [("a", 3, 0, (2, 3, 4))]
+        # it waited for the membership's record to commit (asking for the same one again)
+        assert driver.changes == [Membership((2, 3, 4))]
 
     asyncio.run(scenario())
 
