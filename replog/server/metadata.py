@@ -28,11 +28,12 @@ Record value, JSON (UTF-8), version 1 (written)::
 Reassignment (moving a partition's replicas to other nodes): `reassign_partition` records a
 partition's target replicas (preferred leader first) beside its assignment; while it is in
 force the partition is hosted by the nodes of both (`TopicMeta.hosts`; a cancelled target's
-nodes too, until the completion). The partition's
-leader drives its membership towards the target (`server/reassignment.py`) and, once the
-membership is the target, proposes `complete_reassignment`, which makes the target the
-assignment. A `reassign_partition` whose replicas are the current assignment cancels one
-in progress (the leader drives the membership back, then completes). Validation
+nodes too, until the completion). The partition's leader drives its membership towards the
+target (`server/reassignment.py`) and, once the membership is the target, proposes
+`complete_reassignment`, which makes the target the assignment. A node of an earlier
+release stops at either command (an unknown kind), as below: upgrade every node first.
+A `reassign_partition` whose replicas are the current assignment cancels one in progress
+(the leader drives the membership back, then completes). Validation
 (`MetadataImage.reassign_partition`): the topic exists (with that `topic_id`), the partition
 is in range, the replicas are 1 or more distinct known node ids, and no other reassignment
 of the partition is in progress. Applying either command to a topic that is gone or was

@@ -27,7 +27,7 @@ the log is. `Reassigner.run` (one supervised task per node) applies `decide` to 
 partition being reassigned that this node leads and serves. Retriable refusals (the core's
 MEMBERSHIP_CHANGE_BUSY: another change not committed yet, the replica not caught up; a lost
 leadership; a metadata leader unknown) are retried with exponential backoff; other typed
-refusals are logged at warning and shown in DescribeTopic (`status`), and retried at the
+refusals are logged at warning and shown in DescribeTopic (`progress`), and retried at the
 longest backoff (the target may be cancelled meanwhile). Anything else is a bug: it ends the
 node (`supervisor`).
 """
