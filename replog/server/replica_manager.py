@@ -90,6 +90,7 @@ class ReplicaManager:
         self.replicas: dict[tuple[str, int], ReplicatedPartition] = {}
         self._local: dict[str, LocalTopic] = {}
         self._failures: dict[Key, Failure] = {}
+        self._moved: set[tuple[str, int]] = set()  # partitions moved away, directory left
         self._wake = asyncio.Event()
         self._passes = 0
         self._pass_done = asyncio.Event()
@@ -226,6 +227,7 @@ class ReplicaManager:
                 self._failed((name, None), "delete", exc, now)
                 return
             self._local.pop(name, None)
+            self._moved = {k for k in self._moved if k[0] != name}
             self._succeeded((name, None))
             for stale_key in [k for k in self._failures if k[0] == name and k[1] is not None]:
                 del self._failures[stale_key]
@@ -249,7 +251,8 @@ class ReplicaManager:
             self._local[name] = local
             self._succeeded((name, None))
         hosted = meta.hosted_by(self.node_id)
-        for key in [k for k in self.replicas if k[0] == name and k[1] not in hosted]:
+        moved = {k for k in (*self.replicas, *self._moved) if k[0] == name}
+        for key in sorted(k for k in moved if k[1] not in hosted):
             await self._remove_partition(key, now)  # reassigned to other nodes
         for p in hosted:
             if (name, p) in self.replicas or not self._due((name, p), now):
@@ -295,16 +298,22 @@ class ReplicaManager:
 
     async def _remove_partition(self, key: tuple[str, int], now: float) -> None:
         """Stop and delete the replica of a partition the image no longer hosts here (a
-        completed reassignment moved it away): requests on it end with UNKNOWN_TOPIC."""
+        completed reassignment moved it away): requests on it end with UNKNOWN_TOPIC. A
+        directory that could not be removed is retried (`_moved`) with backoff."""
         if not self._due(key, now):
             return
-        self.replicas[key].close(deleted=True)
+        self._moved.add(key)
+        part = self.replicas.get(key)
+        if part is not None:
+            part.close(deleted=True)
         try:
-            await self._stop(key)
+            if part is not None:
+                await self._stop(key)
             await asyncio.to_thread(replica_dirs.remove_partition, self.data_dir, *key)
         except (ReplogError, OSError) as exc:
             self._failed(key, "delete", exc, now)
             return
+        self._moved.discard(key)
         self._succeeded(key)
         log(_log, "partition.removed", topic=key[0], partition=key[1])
 
