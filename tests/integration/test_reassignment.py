@@ -22,7 +22,7 @@ from tests.integration.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
-TOPIC = "moving"
+TOPIC = "move-me"  # placed on nodes 1, 2, 3 of 4 (metadata.assign)
 DEADLINE_S = 120.0
 
 
@@ -58,6 +58,7 @@ def move(cluster: DevCluster, leaving: str, half_way: bool = False) -> None:
     with Client(cluster.bootstrap, retry=PATIENT) as client:
         client.create_topic(TOPIC, 1, 3)
         old = wait_until(lambda: partition(client), "the topic is described").replicas
+        assert set(old) == {1, 2, 3}
         leader = leader_of(client, TOPIC)
         (new,) = set(cluster.members) - set(old)
         out = leader if leaving == "leader" else next(r for r in old if r != leader)
