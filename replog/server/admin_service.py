@@ -19,6 +19,7 @@ from replog.errors import (
     LeaderUnknownError,
     LogClosedError,
     NotLeaderError,
+    PermissionDeniedError,
     ReplogError,
     UnavailableError,
 )
@@ -74,10 +75,13 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         peers: Peers,
         metrics: Metrics,
         reassignments: Mapping[tuple[str, int], Progress] | None = None,
+        member: Callable[[Context], int | None] | None = None,
     ) -> None:
         """`reassignments`: the reassignment controller's progress of the partitions this
-        node leads (`Reassigner.progress`), shown in DescribeTopic."""
+        node leads (`Reassigner.progress`), shown in DescribeTopic. `member`: the node id a
+        call's TLS certificate proves (None: TLS is off, nothing is proven)."""
         self.reassignments = reassignments if reassignments is not None else {}
+        self.member = member
         self.router = router
         self.topics = topics
         self.peers = peers
@@ -276,6 +280,13 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     ) -> admin_pb2.ReassignPartitionResponse:
         replicas = tuple(request.replicas)
         if request.complete:
+            # Completing makes the removed nodes delete their replicas: only the partition's
+            # leader may say the membership got there, never a client (even an admin).
+            if not self._from_a_node(context):
+                raise PermissionDeniedError(
+                    "only the partition's leader completes a reassignment (a call between "
+                    "nodes); ask for a move with replicas alone"
+                )
             assignment, target = await self.topics.complete_reassignment(
                 request.topic, request.topic_id, request.partition, replicas
             )
@@ -284,6 +295,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 request.topic, request.partition, replicas
             )
         return admin_pb2.ReassignPartitionResponse(replicas=assignment, target_replicas=target)
+
+    def _from_a_node(self, context: Context) -> bool:
+        """A call another node made: its certificate names a member (TLS on), or, in a
+        plaintext cluster (which trusts its network, as its replication does), it carries
+        the forwarded mark."""
+        if self.member is not None:
+            return self.member(context) is not None
+        return _forwarded(context)
 
     @unary("TransferLeadership")
     async def TransferLeadership(

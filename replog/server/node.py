@@ -443,7 +443,12 @@ async def _serve(settings: Settings) -> int:
     )
     log_service = LogService(node.router, node.metrics, settings, node.limits, producer_ids)
     admin_service = AdminService(
-        node.router, node.topics, node.peers, node.metrics, node.reassigner.progress
+        node.router,
+        node.topics,
+        node.peers,
+        node.metrics,
+        node.reassigner.progress,
+        member=node.authenticate if settings.tls is not None else None,
     )
     log_pb2_grpc.add_LogServicer_to_server(log_service, server)  # type: ignore[no-untyped-call]
     admin_pb2_grpc.add_AdminServicer_to_server(admin_service, server)  # type: ignore[no-untyped-call]

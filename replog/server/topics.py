@@ -29,7 +29,7 @@ from replog.server.metadata import (
     MetadataImage,
 )
 from replog.server.metadata_log import MetadataLog
-from replog.server.peers import Peers, remote
+from replog.server.peers import FORWARD_METADATA, Peers, remote
 from replog.server.replica_manager import ReplicaManager
 from replog.server.routing import Router
 from replog.storage import validate_topic_name
@@ -196,7 +196,9 @@ class Topics:
         leader = self.router.metadata_leader()
         if leader != self.peers.node_id:
             reply = await remote(
-                self.peers.admin(leader).ReassignPartition(request, timeout=self.timeout_s)
+                self.peers.admin(leader).ReassignPartition(
+                    request, timeout=self.timeout_s, metadata=FORWARD_METADATA
+                )
             )
             return tuple(reply.replicas), tuple(reply.target_replicas)
         await self.metadata.propose(make, self.timeout_s)

@@ -11,12 +11,14 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from replog.client import Client
 from replog.client.results import PartitionInfo
 from replog.devcluster import DevCluster
 from replog.errors import InvalidArgumentError, ReassignmentInProgressError, ReplogError
+from replog.v1 import admin_pb2, admin_pb2_grpc
 from tests.integration.test_cluster import PATIENT, SteadyProducer, leader_of, read_all
 from tests.integration.waiting import wait_until
 
@@ -144,6 +146,23 @@ def test_invalid_reassignments_are_refused_with_typed_errors(cluster: DevCluster
             assert exc.reason == "REASSIGNMENT_IN_PROGRESS"
         else:  # the first one completed already: the partition is on its target
             assert completed(client, (*old[:2], new)) is not None
+
+
+def test_a_client_cannot_complete_a_reassignment(cluster: DevCluster) -> None:
+    """Completing makes the removed nodes delete their replicas: only the partition's leader
+    may send it (a call between nodes), never a client, whatever its permissions."""
+    with Client(cluster.bootstrap, retry=PATIENT) as client:
+        client.create_topic(TOPIC, 1, 3)
+        old = wait_until(lambda: partition(client), "the topic is described").replicas
+        (new,) = set(cluster.members) - set(old)
+        forged = admin_pb2.ReassignPartitionRequest(
+            topic=TOPIC, partition=0, replicas=[*old[:2], new], complete=True
+        )
+        stub = admin_pb2_grpc.AdminStub(grpc.insecure_channel(cluster.members[new].address))
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ReassignPartition(forged, timeout=30)
+        assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
+        assert tuple(partition(client).replicas) == tuple(old)  # nothing changed
 
 
 def test_the_cli_reassigns_and_describe_shows_the_move(cluster: DevCluster) -> None:
