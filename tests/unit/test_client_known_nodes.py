@@ -147,3 +147,19 @@ def test_looking_for_the_cluster_tries_each_bootstrap_once_without_sleeping(
     with pytest.raises(UnavailableError):
         call_with_retry(get_metadata, one_try_each(3, RetryPolicy()), lambda err: False)
     assert tried == [A, B, C] and sleeps == []
+
+
+def test_leader_unknown_moves_calls_without_a_topic_to_the_next_node() -> None:
+    """ListOffsets, DescribeTopic...: they go to `current`, which forwards to the leader; a
+    node cut off from the others answers LEADER_UNKNOWN for as long as it is cut off, so
+    the retry goes to the next node (which may know the new leader)."""
+    from replog.client.routing import Routing
+    from replog.errors import LeaderUnknownError
+
+    routing = Routing(["a:1", "b:2", "c:3"])
+    assert routing.address() == "a:1"
+    err = LeaderUnknownError("orders/0: this replica does not lead it and knows no leader")
+    assert routing.reroute(err, None, 0) is False  # after the backoff
+    assert routing.address() == "b:2"
+    routing.reroute(err, None, 0)
+    assert routing.address() == "c:3"
