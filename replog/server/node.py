@@ -476,10 +476,11 @@ async def _serve(settings: Settings) -> int:
     replication_pb2_grpc.add_ReplicationServicer_to_server(  # type: ignore[no-untyped-call]
         replication, peer_server or server
     )
+    # Identify answers any caller the listener lets in (on the peer listener with TLS: a
+    # certificate of the cluster's CA): a node that joins is not a member of this node's
+    # peer list yet, and the answer (directory id, metadata position, rack) is no secret.
     nodes = NodesService(node.node_id, node.identify, settings.rack)
-    nodes_pb2_grpc.add_NodesServicer_to_server(  # type: ignore[no-untyped-call]
-        nodes if authenticate is None else MembersOnly(nodes, authenticate), peer_server or server
-    )
+    nodes_pb2_grpc.add_NodesServicer_to_server(nodes, peer_server or server)  # type: ignore[no-untyped-call]
     groups_service.register(
         node.groups, node.metrics, server, peer_server, authenticate, supervisor.spawn
     )
