@@ -426,8 +426,13 @@ class Client:
         the first committed offset whose record timestamp is >= it (`offset_for_timestamp`;
         the HW when there is none)."""
         req = formats.offsets_request(topic, partitions, timestamp_ms)
+        # Routed like the topic's reads: to a leader of it when known, and a LEADER_UNKNOWN
+        # answer (a node cut off from the others) moves the retry to the next node.
         resp = self._call(
-            lambda node: node.admin.ListOffsets(req, timeout=self.timeout_s), idempotent=True
+            lambda node: node.admin.ListOffsets(req, timeout=self.timeout_s),
+            topic,
+            partitions[0] if partitions else 0,
+            idempotent=True,
         )
         return formats.offsets_of(resp, timestamp_ms is not None)
 

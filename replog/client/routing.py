@@ -119,13 +119,9 @@ class Routing:
         another node and is worth making at once (no backoff)."""
         if isinstance(err, NotLeaderError) and topic is not None:
             return self.not_leader(topic, partition, err.leader_address or "", now)
-        if isinstance(err, LeaderUnknownError):
-            # This replica is between leaders (or cut off from them); another node may
-            # already know the new one. Admin calls (no topic: they go to `current`, which
-            # forwards) move on too, or a node cut off from the others would be asked again
-            # until the retry budget is spent.
-            if topic is not None:
-                self.leaders.pop((topic, partition), None)
+        if isinstance(err, LeaderUnknownError) and topic is not None:
+            # This replica is between leaders; another node may already know the new one.
+            self.leaders.pop((topic, partition), None)
             self._rotate(self.current, now)
             return False
         return unreachable_error(err) and len(self.known) > 1

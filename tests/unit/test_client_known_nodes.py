@@ -149,17 +149,17 @@ def test_looking_for_the_cluster_tries_each_bootstrap_once_without_sleeping(
     assert tried == [A, B, C] and sleeps == []
 
 
-def test_leader_unknown_moves_calls_without_a_topic_to_the_next_node() -> None:
-    """ListOffsets, DescribeTopic...: they go to `current`, which forwards to the leader; a
-    node cut off from the others answers LEADER_UNKNOWN for as long as it is cut off, so
-    the retry goes to the next node (which may know the new leader)."""
+def test_leader_unknown_about_a_topic_moves_the_retry_to_the_next_node() -> None:
+    """ListOffsets and the data calls name their topic: a node cut off from the others
+    answers LEADER_UNKNOWN for as long as it is cut off, so the retry goes to the next node
+    (which may know the new leader) instead of asking it again until the budget is spent."""
     from replog.client.routing import Routing
     from replog.errors import LeaderUnknownError
 
     routing = Routing(["a:1", "b:2", "c:3"])
-    assert routing.address() == "a:1"
+    assert routing.address("orders", 0) == "a:1"
     err = LeaderUnknownError("orders/0: this replica does not lead it and knows no leader")
-    assert routing.reroute(err, None, 0) is False  # after the backoff
-    assert routing.address() == "b:2"
-    routing.reroute(err, None, 0)
-    assert routing.address() == "c:3"
+    assert routing.reroute(err, "orders", 0) is False  # after the backoff
+    assert routing.address("orders", 0) == "b:2"
+    routing.reroute(err, "orders", 0)
+    assert routing.address("orders", 0) == "c:3"
