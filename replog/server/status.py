@@ -6,7 +6,7 @@ message; trailing metadata `grpc-status-details-bin` = a `google.rpc.Status` hol
 from `reason` (see `replog.client.errors`), never from the message text.
 
 Whatever the request sent is echoed bounded: the message is cut to `MESSAGE_CHARS_MAX`
-characters and each metadata value to `VALUE_CHARS_MAX` (a cut ends in `...(N chars)`), so
+UTF-8 bytes and each metadata value to `VALUE_CHARS_MAX` (a cut ends in `...(N chars)`), so
 that a 10 KB topic name still gets its INVALID_ARGUMENT and reason instead of overflowing
 gRPC's 16 KiB metadata limit (the message travels in `grpc-message` and again in the status).
 """
@@ -27,10 +27,15 @@ METADATA_ENTRIES_MAX = 16
 
 
 def clip(text: str, chars_max: int) -> str:
-    """`text`, or its first `chars_max` characters and how long it was."""
-    if len(text) <= chars_max:
+    """`text`, or as many of its first characters as fit in `chars_max` UTF-8 bytes and how
+    long it was. Bytes, not characters: gRPC percent-encodes a message's non-ASCII bytes
+    (3 bytes each in `grpc-message`), and a client refuses, at random between its soft and
+    hard limits (8 and 16 KiB), an answer whose headers pass them: 1024 characters of "é"
+    made 9 KB of error headers and a RESOURCE_EXHAUSTED instead of the typed error."""
+    if len(text) <= chars_max and len(text.encode()) <= chars_max:
         return text
-    return f"{text[:chars_max]}...({len(text)} chars)"
+    cut = text.encode()[:chars_max].decode(errors="ignore")
+    return f"{cut}...({len(text)} chars)"
 
 
 def grpc_code(err: ReplogError) -> grpc.StatusCode:

@@ -105,3 +105,19 @@ def test_memory_is_released_when_streams_fall_to_half_their_peak_and_to_none() -
         return releaser.releases
 
     assert asyncio.run(run()) >= 2
+
+
+def test_a_clipped_message_is_bounded_in_utf8_bytes_so_error_headers_stay_small() -> None:
+    """gRPC percent-encodes non-ASCII bytes in grpc-message (3 bytes each): 1024 characters
+    of "é" made 9 KB of error headers, which a client refuses at random above 8 KiB."""
+    from replog.errors import InvalidTopicNameError
+    from replog.server.status import MESSAGE_CHARS_MAX, to_status
+
+    wide = "\u00e9" * 10_000
+    cut = clip(wide, MESSAGE_CHARS_MAX)
+    assert cut.endswith("...(10000 chars)")
+    assert len(cut.encode()) <= MESSAGE_CHARS_MAX + len("...(10000 chars)")
+    assert clip("é" * 10, MESSAGE_CHARS_MAX) == "é" * 10  # short text stays whole
+    status = to_status(InvalidTopicNameError(f"bad name {wide!r}", topic=wide))
+    size = sum(len(k) + len(v) for k, v in status.trailing_metadata)
+    assert size < 6_000  # binary details, before base64; the message appears in it once
