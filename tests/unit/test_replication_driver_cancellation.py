@@ -36,8 +36,10 @@ VOTERS = (1, 2, 3)
 
 
 def _kind(fn: Callable[[], Any]) -> str:
-    """A name for the output a blocking call performs."""
-    assert isinstance(fn, partial)
+    """A name for the output a blocking call performs (a partial of a storage call, or a
+    bound method of the driver such as `_scan_producers`)."""
+    if not isinstance(fn, partial):
+        return getattr(fn, "__name__", "?")
     name = getattr(fn.func, "__name__", "?")
     if name == "append" and fn.keywords.get("control"):
         return "control"
