@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 from replog.errors import ReplogError
 from replog.replication import Role
 from replog.replication.driver import ReplicaDriver
+from replog.server.reassignment import Moving
 from replog.storage import PartitionLog
 
 LATENCY_BUCKETS_S = (
@@ -152,6 +153,52 @@ class _RepairCollector(Collector):
         yield family
 
 
+class _ReassignmentCollector(Collector):
+    """Partition moves (see `reassignment`): how many this node's metadata shows, and, on
+    each moved partition's leader, how far its joining replicas are behind."""
+
+    def __init__(self, snapshot: Callable[[], tuple[int, Iterable[Moving]]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        labels = ["topic", "partition"]
+        in_progress = GaugeMetricFamily(
+            "replog_reassignments_in_progress",
+            "Partitions with a reassignment target in this node's metadata (every node)",
+        )
+        lag_records = GaugeMetricFamily(
+            "replog_reassignment_lag_records",
+            "Records a replica a reassignment adds is behind the leader's log end, until it "
+            "is a voter (the partition's leader)",
+            labels=[*labels, "replica"],
+        )
+        lag_bytes = GaugeMetricFamily(
+            "replog_reassignment_lag_bytes",
+            "The same lag in bytes, estimated from the log's average record size",
+            labels=[*labels, "replica"],
+        )
+        failed = GaugeMetricFamily(
+            "replog_reassignment_failed_attempts",
+            "Refused attempts in a row of the partition's next reassignment step (leader)",
+            labels=labels,
+        )
+        throttled = CounterMetricFamily(
+            "replog_reassignment_throttled_fetches",
+            "Fetches of joining replicas the reassignment throttle dropped (leader)",
+            labels=labels,
+        )
+        count, moving = self._snapshot()
+        in_progress.add_metric([], count)
+        for move in moving:
+            key = [move.topic, str(move.partition)]
+            for joining in move.joining:
+                lag_records.add_metric([*key, str(joining.replica)], joining.lag_records)
+                lag_bytes.add_metric([*key, str(joining.replica)], joining.lag_bytes)
+            failed.add_metric(key, move.failed_attempts)
+            throttled.add_metric(key, move.throttled)
+        yield from (in_progress, lag_records, lag_bytes, failed, throttled)
+
+
 class _LimitsCollector(Collector):
     """What clients hold against each limit (see `limits`), and what was refused."""
 
@@ -219,6 +266,10 @@ class Metrics:
     def watch_repairs(self, blocked: Callable[[], Iterable[tuple[str, int]]]) -> None:
         """Export the replicas `blocked()` lists: corrupt and not repairable right now."""
         self.registry.register(_RepairCollector(blocked))
+
+    def watch_reassignments(self, snapshot: Callable[[], tuple[int, Iterable[Moving]]]) -> None:
+        """Export `snapshot()`: (partitions being reassigned, the moves led here)."""
+        self.registry.register(_ReassignmentCollector(snapshot))
 
     def watch_limits(
         self,

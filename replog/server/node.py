@@ -197,6 +197,7 @@ class Node:
         self.metrics.watch_replicas(self.drivers)
         self.metrics.watch_repairs(lambda: list(self.repairer.blocked))
         self.metrics.watch_limits(self.limits.snapshot, lambda: self.limits.malformed)
+        self.metrics.watch_reassignments(self.reassigner.snapshot)
         self.metrics.watch_failures(
             lambda: [(f.topic, f.partition, f.action, f.attempts) for f in self.replicas.failures()]
         )

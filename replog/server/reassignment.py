@@ -147,6 +147,32 @@ class Progress:
     throttled: int = 0  # fetches of joining observers dropped by the throttle
 
 
+@dataclass(frozen=True, slots=True)
+class Joining:
+    """A replica of a partition's target that is not a voter yet, as its leader sees it."""
+
+    replica: int
+    lag_records: int  # behind the leader's log end (all of it before it first fetched)
+    lag_bytes: int  # estimated from the log's average record size (`lag_bytes`)
+
+
+@dataclass(frozen=True, slots=True)
+class Moving:
+    """A partition being reassigned that this node leads (for metrics)."""
+
+    topic: str
+    partition: int
+    joining: tuple[Joining, ...]
+    failed_attempts: int  # typed refusals in a row of its controller's last step (0: none)
+    throttled: int  # fetches of joining observers the throttle dropped
+
+
+def lag_bytes(lag_records: int, log_bytes: int, log_records: int) -> int:
+    """About the bytes of `lag_records` records of a log that holds `log_records` records in
+    `log_bytes` bytes (its average record size; the throttle's and the metrics' estimate)."""
+    return lag_records * log_bytes // max(1, log_records)
+
+
 class Throttle:
     """The catch-up throttle of one partition's joining observers (setting
     `reassignment_fetch_bytes_per_s`): a token bucket of bytes, one answer (`answer_bytes`)
@@ -253,6 +279,30 @@ class Reassigner:
                     )
         return busy
 
+    def snapshot(self) -> tuple[int, list[Moving]]:
+        """(partitions with a target in this node's image, those of them led here): what the
+        metrics export (`metrics.watch_reassignments`). Called from the metrics thread: it
+        only reads, and copies what it iterates."""
+        in_progress = 0
+        moving = []
+        for meta in list(self.image.topics.values()):
+            for p, target in list(meta.targets.items()):
+                in_progress += 1
+                part = self.replicas.replica(meta, p)
+                if part is None or part.closed or not part.is_leader:
+                    continue
+                progress = self.progress.get((meta.name, p))
+                moving.append(
+                    Moving(
+                        meta.name,
+                        p,
+                        _joining(part, target),
+                        progress.attempts if progress else 0,
+                        progress.throttled if progress else 0,
+                    )
+                )
+        return in_progress, moving
+
     def throttle(self, topic: str, partition: int, replica_id: int) -> Throttle | None:
         """The throttle for a fetch of `replica_id` on a partition led here (None: none)."""
         throttle = self.throttles.get((topic, partition))
@@ -330,6 +380,21 @@ class Reassigner:
             retriable=exc.retriable,
             retry_in_ms=int(delay_s * 1000),
         )
+
+
+def _joining(part: ReplicatedPartition, target: tuple[int, ...]) -> tuple[Joining, ...]:
+    """The replicas of `target` that are not voters of `part` (led here) yet, and their lag."""
+    driver, plog = part.driver, part.log
+    leo = plog.log_end_offset
+    acked = {r: lag for r, _leo, lag, _ago_ms in driver.replica_status()}
+    held, size = leo - plog.log_start_offset, plog.size_bytes
+    out = []
+    for n in target:
+        if n in driver.membership.voters:
+            continue
+        lag = acked.get(n, leo)  # not an observer yet: it has nothing
+        out.append(Joining(n, lag, lag_bytes(lag, size, held)))
+    return tuple(out)
 
 
 def describe(

@@ -20,6 +20,7 @@ from replog.devcluster import DevCluster
 from replog.errors import InvalidArgumentError, ReassignmentInProgressError, ReplogError
 from replog.v1 import admin_pb2, admin_pb2_grpc
 from tests.integration.test_cluster import PATIENT, SteadyProducer, leader_of, read_all
+from tests.integration.test_large_cluster import scrape
 from tests.integration.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -191,6 +192,50 @@ def test_the_cli_reassigns_and_describe_shows_the_move(cluster: DevCluster) -> N
         wait_until(lambda: completed(client, target), "the move completed", DEADLINE_S)
         bad = replog("partition", "reassign", TOPIC, "0", "--replicas", "1,x", cluster=cluster)
         assert bad.returncode != 0
+
+
+def samples(cluster: DevCluster, name: str, **labels: str) -> list[tuple[int, float]]:
+    """(node, value) of every running node's `name` samples that have `labels`."""
+    return [
+        (i, value)
+        for i, member in cluster.members.items()
+        if member.running
+        for sample, found, value in scrape(member.metrics_address)
+        if sample == name and labels.items() <= found.items()
+    ]
+
+
+def moves_everywhere(cluster: DevCluster, count: int) -> bool:
+    """Every running node's metadata shows `count` moves in progress."""
+    found = samples(cluster, "replog_reassignments_in_progress")
+    running = [i for i, m in cluster.members.items() if m.running]
+    return sorted(i for i, v in found if v == count) == running
+
+
+def test_the_metrics_show_a_move_under_way_and_none_once_it_completed(
+    cluster: DevCluster,
+) -> None:
+    with Client(cluster.bootstrap, retry=PATIENT) as client:
+        client.create_topic(TOPIC, 1, 3)
+        old = wait_until(lambda: partition(client), "the topic is described").replicas
+        client.append(TOPIC, 0, [b"v" * 100] * 50, acks="all")
+        assert moves_everywhere(cluster, 0)
+        (new,) = set(cluster.members) - set(old)
+        target = (*old[1:], new)
+        cluster.members[new].kill()  # the move waits for it: the metrics show it under way
+        client.reassign_partition(TOPIC, 0, target)
+        wait_until(lambda: moves_everywhere(cluster, 1), "every node counts the move")
+        lag = f"replog_reassignment_lag_records{{replica={new}}}"
+        ((leader, behind),) = wait_until(
+            lambda: samples(cluster, "replog_reassignment_lag_records", replica=str(new)),
+            f"the leader exports {lag}",
+        )
+        assert behind >= 50  # it holds nothing yet
+        assert leader in old
+        cluster.members[new].start()
+        wait_until(lambda: completed(client, target), "the move completed", DEADLINE_S)
+        wait_until(lambda: moves_everywhere(cluster, 0), "every node counts no move")
+        assert samples(cluster, "replog_reassignment_lag_records") == []
 
 
 def replog(*args: str, cluster: DevCluster) -> subprocess.CompletedProcess[bytes]:
