@@ -1,7 +1,7 @@
 """Run one simulated schedule from the command line: the reproduction of a failing seed.
 
 python -m tests.simulation.run --seed 1234 --nodes 3 [--observers 1] [--flush never]
-    [--interrupts] [--memberships --spares 1]
+    [--interrupts] [--memberships --spares 1] [--balance [--voters 2,3,1]]
 """
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ def main() -> None:
     parser.add_argument("--producers", type=int, default=0, help="idempotent producers")
     parser.add_argument("--memberships", action="store_true", help="membership changes")
     parser.add_argument("--spares", type=int, default=0, help="replicas in neither set")
+    parser.add_argument("--balance", action="store_true", help="the leader balancer")
+    parser.add_argument(
+        "--voters", default="", help="the starting voters in order (first: preferred leader)"
+    )
     args = parser.parse_args()
     config = SimConfig.random(
         args.seed,
@@ -37,6 +41,8 @@ def main() -> None:
         producers=args.producers,
         memberships=args.memberships,
         spares=args.spares,
+        balance=args.balance,
+        voter_order=tuple(int(v) for v in args.voters.split(",") if v),
     )
     print(config)
     outcome = run_schedule(config)

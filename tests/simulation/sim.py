@@ -39,6 +39,13 @@ seed fully determines a schedule. The simulated pieces:
 
 * membership changes (`memberships_per_s`): the leader is asked for one change at a time
   (`membership_step`), retried on refusals worth retrying; `spares` start in neither set.
+* the leader balancer (`balance_interval_ms`): every node runs the server's `balance_once`
+  for its partition at seeded random intervals, through the whole run (faults and after):
+  a serving leader asks the real `replog.server.balancer.preferred_target` about its
+  voters and `replica_status` rows (computed from the core, see `replica_status`) and
+  starts a transfer to the replica it names. `voter_order` sets the starting voters' order
+  (voters[0] is the preferred leader). After healing, `run_schedule` then also checks that
+  leadership ends on the preferred replica within `balance_bound_ms` and stays there.
 
 Invariants (checker.py) are checked as outputs are applied and after every event.
 """
@@ -48,7 +55,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from replog import frames
@@ -85,6 +92,7 @@ from replog.replication import (
 )
 from replog.replication.batch_ends import BatchEnds
 from replog.replication.producers import ProducerBatch, ProducerTable, decode_header
+from replog.server.balancer import preferred_target
 from tests.simulation.checker import Checker, InvariantViolation, SimRecord, check
 
 TICK_MS = 10
@@ -122,6 +130,8 @@ class SimConfig:
     # that joins later; it takes no part until a membership change adds it.
     spares: int = 0
     memberships_per_s: float = 0.0  # membership changes asked of the leader (one at a time)
+    balance_interval_ms: int = 0  # each node's leader balancer (0: none), +-50% jitter
+    voter_order: tuple[int, ...] = ()  # the starting voters in this order (): 1..nodes
 
     def repro(self) -> str:
         flush = "" if self.flush_always else " --flush never"
@@ -131,9 +141,12 @@ class SimConfig:
         corruption = " --corruption" if self.corruptions_per_s else ""
         producers = f" --producers {self.producers}" if self.producers else ""
         members = f" --memberships --spares {self.spares}" if self.memberships_per_s else ""
+        balance = " --balance" if self.balance_interval_ms else ""
+        order = f" --voters {','.join(map(str, self.voter_order))}" if self.voter_order else ""
         return (
             f"python -m tests.simulation.run --seed {self.seed} --nodes {self.nodes}"
-            f"{observers}{flush}{owner}{transfers}{corruption}{producers}{members}"
+            f"{observers}{flush}{owner}{transfers}{corruption}{producers}{members}{balance}"
+            f"{order}"
         )
 
     @property
@@ -155,6 +168,8 @@ class SimConfig:
         producers: int = 0,
         memberships: bool = False,
         spares: int = 0,
+        balance: bool = False,
+        voter_order: tuple[int, ...] = (),
     ) -> SimConfig:
         """Fault rates drawn from the seed, so that seeds cover calm and hostile networks.
         `interrupts`: the owner model with cancelled callers (a rate drawn separately, so
@@ -165,7 +180,10 @@ class SimConfig:
         transfer_rate = random.Random(f"transfers-{seed}-{shape}").choice([0.5, 2.0, 10.0])
         corruption_rate = random.Random(f"corruption-{seed}-{shape}").choice([0.5, 2.0, 5.0])
         membership_rate = random.Random(f"memberships-{seed}-{shape}").choice([2.0, 5.0, 20.0])
+        balance_ms = random.Random(f"balance-{seed}-{shape}").choice([50, 200, 1000])
         return SimConfig(
+            balance_interval_ms=balance_ms if balance else 0,
+            voter_order=voter_order,
             spares=spares,
             memberships_per_s=membership_rate if memberships else 0.0,
             producers=producers,
@@ -316,7 +334,8 @@ class Simulation:
         self.rng = random.Random(f"sim-{config.seed}-{config.shape}")
         self.now = 0
         self.checker = Checker()
-        self.voters = tuple(range(1, config.nodes + 1))
+        self.voters = config.voter_order or tuple(range(1, config.nodes + 1))
+        assert sorted(self.voters) == list(range(1, config.nodes + 1)), config.voter_order
         self.observers = tuple(range(config.nodes + 1, config.nodes + config.observers + 1))
         start = config.nodes + config.observers + 1
         self.spares = tuple(range(start, start + config.spares))
@@ -344,10 +363,18 @@ class Simulation:
         self.producer_ids = config.producers
         self.events_run = 0
         self.last_delivered: tuple[int, int, Message] | None = None
+        # the leader balancer's rule (scenarios put a broken one in) and its transfers
+        self.balance_rule: Callable[
+            [int, Sequence[int], Sequence[tuple[int, int, int, int]]], int | None
+        ] = preferred_target
+        self.balancer_transfers: list[tuple[int, int, int]] = []  # (ms, leader, target)
         for i in self.ids:
             self._start_node(i)
             self._schedule(self.rng.randint(0, TICK_MS), "tick", i)
         self._schedule(0, "chaos", None)
+        if config.balance_interval_ms:
+            for i in self.ids:
+                self._schedule(self._balance_delay(), "balance", i)
 
     # -- event loop ----------------------------------------------------------------------
 
@@ -403,6 +430,10 @@ class Simulation:
         elif kind == "repair":
             assert isinstance(payload, int)
             self.repair(payload)
+        elif kind == "balance":
+            assert isinstance(payload, int)
+            self.balance(payload)
+            self._schedule(self._balance_delay(), "balance", payload)
         elif kind == "chaos":
             if self.chaos:
                 self._chaos_step()
@@ -650,6 +681,47 @@ class Simulation:
     def transfer(self, node_id: int, target: int) -> None:
         """Node `node_id` (a leader) hands leadership to voter `target`."""
         self._input(self.nodes[node_id], lambda r: r.transfer_leadership(target, self.now))
+
+    # -- the leader balancer --------------------------------------------------------------
+
+    def _balance_delay(self) -> int:
+        interval = self.config.balance_interval_ms
+        return self.rng.randint(interval // 2, interval * 3 // 2)
+
+    def balance(self, node_id: int) -> int | None:
+        """The server's `balance_once` on node `node_id` (whose one partition this is): if
+        it is a serving leader, `balance_rule` (the real `preferred_target`) decides from its
+        voters and `replica_status` rows, and a transfer to the replica it names starts
+        (`ReplicaDriver.transfer_leadership`: an input of the owner). Returns that target."""
+        replica = self.nodes[node_id].replica
+        if replica is None or replica.role is not Role.LEADER or not replica.serving:
+            return None
+        voters = replica.membership.voters
+        target = self.balance_rule(node_id, voters, self.replica_status(node_id))
+        if target is not None:
+            self.balancer_transfers.append((self.now, node_id, target))
+            self.transfer(node_id, target)
+        return target
+
+    def replica_status(self, node_id: int) -> list[tuple[int, int, int, int]]:
+        """`ReplicaDriver.replica_status()` of node `node_id`, from the same sources: empty
+        unless it leads; else one row per replica, sorted by id: the leader's own
+        `(id, LEO, 0, 0)`, and for each follower the core's `followers()` entry
+        `(match, last_fetch_ms)` as `(id, match, max(0, LEO - match), now - last_fetch_ms)`
+        (-1 when it has not fetched in this epoch). The LEO is the one on disk
+        (`PartitionLog.log_end_offset` for the driver, `len(node.log)` here: under the owner
+        model it may trail the core's by the outputs not yet performed); `now` is the
+        simulated clock, which is also the core's clock."""
+        node = self.nodes[node_id]
+        replica = node.replica
+        if replica is None or replica.role is not Role.LEADER:
+            return []
+        leo = len(node.log)
+        rows = [(node_id, leo, 0, 0)]
+        for other, (match, last) in sorted(replica.followers().items()):
+            ago = -1 if last is None else self.now - last
+            rows.append((other, match, max(0, leo - match), ago))
+        return sorted(rows)
 
     def campaign(self, node_id: int) -> None:
         assert self.nodes[node_id].replica is not None
@@ -1147,6 +1219,10 @@ class Outcome:
     acked_all: int
     acked_leader_lost: int
     liveness_ms: int
+    # with the balancer: the leader at the end, and how long after the cluster was quiet
+    # leadership reached the preferred replica (0 and -1 without it)
+    final_leader: int = 0
+    balanced_ms: int = -1
 
 
 class SimulationFailure(AssertionError):
@@ -1191,6 +1267,7 @@ def run_schedule(config: SimConfig) -> Outcome:
             f"liveness: no acks=all append committed within {config.liveness_ms} ms of healing",
         )
         _check_converged(sim, deadline)
+        balanced_ms = _check_balanced(sim) if config.balance_interval_ms else -1
         sim.check_all_epochs()
         sim.check_producers()
     except (InvariantViolation, AssertionError) as exc:
@@ -1198,6 +1275,7 @@ def run_schedule(config: SimConfig) -> Outcome:
             f"{type(exc).__name__}: {exc} at t={sim.now} ms; reproduce: {config.repro()}"
         ) from exc
     assert committed_at is not None
+    final = sim.leader()
     lost = sum(
         1
         for offset, value in sim.checker.acked_leader.items()
@@ -1211,6 +1289,8 @@ def run_schedule(config: SimConfig) -> Outcome:
         len(sim.checker.acked_all),
         lost,
         committed_at - healed_at,
+        final_leader=final.id if final is not None else 0,
+        balanced_ms=balanced_ms,
     )
 
 
@@ -1238,6 +1318,58 @@ def _check_converged(sim: Simulation, deadline: int) -> None:
             [(r.value, r.control) for r in node.log] == [(r.value, r.control) for r in leader.log],
             f"node {node.id}'s log differs from leader {leader.id}'s after convergence",
         )
+
+
+def balance_bound_ms(config: SimConfig) -> int:
+    """How long after a healed cluster is quiet leadership may take to reach the preferred
+    replica: two balancer rounds (each at most 1.5 intervals apart) plus one abandoned
+    transfer (`election_timeout_ms_max`) and a second of slack."""
+    return 3 * config.balance_interval_ms + config.election_timeout_ms_max + 1000
+
+
+def _check_balanced(sim: Simulation) -> int:
+    """Healed and quiet (converged), leadership ends on the preferred replica (the first
+    voter of the leader's membership) within `balance_bound_ms`; it serves (an acks=all
+    append commits) and keeps leading, in the same epoch, for three more balancer
+    intervals (no transfer back and forth). Returns how long it took."""
+    config = sim.config
+    start = sim.now
+    bound = balance_bound_ms(config)
+
+    def balanced() -> bool:
+        leader = sim.leader()
+        replica = leader.replica if leader is not None else None
+        return (
+            leader is not None
+            and replica is not None
+            and replica.serving
+            and leader.id == replica.membership.voters[0]
+        )
+
+    if not sim.run_until(start + bound, balanced):
+        leader = sim.leader()
+        voters = leader.replica.membership.voters if leader and leader.replica else ()
+        check(
+            False,
+            f"balancing: leader {leader.id if leader else None}, not the preferred replica of "
+            f"voters {voters}, {bound} ms after the cluster was quiet",
+        )
+    took = sim.now - start
+    leader = sim.leader()
+    assert leader is not None and leader.replica is not None
+    epoch = leader.replica.epoch
+    check(
+        _wait_commit(sim, sim.now + config.liveness_ms) is not None,
+        f"balancing: preferred leader {leader.id} commits no acks=all append",
+    )
+    sim.run_for(3 * config.balance_interval_ms)
+    now = sim.leader()
+    check(
+        now is leader and leader.replica is not None and leader.replica.epoch == epoch,
+        f"balancing: leadership left preferred replica {leader.id} (epoch {epoch}) in a quiet "
+        f"cluster: now {now.id if now else None}",
+    )
+    return took
 
 
 def _members(sim: Simulation, leader: Node) -> list[Node]:
