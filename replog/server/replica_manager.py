@@ -162,15 +162,17 @@ class ReplicaManager:
     # -- capacity ----------------------------------------------------------------------------
 
     def check_capacity(self, assignment: Sequence[Sequence[int]]) -> None:
-        """Before a create of a topic with `assignment` (each partition's replicas), on the
-        metadata leader: RESOURCE_EXHAUSTED TOO_MANY_PARTITIONS if any node would host more
-        than `partitions_max` replicas (every node is assumed to run this node's setting),
+        """Before a create of a topic with `assignment` (each partition's replicas), or a
+        reassignment that adds replicas (`assignment`: the nodes it adds), on the metadata
+        leader: RESOURCE_EXHAUSTED TOO_MANY_PARTITIONS if any node would host more than
+        `partitions_max` replicas, those that moves in progress add included (every node
+        is assumed to run this node's setting),
         or if this node has so few descriptors left that opening its new logs (one at a
         time, each at least one segment's files, parked afterwards) could fail with EMFILE."""
         hosted: Counter[int] = Counter()
-        for meta in self.image.topics.values():
-            for replicas in meta.assignment:
-                hosted.update(replicas)
+        for meta in list(self.image.topics.values()):
+            for p in range(meta.partitions):
+                hosted.update(meta.hosts(p))
         adding = Counter(n for replicas in assignment for n in replicas)
         for node, count in sorted(adding.items()):
             if hosted[node] + count > self.partitions_max:

@@ -27,6 +27,7 @@ from replog.server.metadata import (
     Command,
     CreateTopic,
     MetadataImage,
+    ReassignPartition,
 )
 from replog.server.metadata_log import MetadataLog
 from replog.server.peers import FORWARD_METADATA, Peers, remote
@@ -157,19 +158,24 @@ class Topics:
         self, name: str, partition: int, replicas: tuple[int, ...]
     ) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Record `replicas` as the target of `name`/`partition` (validated on the metadata
-        leader, forwarded there from another node); returns (assignment, target) once the
-        command is applied there."""
+        leader, forwarded there from another node, and refused with TOO_MANY_PARTITIONS when
+        a node it adds hosts `partitions_max` replicas already, as for a create); returns
+        (assignment, target) once the command is applied there."""
         await self.router.topic(name)  # UNKNOWN_TOPIC (or LEADER_UNKNOWN) before forwarding
         request = admin_pb2.ReassignPartitionRequest(
             topic=name, partition=partition, replicas=replicas
         )
         nodes = [i for i, _ in self.peers.nodes()]
-        return await self._reassignment(
-            name,
-            partition,
-            request,
-            lambda image: image.reassign_partition(name, partition, replicas, nodes),
-        )
+
+        def make(image: MetadataImage) -> ReassignPartition:
+            command = image.reassign_partition(name, partition, replicas, nodes)
+            # The nodes that get a new replica must have room for it (TOO_MANY_PARTITIONS);
+            # a cancel or the same target again adds none.
+            hosts = image.topic(name).hosts(partition)
+            self.replicas.check_capacity([[n for n in command.replicas if n not in hosts]])
+            return command
+
+        return await self._reassignment(name, partition, request, make)
 
     async def complete_reassignment(
         self, name: str, topic_id: int, partition: int, replicas: tuple[int, ...]

@@ -14,10 +14,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from replog.client import Client
+from replog.client import Client, RetryPolicy
 from replog.client.results import PartitionInfo
 from replog.devcluster import DevCluster
-from replog.errors import InvalidArgumentError, ReassignmentInProgressError, ReplogError
+from replog.errors import (
+    InvalidArgumentError,
+    ReassignmentInProgressError,
+    ReplogError,
+    TooManyPartitionsError,
+)
 from replog.v1 import admin_pb2, admin_pb2_grpc
 from tests.integration.test_cluster import PATIENT, SteadyProducer, leader_of, read_all
 from tests.integration.test_large_cluster import scrape
@@ -147,6 +152,40 @@ def test_invalid_reassignments_are_refused_with_typed_errors(cluster: DevCluster
             assert exc.reason == "REASSIGNMENT_IN_PROGRESS"
         else:  # the first one completed already: the partition is on its target
             assert completed(client, (*old[:2], new)) is not None
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> Iterator[DevCluster]:
+    """4 nodes that each host at most one partition replica."""
+    c = DevCluster(tmp_path / "cluster", 4, extra_args=["--partitions-max", "1"])
+    c.start()
+    yield c
+    c.kill_all()
+
+
+def test_a_move_to_a_node_without_room_is_refused_before_anything_is_recorded(
+    small: DevCluster,
+) -> None:
+    brief = RetryPolicy(deadline_ms=5_000)  # the refusal is retriable: do not wait it out
+    with Client(small.bootstrap, retry=PATIENT) as client:
+        client.create_topic(TOPIC, 1, 3)
+        old = wait_until(lambda: partition(client), "the topic is described").replicas
+        (new,) = set(small.members) - set(old)
+        client.create_topic("full1", 1, 1)  # placed on node 4 (metadata.assign)
+        assert client.describe_topic("full1")[0].replicas == (new,) == (4,)
+        with (
+            Client(small.bootstrap, retry=brief) as hasty,
+            pytest.raises(TooManyPartitionsError) as refused,
+        ):
+            hasty.reassign_partition(TOPIC, 0, (*old[1:], new))
+        assert refused.value.limit == "partitions_max" and refused.value.limit_value == 1
+        assert f"node {new} hosts 1" in refused.value.message
+        info = partition(client)
+        assert info is not None and not info.target_replicas and info.replicas == old
+        # A move that adds no replica (a new preferred leader) needs no room.
+        reordered = (*old[1:], old[0])
+        assert client.reassign_partition(TOPIC, 0, reordered)[1] == reordered
+        wait_until(lambda: completed(client, reordered), "the reorder completed", DEADLINE_S)
 
 
 def test_a_client_cannot_complete_a_reassignment(cluster: DevCluster) -> None:
