@@ -6,7 +6,7 @@
     replog consume TOPIC [--from earliest|latest|N] [--follow] [--format text|hex|json]
     replog offsets TOPIC
     replog group list|describe|reset-offsets|delete ...   (consumer groups: cli_groups.py)
-    replog node list|decommission ...     (the cluster's nodes: cli_nodes.py)
+    replog node list|add|remove|decommission ...  (the cluster's nodes: cli_nodes.py)
     replog verify DATA_DIR [...]          (offline check of a stopped node's files)
     replog console [--listen 127.0.0.1:8080]   (the web console: replog/console/)
     replog completion bash|zsh            (prints a shell completion script)

@@ -125,6 +125,12 @@ class PartitionNotFoundError(NotFoundError):
     reason = "UNKNOWN_PARTITION"
 
 
+class UnknownNodeError(NotFoundError):
+    """A node id that is not a member of the cluster."""
+
+    reason = "UNKNOWN_NODE"
+
+
 class TopicExistsError(ReplogError):
     code = "ALREADY_EXISTS"
     reason = "TOPIC_ALREADY_EXISTS"
@@ -252,6 +258,22 @@ class ReassignmentInProgressError(ReplogError):
 
     code = "FAILED_PRECONDITION"
     reason = "REASSIGNMENT_IN_PROGRESS"
+
+
+class NodeNotEmptyError(ReplogError):
+    """RemoveNode of a node that still hosts replicas (`replicas`: how many): move them away
+    first (`replog node decommission`), then remove it."""
+
+    code = "FAILED_PRECONDITION"
+    reason = "NODE_NOT_EMPTY"
+
+
+class NodeExistsError(ReplogError):
+    """AddNode of a node id that is a member already, at another address (the same address
+    again is accepted and changes nothing)."""
+
+    code = "ALREADY_EXISTS"
+    reason = "NODE_ALREADY_EXISTS"
 
 
 # --- UNAVAILABLE / DEADLINE_EXCEEDED -------------------------------------------------------

@@ -475,6 +475,24 @@ class Client:
         )
         return tuple(resp.replicas), tuple(resp.target_replicas)
 
+    def add_node(self, node_id: int, address: str, peer_address: str = "") -> list[tuple[int, str]]:
+        """Make node `node_id` (reached at `address`; `peer_address`: its peer listener, if
+        it has one) a member of the cluster, without restarting the others. Returns the
+        members (id, address) once recorded; it then joins the metadata quorum on its own
+        (`refresh_metadata().metadata_voters`). The same address again changes nothing."""
+        req = admin_pb2.AddNodeRequest(node_id=node_id, address=address, peer_address=peer_address)
+        resp = self._call(
+            lambda node: node.admin.AddNode(req, timeout=self.timeout_s), idempotent=True
+        )
+        return [(n.id, n.address) for n in resp.nodes]
+
+    def remove_node(self, node_id: int) -> list[tuple[int, str]]:
+        """End node `node_id`'s membership (it must host no replica: decommission it first).
+        Returns the members once recorded; it leaves the metadata quorum right after."""
+        req = admin_pb2.RemoveNodeRequest(node_id=node_id)
+        resp = self._call(lambda node: node.admin.RemoveNode(req, timeout=self.timeout_s))
+        return [(n.id, n.address) for n in resp.nodes]
+
     def partition_count(self, topic: str) -> int:
         topics = self.list_topics()
         if topic not in topics:

@@ -18,6 +18,7 @@ from replog.errors import (
     InvalidArgumentError,
     LeaderUnknownError,
     LogClosedError,
+    MembershipChangeRefusedError,
     NotLeaderError,
     PermissionDeniedError,
     ReplogError,
@@ -25,6 +26,7 @@ from replog.errors import (
 )
 from replog.replication import Role
 from replog.server.handover import pick_target
+from replog.server.membership import Members
 from replog.server.metrics import Metrics
 from replog.server.peers import FORWARD_METADATA, FORWARDED, Peers, remote
 from replog.server.reassignment import Progress, describe
@@ -76,6 +78,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         metrics: Metrics,
         reassignments: Mapping[tuple[str, int], Progress] | None = None,
         member: Callable[[Context], int | None] | None = None,
+        members: Members | None = None,
     ) -> None:
         """`reassignments`: the reassignment controller's progress of the partitions this
         node leads (`Reassigner.progress`), shown in DescribeTopic. `member`: the node id a
@@ -87,6 +90,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self.peers = peers
         self.metrics = metrics
         self.node_id = peers.node_id
+        self.members = members  # AddNode / RemoveNode (None: refused, e.g. in unit tests)
 
     @unary("CreateTopic")
     async def CreateTopic(
@@ -237,9 +241,12 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     ) -> admin_pb2.Metadata:
         topics = self.router.topics()
         names = list(request.topics) or sorted(topics)
+        quorum = self.router.metadata.driver.membership
         out = admin_pb2.Metadata(
             node_id=self.node_id,
-            nodes=[admin_pb2.Node(id=i, address=a) for i, a in self.peers.nodes()],
+            nodes=self._nodes(),
+            metadata_voters=sorted(quorum.voters),
+            metadata_observers=sorted(quorum.observers),
         )
         for name in names:
             meta = await self.router.topic(name)  # UNKNOWN_TOPIC if absent
@@ -295,6 +302,27 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 request.topic, request.partition, replicas
             )
         return admin_pb2.ReassignPartitionResponse(replicas=assignment, target_replicas=target)
+
+    def _nodes(self) -> list[admin_pb2.Node]:
+        return [admin_pb2.Node(id=i, address=a) for i, a in self.peers.nodes()]
+
+    @unary("AddNode")
+    async def AddNode(
+        self, request: admin_pb2.AddNodeRequest, context: Context
+    ) -> admin_pb2.AddNodeResponse:
+        if self.members is None:
+            raise MembershipChangeRefusedError("this server does not change its members")
+        nodes = await self.members.add(request.node_id, request.address, request.peer_address)
+        return admin_pb2.AddNodeResponse(nodes=nodes)
+
+    @unary("RemoveNode")
+    async def RemoveNode(
+        self, request: admin_pb2.RemoveNodeRequest, context: Context
+    ) -> admin_pb2.RemoveNodeResponse:
+        if self.members is None:
+            raise MembershipChangeRefusedError("this server does not change its members")
+        nodes = await self.members.remove(request.node_id)
+        return admin_pb2.RemoveNodeResponse(nodes=nodes)
 
     def _from_a_node(self, context: Context) -> bool:
         """A call another node made: its certificate names a member (TLS on), or, in a

@@ -24,6 +24,18 @@ Record value, JSON (UTF-8), version 1 (written)::
      "partition": 0, "replicas": [2, 3, 4]}
     {"kind": "complete_reassignment", "version": 1, "name": "orders", "topic_id": 17,
      "partition": 0, "replicas": [2, 3, 4]}
+    {"kind": "add_node", "version": 1, "node_id": 4, "address": "10.0.0.4:7070",
+     "peer_address": ""}                  (peer_address "": peers call `address`)
+    {"kind": "remove_node", "version": 1, "node_id": 4}
+
+Nodes: the cluster's members are the nodes of the settings' `peers` (the bootstrap list,
+the same on every node) changed by the `add_node` and `remove_node` commands in log order
+(`MetadataImage.nodes`). A node added this way is reached by every node without a restart
+(`server/membership.py` keeps the peer links and the `__cluster` quorum in step with it).
+Validation: `add_node` needs an id in [1, 2**31-1] and a host:port address; a member added
+again at the same address changes nothing, at another address is NODE_ALREADY_EXISTS.
+`remove_node` needs a member (UNKNOWN_NODE) that hosts no replica, reassignment targets
+included (NODE_NOT_EMPTY: decommission it first), and not the last one.
 
 Reassignment (moving a partition's replicas to other nodes): `reassign_partition` records a
 partition's target replicas (preferred leader first) beside its assignment; while it is in
@@ -77,11 +89,14 @@ from typing import Any
 from replog.errors import (
     InvalidArgumentError,
     LimitExceededError,
+    NodeExistsError,
+    NodeNotEmptyError,
     NotFoundError,
     PartitionNotFoundError,
     ReassignmentInProgressError,
     TopicExistsError,
     TopicNotFoundError,
+    UnknownNodeError,
 )
 from replog.storage import validate_topic_name
 from replog.storage.names import PARTITIONS_MAX
@@ -226,6 +241,53 @@ class InitProducer:
     KIND = "init_producer"
 
 
+@dataclass(frozen=True, slots=True)
+class NodeAddress:
+    """Where a member is reached: `address` (clients, and peers without a peer listener)
+    and `peer_address` ("": the same)."""
+
+    address: str
+    peer_address: str = ""
+
+    @property
+    def dial(self) -> str:
+        return self.peer_address or self.address
+
+
+NODE_ID_MAX = 2**31 - 1
+NODES_MAX = 256
+ADDRESS_BYTES_MAX = 255
+
+
+def is_address(value: str) -> bool:
+    """host:port, port in [0, 65535], at most ADDRESS_BYTES_MAX bytes."""
+    host, sep, port = value.rpartition(":")
+    return bool(
+        sep
+        and host
+        and port.isdigit()
+        and len(port) <= 5
+        and int(port) <= 65535
+        and len(value.encode()) <= ADDRESS_BYTES_MAX
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AddNode:
+    node_id: int
+    address: str
+    peer_address: str = ""
+
+    KIND = "add_node"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveNode:
+    node_id: int
+
+    KIND = "remove_node"
+
+
 PRODUCER_NAME_BYTES_MAX = 255
 PRODUCER_NAMES_MAX = 100_000
 PRODUCER_EPOCH_MAX = 2**31 - 1
@@ -238,6 +300,8 @@ Command = (
     | InitProducer
     | ReassignPartition
     | CompleteReassignment
+    | AddNode
+    | RemoveNode
 )
 
 
@@ -272,6 +336,11 @@ def encode(command: Command) -> bytes:
     body: dict[str, Any] = {"kind": command.KIND, "version": COMMAND_VERSION}
     if isinstance(command, AddAcl | RemoveAcl):
         body["acl"] = command.acl.as_dict()
+    elif isinstance(command, AddNode | RemoveNode):
+        body["node_id"] = command.node_id
+        if isinstance(command, AddNode):
+            body["address"] = command.address
+            body["peer_address"] = command.peer_address
     else:
         body["name"] = command.name
     if isinstance(command, ReassignPartition | CompleteReassignment):
@@ -329,6 +398,16 @@ def decode(value: bytes) -> Command:
             if not 0 <= partition < PARTITIONS_MAX:
                 raise ValueError(f"partition {partition} out of range")
             return cls(_name(body["name"]), _int(body["topic_id"]), partition, replicas)
+        if kind in (AddNode.KIND, RemoveNode.KIND) and version >= 1:
+            node_id = _int(body["node_id"])
+            if not 1 <= node_id <= NODE_ID_MAX:
+                raise ValueError(f"node_id {node_id} out of range")
+            if kind == RemoveNode.KIND:
+                return RemoveNode(node_id)
+            address, peer_address = _name(body["address"]), _name(body["peer_address"])
+            if not is_address(address) or not (peer_address == "" or is_address(peer_address)):
+                raise ValueError(f"addresses {address!r}, {peer_address!r} are not host:port")
+            return AddNode(node_id, address, peer_address)
         if kind in (AddAcl.KIND, RemoveAcl.KIND) and version >= 1:
             acl = _acl(body["acl"])
             return AddAcl(acl) if kind == AddAcl.KIND else RemoveAcl(acl)
@@ -432,7 +511,10 @@ def assign(
 class MetadataImage:
     """The cluster's topics as the committed commands up to `applied_offset` describe them."""
 
-    def __init__(self) -> None:
+    def __init__(self, bootstrap: Mapping[int, NodeAddress] | None = None) -> None:
+        """`bootstrap`: the nodes of the settings' `peers` (this node alone without)."""
+        # the cluster's members: the bootstrap nodes, as add_node/remove_node changed them
+        self.nodes: dict[int, NodeAddress] = dict(bootstrap or {})
         self.topics: dict[str, TopicMeta] = {}
         self.acls: set[AclEntry] = set()
         self.producer_names: dict[str, tuple[int, int]] = {}  # name -> (id, epoch)
@@ -562,6 +644,56 @@ class MetadataImage:
             )
         return CompleteReassignment(name, topic_id, partition, target)
 
+    def add_node(self, node_id: int, address: str, peer_address: str = "") -> AddNode:
+        """The command that makes `node_id` a member reached at `address` (`peer_address`:
+        its peer listener, "" none), or the typed error a client should get."""
+        if not 1 <= node_id <= NODE_ID_MAX:
+            raise InvalidArgumentError(f"node_id must be in [1, {NODE_ID_MAX}], got {node_id}")
+        if not is_address(address) or not (peer_address == "" or is_address(peer_address)):
+            raise InvalidArgumentError(
+                f"address and peer_address must be host:port (at most {ADDRESS_BYTES_MAX} "
+                f"bytes), got {address[:64]!r}, {peer_address[:64]!r}"
+            )
+        wanted = NodeAddress(address, peer_address)
+        known = self.nodes.get(node_id)
+        if known is not None and known != wanted:
+            raise NodeExistsError(
+                f"node {node_id} is a member already, at {known.address}"
+                + (f" (peer {known.peer_address})" if known.peer_address else ""),
+                node_id=node_id,
+            )
+        if known is None and len(self.nodes) >= NODES_MAX:
+            raise LimitExceededError(
+                f"the cluster has {NODES_MAX} nodes already",
+                limit="nodes_max",
+                limit_value=NODES_MAX,
+            )
+        return AddNode(node_id, address, peer_address)
+
+    def remove_node(self, node_id: int) -> RemoveNode:
+        """The command that ends `node_id`'s membership, or the typed error a client should
+        get: UNKNOWN_NODE, NODE_NOT_EMPTY while a partition has a replica there."""
+        if node_id not in self.nodes:
+            raise UnknownNodeError(
+                f"node {node_id} is not a member (members {sorted(self.nodes)[:32]})",
+                node_id=node_id,
+            )
+        hosted = self.replicas_on(node_id)
+        if hosted:
+            raise NodeNotEmptyError(
+                f"node {node_id} still hosts {hosted} replica(s): move them away first "
+                f"(replog node decommission {node_id}), then remove it",
+                node_id=node_id,
+                replicas=hosted,
+            )
+        if len(self.nodes) == 1:
+            raise InvalidArgumentError(f"node {node_id} is the cluster's last member")
+        return RemoveNode(node_id)
+
+    def replicas_on(self, node_id: int) -> int:
+        """How many partitions have a replica on `node_id` (reassignment targets included)."""
+        return sum(len(meta.hosted_by(node_id)) for meta in self.topics.values())
+
     def allowed(self, principal: str, operation: str, resource_type: str, name: str = "") -> bool:
         """Whether an ACL grants `principal` `operation` on the resource."""
         return any(a.grants(principal, operation, resource_type, name) for a in self.acls)
@@ -600,6 +732,11 @@ class MetadataImage:
             self._apply_init_producer(offset, command.name)
         elif isinstance(command, ReassignPartition | CompleteReassignment):
             self._apply_reassignment(command)
+        elif isinstance(command, AddNode):
+            self.nodes[command.node_id] = NodeAddress(command.address, command.peer_address)
+        elif isinstance(command, RemoveNode) and len(self.nodes) > 1:
+            # (validated; of two removals racing for the last two members, one stays)
+            self.nodes.pop(command.node_id, None)
         self.applied_offset = offset + 1
 
     def _apply_reassignment(self, command: ReassignPartition | CompleteReassignment) -> None:

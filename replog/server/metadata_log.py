@@ -1,13 +1,18 @@
 """The `__cluster` partition: the replicated log of metadata commands and its apply loop.
 
-Membership is static (`--peers id=host:port,...`; a single node is a cluster of one). The
-metadata partition's voters are the first five nodes by id; further nodes are observers
-(they fetch and apply the log but never vote). Its records are the commands of `metadata`
-(JSON, typed, versioned). Every node applies them to its `MetadataImage` in offset order
-once they are committed (below the `__cluster` HW): applying is pure and cannot fail, so a
-command never wedges the log. After each batch `on_applied` tells the reconciler, which
-performs the local side effects on its own time. On restart a node replays its log, so the
-cluster's topics are a pure function of the committed metadata log.
+The cluster's members are the nodes of `--peers id=host:port,...` (a single node is a
+cluster of one) changed by `add_node` / `remove_node` commands (`MetadataImage.nodes`). The
+metadata partition's voters are the first five members by id; further members are
+observers (they fetch and apply the log but never vote). A cluster started with a `peers`
+list starts so; later changes go through membership records in the log, which the metadata
+leader's `membership.QuorumKeeper` appends one voter at a time.
+
+Its records are the commands of `metadata` (JSON, typed, versioned). Every node applies
+them to its `MetadataImage` in offset order once they are committed (below the `__cluster`
+HW): applying is pure and cannot fail, so a command never wedges the log. After each batch
+`on_applied` tells the reconciler, which performs the local side effects on its own time.
+On restart a node replays its log, so the cluster's topics are a pure function of the
+committed metadata log.
 
 A record this node cannot decode (an unknown kind or version) stops the node: the apply
 task raises `UnknownCommandError`, which the supervisor turns into a logged, non-zero exit.
@@ -18,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from replog import frames
 from replog.errors import LeaderUnknownError, NotLeaderError
@@ -26,7 +31,13 @@ from replog.replication import Acks, ReplicaConfig, Role
 from replog.replication.driver import ReplicaDriver, Spawn, Transport
 from replog.server import metadata
 from replog.server.logs import log
-from replog.server.metadata import METADATA_TOPIC, Command, MetadataImage, UnknownCommandError
+from replog.server.metadata import (
+    METADATA_TOPIC,
+    Command,
+    MetadataImage,
+    NodeAddress,
+    UnknownCommandError,
+)
 from replog.storage import PartitionLog
 
 _log = logging.getLogger("replog.server.metadata")
@@ -45,10 +56,12 @@ class MetadataLog:
         fetch_bytes_max: int,
         spawn: Spawn,
         on_applied: Callable[[], None],
+        bootstrap: Mapping[int, NodeAddress] | None = None,
     ) -> None:
+        """`bootstrap`: the members of the settings' `peers` (`MetadataImage`)."""
         self.log = log
         self.node_id = config.replica_id
-        self.image = MetadataImage()
+        self.image = MetadataImage(bootstrap)
         self._on_applied = on_applied
         self._wanted = asyncio.Event()
         self._applied_changed = asyncio.Event()

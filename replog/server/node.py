@@ -72,7 +72,8 @@ from replog.server.listeners import (
 )
 from replog.server.log_service import LogService
 from replog.server.logs import log
-from replog.server.metadata import METADATA_TOPIC, TopicMeta
+from replog.server.membership import Members, QuorumKeeper
+from replog.server.metadata import METADATA_TOPIC, NodeAddress, TopicMeta
 from replog.server.metadata_log import MetadataLog, replica_config_members
 from replog.server.metrics import Metrics
 from replog.server.peers import Peers
@@ -137,8 +138,13 @@ class Node:
         members = sorted(addresses)
         self.single = members == [node_id]
         self.limits = Limits(settings.limits_config())
-        dial = settings.peer_dial_map() or addresses
+        dial = dict(settings.peer_dial_map() or addresses)
+        # The members whose certificates are peers' (security.peer_node_id): the metadata's
+        # members, and nodes removed but still in the metadata quorum (`sync_members`).
         self.dial_addresses = dial
+        bootstrap = {
+            i: NodeAddress(a, "" if dial.get(i, a) == a else dial[i]) for i, a in addresses.items()
+        }
         self.peers = Peers(node_id, addresses, dial, dialer(settings.tls))
         self.links = PeerLinks(node_id, dial, dialer(settings.tls, CHANNEL_OPTIONS))
         data_dir, storage = settings.data_dir, settings.storage_config()
@@ -154,6 +160,17 @@ class Node:
             fetch_bytes_max=settings.fetch_bytes_max,
             spawn=supervisor.spawn,
             on_applied=self._metadata_applied,
+            bootstrap=bootstrap,
+        )
+        # Members added or removed at run time (`membership`): the metadata quorum follows.
+        self.members = Members(
+            self.metadata, self.peers, single=self.single, timeout_s=settings.ack_timeout_ms / 1000
+        )
+        self.quorum_keeper = QuorumKeeper(
+            self.metadata,
+            lambda: self.metadata.image.nodes,
+            timeout_s=settings.ack_timeout_ms / 1000,
+            on_change=self.sync_members,
         )
         self.replicas = ReplicaManager(
             node_id,
@@ -204,8 +221,32 @@ class Node:
         self._tasks: list[asyncio.Task[None]] = []
 
     def _metadata_applied(self) -> None:
+        self.sync_members()
         self.replicas.wake()
         self.reassigner.wake()
+        self.quorum_keeper.wake()
+
+    def sync_members(self) -> None:
+        """Peers follow the metadata's members (`membership`): a member added is reached
+        (its link, its address for forwarded calls and placement, its certificate a peer's);
+        a member removed is no longer listed or placed on, and stops being a peer once it
+        is out of the metadata quorum too (until then it may still vote there)."""
+        nodes = self.metadata.image.nodes
+        me = self.node_id
+        for ident, where in nodes.items():
+            if ident == me:
+                continue  # (its own address may be a port it picked when it bound)
+            self.peers.addresses[ident] = where.address
+            self.peers.dial_addresses[ident] = self.dial_addresses[ident] = where.dial
+            self.links.add(ident, where.dial)
+        for ident in [i for i in self.peers.addresses if i not in nodes and i != me]:
+            del self.peers.addresses[ident]
+        quorum = set(self.metadata.driver.membership.replicas)
+        for ident in [i for i in self.dial_addresses if i not in nodes and i not in quorum]:
+            if ident != me:
+                del self.dial_addresses[ident]
+                self.peers.dial_addresses.pop(ident, None)
+                self.links.remove(ident)
 
     async def _complete_reassignment(
         self, topic: str, topic_id: int, partition: int, replicas: tuple[int, ...]
@@ -342,6 +383,7 @@ class Node:
             spawn(self.metadata.run(), "metadata-apply"),
             spawn(self.replicas.run(), "reconciler"),
             spawn(self.reassigner.run(), "reassigner"),
+            spawn(self.quorum_keeper.run(), "metadata-quorum"),
             spawn(run_flusher(self.logs, self.settings.storage_config()), "flusher"),
             spawn(self.run_retention(), "retention"),
             spawn(self.repairer.run(), "repair"),
@@ -450,6 +492,7 @@ async def _serve(settings: Settings) -> int:
         node.metrics,
         node.reassigner.progress,
         member=node.authenticate if settings.tls is not None else None,
+        members=node.members,
     )
     log_pb2_grpc.add_LogServicer_to_server(log_service, server)  # type: ignore[no-untyped-call]
     admin_pb2_grpc.add_AdminServicer_to_server(admin_service, server)  # type: ignore[no-untyped-call]

@@ -101,13 +101,42 @@ class PeerLinks:
         self._links = {p: _Link(p, a) for p, a in peers.items() if p != node_id}
         self._closed = False
         self._dial = dial  # a channel to a peer address (mutual TLS with TLS on)
+        self._spawn: Spawn | None = None
+        self._started = False
 
     def start(self, spawn: Spawn | None = None) -> None:
         """Start one sender task per peer through `spawn` (the node's supervisor; tests of
         the transport alone may leave it out)."""
+        self._spawn, self._started = spawn, True
         for link in self._links.values():
-            coro, name = self._run(link), f"peer-{link.peer}"
-            link.task = spawn(coro, name) if spawn else asyncio.create_task(coro, name=name)
+            self._start_link(link)
+
+    def _start_link(self, link: _Link) -> None:
+        coro, name = self._run(link), f"peer-{link.peer}"
+        spawn = self._spawn
+        link.task = spawn(coro, name) if spawn else asyncio.create_task(coro, name=name)
+
+    def addresses(self) -> dict[int, str]:
+        """peer id -> the address its link dials."""
+        return {p: link.address for p, link in self._links.items()}
+
+    def add(self, peer: int, address: str) -> None:
+        """Reach `peer` at `address` from now on (a node added to the cluster, or one whose
+        address changed): its link starts at once when the links run."""
+        link = self._links.get(peer)
+        if peer == self.node_id or self._closed or (link and link.address == address):
+            return
+        if link is not None:
+            self.remove(peer)
+        link = self._links[peer] = _Link(peer, address)
+        if self._started:
+            self._start_link(link)
+
+    def remove(self, peer: int) -> None:
+        """Stop reaching `peer` (a node that left the cluster): its queued messages drop."""
+        link = self._links.pop(peer, None)
+        if link is not None and link.task is not None:
+            link.task.cancel()
 
     def transport(self, topic: str, partition: int, topic_id: int = 0) -> PartitionTransport:
         return PartitionTransport(self, topic, partition, topic_id)

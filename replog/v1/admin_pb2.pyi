@@ -25,6 +25,34 @@ TIMESTAMP_TYPE_UNSPECIFIED: TimestampType
 TIMESTAMP_TYPE_CREATE_TIME: TimestampType
 TIMESTAMP_TYPE_LOG_APPEND_TIME: TimestampType
 
+class AddNodeRequest(_message.Message):
+    __slots__ = ("node_id", "address", "peer_address")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PEER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    node_id: int
+    address: str
+    peer_address: str
+    def __init__(self, node_id: _Optional[int] = ..., address: _Optional[str] = ..., peer_address: _Optional[str] = ...) -> None: ...
+
+class AddNodeResponse(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[Node]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ...) -> None: ...
+
+class RemoveNodeRequest(_message.Message):
+    __slots__ = ("node_id",)
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    node_id: int
+    def __init__(self, node_id: _Optional[int] = ...) -> None: ...
+
+class RemoveNodeResponse(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[Node]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ...) -> None: ...
+
 class CreateTopicRequest(_message.Message):
     __slots__ = ("name", "partitions", "replication_factor", "format", "timestamp_type")
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -192,14 +220,18 @@ class TopicMetadata(_message.Message):
     def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionMetadata, _Mapping]]] = ..., format: _Optional[_Union[TopicFormat, str]] = ..., timestamp_type: _Optional[_Union[TimestampType, str]] = ...) -> None: ...
 
 class Metadata(_message.Message):
-    __slots__ = ("nodes", "topics", "node_id")
+    __slots__ = ("nodes", "topics", "node_id", "metadata_voters", "metadata_observers")
     NODES_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_VOTERS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_OBSERVERS_FIELD_NUMBER: _ClassVar[int]
     nodes: _containers.RepeatedCompositeFieldContainer[Node]
     topics: _containers.RepeatedCompositeFieldContainer[TopicMetadata]
     node_id: int
-    def __init__(self, nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicMetadata, _Mapping]]] = ..., node_id: _Optional[int] = ...) -> None: ...
+    metadata_voters: _containers.RepeatedScalarFieldContainer[int]
+    metadata_observers: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicMetadata, _Mapping]]] = ..., node_id: _Optional[int] = ..., metadata_voters: _Optional[_Iterable[int]] = ..., metadata_observers: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ListOffsetsRequest(_message.Message):
     __slots__ = ("topic", "partitions", "timestamp_ms")

@@ -74,6 +74,16 @@ class AdminStub:
                 request_serializer=replog_dot_v1_dot_admin__pb2.ReassignPartitionRequest.SerializeToString,
                 response_deserializer=replog_dot_v1_dot_admin__pb2.ReassignPartitionResponse.FromString,
                 _registered_method=True)
+        self.AddNode = channel.unary_unary(
+                '/replog.v1.Admin/AddNode',
+                request_serializer=replog_dot_v1_dot_admin__pb2.AddNodeRequest.SerializeToString,
+                response_deserializer=replog_dot_v1_dot_admin__pb2.AddNodeResponse.FromString,
+                _registered_method=True)
+        self.RemoveNode = channel.unary_unary(
+                '/replog.v1.Admin/RemoveNode',
+                request_serializer=replog_dot_v1_dot_admin__pb2.RemoveNodeRequest.SerializeToString,
+                response_deserializer=replog_dot_v1_dot_admin__pb2.RemoveNodeResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -133,6 +143,27 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddNode(self, request, context):
+        """Make a node a member of the cluster, without restarting the others (docs/operations.md,
+        Add a node). Answers once the membership is recorded in the cluster metadata: every
+        node then reaches it, new topics may place replicas on it, and it joins the metadata
+        quorum as an observer, then (among the first five members by id) as a voter once it
+        has caught up. Adding a member again at the same address changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveNode(self, request, context):
+        """End a node's membership (after `replog node decommission` moved its replicas away:
+        NODE_NOT_EMPTY otherwise). Answers once recorded; the node leaves the metadata quorum
+        right after (GetMetadata's metadata_voters / metadata_observers show it), then it can
+        be stopped.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -175,6 +206,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ReassignPartition,
                     request_deserializer=replog_dot_v1_dot_admin__pb2.ReassignPartitionRequest.FromString,
                     response_serializer=replog_dot_v1_dot_admin__pb2.ReassignPartitionResponse.SerializeToString,
+            ),
+            'AddNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddNode,
+                    request_deserializer=replog_dot_v1_dot_admin__pb2.AddNodeRequest.FromString,
+                    response_serializer=replog_dot_v1_dot_admin__pb2.AddNodeResponse.SerializeToString,
+            ),
+            'RemoveNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveNode,
+                    request_deserializer=replog_dot_v1_dot_admin__pb2.RemoveNodeRequest.FromString,
+                    response_serializer=replog_dot_v1_dot_admin__pb2.RemoveNodeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -393,6 +434,60 @@ class Admin:
             '/replog.v1.Admin/ReassignPartition',
             replog_dot_v1_dot_admin__pb2.ReassignPartitionRequest.SerializeToString,
             replog_dot_v1_dot_admin__pb2.ReassignPartitionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/replog.v1.Admin/AddNode',
+            replog_dot_v1_dot_admin__pb2.AddNodeRequest.SerializeToString,
+            replog_dot_v1_dot_admin__pb2.AddNodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/replog.v1.Admin/RemoveNode',
+            replog_dot_v1_dot_admin__pb2.RemoveNodeRequest.SerializeToString,
+            replog_dot_v1_dot_admin__pb2.RemoveNodeResponse.FromString,
             options,
             channel_credentials,
             insecure,

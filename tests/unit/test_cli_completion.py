@@ -90,7 +90,7 @@ def test_the_bash_script_is_valid_bash_and_registers_a_completion_for_replog(
         ("replog completion ", ["bash", "zsh"]),
         ("replog partition ", ["reassign", "transfer-leader"]),
         ("replog group ", ["list", "describe", "reset-offsets", "delete"]),
-        ("replog node ", ["list", "decommission"]),
+        ("replog node ", ["list", "add", "remove", "decommission"]),
         ("replog offsets orders -o ", ["text", "json"]),
         ("replog consume orders --format ", ["text", "hex", "json"]),
         ("replog produce orders --acks ", ["none", "leader", "all"]),
