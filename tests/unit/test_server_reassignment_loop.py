@@ -147,16 +147,39 @@ def test_the_membership_equal_to_the_target_is_completed_on_the_metadata_leader(
 def test_the_catch_up_throttle_lets_through_what_its_rate_allows() -> None:
     clock = Clock()
     progress = Progress("observers [4] catching up")
-    throttle = Throttle(1000, 4000, progress, clock)
+    throttle = Throttle(1000, 4000, progress, clock)  # 4000 deep: one answer > 1 s of rate
     assert throttle.allow(0)  # a caught-up observer costs nothing
-    assert throttle.allow(10_000)  # a full answer (4000) from a full bucket
+    assert throttle.allow(10_000)  # a full answer (4000) from a full bucket: 0 left
+    assert throttle.allow(100)  # not in debt yet: let through, 100 owed
     assert not throttle.allow(100)
-    clock.now += 0.1  # +100 bytes
-    assert throttle.allow(100)
-    assert not throttle.allow(4000)
-    clock.now += 5.0  # full again (the bucket holds one answer, never more)
-    assert throttle.allow(4000)
-    assert progress.throttled == 2
+    assert throttle.allow(0)  # (caught up: never refused)
+    clock.now += 0.1  # +100 bytes: out of debt
+    assert throttle.allow(4000)  # a whole answer, though the bucket holds none: 4000 owed
+    clock.now += 3.9
+    assert not throttle.allow(1)
+    clock.now += 10.0  # full again (the bucket holds one answer here, never more)
+    assert throttle.allow(4000) and throttle.allow(1) and not throttle.allow(1)
+    assert progress.throttled == 3
+
+
+def test_the_throttle_keeps_to_its_rate_whatever_the_retry_interval() -> None:
+    """An observer that asks for a full answer at once after each one it gets, and after
+    `retry_s` after each refusal, gets the setting's rate over a minute (once the bucket's
+    first second is spent), where a bucket that refused what it could not pay in full gave
+    about one answer per retry interval."""
+    for rate, answer, retry_s in [(131_072, 65_536, 0.8), (524_288, 65_536, 0.8)]:
+        for retry in (retry_s, 0.3, 0.05):
+            clock = Clock()
+            throttle = Throttle(rate, answer, Progress(""), clock)
+            got = 0
+            while clock.now < 60.0:
+                if throttle.allow(answer):
+                    got += answer
+                    clock.now += 0.001  # the answer's round trip
+                else:
+                    clock.now += retry
+            burst = max(rate, answer) + answer
+            assert rate * 60 <= got <= rate * 60 + burst + answer, (rate, retry, got / 60)
 
 
 def test_a_throttled_move_throttles_only_the_joining_observers_of_partitions_led_here() -> None:
