@@ -249,10 +249,33 @@ class Reassigner:
         self._clock = clock
         self.progress: dict[tuple[str, int], Progress] = {}
         self._wake = asyncio.Event()
+        self._rescan = True  # the metadata changed since `_keys` was made
+        self._keys: list[tuple[str, int]] = []  # the partitions with a target, as last seen
 
     def wake(self) -> None:
         """The metadata changed: look again now."""
+        self._rescan = True
         self._wake.set()
+
+    def _moving(self) -> list[tuple[TopicMeta, int, tuple[int, ...]]]:
+        """The partitions with a target. Every topic is looked at only after the metadata
+        changed (`wake`: targets change nowhere else); the passes in between look up the
+        partitions found then, so that a pass while a move is on costs the moves, not the
+        topics (10,000 topics: 5 ms a pass, 10 passes a second, before)."""
+        if self._rescan:
+            self._rescan = False
+            self._keys = [
+                (meta.name, p)
+                for meta in list(self.image.topics.values())
+                for p in sorted(meta.targets)
+            ]
+        out = []
+        for name, p in self._keys:
+            meta = self.image.topics.get(name)
+            target = None if meta is None else meta.targets.get(p)
+            if meta is not None and target is not None:
+                out.append((meta, p, target))
+        return out
 
     async def run(self) -> None:
         while True:
@@ -268,15 +291,14 @@ class Reassigner:
         """One pass; returns whether some partition is being reassigned."""
         busy = False
         live: set[tuple[str, int]] = set()
-        for meta in list(self.image.topics.values()):
-            for p, target in sorted(meta.targets.items()):
-                busy = True
-                live.add((meta.name, p))
-                part = self.replicas.replica(meta, p)
-                if part is None or part.closed or not part.is_leader:
-                    live.discard((meta.name, p))
-                    continue
-                await self._step(meta, p, target, part)
+        for meta, p, target in self._moving():
+            busy = True
+            live.add((meta.name, p))
+            part = self.replicas.replica(meta, p)
+            if part is None or part.closed or not part.is_leader:
+                live.discard((meta.name, p))
+                continue
+            await self._step(meta, p, target, part)
         for key in [k for k in self.progress if k not in live]:
             del self.progress[key]
         for key in [k for k in self.throttles if k not in live]:

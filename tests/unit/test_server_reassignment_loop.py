@@ -10,7 +10,13 @@ from typing import Any
 
 from replog.errors import MembershipChangeBusyError, MembershipChangeRefusedError, ReplogError
 from replog.replication.membership import Membership
-from replog.server.metadata import CreateTopic, MetadataImage, ReassignPartition, TopicMeta
+from replog.server.metadata import (
+    CompleteReassignment,
+    CreateTopic,
+    MetadataImage,
+    ReassignPartition,
+    TopicMeta,
+)
 from replog.server.reassignment import BACKOFF_S_MAX, Progress, Reassigner, Throttle
 
 
@@ -195,5 +201,28 @@ def test_a_throttled_move_throttles_only_the_joining_observers_of_partitions_led
         part.is_leader = False
         await controller.run_once()
         assert controller.throttle("a", 0, 4) is None
+
+    asyncio.run(scenario())
+
+
+def test_a_pass_looks_at_every_topic_only_after_the_metadata_changed() -> None:
+    driver = FakeDriver(Membership((1, 2, 3), (4,)), [(4, 0, 10, 5)])
+    controller, _part, _clock, _completed = setup(driver)
+    image = controller.image
+
+    async def scenario() -> None:
+        assert await controller.run_once()
+        assert controller.status("a", 0) is not None
+        image.apply(5, CreateTopic("b", 1, ((1, 2, 3),)))
+        image.apply(6, ReassignPartition("b", 5, 0, (1, 2, 4)))
+        await controller.run_once()  # the same partitions as before: a/0
+        assert controller.status("b", 0) is None
+        controller.wake()  # (the node wakes it after each batch of commands it applies)
+        await controller.run_once()
+        assert controller.status("b", 0) is not None
+        image.apply(7, CompleteReassignment("a", 3, 0, (2, 3, 4)))
+        image.apply(8, CompleteReassignment("b", 5, 0, (1, 2, 4)))
+        assert not await controller.run_once()  # a target gone is never acted on
+        assert controller.progress == {}
 
     asyncio.run(scenario())
