@@ -358,8 +358,9 @@ class TooManyStreamsError(LimitExceededError):
 
 
 class TooManyPartitionsError(LimitExceededError):
-    """A CreateTopic would make a node host more than `partitions_max` partition replicas,
-    or the node has too few file descriptors left to open more (`limit=open_files`)."""
+    """A CreateTopic, or a ReassignPartition that adds replicas, would make a node host more
+    than `partitions_max` partition replicas, or the node has too few file descriptors left
+    to open more (`limit=open_files`)."""
 
     reason = "TOO_MANY_PARTITIONS"
 
