@@ -20,13 +20,16 @@ from replog.errors import (
     LogClosedError,
     MembershipChangeRefusedError,
     NotLeaderError,
+    PartitionNotFoundError,
     PermissionDeniedError,
     ReplogError,
     UnavailableError,
 )
 from replog.replication import Role
+from replog.replication.driver import ReplicaDriver
 from replog.server.handover import pick_target
 from replog.server.membership import Members
+from replog.server.metadata import METADATA_TOPIC
 from replog.server.metrics import Metrics
 from replog.server.peers import FORWARD_METADATA, FORWARDED, Peers, remote
 from replog.server.reassignment import Progress, describe
@@ -241,12 +244,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     ) -> admin_pb2.Metadata:
         topics = self.router.topics()
         names = list(request.topics) or sorted(topics)
-        quorum = self.router.metadata.driver.membership
+        driver = self.router.metadata.driver
+        quorum = driver.membership
         out = admin_pb2.Metadata(
             node_id=self.node_id,
             nodes=self._nodes(),
             metadata_voters=sorted(quorum.voters),
             metadata_observers=sorted(quorum.observers),
+            metadata_leader_id=driver.leader_id or 0,
         )
         for name in names:
             meta = await self.router.topic(name)  # UNKNOWN_TOPIC if absent
@@ -337,6 +342,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self, request: admin_pb2.TransferLeadershipRequest, context: Context
     ) -> admin_pb2.TransferLeadershipResponse:
         topic, p = request.topic, request.partition
+        if topic == METADATA_TOPIC:
+            return await self._transfer_metadata(request, context)
         part = await self._local(topic, p)
         if part is None or not part.is_leader:
             # The leader does it: forward once (a forwarded call answers for itself only).
@@ -351,9 +358,32 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             return await remote(  # type: ignore[no-any-return]
                 stub.TransferLeadership(request, timeout=REMOTE_TIMEOUT_S, metadata=FORWARD)
             )
-        driver = part.driver
+        return await self._transfer(part.driver, topic, p, request.target_node_id)
+
+    async def _transfer_metadata(
+        self, request: admin_pb2.TransferLeadershipRequest, context: Context
+    ) -> admin_pb2.TransferLeadershipResponse:
+        """TransferLeadership of `__cluster` (partition 0): the cluster metadata's leader."""
+        if request.partition != 0:
+            raise PartitionNotFoundError(
+                f"{METADATA_TOPIC} has one partition", partition=request.partition, partitions=1
+            )
+        driver = self.router.metadata.driver
+        if driver.role is not Role.LEADER:
+            leader_id = driver.leader_id
+            if _forwarded(context) or leader_id in (None, self.node_id):
+                raise LeaderUnknownError(f"{METADATA_TOPIC}: no leader right now; retry")
+            return await remote(  # type: ignore[no-any-return]
+                self.peers.admin(leader_id).TransferLeadership(
+                    request, timeout=REMOTE_TIMEOUT_S, metadata=FORWARD
+                )
+            )
+        return await self._transfer(driver, METADATA_TOPIC, 0, request.target_node_id)
+
+    async def _transfer(
+        self, driver: ReplicaDriver, topic: str, p: int, target: int
+    ) -> admin_pb2.TransferLeadershipResponse:
         voters = driver.membership.voters
-        target = request.target_node_id
         if target == 0:
             picked = pick_target(self.node_id, voters, driver.replica_status())
             if picked is None:

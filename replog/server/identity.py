@@ -56,6 +56,7 @@ from replog.errors import CorruptDataError
 from replog.replication.driver import QUORUM_STATE_FILE, encode_quorum_state
 from replog.replication.state import EPOCH_MAX, OFFSET_MAX, QuorumState
 from replog.server.logs import log
+from replog.server.metadata import NODE_ID_MAX, NODES_MAX, is_address
 from replog.server.settings import RACK_CHARS_MAX
 from replog.storage import checkpoint
 from replog.v1 import nodes_pb2, nodes_pb2_grpc
@@ -272,10 +273,13 @@ class NodesService:
         node_id: int,
         state: Callable[[], tuple[str, bool, int, int, bool]],
         rack: str = "",
+        members: Callable[[], Sequence[tuple[int, str, str]]] = lambda: (),
     ) -> None:
+        """`members()`: (id, address, peer_address) of the members this node's metadata has."""
         self.node_id = node_id
         self.state = state
         self.rack = rack
+        self.members = members
 
     async def Identify(
         self, request: nodes_pb2.IdentifyRequest, context: Any
@@ -289,6 +293,9 @@ class NodesService:
             metadata_end_offset=end,
             replacement=replacement,
             rack=self.rack,
+            members=[
+                nodes_pb2.Member(id=i, address=a, peer_address=p) for i, a, p in self.members()
+            ],
         )
 
 
@@ -311,3 +318,29 @@ async def racks_of(
 
     found = await asyncio.gather(*(one(p) for p in peers))
     return dict(zip(peers, found, strict=True))
+
+
+async def members_of(
+    channel_for: Callable[[int], grpc.aio.Channel], node_id: int, peers: Sequence[int]
+) -> list[tuple[int, str, str]]:
+    """The members (id, address, peer_address) that the first of `peers` to answer
+    `Identify` within ASK_TIMEOUT_S lists ([] when none answers). Entries out of shape
+    (an id out of range, an address that is not host:port) are left out."""
+    for peer in peers:
+        stub: Any = nodes_pb2_grpc.NodesStub(channel_for(peer))  # type: ignore[no-untyped-call]
+        try:
+            reply = await stub.Identify(
+                nodes_pb2.IdentifyRequest(node_id=node_id), timeout=ASK_TIMEOUT_S
+            )
+        except grpc.RpcError:
+            continue
+        found = [
+            (m.id, m.address, m.peer_address)
+            for m in reply.members[:NODES_MAX]
+            if 1 <= m.id <= NODE_ID_MAX
+            and is_address(m.address)
+            and (not m.peer_address or is_address(m.peer_address))
+        ]
+        if found:
+            return found
+    return []

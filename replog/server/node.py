@@ -114,6 +114,7 @@ T = TypeVar("T")
 FAILED_CLOSE_TIMEOUT_S = 5.0
 OPEN_WAIT_S = 60.0
 CATCH_UP_POLL_S = 0.2
+DISCOVER_S = 1.0  # how often a node that cannot reach the metadata leader asks for members
 ReplicationTarget = Callable[[Message], Awaitable[None]]
 ANSWER_MARGIN_BYTES = 64 * 1024  # a fetch answer's envelope fields, under the message limit
 SERVICE_NAMES = (
@@ -142,6 +143,7 @@ class Node:
         # The members whose certificates are peers' (security.peer_node_id): the metadata's
         # members, and nodes removed but still in the metadata quorum (`sync_members`).
         self.dial_addresses = dial
+        self._discovered: set[int] = set()  # members a peer told of (`discover_members`)
         bootstrap = {
             i: NodeAddress(a, "" if dial.get(i, a) == a else dial[i]) for i, a in addresses.items()
         }
@@ -241,8 +243,8 @@ class Node:
             self.links.add(ident, where.dial)
         for ident in [i for i in self.peers.addresses if i not in nodes and i != me]:
             del self.peers.addresses[ident]
-        quorum = set(self.metadata.driver.membership.replicas)
-        for ident in [i for i in self.dial_addresses if i not in nodes and i not in quorum]:
+        keep = set(nodes) | set(self.metadata.driver.membership.replicas) | self._discovered
+        for ident in [i for i in self.dial_addresses if i not in keep]:
             if ident != me:
                 del self.dial_addresses[ident]
                 self.peers.dial_addresses.pop(ident, None)
@@ -303,6 +305,15 @@ class Node:
         self._racks.update((node, rack) for node, rack in found.items() if rack)
         return {**self._racks, self.node_id: self.settings.rack}
 
+    def member_addresses(self) -> list[tuple[int, str, str]]:
+        """(id, address, peer_address) of the members this node's metadata has."""
+        nodes = self.metadata.image.nodes
+        own = self.peers.addresses.get(self.node_id, "")
+        return [
+            (i, own if i == self.node_id else n.address, n.peer_address)
+            for i, n in sorted(nodes.items())
+        ]
+
     def identify(self) -> tuple[str, bool, int, int, bool]:
         """What `Nodes.Identify` answers: directory id, deciding (never, once running),
         metadata epoch and log end, still a replacement catching up."""
@@ -326,6 +337,29 @@ class Node:
                 )
                 return
             await asyncio.sleep(CATCH_UP_POLL_S)
+
+    async def discover_members(self) -> None:
+        """A node whose metadata lags may not know how to reach the node that leads it now
+        (one added while this node was down, or since the peer list it started with): while
+        the metadata leader is unknown, or known but not reachable from here, ask the
+        peers this node knows (`Nodes.Identify`) for the members, and reach those its
+        metadata lacks until it has caught up (`sync_members` keeps them meanwhile)."""
+        while True:
+            await asyncio.sleep(DISCOVER_S)
+            leader = self.metadata.driver.leader_id
+            if leader == self.node_id or (leader is not None and leader in self.dial_addresses):
+                continue
+            peers = [i for i in self.dial_addresses if i != self.node_id]
+            found = await identities.members_of(self.peers.channel, self.node_id, peers)
+            nodes = self.metadata.image.nodes
+            new = {i: p or a for i, a, p in found if i not in nodes and i != self.node_id}
+            added = sorted(i for i in new if i not in self.dial_addresses)
+            self._discovered = set(new)
+            for ident, dial in new.items():
+                self.dial_addresses[ident] = self.peers.dial_addresses[ident] = dial
+                self.links.add(ident, dial)
+            if added:
+                log(_log, "members.discovered", nodes=added, leader=leader)
 
     def logs(self) -> list[PartitionLog]:
         """Every log this node has open, the metadata log included (metrics, flusher)."""
@@ -388,6 +422,8 @@ class Node:
             spawn(self.run_retention(), "retention"),
             spawn(self.repairer.run(), "repair"),
         ]
+        if not self.single:
+            self._tasks.append(spawn(self.discover_members(), "member-discovery"))
         self.groups.start(spawn)
         if self.settings.scrub_bytes_per_s:
             found = corrupt_found(asyncio.get_running_loop(), self.repairer)
@@ -523,7 +559,7 @@ async def _serve(settings: Settings) -> int:
     # Identify answers any caller the listener lets in (on the peer listener with TLS: a
     # certificate of the cluster's CA): a node that joins is not a member of this node's
     # peer list yet, and the answer (directory id, metadata position, rack) is no secret.
-    nodes = NodesService(node.node_id, node.identify, settings.rack)
+    nodes = NodesService(node.node_id, node.identify, settings.rack, node.member_addresses)
     nodes_pb2_grpc.add_NodesServicer_to_server(nodes, peer_server or server)  # type: ignore[no-untyped-call]
     groups_service.register(
         node.groups, node.metrics, server, peer_server, authenticate, supervisor.spawn

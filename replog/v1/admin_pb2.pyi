@@ -220,18 +220,20 @@ class TopicMetadata(_message.Message):
     def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionMetadata, _Mapping]]] = ..., format: _Optional[_Union[TopicFormat, str]] = ..., timestamp_type: _Optional[_Union[TimestampType, str]] = ...) -> None: ...
 
 class Metadata(_message.Message):
-    __slots__ = ("nodes", "topics", "node_id", "metadata_voters", "metadata_observers")
+    __slots__ = ("nodes", "topics", "node_id", "metadata_voters", "metadata_observers", "metadata_leader_id")
     NODES_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     METADATA_VOTERS_FIELD_NUMBER: _ClassVar[int]
     METADATA_OBSERVERS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_LEADER_ID_FIELD_NUMBER: _ClassVar[int]
     nodes: _containers.RepeatedCompositeFieldContainer[Node]
     topics: _containers.RepeatedCompositeFieldContainer[TopicMetadata]
     node_id: int
     metadata_voters: _containers.RepeatedScalarFieldContainer[int]
     metadata_observers: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicMetadata, _Mapping]]] = ..., node_id: _Optional[int] = ..., metadata_voters: _Optional[_Iterable[int]] = ..., metadata_observers: _Optional[_Iterable[int]] = ...) -> None: ...
+    metadata_leader_id: int
+    def __init__(self, nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicMetadata, _Mapping]]] = ..., node_id: _Optional[int] = ..., metadata_voters: _Optional[_Iterable[int]] = ..., metadata_observers: _Optional[_Iterable[int]] = ..., metadata_leader_id: _Optional[int] = ...) -> None: ...
 
 class ListOffsetsRequest(_message.Message):
     __slots__ = ("topic", "partitions", "timestamp_ms")

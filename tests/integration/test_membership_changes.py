@@ -19,10 +19,12 @@ import subprocess
 import sys
 from typing import Any
 
+import grpc
 import pytest
 
 from replog.client import Client
 from replog.devcluster import DevCluster
+from replog.v1 import admin_pb2, admin_pb2_grpc
 from tests.integration.test_cluster import PATIENT, SteadyProducer, leader_of, read_all
 from tests.integration.test_scale import _set_peers
 from tests.integration.waiting import wait_until
@@ -136,5 +138,68 @@ def test_a_cluster_grows_to_five_nodes_and_back_to_three_without_restarts_under_
             assert client.fetch("final", 0, res.base_offset).records.values[:1] == [
                 b"after restart"
             ]
+    finally:
+        cluster.stop()
+
+
+def _metadata_of(address: str) -> admin_pb2.Metadata | None:
+    """GetMetadata of one node (None: it does not answer)."""
+    with grpc.insecure_channel(address) as channel:
+        stub: Any = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+        try:
+            meta: admin_pb2.Metadata = stub.GetMetadata(admin_pb2.GetMetadataRequest(), timeout=5)
+        except grpc.RpcError:
+            return None
+        return meta
+
+
+def test_a_node_that_missed_the_additions_reaches_a_metadata_leader_it_was_never_told_of(
+    tmp_path: Any,
+) -> None:
+    """Node 3 is down while nodes 4 and 5 are added, and the metadata leadership moves to
+    node 4 (`replog partition transfer-leader __cluster 0 --to 4`). Node 3 comes back with
+    its old peer list (1, 2, 3) and a metadata log that names neither: it asks its peers
+    for the members (`Nodes.Identify`), reaches the leader, catches up and applies the
+    additions (without the asking, it never does: checked by disabling it)."""
+    cluster = DevCluster(tmp_path / "cluster", 5)
+    nodes = cluster.members
+    cluster.release_ports()
+    try:
+        for i in (1, 2, 3):
+            _set_peers(cluster, i, [1, 2, 3])
+            nodes[i].start(wait=False)
+        _set_peers(cluster, 4, [1, 2, 3, 4])
+        _set_peers(cluster, 5, [1, 2, 3, 4, 5])
+        for i in (1, 2, 3):
+            nodes[i].wait_ready()
+        cli = ["--address", f"{nodes[1].address},{nodes[2].address}", "--timeout", "60"]
+        with Client(nodes[1].address, retry=PATIENT) as client:
+            client.create_topic("t", 1, 3, format="raw")
+            leader_of(client, "t")
+        assert nodes[3].stop() == 0
+        for new in (4, 5):
+            nodes[new].start()
+            _replog("node", "add", str(new), nodes[new].address, "--no-spread", "--wait", *cli)
+
+        def metadata_leader() -> int | None:
+            for i in (1, 2, 4, 5):
+                meta = _metadata_of(nodes[i].address)
+                if meta is not None and meta.metadata_leader_id:
+                    return meta.metadata_leader_id
+            return None
+
+        # the metadata leadership moves to node 4 (TransferLeadership of __cluster)
+        _replog("partition", "transfer-leader", "__cluster", "0", "--to", "4", *cli)
+        wait_until(lambda: metadata_leader() == 4, "node 4 leads the metadata")
+        nodes[3].start()  # its settings and its log name nodes 1-3 only
+        wait_until(
+            lambda: (
+                (meta := _metadata_of(nodes[3].address)) is not None
+                and sorted(n.id for n in meta.nodes) == [1, 2, 3, 4, 5]
+                and sorted(meta.metadata_voters) == [1, 2, 3, 4, 5]
+            ),
+            "node 3 learned the members added while it was down",
+        )
+        assert "members.discovered" in nodes[3].log_tail(200_000)
     finally:
         cluster.stop()
