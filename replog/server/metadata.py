@@ -48,9 +48,10 @@ A `reassign_partition` whose replicas are the current assignment cancels one in 
 (the leader drives the membership back, then completes). Validation
 (`MetadataImage.reassign_partition`): the topic exists (with that `topic_id`), the partition
 is in range, the replicas are 1 or more distinct known node ids, and no other reassignment
-of the partition is in progress. Applying either command to a topic that is gone or was
-created again (another `topic_id`), or a completion whose replicas are not the target in
-force, changes nothing.
+of the partition is in progress; the metadata leader also refuses a move that would make a
+node host more than `partitions_max` replicas (`Topics.reassign`, TOO_MANY_PARTITIONS).
+Applying either command to a topic that is gone or was created again (another
+`topic_id`), or a completion whose replicas are not the target in force, changes nothing.
 
 A topic's `format` ("raw": values are the producer's bytes; "envelope": `replog.records`)
 and `timestamp_type` ("create_time" or "log_append_time") are absent from version 1 (raw,

@@ -138,6 +138,8 @@ class AdminServicer:
         """Move a partition's replicas to other nodes of the cluster (docs/operations.md, Moving
         replicas). Answers once the target is recorded in the cluster metadata; the partition's
         leader then moves its membership there one replica at a time (DescribeTopic shows it).
+        RESOURCE_EXHAUSTED TOO_MANY_PARTITIONS when a node it adds a replica to hosts
+        --partitions-max replicas already (nothing recorded).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
