@@ -136,7 +136,7 @@ class QuorumKeeper:
         """One pass; returns how long to wait before the next one."""
         driver = self.metadata.driver
         if driver.role is not Role.LEADER or not driver.serving:
-            self._attempts = 0
+            self.step, self._attempts = "", 0
             return IDLE_POLL_S
         membership = driver.membership
         me = driver.config.replica_id

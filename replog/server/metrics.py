@@ -199,6 +199,31 @@ class _ReassignmentCollector(Collector):
         yield from (in_progress, lag_records, lag_bytes, failed, throttled)
 
 
+class _MembershipCollector(Collector):
+    """The cluster's members and the metadata quorum as this node sees them (`membership`)."""
+
+    def __init__(self, snapshot: Callable[[], tuple[int, int, int, int, int]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        members, voters, observers, leader, pending = self._snapshot()
+        for name, text, value in (
+            ("replog_cluster_members", "Members of the cluster in this node's metadata", members),
+            ("replog_metadata_voters", "Voters of the metadata quorum (this node's log)", voters),
+            ("replog_metadata_observers", "Observers of the metadata quorum", observers),
+            ("replog_metadata_leader", "The metadata leader this node knows (0: none)", leader),
+            (
+                "replog_metadata_quorum_changes_pending",
+                "1 on the metadata leader while the quorum differs from what the members call "
+                "for (a member catching up before it votes, or one not up yet)",
+                pending,
+            ),
+        ):
+            family = GaugeMetricFamily(name, text)
+            family.add_metric([], value)
+            yield family
+
+
 class _LimitsCollector(Collector):
     """What clients hold against each limit (see `limits`), and what was refused."""
 
@@ -270,6 +295,11 @@ class Metrics:
     def watch_reassignments(self, snapshot: Callable[[], tuple[int, Iterable[Moving]]]) -> None:
         """Export `snapshot()`: (partitions being reassigned, the moves led here)."""
         self.registry.register(_ReassignmentCollector(snapshot))
+
+    def watch_membership(self, snapshot: Callable[[], tuple[int, int, int, int, int]]) -> None:
+        """Export `snapshot()`: (members, metadata voters, observers, metadata leader id or 0,
+        1 while the metadata leader has a quorum change to make)."""
+        self.registry.register(_MembershipCollector(snapshot))
 
     def watch_limits(
         self,

@@ -217,6 +217,7 @@ class Node:
         self.metrics.watch_repairs(lambda: list(self.repairer.blocked))
         self.metrics.watch_limits(self.limits.snapshot, lambda: self.limits.malformed)
         self.metrics.watch_reassignments(self.reassigner.snapshot)
+        self.metrics.watch_membership(self._membership_snapshot)
         self.metrics.watch_failures(
             lambda: [(f.topic, f.partition, f.action, f.attempts) for f in self.replicas.failures()]
         )
@@ -227,6 +228,13 @@ class Node:
         self.replicas.wake()
         self.reassigner.wake()
         self.quorum_keeper.wake()
+
+    def _membership_snapshot(self) -> tuple[int, int, int, int, int]:
+        driver = self.metadata.driver
+        quorum = driver.membership
+        pending = 1 if self.quorum_keeper.step else 0
+        members = len(self.metadata.image.nodes)
+        return members, len(quorum.voters), len(quorum.observers), driver.leader_id or 0, pending
 
     def sync_members(self) -> None:
         """Peers follow the metadata's members (`membership`): a member added is reached

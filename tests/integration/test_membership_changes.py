@@ -25,7 +25,13 @@ import pytest
 from replog.client import Client
 from replog.devcluster import DevCluster
 from replog.v1 import admin_pb2, admin_pb2_grpc
-from tests.integration.test_cluster import PATIENT, SteadyProducer, leader_of, read_all
+from tests.integration.test_cluster import (
+    PATIENT,
+    SteadyProducer,
+    leader_of,
+    read_all,
+    scrape,
+)
 from tests.integration.test_scale import _set_peers
 from tests.integration.waiting import wait_until
 
@@ -80,6 +86,9 @@ def test_a_cluster_grows_to_five_nodes_and_back_to_three_without_restarts_under_
                     lambda: _quorum(client) == ([1, 2, 3, 4, 5], []),
                     "the metadata quorum has five voters",
                 )
+                metrics = scrape(nodes[2].metrics_address).splitlines()
+                for line in ("replog_cluster_members 5.0", "replog_metadata_voters 5.0"):
+                    assert line in metrics, line
                 listed = _replog("node", "list", *cli)["nodes"]
                 assert [n["metadata"] for n in listed] == ["voter"] * 5
                 assert all(n["replicas"] > 0 for n in listed), listed
