@@ -32,8 +32,9 @@ Nodes: the cluster's members are the nodes of the settings' `peers` (the bootstr
 the same on every node) changed by the `add_node` and `remove_node` commands in log order
 (`MetadataImage.nodes`). A node added this way is reached by every node without a restart
 (`server/membership.py` keeps the peer links and the `__cluster` quorum in step with it).
-Validation: `add_node` needs an id in [1, 2**31-1] and a host:port address; a member added
-again at the same address changes nothing, at another address is NODE_ALREADY_EXISTS.
+Validation: `add_node` needs an id in [1, 2**31-1] and host:port addresses that no other
+member uses; a member added again at the same address changes nothing, at another address
+is NODE_ALREADY_EXISTS.
 `remove_node` needs a member (UNKNOWN_NODE) that hosts no replica, reassignment targets
 included (NODE_NOT_EMPTY: decommission it first), and not the last one.
 
@@ -661,6 +662,19 @@ class MetadataImage:
             raise NodeExistsError(
                 f"node {node_id} is a member already, at {known.address}"
                 + (f" (peer {known.peer_address})" if known.peer_address else ""),
+                node_id=node_id,
+            )
+        taken = {
+            where: other
+            for other, member in self.nodes.items()
+            if other != node_id
+            for where in {member.address, member.dial}
+        }
+        clash = taken.get(address) or taken.get(wanted.dial)
+        if clash is not None:
+            raise InvalidArgumentError(
+                f"node {clash} is reached at {wanted.dial if wanted.dial in taken else address} "
+                "already: every member needs its own addresses",
                 node_id=node_id,
             )
         if known is None and len(self.nodes) >= NODES_MAX:

@@ -84,10 +84,20 @@ def test_an_add_out_of_range_is_refused_before_it_is_proposed(
         _image().add_node(node_id, address, peer_address)
 
 
+def test_an_address_another_member_uses_is_refused() -> None:
+    image = _image()
+    for address, peer in (("127.0.0.1:7001", ""), ("h:1", "127.0.0.1:7002")):
+        with pytest.raises(InvalidArgumentError, match="its own addresses"):
+            image.add_node(4, address, peer)
+    _commit(image, image.add_node(4, "h:1", "h:2"))
+    with pytest.raises(InvalidArgumentError):
+        image.add_node(5, "h:2")  # node 4's peer address
+
+
 def test_the_number_of_members_is_bounded() -> None:
     image = MetadataImage({i: NodeAddress(f"h:{i}") for i in range(1, NODES_MAX + 1)})
     with pytest.raises(LimitExceededError):
-        image.add_node(NODES_MAX + 1, "h:1")
+        image.add_node(NODES_MAX + 1, "elsewhere:1")
 
 
 def test_a_node_that_hosts_replicas_or_is_unknown_or_alone_cannot_be_removed() -> None:
