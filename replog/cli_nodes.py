@@ -13,9 +13,11 @@ restart, and it joins the metadata quorum (observer, then voter among the first 
 by id, once caught up). Then, unless `--no-spread`, it moves replicas of user topics onto
 it (`spread`): partitions in name order, each moving its replica on the most loaded of its
 nodes to the new node while that node holds at least two replicas more than the new one,
-until the new node holds the cluster's average (rounded down). The new replica takes the
-moved one's place in the list, so the new node also becomes preferred leader of some
-partitions, and leader balancing hands them over.
+until the new node holds the cluster's average (rounded down). With racks (`--rack` on
+every node, as `GetMetadata` reports them), a replica moves only where its partition keeps
+spanning as many racks as before. The new replica takes the moved one's place in the
+list, so the new node also becomes preferred leader of some partitions, and leader
+balancing hands them over.
 
 `decommission` plans, for every partition with a replica on node ID (internal topics
 included), the same replica list with ID replaced, in its place, by the node not already a
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
 
 JSON_KEYS = {
     "node list": '{"nodes": [{"id", "address", "replicas", "leaders", "metadata": "voter"|'
-    '"observer"|""}]} sorted by id',
+    '"observer"|"", "rack"}]} sorted by id',
     "node add": '{"node", "nodes": [{"id", "address"}], "moves": [{"topic", "partition", '
     '"replicas": [id], "target": [id]}], "done" (with --wait)}',
     "node remove": '{"node", "nodes": [{"id", "address"}], "done" (with --wait)}',
@@ -117,6 +119,16 @@ def spread(meta: admin_pb2.Metadata, new: int) -> list[Move]:
     """Moves that bring replicas of user topics onto node `new` (pure: see the module doc)."""
     nodes = sorted({n.id for n in meta.nodes} | {new})
     load = _load(meta, nodes)
+    rack = {n.id: n.rack for n in meta.nodes}
+    racked = len(set(rack.values())) > 1 and all(rack.get(n) for n in nodes)
+
+    def keeps_racks(replicas: tuple[int, ...], donor: int) -> bool:
+        """Replacing `donor` by `new` spans as many racks as before (racks known)."""
+        if not racked:
+            return True
+        after = {rack[r] for r in replicas if r != donor} | {rack[new]}
+        return len(after) >= len({rack[r] for r in replicas})
+
     fair = sum(load.values()) // len(nodes)
     moves: list[Move] = []
     for topic in sorted(meta.topics, key=lambda t: t.name):
@@ -128,7 +140,10 @@ def spread(meta: admin_pb2.Metadata, new: int) -> list[Move]:
                 return moves
             if new in replicas or not replicas:
                 continue
-            donor = max(replicas, key=lambda r: (load[r], -r))
+            donors = [r for r in replicas if keeps_racks(replicas, r)]
+            if not donors:
+                continue
+            donor = max(donors, key=lambda r: (load[r], -r))
             if load[donor] < load[new] + 2:
                 continue
             load[donor] -= 1
@@ -207,15 +222,17 @@ def _list(args: argparse.Namespace, meta: admin_pb2.Metadata, out: TextIO) -> in
             "replicas": replicas[n.id],
             "leaders": leaders[n.id],
             "metadata": "voter" if n.id in voters else "observer" if n.id in observers else "",
+            "rack": n.rack,
         }
         for n in sorted(meta.nodes, key=lambda n: n.id)
     ]
     if args.output == "json":
         print_json({"nodes": rows}, out)
         return 0
-    print("id\taddress\treplicas\tleaders\tmetadata", file=out)
+    print("id\taddress\treplicas\tleaders\tmetadata\track", file=out)
     for r in rows:
-        cells = (r["id"], r["address"], r["replicas"], r["leaders"], r["metadata"] or "-")
+        role, rack = r["metadata"] or "-", r["rack"] or "-"
+        cells = (r["id"], r["address"], r["replicas"], r["leaders"], role, rack)
         print("\t".join(map(str, cells)), file=out)
     return 0
 

@@ -82,6 +82,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         reassignments: Mapping[tuple[str, int], Progress] | None = None,
         member: Callable[[Context], int | None] | None = None,
         members: Members | None = None,
+        racks: Callable[[], Mapping[int, str]] = dict,
     ) -> None:
         """`reassignments`: the reassignment controller's progress of the partitions this
         node leads (`Reassigner.progress`), shown in DescribeTopic. `member`: the node id a
@@ -94,6 +95,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self.metrics = metrics
         self.node_id = peers.node_id
         self.members = members  # AddNode / RemoveNode (None: refused, e.g. in unit tests)
+        self.racks = racks  # node -> rack, as known here (GetMetadata)
 
     @unary("CreateTopic")
     async def CreateTopic(
@@ -309,7 +311,10 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         return admin_pb2.ReassignPartitionResponse(replicas=assignment, target_replicas=target)
 
     def _nodes(self) -> list[admin_pb2.Node]:
-        return [admin_pb2.Node(id=i, address=a) for i, a in self.peers.nodes()]
+        racks = self.racks()
+        return [
+            admin_pb2.Node(id=i, address=a, rack=racks.get(i, "")) for i, a in self.peers.nodes()
+        ]
 
     @unary("AddNode")
     async def AddNode(

@@ -134,6 +134,7 @@ class Node:
         self.node_id = node_id = settings.node_id
         self.identity = identity or Identity(node_id, "", identities.EXISTING)
         self._racks: dict[int, str] = {}  # peers' racks, once they told (`racks`)
+        self._racks_asking = False
         self.address = settings.advertised_address or settings.listen
         addresses = settings.peer_map() or {node_id: self.address}  # a cluster of one
         members = sorted(addresses)
@@ -251,6 +252,10 @@ class Node:
             self.links.add(ident, where.dial)
         for ident in [i for i in self.peers.addresses if i not in nodes and i != me]:
             del self.peers.addresses[ident]
+        unknown_rack = any(i not in self._racks and i != me for i in nodes)
+        if self.settings.rack and unknown_rack and not self._racks_asking:
+            self._racks_asking = True  # (GetMetadata shows racks: `replog node add`'s spread)
+            self.supervisor.spawn(self._ask_racks(), "racks")
         keep = set(nodes) | set(self.metadata.driver.membership.replicas) | self._discovered
         for ident in [i for i in self.dial_addresses if i not in keep]:
             if ident != me:
@@ -312,6 +317,19 @@ class Node:
         found = await identities.racks_of(self.peers.channel, self.node_id, unknown)
         self._racks.update((node, rack) for node, rack in found.items() if rack)
         return {**self._racks, self.node_id: self.settings.rack}
+
+    def known_racks(self) -> dict[int, str]:
+        """The racks known without asking: this node's and those peers told (GetMetadata).
+        A member not known yet is asked in the background (`sync_members`)."""
+        if not self.settings.rack:
+            return {}
+        return {**self._racks, self.node_id: self.settings.rack}
+
+    async def _ask_racks(self) -> None:
+        try:
+            await self.racks()
+        finally:
+            self._racks_asking = False
 
     def member_addresses(self) -> list[tuple[int, str, str]]:
         """(id, address, peer_address) of the members this node's metadata has."""
@@ -537,6 +555,7 @@ async def _serve(settings: Settings) -> int:
         node.reassigner.progress,
         member=node.authenticate if settings.tls is not None else None,
         members=node.members,
+        racks=node.known_racks,
     )
     log_pb2_grpc.add_LogServicer_to_server(log_service, server)  # type: ignore[no-untyped-call]
     admin_pb2_grpc.add_AdminServicer_to_server(admin_service, server)  # type: ignore[no-untyped-call]

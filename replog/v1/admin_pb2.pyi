@@ -188,12 +188,14 @@ class GetMetadataRequest(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ("id", "address")
+    __slots__ = ("id", "address", "rack")
     ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
     id: int
     address: str
-    def __init__(self, id: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
+    rack: str
+    def __init__(self, id: _Optional[int] = ..., address: _Optional[str] = ..., rack: _Optional[str] = ...) -> None: ...
 
 class PartitionMetadata(_message.Message):
     __slots__ = ("partition", "leader_id", "replicas", "epoch")

@@ -9,6 +9,7 @@ import pytest
 
 from replog.client import Client, RetryPolicy
 from replog.devcluster import DevCluster
+from tests.integration.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -30,3 +31,9 @@ def test_every_partition_of_a_new_topic_has_replicas_in_both_racks(tmp_path: Pat
         # leadership (the first replica) still spreads over every node
         firsts = {p.replicas[0] for t in meta.topics for p in t.partitions}
         assert firsts == set(RACKS)
+        # every node learns the others' racks in the background and reports them
+        # (GetMetadata's nodes: `replog node add`'s spread keeps partitions across racks)
+        wait_until(
+            lambda: {n.id: n.rack for n in client.refresh_metadata().nodes} == RACKS,
+            "the racks reported by GetMetadata",
+        )
