@@ -22,8 +22,12 @@ node of an older version).
 Trust. With TLS (`authenticate` given) the stream arrives on the peer listener, which
 requires a client certificate signed by the cluster's CA; the certificate must name a
 member (`security.peer_node_id`), and every envelope's `from_id` must be that member, or
-the stream ends with PERMISSION_DENIED before the envelope reaches any replica. Without
-TLS (a laptop) the sender is believed. Either way every envelope is range-checked by the
+the stream ends with PERMISSION_DENIED before the envelope reaches any replica. The
+certificate is checked again at the first envelope `REAUTHENTICATE_INTERVAL_S` after the
+last check, so the stream of a node that has left the cluster since it opened it (out of
+the members and of the metadata quorum: `Node.sync_members`) ends with PERMISSION_DENIED
+too, rather than delivering for as long as keepalives hold it open. Without TLS (a
+laptop) the sender is believed. Either way every envelope is range-checked by the
 codec (`ImpossibleMessage`): an impossible one is dropped and logged (at most one line per
 sender every `DROP_LOG_INTERVAL_S`), never delivered.
 """
@@ -60,6 +64,7 @@ CHANNEL_OPTIONS = [
 ]
 
 DROP_LOG_INTERVAL_S = 10.0
+REAUTHENTICATE_INTERVAL_S = 1.0  # a stream's certificate is checked again this often
 NODE_ID_HEADER = "replog-node-id"  # the sending node's id, on every outgoing stream
 
 # (topic, partition, topic_id) -> the replica's delivery, None when not hosted here
@@ -273,10 +278,12 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         context: grpc.aio.ServicerContext[pb.Envelope, pb.ExchangeSummary],
     ) -> pb.ExchangeSummary:
         peer: int | None = None
-        if self.authenticate is not None:
-            peer = self.authenticate(context)
+        authenticate = self.authenticate
+        if authenticate is not None:
+            peer = authenticate(context)
             if peer is None:
                 await self._refuse(context, "the client certificate names no member")
+        checked_at = time.monotonic()
         announced = peer if peer is not None else _announced_node(context)
         if announced is not None and self.on_peer is not None:
             self.on_peer(announced)  # it is up: before its first envelope, which may be late
@@ -287,6 +294,12 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 await self._refuse(
                     context, f"node {peer} sent an envelope as node {envelope.from_id}"
                 )
+            if authenticate is not None:
+                now = time.monotonic()
+                if now - checked_at >= REAUTHENTICATE_INTERVAL_S:
+                    checked_at = now
+                    if authenticate(context) != peer:
+                        await self._refuse(context, f"node {peer} is no longer a member")
             if count == 1 and announced is None and self.on_peer is not None:
                 self.on_peer(envelope.from_id)
             deliver = self.router(envelope.topic, envelope.partition, envelope.topic_id)
