@@ -252,6 +252,7 @@ class Node:
             self.links.add(ident, where.dial)
         for ident in [i for i in self.peers.addresses if i not in nodes and i != me]:
             del self.peers.addresses[ident]
+        self._discovered -= set(nodes)  # the metadata has them now: it decides from here
         unknown_rack = any(i not in self._racks and i != me for i in nodes)
         if self.settings.rack and unknown_rack and not self._racks_asking:
             self._racks_asking = True  # (GetMetadata shows racks: `replog node add`'s spread)
