@@ -62,6 +62,14 @@ class ScalingCluster(ContainerCluster):
         self.nodes[node_id] = node
         node.start(wait=False)
 
+    def start_members(self, members: list[int]) -> None:
+        """Start `members`, each with them as its peer list; wait until they all serve."""
+        self.members = list(members)
+        for i in members:
+            self.start_node(i, members)
+        for i in members:
+            self.nodes[i].wait_serving()
+
     def bootstrap(self, excluding: Iterable[int] = ()) -> str:
         skip = set(excluding)
         return ",".join(self.nodes[i].address for i in self.members if i not in skip)
@@ -85,11 +93,7 @@ def test_the_image_grows_from_three_to_four_nodes_and_back_under_load(
 ) -> None:
     cluster = ScalingCluster(image, tmp_path)
     try:
-        cluster.members = [1, 2, 3]
-        for i in (1, 2, 3):
-            cluster.start_node(i, [1, 2, 3])
-        for i in (1, 2, 3):
-            cluster.nodes[i].wait_serving()
+        cluster.start_members([1, 2, 3])
         with cluster.client() as client:
             client.create_topic("scaled", 1, 3, format="raw")
             wait_until(lambda: _healthy(client, "scaled"), "a leader", DEADLINE_S)
