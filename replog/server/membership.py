@@ -180,17 +180,29 @@ class Members:
     there from another node)."""
 
     def __init__(
-        self, metadata: MetadataLog, peers: Peers, *, single: bool, timeout_s: float
+        self,
+        metadata: MetadataLog,
+        peers: Peers,
+        *,
+        single: bool,
+        timeout_s: float,
+        peer_port: str = "",
     ) -> None:
         """`single`: this node was started without `peers` (a cluster of one that does not
-        grow: its address may be a port it picked, which others cannot be told)."""
+        grow: its address may be a port it picked, which others cannot be told).
+        `peer_port`: the port of this node's peer listener ("": none): a node added without
+        a peer address is dialed on the same port of its host, as in StatefulSet mode."""
         self.metadata = metadata
         self.peers = peers
         self.single = single
         self.timeout_s = timeout_s
+        self.peer_port = peer_port
 
     async def add(self, node_id: int, address: str, peer_address: str) -> list[admin_pb2.Node]:
         """Returns the members as the metadata leader knows them once the node is one."""
+        host, sep, _port = address.rpartition(":")
+        if not peer_address and self.peer_port and sep and host:
+            peer_address = f"{host}:{self.peer_port}"  # nodes have a peer listener here
         if self.single:
             raise MembershipChangeRefusedError(
                 "this node was started without --peers: a cluster of one does not grow. "

@@ -693,6 +693,8 @@ class MetadataImage:
                 f"node {node_id} is not a member (members {sorted(self.nodes)[:32]})",
                 node_id=node_id,
             )
+        if len(self.nodes) == 1:
+            raise InvalidArgumentError(f"node {node_id} is the cluster's last member")
         hosted = self.replicas_on(node_id)
         if hosted:
             raise NodeNotEmptyError(
@@ -701,8 +703,6 @@ class MetadataImage:
                 node_id=node_id,
                 replicas=hosted,
             )
-        if len(self.nodes) == 1:
-            raise InvalidArgumentError(f"node {node_id} is the cluster's last member")
         return RemoveNode(node_id)
 
     def replicas_on(self, node_id: int) -> int:

@@ -167,7 +167,11 @@ class Node:
         )
         # Members added or removed at run time (`membership`): the metadata quorum follows.
         self.members = Members(
-            self.metadata, self.peers, single=self.single, timeout_s=settings.ack_timeout_ms / 1000
+            self.metadata,
+            self.peers,
+            single=self.single,
+            timeout_s=settings.ack_timeout_ms / 1000,
+            peer_port=settings.peer_listen.rpartition(":")[2] if settings.peer_listen else "",
         )
         self.quorum_keeper = QuorumKeeper(
             self.metadata,

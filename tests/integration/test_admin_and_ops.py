@@ -8,6 +8,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from replog.client import Client
+from replog.errors import InvalidArgumentError, MembershipChangeRefusedError, UnknownNodeError
 from tests.integration.servers import ServerProcess
 
 pytestmark = pytest.mark.integration
@@ -74,3 +75,16 @@ def test_metrics_expose_requests_appends_and_partition_offsets(
     assert 'replog_segments{partition="0",topic="admin-metrics"} 1.0' in text
     assert "replog_append_records_total" in text
     assert 'replog_request_seconds_bucket{le="0.001",method="Append"}' in text
+
+
+def test_a_single_node_refuses_to_grow_and_to_lose_its_only_member(client: Client) -> None:
+    """A node started without --peers is a cluster of one that does not grow (its address
+    may be a port it picked); RemoveNode of an unknown node or of the last member is typed."""
+    with pytest.raises(MembershipChangeRefusedError) as refused:
+        client.add_node(2, "127.0.0.1:1")
+    assert refused.value.refusal == "single_node"
+    with pytest.raises(UnknownNodeError):
+        client.remove_node(7)
+    with pytest.raises(InvalidArgumentError, match="last member"):
+        client.remove_node(0)
+    assert [n.id for n in client.refresh_metadata().nodes] == [0]

@@ -24,6 +24,7 @@ import pytest
 
 from replog.client import Client
 from replog.devcluster import DevCluster
+from replog.errors import InvalidArgumentError, NodeExistsError, UnknownNodeError
 from replog.v1 import admin_pb2, admin_pb2_grpc
 from tests.integration.test_cluster import (
     PATIENT,
@@ -97,9 +98,16 @@ def test_a_cluster_grows_to_five_nodes_and_back_to_three_without_restarts_under_
                 assert {r for p in meta.topics[0].partitions for r in p.replicas} == {1, 2, 3, 4, 5}
                 for p in range(10):
                     client.append("mid", p, [b"m%d" % p], acks="all")
-                # -- a node that hosts replicas cannot be removed --------------------------
+                # -- typed refusals over the wire ------------------------------------------
                 refused = _replog("node", "remove", "5", *cli, expect=1)
-                assert "NODE_NOT_EMPTY" in refused
+                assert "NODE_NOT_EMPTY" in refused  # it hosts replicas
+                with pytest.raises(NodeExistsError):
+                    client.add_node(4, nodes[5].address.rpartition(":")[0] + ":1")
+                with pytest.raises(UnknownNodeError):
+                    client.remove_node(99)
+                with pytest.raises(InvalidArgumentError):
+                    client.add_node(6, "no-port")
+                assert client.add_node(4, nodes[4].address)  # the same again: accepted
                 # -- shrink: 5 -> 3. Node 5 dies for good (SIGKILL) and is removed dead;
                 # node 1 is removed alive, then stopped.
                 nodes[5].kill()
