@@ -22,12 +22,22 @@ caught up, the next step is one of
 1. `Change(voters, observers')`: add every new member as an observer, drop observers that
    are no longer members;
 2. `Change(voters - [v], ...)`: a voter that is not a target voter (a member removed, or
-   one beyond the first five) stops voting, other nodes before the leader itself;
+   one beyond the first five) stops voting, other nodes before the leader itself, lagging
+   ones first, while more voters than the target's are left (so the quorum never shrinks
+   below its target while new voters catch up) and the voters left keep a majority of
+   caught-up replicas (the leader counts);
 3. `Change(voters + [o], ...)`: a caught-up observer that is a target voter is promoted;
 4. `Transfer(t)`: the leader is the last voter to remove: it hands leadership to a caught-up
    target voter, whose keeper goes on;
-5. `Wait`: target voters are still catching up (or no heir is caught up);
+5. `Wait`: target voters are still catching up (or no heir is caught up, or a voter to
+   remove waits for the condition of 2);
 6. `None`: the membership is the target.
+
+The conditions of 2 keep the quorum able to commit and elect: voters (1, 2, 3) with node 3
+dead and nodes 2 and 3 removed must not become (1, 3); voters (2, 3) left while node 4
+catches up to replace node 1 lose the quorum for good if one of them loses its disk (a
+replica repairing or replacing a disk votes only once a leader let it catch up: its vote
+floor). Both were found by the simulator (`tests/simulation/test_controller_schedules.py`).
 
 Every step is read from the log (membership) and the metadata (members), never from the
 keeper's memory, so a leader change or a crash half way resumes where the log is. Refusals
@@ -80,17 +90,20 @@ def decide(
         return Change(voters, tuple(keep + new), f"observers {list(observers)} -> {keep + new}")
     leaving = [v for v in voters if v not in target_voters]
     others = [v for v in leaving if v != me]
-    if others:
-        gone = others[0]
-        rest = tuple(v for v in voters if v != gone)
-        stays = (*observers, gone) if gone in wanted else observers
-        return Change(rest, stays, f"voter {gone} stops voting")
+    shrinks = len(voters) > len(target_voters)  # (else replacements are promoted first)
+    for gone in sorted(others, key=lambda v: v in ready) if shrinks else ():
+        rest = tuple(v for v in voters if v != gone)  # lagging (or dead) ones go first
+        if sum(1 for v in rest if v == me or v in ready) > len(rest) // 2:
+            stays = (*observers, gone) if gone in wanted else observers
+            return Change(rest, stays, f"voter {gone} stops voting")
     joining = [o for o in observers if o in target_voters]
     promotable = [o for o in joining if o in ready]
     if promotable:
         new_voter = promotable[0]
         rest = tuple(o for o in observers if o != new_voter)
         return Change((*voters, new_voter), rest, f"promote {new_voter} to voter")
+    if others:
+        return Wait(f"voters {others} leave once replacements vote and the rest caught up")
     if leaving:  # only this node, the leader, is left to remove: hand over first
         heirs = [v for v in target_voters if v in voters and v in ready and v != me]
         if not heirs:

@@ -153,12 +153,33 @@ def test_a_new_member_joins_as_an_observer_then_votes_once_caught_up() -> None:
 def test_members_beyond_five_stay_observers_and_a_removed_voter_makes_room() -> None:
     six = [1, 2, 3, 4, 5, 6]
     assert decide(1, (1, 2, 3, 4, 5), (6,), six, frozenset({6})) is None
-    # node 2 removed: it stops voting first (kept as nothing), then 6 is promoted
-    members = [1, 3, 4, 5, 6]
-    step = decide(1, (1, 2, 3, 4, 5), (6,), members, frozenset({6}))
-    assert isinstance(step, Change) and step.voters == (1, 3, 4, 5) and step.observers == (6,)
-    step = decide(1, (1, 3, 4, 5), (6,), members, frozenset({6}))
-    assert isinstance(step, Change) and step.voters == (1, 3, 4, 5, 6)
+    # node 2 removed: 6 is promoted first (the quorum never has fewer voters than the
+    # target's five), then node 2 stops voting (kept as nothing)
+    members, ready = [1, 3, 4, 5, 6], frozenset({3, 4, 5, 6})
+    step = decide(1, (1, 2, 3, 4, 5), (6,), members, ready)
+    assert isinstance(step, Change) and step.voters == (1, 2, 3, 4, 5, 6) and step.observers == ()
+    step = decide(1, (1, 2, 3, 4, 5, 6), (), members, ready)
+    assert isinstance(step, Change) and step.voters == (1, 3, 4, 5, 6) and step.observers == ()
+
+
+def test_a_voter_leaves_only_while_the_voters_left_keep_a_caught_up_majority() -> None:
+    """Found by the simulator (tests/simulation/test_controller_schedules.py): node 3 dead,
+    nodes 2 and 3 removed, the keeper took node 2 out first and left voters (1, 3), which
+    can never commit or elect again; and voters (1, 2, 3) with node 1 replaced by node 4
+    became (2, 3) while node 4 caught up, lost for good when one of them lost its disk."""
+    # the dead (lagging) voter leaves first; then the other
+    assert decide(1, (1, 2, 3), (), [1], frozenset({2})) == Change(
+        (1, 2), (), "voter 3 stops voting"
+    )
+    assert decide(1, (1, 2), (), [1], frozenset({2})) == Change((1,), (), "voter 2 stops voting")
+    # removing node 2 would leave (1, 3) with node 3 lagging: it waits
+    assert isinstance(decide(1, (1, 2, 3), (), [1, 3], frozenset({2})), Wait)
+    # node 2 replaced by node 4: node 2 leaves only once node 4 votes
+    assert isinstance(decide(1, (1, 2, 3), (4,), [1, 3, 4], frozenset({2, 3})), Wait)
+    step = decide(1, (1, 2, 3), (4,), [1, 3, 4], frozenset({2, 3, 4}))
+    assert isinstance(step, Change) and step.voters == (1, 2, 3, 4) and step.observers == ()
+    step = decide(1, (1, 2, 3, 4), (), [1, 3, 4], frozenset({2, 4}))  # (1 and 4 of 3 ready)
+    assert isinstance(step, Change) and step.voters == (1, 3, 4)
 
 
 def test_a_removed_observer_is_dropped_and_a_leaving_leader_hands_over_first() -> None:
