@@ -2,6 +2,7 @@
 
 python -m tests.simulation.run --seed 1234 --nodes 3 [--observers 1] [--flush never]
     [--interrupts] [--memberships --spares 1] [--balance [--voters 2,3,1]]
+    [--controller reassign|keeper --spares 2]
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ def main() -> None:
     parser.add_argument(
         "--voters", default="", help="the starting voters in order (first: preferred leader)"
     )
+    parser.add_argument(
+        "--controller",
+        choices=["reassign", "keeper"],
+        default="",
+        help="the server's reassignment controller or metadata quorum keeper",
+    )
     args = parser.parse_args()
     config = SimConfig.random(
         args.seed,
@@ -43,6 +50,7 @@ def main() -> None:
         spares=args.spares,
         balance=args.balance,
         voter_order=tuple(int(v) for v in args.voters.split(",") if v),
+        controller=args.controller,
     )
     print(config)
     outcome = run_schedule(config)

@@ -46,6 +46,11 @@ seed fully determines a schedule. The simulated pieces:
   starts a transfer to the replica it names. `voter_order` sets the starting voters' order
   (voters[0] is the preferred leader). After healing, `run_schedule` then also checks that
   leadership ends on the preferred replica within `balance_bound_ms` and stays there.
+* the server's membership controllers (`controller`, controllers.py): the reassigner or the
+  metadata quorum keeper runs on every node with its real pure `decide`, after targets or
+  members an operator changes; replicas are created and deleted as the server does. After
+  healing, `run_schedule` then also checks that it reaches its target within
+  `controller_bound_ms`.
 
 Invariants (checker.py) are checked as outputs are applied and after every event.
 """
@@ -94,6 +99,7 @@ from replog.replication.batch_ends import BatchEnds
 from replog.replication.producers import ProducerBatch, ProducerTable, decode_header
 from replog.server.balancer import preferred_target
 from tests.simulation.checker import Checker, InvariantViolation, SimRecord, check
+from tests.simulation.controllers import check_done, controller_bound_ms, make_controller
 
 TICK_MS = 10
 ANSWER_RECORDS_MAX = 64  # how far past fetch_records_max an answer may go to end a batch
@@ -132,6 +138,11 @@ class SimConfig:
     memberships_per_s: float = 0.0  # membership changes asked of the leader (one at a time)
     balance_interval_ms: int = 0  # each node's leader balancer (0: none), +-50% jitter
     voter_order: tuple[int, ...] = ()  # the starting voters in this order (): 1..nodes
+    # the server's membership controllers (controllers.py): "reassign" | "keeper" ("": none),
+    # their passes on each node (+-50%), and the operator's moves during the chaos
+    controller: str = ""
+    control_interval_ms: int = 0
+    moves_per_s: float = 0.0
 
     def repro(self) -> str:
         flush = "" if self.flush_always else " --flush never"
@@ -143,10 +154,13 @@ class SimConfig:
         members = f" --memberships --spares {self.spares}" if self.memberships_per_s else ""
         balance = " --balance" if self.balance_interval_ms else ""
         order = f" --voters {','.join(map(str, self.voter_order))}" if self.voter_order else ""
+        control = (
+            f" --controller {self.controller} --spares {self.spares}" if self.controller else ""
+        )
         return (
             f"python -m tests.simulation.run --seed {self.seed} --nodes {self.nodes}"
             f"{observers}{flush}{owner}{transfers}{corruption}{producers}{members}{balance}"
-            f"{order}"
+            f"{order}{control}"
         )
 
     @property
@@ -170,6 +184,7 @@ class SimConfig:
         spares: int = 0,
         balance: bool = False,
         voter_order: tuple[int, ...] = (),
+        controller: str = "",
     ) -> SimConfig:
         """Fault rates drawn from the seed, so that seeds cover calm and hostile networks.
         `interrupts`: the owner model with cancelled callers (a rate drawn separately, so
@@ -181,7 +196,12 @@ class SimConfig:
         corruption_rate = random.Random(f"corruption-{seed}-{shape}").choice([0.5, 2.0, 5.0])
         membership_rate = random.Random(f"memberships-{seed}-{shape}").choice([2.0, 5.0, 20.0])
         balance_ms = random.Random(f"balance-{seed}-{shape}").choice([50, 200, 1000])
+        control = random.Random(f"control-{seed}-{shape}")
+        control_ms, moves_rate = control.choice([50, 100, 300]), control.choice([0.5, 2.0, 5.0])
         return SimConfig(
+            controller=controller,
+            control_interval_ms=control_ms if controller else 0,
+            moves_per_s=moves_rate if controller else 0.0,
             balance_interval_ms=balance_ms if balance else 0,
             voter_order=voter_order,
             spares=spares,
@@ -368,13 +388,22 @@ class Simulation:
             [int, Sequence[int], Sequence[tuple[int, int, int, int]]], int | None
         ] = preferred_target
         self.balancer_transfers: list[tuple[int, int, int]] = []  # (ms, leader, target)
+        # nodes without a replica (never created, or deleted: not restarted), and the
+        # starting membership and quorum state of replicas created later (controllers.py)
+        self.deleted: set[int] = set()
+        self.starting: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        self.controller = make_controller(self) if config.controller else None
         for i in self.ids:
-            self._start_node(i)
+            if i not in self.deleted:
+                self._start_node(i)
             self._schedule(self.rng.randint(0, TICK_MS), "tick", i)
         self._schedule(0, "chaos", None)
         if config.balance_interval_ms:
             for i in self.ids:
                 self._schedule(self._balance_delay(), "balance", i)
+        if self.controller is not None:
+            for i in self.ids:
+                self._schedule(self.controller.interval(), "control", i)
 
     # -- event loop ----------------------------------------------------------------------
 
@@ -425,7 +454,7 @@ class Simulation:
                 self._continue(node)
         elif kind == "restart":
             assert isinstance(payload, int)
-            if self.nodes[payload].replica is None:
+            if self.nodes[payload].replica is None and payload not in self.deleted:
                 self._start_node(payload)
         elif kind == "repair":
             assert isinstance(payload, int)
@@ -434,6 +463,11 @@ class Simulation:
             assert isinstance(payload, int)
             self.balance(payload)
             self._schedule(self._balance_delay(), "balance", payload)
+        elif kind == "control":
+            assert self.controller is not None
+            again = self.controller.handle(payload)
+            if again is not None:
+                self._schedule(again, "control", payload)
         elif kind == "chaos":
             if self.chaos:
                 self._chaos_step()
@@ -483,6 +517,8 @@ class Simulation:
                 self.partition({leader.id})  # the leader alone, the rest together
             else:
                 self.partition(*self._random_groups())
+        if self.controller is not None:  # (its own rng: the draws above stay what they were)
+            self.controller.chaos()
 
     def _random_groups(self) -> list[set[int]]:
         nodes = list(self.ids)
@@ -545,6 +581,32 @@ class Simulation:
         node.corrupt.clear()
         if up:
             self._start_node(node_id)
+
+    def delete_replica(self, node_id: int) -> None:
+        """The node's replica is deleted (its process stopped, its directory removed): it
+        is not restarted until `create_replica`. The checker still counts what it held as
+        acknowledged (`Node.held`) until a new replica of it votes."""
+        node = self.nodes[node_id]
+        self.crash(node_id)
+        node.before_repair = list(node.log)
+        node.log = []
+        node.log_start = node.flushed = node.hw = node.hw_checkpoint = 0
+        node.quorum = QuorumState()
+        node.history = EpochHistory()
+        node.memberships = ()
+        node.corrupt.clear()
+        self.deleted.add(node_id)
+
+    def create_replica(
+        self, node_id: int, voters: tuple[int, ...], observers: tuple[int, ...], state: QuorumState
+    ) -> None:
+        """A new replica on an empty directory of a node that has none, with this starting
+        membership and quorum state (a vote floor, or none)."""
+        assert node_id in self.deleted and self.nodes[node_id].replica is None
+        self.deleted.discard(node_id)
+        self.starting[node_id] = (voters, observers)
+        self.nodes[node_id].quorum = state
+        self._start_node(node_id)
 
     def interrupt(self, node_id: int) -> None:
         """Cancel the caller of the node's in-flight input (a gRPC handler whose client went
@@ -742,10 +804,15 @@ class Simulation:
         cfg = self.config
         node = self.nodes[node_id]
         assert node.replica is None
+        voters, observers = self.voters, self.observers
+        if node_id in self.spares:
+            observers += (node_id,)
+        if node_id in self.starting:
+            voters, observers = self.starting[node_id]
         config = ReplicaConfig(
             replica_id=node_id,
-            voters=self.voters,
-            observers=self.observers + ((node_id,) if node_id in self.spares else ()),
+            voters=voters,
+            observers=observers,
             election_timeout_ms_min=cfg.election_timeout_ms_min,
             election_timeout_ms_max=cfg.election_timeout_ms_max,
             fetch_wait_ms_max=50,
@@ -782,8 +849,10 @@ class Simulation:
         self.duplication = 0.0
         self.fetch_records_max = 100  # a healthy network: normal max_bytes
         for node_id, node in self.nodes.items():
-            if node.replica is None:
+            if node.replica is None and node_id not in self.deleted:
                 self.restart(node_id)
+        if self.controller is not None:
+            self.controller.settle()
 
     # -- clients -------------------------------------------------------------------------
 
@@ -1223,6 +1292,10 @@ class Outcome:
     # leadership reached the preferred replica (0 and -1 without it)
     final_leader: int = 0
     balanced_ms: int = -1
+    # with a controller: how long after the cluster was quiet it reached its target (-1),
+    # and the steps it took after the heal
+    controlled_ms: int = -1
+    controller_steps: int = 0
 
 
 class SimulationFailure(AssertionError):
@@ -1268,6 +1341,14 @@ def run_schedule(config: SimConfig) -> Outcome:
         )
         _check_converged(sim, deadline)
         balanced_ms = _check_balanced(sim) if config.balance_interval_ms else -1
+        controlled_ms = -1
+        if sim.controller is not None:
+            controlled_ms = check_done(sim, controller_bound_ms(config))
+            check(
+                _wait_commit(sim, sim.now + config.liveness_ms) is not None,
+                "controller: no acks=all append committed after it reached its target",
+            )
+            _check_converged(sim, sim.now + config.liveness_ms)
         sim.check_all_epochs()
         sim.check_producers()
     except (InvariantViolation, AssertionError) as exc:
@@ -1291,6 +1372,8 @@ def run_schedule(config: SimConfig) -> Outcome:
         committed_at - healed_at,
         final_leader=final.id if final is not None else 0,
         balanced_ms=balanced_ms,
+        controlled_ms=controlled_ms,
+        controller_steps=sim.controller.steps_since_heal() if sim.controller is not None else 0,
     )
 
 
