@@ -19,18 +19,21 @@ the driver uses (`Replica.change_membership`, `Replica.transfer_leadership`):
   `reassign_partition` commands and the completions are applied at once (validated by it:
   while a move is in progress only a cancel, the assignment itself, is accepted). A node
   starts its replica when a target first names it, with the assignment as voters plus
-  itself as observer and no state (`Node._make_replica`), and deletes it (disk wiped) a
-  little after a completion leaves it out of the partition's hosts (the reconciler).
+  itself as observer and the unreachable vote floor (`Node._make_replica`: `JOINING_STATE`),
+  and deletes it (disk wiped) a little after a completion leaves it out of the partition's
+  hosts (the reconciler).
 * `keeper`: `replog.server.membership.decide` on the `__cluster` partition's serving leader
   (`QuorumKeeper.run_once`) after the members of a `MetadataImage` changed by the
   operator's `add_node` / `remove_node` (first five members by id vote, the others observe).
   A node added starts (a little later) as the server starts a node on an empty directory in
-  an existing cluster: the membership of its peer list (the members and itself) and the
-  unreachable vote floor (`identity.UNREACHABLE_FLOOR`, a replacement). A node removed is
-  stopped and its data deleted once it is out of the leader's membership, or at once now and
-  then (a dead node removed), one such voter at a time so that the quorum stays. The
-  keeper's loop waits `IDLE_POLL_S` / `BUSY_POLL_S` / its backoff, and is woken early when
-  its node applies metadata (here: its HW moved).
+  an existing cluster that no peer lists as a member (`replog node add`, identity start
+  "joining"): an observer, the first five of its peer list (the members when it was added)
+  but itself voting (`joining_members`), under the unreachable vote floor
+  (`identity.UNREACHABLE_FLOOR`); the log's membership governs once it holds a record. A
+  node removed is stopped and its data deleted once it is out of the leader's membership, or
+  at once now and then (a dead node removed), one such voter at a time so that the quorum
+  stays. The keeper's loop waits `IDLE_POLL_S` / `BUSY_POLL_S` / its backoff, and is woken
+  early when its node applies metadata (here: its HW moved).
 
 The operator moves at `moves_per_s` during the chaos (a new target, or a cancel; a member
 added or removed, the leader's own node among them), and once more when the cluster heals
@@ -49,6 +52,7 @@ reaches it. A caller cancelled by `interrupts_per_s` counts as a caller that tim
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -73,10 +77,11 @@ REFUSED = (
     AckFailure.TOO_MANY_VOTER_CHANGES,
     AckFailure.LEADER_REMOVAL,
 )
-# The quorum state a replica that a target adds starts with: none, as `Node._make_replica`
-# starts it (it floors only the replicas of a lost disk). A replica deleted by a completion
-# and named again then votes before it holds anything: see test_controller_schedules.py.
-JOINING_STATE = QuorumState()
+# The quorum state a replica that a target adds starts with: the unreachable vote floor, as
+# `Node._make_replica` starts it (`identity.floor_replica`), so that a replica deleted by a
+# completion and named again votes only once it caught up with a leader. (Before, it started
+# with none, and voted, empty, for a stale candidate: see test_controller_schedules.py.)
+JOINING_STATE: QuorumState = UNREACHABLE_FLOOR
 CALL_TIMEOUT_MS = 5000  # the loops' change_membership timeout (ack_timeout_ms: 30 s default)
 START_DELAY_MS_MAX = 500  # a node's replica starts or is deleted this long after the metadata
 DEAD_NOTICED_MS = 500  # after FRESH_MS, before the operator removes another node
@@ -374,6 +379,7 @@ class Keeper(Controller):
         self.leaving: set[int] = set()  # removed members still running
         self.dead: set[int] = set()  # removed and stopped before they left the membership
         self.removals_from = 0  # no removal before (a node died: see `_move`)
+        self.peer_lists: dict[int, list[int]] = {}  # a node added: the members then
 
     def members(self) -> list[int]:
         return sorted(self.image.nodes)
@@ -436,14 +442,16 @@ class Keeper(Controller):
 
     def start(self, node_id: int) -> None:
         """`replog serve` of a node added, on an empty directory: its peers are the members
-        (itself among them); it is a replacement, with the unreachable vote floor."""
+        when `replog node add` answered (itself among them); it joins as an observer, with
+        the unreachable vote floor."""
         sim = self.sim
         if node_id in sim.deleted and node_id in self.image.nodes:
-            voters, observers = replica_config_members(self.members())
+            voters, observers = START_MEMBERS(node_id, self.peer_lists[node_id])
             sim.create_replica(node_id, voters, observers, UNREACHABLE_FLOOR)
 
     def add(self, node_id: int) -> None:
         self.apply(self.image.add_node(node_id, _address(node_id).address))
+        self.peer_lists[node_id] = self.members()
         self.moves.append((self.sim.now, f"add {node_id}"))
         self.leaving.discard(node_id)
         self.dead.discard(node_id)
@@ -529,6 +537,24 @@ class Keeper(Controller):
             f"members {self.members()}, leaving {sorted(self.leaving)}, keeper says "
             f"{self._decided()!r}, moves {self.moves[-4:]}, steps {self.steps[-6:]}"
         )
+
+
+def joining_members(node_id: int, peers: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The `__cluster` membership a node added starts with (`Node.__init__`, identity start
+    "joining"): the first five of its peer list but itself vote, and itself observes."""
+    voters, _ = replica_config_members([p for p in peers if p != node_id])
+    return voters, (node_id,)
+
+
+def peer_list_members(node_id: int, peers: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The start before the fix: the membership of its peer list, itself among them (a voter
+    if among the first five), which peers whose log lacks committed records could elect
+    (see test_controller_schedules.py)."""
+    return replica_config_members(peers)
+
+
+# How a node added starts its `__cluster` replica (a scenario puts the former start back).
+START_MEMBERS: Callable[[int, list[int]], tuple[tuple[int, ...], tuple[int, ...]]] = joining_members
 
 
 def make_controller(sim: Simulation) -> Controller:

@@ -19,12 +19,15 @@ majority of its own voters). After healing, `run_schedule` also requires the con
 reach its target within `controller_bound_ms` (the reassignment completed, or the keeper's
 `decide` answering None) and a leader to commit again.
 
-What the runs found (scenarios below): the keeper took voters out in an order that left a
-quorum that could not commit or elect, for good when one of the voters left was a disk
-under its vote floor (fixed in `membership.decide`); and a replica deleted by a completed
-reassignment and named again starts without a vote floor, so it votes, empty, for a stale
-candidate that still counts it as a voter (a server bug in `Node._make_replica`, shown
-with the server's behaviour and with the floor that closes it).
+What the runs found (scenarios below, each with the server's behaviour now and the former
+one the checker catches): the keeper took voters out in an order that left a quorum that
+could not commit or elect, for good when one of the voters left was a disk under its vote
+floor (fixed in `membership.decide`); a replica deleted by a completed reassignment and
+named again started without a vote floor, so it voted, empty, for a stale candidate that
+still counted it as a voter (fixed in `Node._make_replica`: a replica a move adds starts
+under the unreachable floor); and a node added started as a voter of its peer list, so
+peers lacking committed records could elect it (fixed in `Node.__init__`: it starts as an
+observer until its log's membership says otherwise).
 
 The number of schedules is fixed (never a wall-clock budget): about 60 s on 2 cores. A
 failure names the seed: `python -m tests.simulation.run --seed N --nodes 3 --controller
@@ -284,23 +287,24 @@ def test_a_replaced_voter_stays_until_its_replacement_votes_so_one_lost_disk_is_
 # -- the reassigner: a re-created replica must not vote before it caught up -----------------
 
 
-@pytest.mark.parametrize("state", ["server", "floored"])
-def test_a_replica_deleted_by_a_completion_and_named_again_votes_for_a_stale_candidate(
+@pytest.mark.parametrize("state", ["server", "no floor (before the fix)"])
+def test_a_replica_deleted_by_a_completion_and_named_again_votes_only_once_caught_up(
     state: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Voters 1, 2, 3 led by 2; node 1 fetched the first change (node 4 joining) and is then
     cut off. The move to (1, 2, 4) completes without it, so node 3's replica is deleted. A
     new move names node 3 again: its replica starts empty (`Node._make_replica`: the
-    assignment as voters, itself as observer, no quorum state). Cut off from the leader
-    with node 1, it grants node 1's (pre-)votes: node 1's membership record is newer than
-    its none (`Replica._votes_for`), its empty log is behind anyone's, and node 1 still
-    counts node 3 as a voter. Node 1 wins, lacking every record committed since: acked
-    records are lost. With the unreachable vote floor (a replacement's), node 3 votes only
-    once a leader let it catch up, and nothing is lost."""
-    if state == "floored":
-        monkeypatch.setattr(controllers, "JOINING_STATE", UNREACHABLE_FLOOR)
+    assignment as voters, itself as observer) under the unreachable vote floor, so, cut off
+    from the leader with node 1, it grants none of node 1's (pre-)votes, though node 1 still
+    counts it as a voter; once healed it catches up, and nothing is lost. Before the fix it
+    started with no quorum state (found by the random runs): it granted them, node 1's
+    membership record being newer than its none (`Replica._votes_for`) and its empty log
+    behind anyone's, and node 1 won lacking every record committed since: acked records
+    were lost, as the checker shows with that start."""
+    if state == "server":
+        assert UNREACHABLE_FLOOR == controllers.JOINING_STATE  # the server's behaviour
     else:
-        assert QuorumState() == controllers.JOINING_STATE  # the server's behaviour today
+        monkeypatch.setattr(controllers, "JOINING_STATE", QuorumState())
     config = SimConfig(
         seed=0, nodes=3, spares=1, controller="reassign", control_interval_ms=50,
         **CALM, **NO_TIMEOUTS,  # type: ignore[arg-type]
@@ -323,11 +327,12 @@ def test_a_replica_deleted_by_a_completion_and_named_again_votes_for_a_stale_can
     assert sim.run_for(1000, lambda: 3 not in sim.deleted)
     assert sim.replica(3).log_end_offset == 0 and not sim.replica(3).is_voter
     assert sim.replica(1).membership.voters == (1, 2, 3), "node 1 still counts node 3"
-    if state == "server":
+    if state != "server":
         with pytest.raises(InvariantViolation, match="leader completeness: leader 1"):
             sim.campaign(1)
             sim.run_for(1000)
         return
+    assert sim.nodes[3].quorum.vote_floor, "node 3 starts under the unreachable floor"
     sim.campaign(1)
     sim.run_for(1000)
     assert sim.replica(1).role is not Role.LEADER and 1 not in sim.checker.leaders.values()
@@ -340,28 +345,40 @@ def test_a_replica_deleted_by_a_completion_and_named_again_votes_for_a_stale_can
     leader = sim.leader()
     assert leader is not None and set(leader.replica.membership.voters) == {1, 2, 3}  # type: ignore[union-attr]
     assert set(committed) <= set(values_at(sim, leader.id))
+    assert 1 not in sim.checker.leaders.values()
 
 
-# -- the keeper: a node added with a peer list unlike the log's voters ----------------------
+# -- the keeper: a node added joins as an observer, whatever its peer list -----------------
 
 
-def test_a_node_added_as_members_leave_is_elected_by_its_peer_list_lacking_committed_records() -> (
-    None
-):
-    """Found by the random runs (`--seed 208 --nodes 3 --flush never --interrupts
-    --controller keeper --spares 4`); an open bug of the server, shown here as the checker
-    sees it. Members 1, 2, 3 led by 3, node 2 lagging (cut off); nodes 1 and 3 are removed
-    (the keeper waits: the voters left would lack a caught-up majority) and node 5 is added:
-    it starts as the server starts a node on an empty directory, with its peer list (the
-    members, 2, and itself: voters (2, 5)) and the unreachable vote floor. The floor clears
-    once node 5 holds what its leader has committed, which is before the keeper's record
-    making it an observer commits; cut off then, node 5 still takes itself for a voter of
-    (2, 5), and node 2, a voter of its own membership (1, 2, 3), elects it: its log lacks
-    the records nodes 1 and 3 committed meanwhile. (The majorities of (2, 5) and (1, 2, 3)
-    need not overlap; the same holds for the documented growth from 3 to 5 nodes, whose
-    node 5 starts with voters 1..5. Fix candidates: a node joining an existing cluster starts
-    as a non-voter whatever its peer list, or its floor clears only once it holds a
-    membership record of the log.)"""
+def _peer_list_start(node_id: int, peers: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A node added as it started before the fix: the membership of its peer list, itself
+    among them (a voter if among the first five)."""
+    return replica_config_members(peers)
+
+
+@pytest.mark.parametrize("start", ["server", "peer list (before the fix)"])
+def test_a_node_added_as_members_leave_is_not_elected_by_peers_lacking_committed_records(
+    start: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the random runs (`--seed 208` and `--seed 880`, `--nodes 3 --flush never
+    --interrupts --controller keeper --spares 4`). Members 1, 2, 3 led by 3, node 2 lagging
+    (cut off); nodes 1 and 3 are removed (the keeper waits: the voters left would lack a
+    caught-up majority) and node 5 is added, which starts on an empty directory with the
+    members, 2 and itself, as its peer list, under the unreachable vote floor. The floor
+    clears once node 5 holds what its leader has committed, which is before the keeper's
+    record making it an observer commits; then it is cut off with node 2. The server starts
+    it as an observer (voters: its peers but itself, (2,)), so it neither campaigns nor
+    votes until its log's membership says otherwise, and once healed nothing is lost.
+    Before the fix it started with its peer list's membership, voters (2, 5): node 2, a
+    voter of its own membership (1, 2, 3), elected it, and its log lacked the records nodes
+    1 and 3 committed meanwhile, as the checker shows with that start. (The majorities of
+    (2, 5) and (1, 2, 3) need not overlap; the same held for the documented growth from 3
+    to 5 nodes, whose node 5 started with voters 1..5.)"""
+    if start == "server":
+        assert controllers.START_MEMBERS is controllers.joining_members  # the server's
+    else:
+        monkeypatch.setattr(controllers, "START_MEMBERS", _peer_list_start)
     config = SimConfig(
         seed=0, nodes=3, spares=2, controller="keeper", control_interval_ms=50,
         fetch_records_max=2, **CALM, **NO_TIMEOUTS,  # type: ignore[arg-type]
@@ -370,16 +387,14 @@ def test_a_node_added_as_members_leave_is_elected_by_its_peer_list_lacking_commi
     keeper = sim.controller
     assert isinstance(keeper, Keeper)
     elect(sim, 3)
-    for _ in range(3):
-        sim.client_append(Acks.ALL, 3, 2)
+    acked = [sim.client_append(Acks.ALL, 3, 2) for _ in range(3)]
     wait_replicated(sim, 3, [1, 2])
     assert sim.run_for(200, lambda: sim.replica(2).high_watermark == len(values_at(sim, 3)))
     sim.partition({1, 3, 4, 5}, {2})
     keeper.remove(1, dead=False)
     keeper.remove(3, dead=False)
     sim.partition({3, 4, 5}, {1}, {2})  # records appended now wait for node 1 to commit
-    for _ in range(3):
-        sim.client_append(Acks.ALL, 3, 2)
+    acked += [sim.client_append(Acks.ALL, 3, 2) for _ in range(3)]
     sim.run_for(50)
     keeper.add(5)
     lagging = sim.replica(2).log_end_offset
@@ -394,10 +409,30 @@ def test_a_node_added_as_members_leave_is_elected_by_its_peer_list_lacking_commi
     five = sim.replica(5)
     observer_at = sim.replica(3).membership_history[-1].offset
     assert sim.replica(3).membership.observers == (5,) and five.log_end_offset < observer_at
-    assert five.membership.voters == (2, 5) and five.is_voter  # from its peer list
+    assert not five.membership_history, "node 5 holds no membership record yet"
     sim.partition({1, 3}, {2, 5})
     assert sim.run_for(1000, lambda: len(sim.checker.committed) > five.log_end_offset)
     assert sim.replica(2).log_end_offset <= five.log_end_offset
-    with pytest.raises(InvariantViolation, match="leader completeness: leader 5"):
-        sim.campaign(5)
-        sim.run_for(500)
+    if start != "server":
+        assert five.membership.voters == (2, 5) and five.is_voter  # from its peer list
+        with pytest.raises(InvariantViolation, match="leader completeness: leader 5"):
+            sim.campaign(5)
+            sim.run_for(500)
+        return
+    assert five.membership.voters == (2,) and five.membership.observers == (5,)
+    assert not five.is_voter, "a node added observes until its log's membership says more"
+    sim.campaign(5)  # (a no-op on an observer) and node 2, still a voter of (1, 2, 3),
+    sim.campaign(2)  # cannot win without node 1 or 3
+    sim.run_for(500)
+    assert five.role is not Role.LEADER and sim.replica(2).role is not Role.LEADER
+    assert not {2, 5} & set(sim.checker.leaders.values())
+    sim.heal()
+    elect(sim, 3)
+    assert sim.run_for(controller_bound_ms(sim.config), keeper.done), keeper.describe()
+    leader = sim.leader()
+    assert leader is not None and leader.replica is not None
+    assert set(leader.replica.membership.voters) == {2, 5}, leader.replica.membership
+    assert all(sim.requests[r].outcome == "acked" for r in acked)
+    committed = [v for r in acked for v in sim.requests[r].values]
+    assert set(committed) <= set(values_at(sim, leader.id))
+    assert 5 not in sim.checker.leaders.values() or leader.id == 5
