@@ -15,6 +15,11 @@ its peers (`Nodes.Identify`, on their peer listener) and decides (`decide`, pure
   leader has committed in the leader's current epoch (the core's repair rule); then it is a
   voter like the others. Its metadata catch-up point is kept (`caught_up_at`), so replicas
   of topics created before it are floored and those created after are not.
+* **joining**: as a replacement, but the peers' metadata lists the members without this
+  node while its quorum has been changed through the log (membership records): a node
+  being added (`replog node add`). Its metadata partition starts as an *observer* (voters:
+  the first five of its peer list without it), so the peer list it was given never makes
+  it a voter that the log's membership does not have; the log's records make it one.
 * **bootstrap**: a majority of the metadata voters (this node included) answer that they
   are on empty directories too and have seen no metadata: nothing can have been
   acknowledged yet, so the node votes at once. A cluster of one bootstraps at once.
@@ -35,7 +40,8 @@ File `node-identity.json` (JSON, written atomically)::
 What this does not close: a replacement forgets the votes it cast before the loss, and it
 may vote again, after catching up, in an election of an epoch it had voted in already (a
 candidate of that epoch cut off since); KIP-853 closes that by making the new directory a
-non-voter until a membership change adds it, which the server does not do yet.
+non-voter until a membership change adds it, which the server does not do for a member's
+own lost disk (it does for a node being added: "joining").
 """
 
 from __future__ import annotations
@@ -67,8 +73,10 @@ IDENTITY_FILE = "node-identity.json"
 IGNORED_ENTRIES = frozenset({"lost+found", IDENTITY_FILE + ".tmp"})  # an empty volume has these
 BOOTSTRAP = "bootstrap"
 REPLACEMENT = "replacement"
+JOINING = "joining"
 EXISTING = "existing"
-STARTS = (BOOTSTRAP, REPLACEMENT, EXISTING)
+STARTS = (BOOTSTRAP, REPLACEMENT, JOINING, EXISTING)
+CATCHING_UP_STARTS = (REPLACEMENT, JOINING)  # floored until caught up
 ASK_TIMEOUT_S = 1.0
 ASK_INTERVAL_S = 0.2
 WAITING_LOG_INTERVAL_S = 10.0
@@ -86,13 +94,13 @@ class Identity:
     def floors(self, topic_id: int) -> bool:
         """Whether a new replica of the topic created at metadata offset `topic_id` starts
         floored: on a replacement, for topics created before it caught up."""
-        if self.start != REPLACEMENT:
+        if self.start not in CATCHING_UP_STARTS:
             return False
         return self.caught_up_at is None or topic_id < self.caught_up_at
 
     @property
     def catching_up(self) -> bool:
-        return self.start == REPLACEMENT and self.caught_up_at is None
+        return self.start in CATCHING_UP_STARTS and self.caught_up_at is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +111,8 @@ class Answer:
     metadata_epoch: int
     metadata_end_offset: int
     replacement: bool = False  # a replacement itself (still catching up)
+    members: tuple[int, ...] = ()  # the members its metadata has (empty: it does not say)
+    membership_changed: bool = False  # its metadata log holds a membership record
 
 
 def decide(node_id: int, voters: Sequence[int], answers: Mapping[int, Answer]) -> str | None:
@@ -110,12 +120,25 @@ def decide(node_id: int, voters: Sequence[int], answers: Mapping[int, Answer]) -
     voters; `answers`: the peers that answered (this node not among them)."""
     for answer in answers.values():
         if answer.replacement or answer.metadata_epoch > 0 or answer.metadata_end_offset > 0:
-            return REPLACEMENT
+            return _joining_or_replacement(node_id, answers)
     empty = 1 if node_id in voters else 0
     empty += sum(1 for peer, a in answers.items() if peer in voters and peer != node_id)
     if empty >= len(voters) // 2 + 1:
         return BOOTSTRAP
     return None
+
+
+def _joining_or_replacement(node_id: int, answers: Mapping[int, Answer]) -> str:
+    """The cluster exists: JOINING when its metadata quorum is changed through the log and
+    no peer that lists the members lists this node (a node being added: it starts as an
+    observer, so that the peer list it was given never makes it a voter the log does not
+    have), REPLACEMENT otherwise (a member's lost disk, or a node of a cluster whose
+    quorum still is its peer lists')."""
+    listed = [a.members for a in answers.values() if a.members]
+    changed = any(a.membership_changed for a in answers.values())
+    if changed and listed and all(node_id not in members for members in listed):
+        return JOINING
+    return REPLACEMENT
 
 
 # -- the file ---------------------------------------------------------------------------------
@@ -257,6 +280,8 @@ def asker(channel_for: Callable[[int], grpc.aio.Channel], node_id: int) -> Ask:
             reply.metadata_epoch,
             reply.metadata_end_offset,
             replacement=reply.replacement,
+            members=tuple(m.id for m in reply.members),
+            membership_changed=reply.metadata_membership_changed,
         )
 
     return ask
@@ -274,12 +299,15 @@ class NodesService:
         state: Callable[[], tuple[str, bool, int, int, bool]],
         rack: str = "",
         members: Callable[[], Sequence[tuple[int, str, str]]] = lambda: (),
+        membership_changed: Callable[[], bool] = lambda: False,
     ) -> None:
-        """`members()`: (id, address, peer_address) of the members this node's metadata has."""
+        """`members()`: (id, address, peer_address) of the members this node's metadata has;
+        `membership_changed()`: whether its metadata log holds a membership record."""
         self.node_id = node_id
         self.state = state
         self.rack = rack
         self.members = members
+        self.membership_changed = membership_changed
 
     async def Identify(
         self, request: nodes_pb2.IdentifyRequest, context: Any
@@ -296,6 +324,7 @@ class NodesService:
             members=[
                 nodes_pb2.Member(id=i, address=a, peer_address=p) for i, a, p in self.members()
             ],
+            metadata_membership_changed=self.membership_changed(),
         )
 
 

@@ -154,6 +154,9 @@ class Node:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.imported = import_legacy_topics(data_dir, node_id, members, storage)
         voters, observers = replica_config_members(members)
+        if self.identity.start == identities.JOINING:  # a node being added: no vote before
+            voters, observers = replica_config_members([m for m in members if m != node_id])
+            observers = (*observers, node_id)  # the log's membership records make it a voter
         if self.identity.catching_up:  # a lost disk: no vote before catching up (identity.py)
             identities.floor_replica(metadata_dir(data_dir))
         self.metadata = MetadataLog(
@@ -290,12 +293,15 @@ class Node:
         )
 
     def _make_replica(self, meta: TopicMeta, p: int, plog: PartitionLog) -> ReplicatedPartition:
-        if self.identity.floors(meta.topic_id):  # a lost disk: its replicas catch up first
-            identities.floor_replica(plog.directory)
         assignment = meta.assignment[p]
         # A replica a reassignment adds starts with the partition's starting membership plus
         # itself as an observer (docs/design.md); the log's membership records govern.
         joining = () if self.node_id in assignment else (self.node_id,)
+        if joining or self.identity.floors(meta.topic_id):
+            # A lost disk's replicas, and a replica a move adds (maybe one a completed move
+            # deleted here, which others may still count as a voter), start with the
+            # unreachable vote floor: no vote before they hold what a leader committed.
+            identities.floor_replica(plog.directory)
         return ReplicatedPartition(
             plog,
             self.replica_config(assignment, joining),
@@ -591,7 +597,13 @@ async def _serve(settings: Settings) -> int:
     # Identify answers any caller the listener lets in (on the peer listener with TLS: a
     # certificate of the cluster's CA): a node that joins is not a member of this node's
     # peer list yet, and the answer (directory id, metadata position, rack) is no secret.
-    nodes = NodesService(node.node_id, node.identify, settings.rack, node.member_addresses)
+    nodes = NodesService(
+        node.node_id,
+        node.identify,
+        settings.rack,
+        node.member_addresses,
+        lambda: bool(node.metadata.driver.replica.membership_history),
+    )
     nodes_pb2_grpc.add_NodesServicer_to_server(nodes, peer_server or server)  # type: ignore[no-untyped-call]
     groups_service.register(
         node.groups, node.metrics, server, peer_server, authenticate, supervisor.spawn

@@ -13,7 +13,7 @@ class IdentifyRequest(_message.Message):
     def __init__(self, node_id: _Optional[int] = ...) -> None: ...
 
 class IdentifyResponse(_message.Message):
-    __slots__ = ("node_id", "directory_id", "deciding", "metadata_epoch", "metadata_end_offset", "replacement", "rack", "members")
+    __slots__ = ("node_id", "directory_id", "deciding", "metadata_epoch", "metadata_end_offset", "replacement", "rack", "members", "metadata_membership_changed")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     DIRECTORY_ID_FIELD_NUMBER: _ClassVar[int]
     DECIDING_FIELD_NUMBER: _ClassVar[int]
@@ -22,6 +22,7 @@ class IdentifyResponse(_message.Message):
     REPLACEMENT_FIELD_NUMBER: _ClassVar[int]
     RACK_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_MEMBERSHIP_CHANGED_FIELD_NUMBER: _ClassVar[int]
     node_id: int
     directory_id: str
     deciding: bool
@@ -30,7 +31,8 @@ class IdentifyResponse(_message.Message):
     replacement: bool
     rack: str
     members: _containers.RepeatedCompositeFieldContainer[Member]
-    def __init__(self, node_id: _Optional[int] = ..., directory_id: _Optional[str] = ..., deciding: _Optional[bool] = ..., metadata_epoch: _Optional[int] = ..., metadata_end_offset: _Optional[int] = ..., replacement: _Optional[bool] = ..., rack: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ...) -> None: ...
+    metadata_membership_changed: bool
+    def __init__(self, node_id: _Optional[int] = ..., directory_id: _Optional[str] = ..., deciding: _Optional[bool] = ..., metadata_epoch: _Optional[int] = ..., metadata_end_offset: _Optional[int] = ..., replacement: _Optional[bool] = ..., rack: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., metadata_membership_changed: _Optional[bool] = ...) -> None: ...
 
 class Member(_message.Message):
     __slots__ = ("id", "address", "peer_address")

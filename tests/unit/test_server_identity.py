@@ -10,7 +10,15 @@ import pytest
 from replog.errors import CorruptDataError
 from replog.replication.driver import load_quorum_state
 from replog.server import identity as ids
-from replog.server.identity import BOOTSTRAP, EXISTING, REPLACEMENT, Answer, Identity, decide
+from replog.server.identity import (
+    BOOTSTRAP,
+    EXISTING,
+    JOINING,
+    REPLACEMENT,
+    Answer,
+    Identity,
+    decide,
+)
 
 EMPTY = Answer(deciding=True, metadata_epoch=0, metadata_end_offset=0)
 BOOTSTRAPPED = Answer(deciding=False, metadata_epoch=0, metadata_end_offset=0)
@@ -24,6 +32,20 @@ def test_a_peer_that_has_seen_metadata_makes_an_empty_node_a_replacement() -> No
     assert decide(1, (1, 2, 3), {2: only_end}) == REPLACEMENT
     other_replacement = Answer(False, 0, 0, replacement=True)
     assert decide(1, (1, 2, 3), {2: other_replacement, 3: EMPTY}) == REPLACEMENT
+
+
+def test_a_node_the_members_do_not_list_joins_once_the_log_changed_the_quorum() -> None:
+    """A node being added (`replog node add`) starts as a non-voter: "joining". Until the
+    quorum has been changed through the log, the peer lists still decide, as before."""
+    listed = Answer(False, 3, 120, members=(1, 2, 3), membership_changed=True)
+    assert decide(4, (1, 2, 3, 4), {1: listed, 2: RUNNING}) == JOINING
+    assert decide(3, (1, 2, 3), {1: listed}) == REPLACEMENT  # a member's lost disk
+    static = Answer(False, 3, 120, members=(1, 2, 3), membership_changed=False)
+    assert decide(4, (1, 2, 3, 4), {1: static}) == REPLACEMENT  # a rolling-restart growth
+    # one peer already lists it (its AddNode applied there): not a joining node
+    knows = Answer(False, 3, 121, members=(1, 2, 3, 4), membership_changed=True)
+    assert decide(4, (1, 2, 3, 4), {1: listed, 2: knows}) == REPLACEMENT
+    assert Identity(4, "d", JOINING).catching_up and Identity(4, "d", JOINING).floors(7)
 
 
 def test_a_majority_of_empty_voters_bootstraps_and_less_waits() -> None:
