@@ -25,11 +25,13 @@ the driver uses (`Replica.change_membership`, `Replica.transfer_leadership`):
 * `keeper`: `replog.server.membership.decide` on the `__cluster` partition's serving leader
   (`QuorumKeeper.run_once`) after the members of a `MetadataImage` changed by the
   operator's `add_node` / `remove_node` (first five members by id vote, the others observe).
-  A node added starts (a little later) as the server starts a node on an empty directory in
-  an existing cluster that no peer lists as a member (`replog node add`, identity start
-  "joining"): an observer, the first five of its peer list (the members when it was added)
-  but itself voting (`joining_members`), under the unreachable vote floor
-  (`identity.UNREACHABLE_FLOOR`); the log's membership governs once it holds a record. A
+  A node added starts (a little later) as the server starts a node being added on an empty
+  directory (identity start "joining", `Node.__init__`): an observer, its peer list (the
+  members when it was added) but itself voting (`joining_members`), under the unreachable
+  vote floor (`identity.UNREACHABLE_FLOOR`); the log's membership governs once it holds a
+  record. (The server's `identity.decide` still picks "replacement", the peer list's
+  membership, before the log holds a membership record or once a peer lists the node: an
+  open gap, not modelled here; see test_controller_schedules.py.) A
   node removed is stopped and its data deleted once it is out of the leader's membership, or
   at once now and then (a dead node removed), one such voter at a time so that the quorum
   stays. The keeper's loop waits `IDLE_POLL_S` / `BUSY_POLL_S` / its backoff, and is woken
@@ -442,8 +444,11 @@ class Keeper(Controller):
 
     def start(self, node_id: int) -> None:
         """`replog serve` of a node added, on an empty directory: its peers are the members
-        when `replog node add` answered (itself among them); it joins as an observer, with
-        the unreachable vote floor."""
+        when `replog node add` answered (itself among them). It starts as the fix means a
+        node being added to start ("joining": an observer), under the unreachable vote
+        floor. (The server's `identity.decide` picks "joining" only while no peer lists it
+        and a peer's log holds a membership record; otherwise "replacement", the peer
+        list's membership: see test_controller_schedules.py.)"""
         sim = self.sim
         if node_id in sim.deleted and node_id in self.image.nodes:
             voters, observers = START_MEMBERS(node_id, self.peer_lists[node_id])
@@ -541,16 +546,9 @@ class Keeper(Controller):
 
 def joining_members(node_id: int, peers: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The `__cluster` membership a node added starts with (`Node.__init__`, identity start
-    "joining"): the first five of its peer list but itself vote, and itself observes."""
-    voters, _ = replica_config_members([p for p in peers if p != node_id])
-    return voters, (node_id,)
-
-
-def peer_list_members(node_id: int, peers: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The start before the fix: the membership of its peer list, itself among them (a voter
-    if among the first five), which peers whose log lacks committed records could elect
-    (see test_controller_schedules.py)."""
-    return replica_config_members(peers)
+    "joining"): its peer list's without itself, and itself an observer."""
+    voters, observers = replica_config_members([p for p in peers if p != node_id])
+    return voters, (*observers, node_id)
 
 
 # How a node added starts its `__cluster` replica (a scenario puts the former start back).

@@ -26,8 +26,12 @@ floor (fixed in `membership.decide`); a replica deleted by a completed reassignm
 named again started without a vote floor, so it voted, empty, for a stale candidate that
 still counted it as a voter (fixed in `Node._make_replica`: a replica a move adds starts
 under the unreachable floor); and a node added started as a voter of its peer list, so
-peers lacking committed records could elect it (fixed in `Node.__init__`: it starts as an
-observer until its log's membership says otherwise).
+peers lacking committed records could elect it (fixed in `Node.__init__` for a node that
+`identity.decide` finds "joining": it starts as an observer until its log's membership says
+otherwise). Still open: `identity.decide` finds a node added "joining" only once a log holds
+a membership record and while no peer lists it, and a "replacement" starts as before; and a
+voter removed dead and added again before it left the quorum starts "joining" and never
+hears from its leader. The random schedules start every node added "joining".
 
 The number of schedules is fixed (never a wall-clock budget): about 60 s on 2 cores. A
 failure names the seed: `python -m tests.simulation.run --seed N --nodes 3 --controller
@@ -42,9 +46,9 @@ from collections.abc import Iterable
 import pytest
 
 from replog.replication import Acks, QuorumState, Role
-from replog.server import membership
+from replog.server import identity, membership
 from replog.server.handover import FRESH_MS
-from replog.server.identity import UNREACHABLE_FLOOR
+from replog.server.identity import UNREACHABLE_FLOOR, Answer
 from replog.server.metadata_log import replica_config_members
 from replog.server.reassignment import Change, Transfer, Wait
 from tests.simulation import controllers
@@ -352,12 +356,12 @@ def test_a_replica_deleted_by_a_completion_and_named_again_votes_only_once_caugh
 
 
 def _peer_list_start(node_id: int, peers: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """A node added as it started before the fix: the membership of its peer list, itself
-    among them (a voter if among the first five)."""
+    """A node added as it started before the fix, and as a "replacement" starts: the
+    membership of its peer list, itself among them (a voter if among the first five)."""
     return replica_config_members(peers)
 
 
-@pytest.mark.parametrize("start", ["server", "peer list (before the fix)"])
+@pytest.mark.parametrize("start", ["joining", "peer list (replacement; before the fix)"])
 def test_a_node_added_as_members_leave_is_not_elected_by_peers_lacking_committed_records(
     start: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -367,16 +371,20 @@ def test_a_node_added_as_members_leave_is_not_elected_by_peers_lacking_committed
     caught-up majority) and node 5 is added, which starts on an empty directory with the
     members, 2 and itself, as its peer list, under the unreachable vote floor. The floor
     clears once node 5 holds what its leader has committed, which is before the keeper's
-    record making it an observer commits; then it is cut off with node 2. The server starts
-    it as an observer (voters: its peers but itself, (2,)), so it neither campaigns nor
-    votes until its log's membership says otherwise, and once healed nothing is lost.
-    Before the fix it started with its peer list's membership, voters (2, 5): node 2, a
-    voter of its own membership (1, 2, 3), elected it, and its log lacked the records nodes
-    1 and 3 committed meanwhile, as the checker shows with that start. (The majorities of
-    (2, 5) and (1, 2, 3) need not overlap; the same held for the documented growth from 3
-    to 5 nodes, whose node 5 started with voters 1..5.)"""
-    if start == "server":
-        assert controllers.START_MEMBERS is controllers.joining_members  # the server's
+    record making it an observer commits; then it is cut off with node 2. Started "joining"
+    (`Node.__init__`: an observer, voters its peers but itself, (2,)), it neither campaigns
+    nor votes until its log's membership says otherwise, and once healed nothing is lost.
+    Started with its peer list's membership, voters (2, 5), as every node added before the
+    fix: node 2, a voter of its own membership (1, 2, 3), elects it, and its log lacks the
+    records nodes 1 and 3 committed meanwhile, as the checker shows. (The majorities of
+    (2, 5) and (1, 2, 3) need not overlap.)
+
+    An open gap of the server: `identity.decide` starts node 5 here as a "replacement", with
+    its peer list's membership, since no log holds a membership record yet (the keeper's
+    first one comes after the add); so does it when a peer already lists the node (added
+    before it asked). The random schedules start every node added "joining"."""
+    if start == "joining":
+        assert controllers.START_MEMBERS is controllers.joining_members  # the model's
     else:
         monkeypatch.setattr(controllers, "START_MEMBERS", _peer_list_start)
     config = SimConfig(
@@ -396,6 +404,10 @@ def test_a_node_added_as_members_leave_is_not_elected_by_peers_lacking_committed
     sim.partition({3, 4, 5}, {1}, {2})  # records appended now wait for node 1 to commit
     acked += [sim.client_append(Acks.ALL, 3, 2) for _ in range(3)]
     sim.run_for(50)
+    two = sim.replica(2)  # node 5's one peer, as it answers `Nodes.Identify` (once reachable)
+    answer = Answer(False, two.epoch, two.log_end_offset, members=(2,), membership_changed=False)
+    assert not two.membership_history and not sim.replica(3).membership_history
+    assert identity.decide(5, (2, 5), {2: answer}) == identity.REPLACEMENT  # the open gap
     keeper.add(5)
     lagging = sim.replica(2).log_end_offset
     assert sim.run_for(
@@ -413,7 +425,7 @@ def test_a_node_added_as_members_leave_is_not_elected_by_peers_lacking_committed
     sim.partition({1, 3}, {2, 5})
     assert sim.run_for(1000, lambda: len(sim.checker.committed) > five.log_end_offset)
     assert sim.replica(2).log_end_offset <= five.log_end_offset
-    if start != "server":
+    if start != "joining":
         assert five.membership.voters == (2, 5) and five.is_voter  # from its peer list
         with pytest.raises(InvariantViolation, match="leader completeness: leader 5"):
             sim.campaign(5)
@@ -436,3 +448,40 @@ def test_a_node_added_as_members_leave_is_not_elected_by_peers_lacking_committed
     committed = [v for r in acked for v in sim.requests[r].values]
     assert set(committed) <= set(values_at(sim, leader.id))
     assert 5 not in sim.checker.leaders.values() or leader.id == 5
+
+
+@pytest.mark.parametrize("start", ["joining", "peer list (replacement)"])
+def test_a_voter_removed_dead_and_added_again_before_it_left_the_quorum_never_finds_its_leader(
+    start: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An open liveness bug of the fixed start, found by the random runs (`--seed 690
+    --nodes 3 --flush never --interrupts --controller keeper --spares 4`: followers never
+    converge). Members 1, 2, 3: a follower's disk is lost and the operator removes it (a
+    dead node) and adds it again at once, before the keeper took it out of the voters, so
+    the keeper has nothing to do. The node starts on an empty directory "joining": an
+    observer, which never campaigns, and waits for a leader's BeginEpoch; but the leader
+    still counts it as a voter that fetched everything (`Replica._tick_leader` tells again
+    only replicas that never fetched this epoch, observers and voters that may not know
+    they vote), so nothing tells it: it never catches up, and the quorum runs one voter
+    short. With its peer list's membership (a replacement's start) it is a voter: its
+    pre-vote reaches the leader, which answers with BeginEpoch, and it catches up."""
+    if start != "joining":
+        monkeypatch.setattr(controllers, "START_MEMBERS", _peer_list_start)
+    sim, keeper, leader = _keeper(3, 0)
+    lost = min({1, 2, 3} - {leader})
+    keeper.remove(lost, dead=True)  # its process stopped, its data deleted
+    keeper.add(lost)
+    assert sim.run_for(1000, lambda: lost not in sim.deleted)
+    assert keeper.done(), keeper.describe()  # the members are the voters: nothing to do
+    assert _commits(sim, 1000)
+    node = sim.replica(lost)
+    if start == "joining":
+        assert not node.is_voter and lost in sim.replica(leader).membership.voters
+        sim.run_for(10_000)
+        assert node.leader_id is None and node.log_end_offset == 0, "it found its leader"
+        assert sim.nodes[lost].quorum.vote_floor, "it never caught up"
+        return
+    assert sim.run_for(
+        10_000, lambda: node.leader_id == leader and not sim.nodes[lost].quorum.vote_floor
+    )
+    assert sim.run_for(1000, lambda: node.high_watermark == sim.replica(leader).high_watermark)
