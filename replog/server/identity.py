@@ -17,9 +17,15 @@ its peers (`Nodes.Identify`, on their peer listener) and decides (`decide`, pure
   of topics created before it are floored and those created after are not.
 * **joining**: as a replacement, but the peers' metadata lists the members without this
   node while its quorum has been changed through the log (membership records): a node
-  being added (`replog node add`). Its metadata partition starts as an *observer* (voters:
-  the first five of its peer list without it), so the peer list it was given never makes
-  it a voter that the log's membership does not have; the log's records make it one.
+  being added (`replog node add`). Its metadata partition starts as an *observer*, so the
+  peer list it was given never makes it a voter that the log's membership does not have;
+  the log's records make it one.
+
+Once the quorum has been changed through the log, a node on an empty directory starts its
+metadata partition from the quorum the most advanced peer reports (`starting_quorum`:
+highest metadata epoch, then log end; this node an observer unless it is in it), kept in
+the identity file until the log's own records govern: "replacement" when it is a voter
+there, "joining" otherwise. A cluster whose quorum was never changed keeps its peer lists.
 * **bootstrap**: a majority of the metadata voters (this node included) answer that they
   are on empty directories too and have seen no metadata: nothing can have been
   acknowledged yet, so the node votes at once. A cluster of one bootstraps at once.
@@ -35,7 +41,8 @@ earlier release, or a single-node data dir to import) is adopted as it is ("exis
 File `node-identity.json` (JSON, written atomically)::
 
     {"node_id": 2, "directory_id": "0b6c...", "start": "replacement",
-     "caught_up_at": 1234}      (null until the metadata partition caught up)
+     "caught_up_at": 1234,      (null until the metadata partition caught up)
+     "voters": [2, 3, 4], "observers": [5]}   (optional: the starting quorum, see above)
 
 What this does not close: a replacement forgets the votes it cast before the loss, and it
 may vote again, after catching up, in an election of an epoch it had voted in already (a
@@ -90,6 +97,10 @@ class Identity:
     directory_id: str
     start: str  # one of STARTS
     caught_up_at: int | None = None  # replacement: metadata HW once caught up
+    # The metadata quorum to start from (empty: the settings' peers), when the peers' log
+    # had changed it: the most advanced peer's, this node an observer unless a voter there.
+    voters: tuple[int, ...] = ()
+    observers: tuple[int, ...] = ()
 
     def floors(self, topic_id: int) -> bool:
         """Whether a new replica of the topic created at metadata offset `topic_id` starts
@@ -113,6 +124,8 @@ class Answer:
     replacement: bool = False  # a replacement itself (still catching up)
     members: tuple[int, ...] = ()  # the members its metadata has (empty: it does not say)
     membership_changed: bool = False  # its metadata log holds a membership record
+    voters: tuple[int, ...] = ()  # its metadata quorum (empty: it does not say)
+    observers: tuple[int, ...] = ()
 
 
 def decide(node_id: int, voters: Sequence[int], answers: Mapping[int, Answer]) -> str | None:
@@ -128,12 +141,31 @@ def decide(node_id: int, voters: Sequence[int], answers: Mapping[int, Answer]) -
     return None
 
 
+def starting_quorum(
+    node_id: int, answers: Mapping[int, Answer]
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The metadata quorum a node on an empty directory starts from: None (its settings'
+    peers) unless a peer's log changed the quorum; then the most advanced such peer's
+    (highest metadata epoch, then log end), this node added as an observer unless it is in
+    it. So neither a peer list nor a lost disk makes it a voter the log does not have."""
+    reported = [a for a in answers.values() if a.membership_changed and a.voters]
+    if not reported:
+        return None
+    best = max(reported, key=lambda a: (a.metadata_epoch, a.metadata_end_offset))
+    if node_id in best.voters or node_id in best.observers:
+        return best.voters, best.observers
+    return best.voters, (*best.observers, node_id)
+
+
 def _joining_or_replacement(node_id: int, answers: Mapping[int, Answer]) -> str:
     """The cluster exists: JOINING when its metadata quorum is changed through the log and
     no peer that lists the members lists this node (a node being added: it starts as an
     observer, so that the peer list it was given never makes it a voter the log does not
     have), REPLACEMENT otherwise (a member's lost disk, or a node of a cluster whose
     quorum still is its peer lists')."""
+    quorum = starting_quorum(node_id, answers)
+    if quorum is not None:  # the log's quorum decides: a voter there replaces a lost disk
+        return REPLACEMENT if node_id in quorum[0] else JOINING
     listed = [a.members for a in answers.values() if a.members]
     changed = any(a.membership_changed for a in answers.values())
     if changed and listed and all(node_id not in members for members in listed):
@@ -159,10 +191,19 @@ def load(data_dir: Path) -> Identity | None:
     try:
         data = json.loads(raw)
         identity = Identity(
-            data["node_id"], data["directory_id"], data["start"], data.get("caught_up_at")
+            data["node_id"],
+            data["directory_id"],
+            data["start"],
+            data.get("caught_up_at"),
+            tuple(data.get("voters", ())),
+            tuple(data.get("observers", ())),
         )
+        ids = (*identity.voters, *identity.observers)
         ok = (
-            type(identity.node_id) is int
+            all(type(i) is int and 0 < i <= NODE_ID_MAX for i in ids)
+            and len(set(ids)) == len(ids)
+            and (not identity.observers or bool(identity.voters))
+            and type(identity.node_id) is int
             and isinstance(identity.directory_id, str)
             and 0 < len(identity.directory_id) <= 64
             and identity.start in STARTS
@@ -182,6 +223,9 @@ def save(data_dir: Path, identity: Identity) -> None:
         "start": identity.start,
         "caught_up_at": identity.caught_up_at,
     }
+    if identity.voters:
+        data["voters"] = list(identity.voters)
+        data["observers"] = list(identity.observers)
     checkpoint.write_atomic(data_dir / IDENTITY_FILE, json.dumps(data).encode())
 
 
@@ -226,12 +270,14 @@ async def establish(
                 f"{data_dir} belongs to node {known.node_id}, not to node {node_id}"
             )
         return known
-    start = (
-        EXISTING
+    start, quorum = (
+        (EXISTING, None)
         if not is_empty(data_dir)
         else await _decide(node_id, voters, peers, ask, interval_s)
     )
     identity = Identity(node_id, uuid.uuid4().hex, start)
+    if quorum is not None:
+        identity = replace(identity, voters=quorum[0], observers=quorum[1])
     data_dir.mkdir(parents=True, exist_ok=True)
     save(data_dir, identity)
     log(_log, "identity.decided", start=start, directory_id=identity.directory_id)
@@ -240,7 +286,7 @@ async def establish(
 
 async def _decide(
     node_id: int, voters: Sequence[int], peers: Sequence[int], ask: Ask, interval_s: float
-) -> str:
+) -> tuple[str, tuple[tuple[int, ...], tuple[int, ...]] | None]:
     others = [p for p in peers if p != node_id]
     logged = 0.0
     while True:
@@ -248,7 +294,8 @@ async def _decide(
         answers = {p: a for p, a in zip(others, replies, strict=True) if a is not None}
         start = decide(node_id, voters, answers)
         if start is not None:
-            return start
+            quorum = None if start == BOOTSTRAP else starting_quorum(node_id, answers)
+            return start, quorum
         now = time.monotonic()
         if now - logged >= WAITING_LOG_INTERVAL_S:
             logged = now
@@ -282,6 +329,8 @@ def asker(channel_for: Callable[[int], grpc.aio.Channel], node_id: int) -> Ask:
             replacement=reply.replacement,
             members=tuple(m.id for m in reply.members),
             membership_changed=reply.metadata_membership_changed,
+            voters=tuple(reply.metadata_voters),
+            observers=tuple(reply.metadata_observers),
         )
 
     return ask
@@ -300,6 +349,7 @@ class NodesService:
         rack: str = "",
         members: Callable[[], Sequence[tuple[int, str, str]]] = lambda: (),
         membership_changed: Callable[[], bool] = lambda: False,
+        quorum: Callable[[], tuple[Sequence[int], Sequence[int]]] = lambda: ((), ()),
     ) -> None:
         """`members()`: (id, address, peer_address) of the members this node's metadata has;
         `membership_changed()`: whether its metadata log holds a membership record."""
@@ -308,11 +358,13 @@ class NodesService:
         self.rack = rack
         self.members = members
         self.membership_changed = membership_changed
+        self.quorum = quorum
 
     async def Identify(
         self, request: nodes_pb2.IdentifyRequest, context: Any
     ) -> nodes_pb2.IdentifyResponse:
         directory_id, deciding, epoch, end, replacement = self.state()
+        voters, observers = self.quorum()
         return nodes_pb2.IdentifyResponse(
             node_id=self.node_id,
             directory_id=directory_id,
@@ -325,6 +377,8 @@ class NodesService:
                 nodes_pb2.Member(id=i, address=a, peer_address=p) for i, a, p in self.members()
             ],
             metadata_membership_changed=self.membership_changed(),
+            metadata_voters=voters,
+            metadata_observers=observers,
         )
 
 

@@ -154,7 +154,9 @@ class Node:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.imported = import_legacy_topics(data_dir, node_id, members, storage)
         voters, observers = replica_config_members(members)
-        if self.identity.start == identities.JOINING:  # a node being added: no vote before
+        if self.identity.voters:  # the log's quorum when this node started on an empty disk
+            voters, observers = self.identity.voters, self.identity.observers
+        elif self.identity.start == identities.JOINING:  # a node being added: no vote before
             voters, observers = replica_config_members([m for m in members if m != node_id])
             observers = (*observers, node_id)  # the log's membership records make it a voter
         if self.identity.catching_up:  # a lost disk: no vote before catching up (identity.py)
@@ -603,6 +605,7 @@ async def _serve(settings: Settings) -> int:
         settings.rack,
         node.member_addresses,
         lambda: bool(node.metadata.driver.replica.membership_history),
+        lambda: (node.metadata.driver.membership.voters, node.metadata.driver.membership.observers),
     )
     nodes_pb2_grpc.add_NodesServicer_to_server(nodes, peer_server or server)  # type: ignore[no-untyped-call]
     groups_service.register(

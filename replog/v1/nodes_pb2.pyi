@@ -13,7 +13,7 @@ class IdentifyRequest(_message.Message):
     def __init__(self, node_id: _Optional[int] = ...) -> None: ...
 
 class IdentifyResponse(_message.Message):
-    __slots__ = ("node_id", "directory_id", "deciding", "metadata_epoch", "metadata_end_offset", "replacement", "rack", "members", "metadata_membership_changed")
+    __slots__ = ("node_id", "directory_id", "deciding", "metadata_epoch", "metadata_end_offset", "replacement", "rack", "members", "metadata_membership_changed", "metadata_voters", "metadata_observers")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     DIRECTORY_ID_FIELD_NUMBER: _ClassVar[int]
     DECIDING_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +23,8 @@ class IdentifyResponse(_message.Message):
     RACK_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     METADATA_MEMBERSHIP_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    METADATA_VOTERS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_OBSERVERS_FIELD_NUMBER: _ClassVar[int]
     node_id: int
     directory_id: str
     deciding: bool
@@ -32,7 +34,9 @@ class IdentifyResponse(_message.Message):
     rack: str
     members: _containers.RepeatedCompositeFieldContainer[Member]
     metadata_membership_changed: bool
-    def __init__(self, node_id: _Optional[int] = ..., directory_id: _Optional[str] = ..., deciding: _Optional[bool] = ..., metadata_epoch: _Optional[int] = ..., metadata_end_offset: _Optional[int] = ..., replacement: _Optional[bool] = ..., rack: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., metadata_membership_changed: _Optional[bool] = ...) -> None: ...
+    metadata_voters: _containers.RepeatedScalarFieldContainer[int]
+    metadata_observers: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, node_id: _Optional[int] = ..., directory_id: _Optional[str] = ..., deciding: _Optional[bool] = ..., metadata_epoch: _Optional[int] = ..., metadata_end_offset: _Optional[int] = ..., replacement: _Optional[bool] = ..., rack: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., metadata_membership_changed: _Optional[bool] = ..., metadata_voters: _Optional[_Iterable[int]] = ..., metadata_observers: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Member(_message.Message):
     __slots__ = ("id", "address", "peer_address")

@@ -48,6 +48,37 @@ def test_a_node_the_members_do_not_list_joins_once_the_log_changed_the_quorum() 
     assert Identity(4, "d", JOINING).catching_up and Identity(4, "d", JOINING).floors(7)
 
 
+def test_once_the_log_changed_the_quorum_an_empty_node_starts_from_the_freshest_peers() -> None:
+    """Not from its peer list: a node being added is an observer of the quorum the most
+    advanced peer reports, a lost disk of a voter a voter of it, whatever their settings."""
+    older = Answer(False, 3, 100, membership_changed=True, voters=(1, 2, 3), observers=(4,))
+    newer = Answer(False, 3, 130, membership_changed=True, voters=(2, 3, 4))
+    answers = {1: older, 2: newer}
+    assert ids.starting_quorum(5, answers) == ((2, 3, 4), (5,))
+    assert decide(5, (1, 2, 3, 4, 5), answers) == JOINING
+    assert ids.starting_quorum(4, answers) == ((2, 3, 4), ())
+    assert decide(4, (1, 2, 3, 4), answers) == REPLACEMENT  # a voter's lost disk
+    # a voter removed dead and added again before it left the quorum starts as a voter,
+    # so it campaigns (pre-votes) and hears from its leader
+    assert decide(3, (1, 2), {1: newer}) == REPLACEMENT
+    # quorums never changed through the log: the settings' peers, as before
+    static = Answer(False, 3, 120, voters=(1, 2, 3))
+    assert ids.starting_quorum(4, {1: static}) is None
+    assert decide(4, (1, 2, 3, 4), {1: static}) == REPLACEMENT
+
+
+def test_the_starting_quorum_is_kept_in_the_identity_file(tmp_path: Path) -> None:
+    identity = Identity(5, "d" * 32, JOINING, None, (2, 3, 4), (5,))
+    ids.save(tmp_path, identity)
+    assert ids.load(tmp_path) == identity
+    (tmp_path / ids.IDENTITY_FILE).write_text(
+        '{"node_id": 5, "directory_id": "d", "start": "joining", "caught_up_at": null, '
+        '"voters": [2, 2], "observers": [5]}'
+    )
+    with pytest.raises(CorruptDataError):
+        ids.load(tmp_path)
+
+
 def test_a_majority_of_empty_voters_bootstraps_and_less_waits() -> None:
     assert decide(1, (1, 2, 3), {2: EMPTY}) == BOOTSTRAP
     assert decide(1, (1, 2, 3), {2: BOOTSTRAPPED, 3: EMPTY}) == BOOTSTRAP
