@@ -454,7 +454,8 @@ def test_a_node_added_as_members_leave_is_not_elected_by_peers_lacking_committed
 def test_a_voter_removed_dead_and_added_again_before_it_left_the_quorum_never_finds_its_leader(
     start: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An open liveness bug of the fixed start, found by the random runs (`--seed 690
+    """A liveness trap of a "joining" start (the model's for every node added), found by
+    the random runs (`--seed 690
     --nodes 3 --flush never --interrupts --controller keeper --spares 4`: followers never
     converge). Members 1, 2, 3: a follower's disk is lost and the operator removes it (a
     dead node) and adds it again at once, before the keeper took it out of the voters, so
@@ -464,7 +465,10 @@ def test_a_voter_removed_dead_and_added_again_before_it_left_the_quorum_never_fi
     only replicas that never fetched this epoch, observers and voters that may not know
     they vote), so nothing tells it: it never catches up, and the quorum runs one voter
     short. With its peer list's membership (a replacement's start) it is a voter: its
-    pre-vote reaches the leader, which answers with BeginEpoch, and it catches up."""
+    pre-vote reaches the leader, which answers with BeginEpoch, and it catches up. The
+    server starts such a node as a replacement: its peers list it as a member again, and
+    once the log changed the quorum it starts from the freshest peer's quorum, in which it
+    is a voter (`identity.starting_quorum`, 4d71904)."""
     if start != "joining":
         monkeypatch.setattr(controllers, "START_MEMBERS", _peer_list_start)
     sim, keeper, leader = _keeper(3, 0)
