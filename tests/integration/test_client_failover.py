@@ -200,6 +200,10 @@ RESTARTED = re.compile(r"^node (\d+) \(pid (\d+)\) died: (.*); restarting it as 
 BACK = re.compile(r"^node (\d+) is back: pid (\d+)")
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class DevClusterCommand:
     """`replog dev-cluster --plaintext` as a subprocess; its output lines, read in a thread."""
 
@@ -211,6 +215,10 @@ class DevClusterCommand:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=env,
+            # As a terminal's Ctrl-C finds it: a test run started in the background by a
+            # non-interactive shell inherits SIGINT ignored, and Python then never raises
+            # KeyboardInterrupt, so the test's Ctrl-C would go unheard.
+            preexec_fn=_default_sigint,
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
