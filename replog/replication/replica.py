@@ -454,9 +454,11 @@ class Replica:
         """Leader: make `voters` / `observers` the membership by appending a membership
         record (`MembershipChange`). Completes with `AckCompleted(request_id, o, o)` once the
         record at `o` is committed; a membership the log already holds is answered with its
-        record's offset once that is committed (-1: the starting membership), so a retry
-        after OUTCOME_UNKNOWN appends nothing twice. Refusals (`AckFailed`, nothing
-        appended), in this order:
+        record's offset once that is committed, so a retry after OUTCOME_UNKNOWN appends
+        nothing twice. The starting membership, while no record holds it, is recorded like
+        a change (the metadata quorum keeper writes it at the cluster's first election, so
+        that the quorum is read from the log, never again from a node's peer list).
+        Refusals (`AckFailed`, nothing appended), in this order:
 
         * NOT_LEADER: not the leader, or handing leadership over (names the target);
         * EPOCH_NOT_COMMITTED: the leader's own epoch marker is not committed yet. This is
@@ -482,7 +484,7 @@ class Replica:
             self._out.append(AckFailed(request_id, refusal, leader))
             return self._take()
         latest = self._members.latest_offset
-        if wanted.same_as(self.membership):  # nothing to change: wait for what holds it
+        if latest >= 0 and wanted.same_as(self.membership):  # wait for the record of it
             self._await_ack(_PendingAck(request_id, latest, latest), Acks.ALL, now_ms)
             return self._take()
         offset = self._leo

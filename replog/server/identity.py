@@ -15,17 +15,19 @@ its peers (`Nodes.Identify`, on their peer listener) and decides (`decide`, pure
   leader has committed in the leader's current epoch (the core's repair rule); then it is a
   voter like the others. Its metadata catch-up point is kept (`caught_up_at`), so replicas
   of topics created before it are floored and those created after are not.
-* **joining**: as a replacement, but the peers' metadata lists the members without this
-  node while its quorum has been changed through the log (membership records): a node
-  being added (`replog node add`). Its metadata partition starts as an *observer*, so the
-  peer list it was given never makes it a voter that the log's membership does not have;
-  the log's records make it one.
+* **joining**: as a replacement, but the node is not a voter of the metadata quorum the
+  peers' log holds: a node being added (`replog node add`, or a StatefulSet scaled up).
+  Its metadata partition starts as an *observer*, so the peer list it was given never
+  makes it a voter that the log's membership does not have; the log's records (the quorum
+  keeper promoting it once caught up) make it one.
 
-Once the quorum has been changed through the log, a node on an empty directory starts its
-metadata partition from the quorum the most advanced peer reports (`starting_quorum`:
-highest metadata epoch, then log end; this node an observer unless it is in it), kept in
-the identity file until the log's own records govern: "replacement" when it is a voter
-there, "joining" otherwise. A cluster whose quorum was never changed keeps its peer lists.
+In an existing cluster, a node on an empty directory starts its metadata partition from
+the quorum the most advanced peer reports (`starting_quorum`: highest metadata epoch, then
+log end; this node an observer unless it is in it), kept in the identity file until the
+log's own records govern: "replacement" when it is a voter there, "joining" otherwise. The
+metadata leader writes the starting quorum to the log at the cluster's first election
+(`membership.QuorumKeeper`), so the quorum is always the log's; until a peer that answers
+holds that record, the node asks again.
 * **bootstrap**: a majority of the metadata voters (this node included) answer that they
   are on empty directories too and have seen no metadata: nothing can have been
   acknowledged yet, so the node votes at once. A cluster of one bootstraps at once.
@@ -129,8 +131,9 @@ class Answer:
 
 
 def decide(node_id: int, voters: Sequence[int], answers: Mapping[int, Answer]) -> str | None:
-    """BOOTSTRAP, REPLACEMENT, or None (ask again). `voters`: the metadata partition's
-    voters; `answers`: the peers that answered (this node not among them)."""
+    """BOOTSTRAP, REPLACEMENT, JOINING, or None (ask again). `voters`: the metadata
+    partition's voters of this node's settings; `answers`: the peers that answered (this
+    node not among them)."""
     for answer in answers.values():
         if answer.replacement or answer.metadata_epoch > 0 or answer.metadata_end_offset > 0:
             return _joining_or_replacement(node_id, answers)
@@ -144,10 +147,11 @@ def decide(node_id: int, voters: Sequence[int], answers: Mapping[int, Answer]) -
 def starting_quorum(
     node_id: int, answers: Mapping[int, Answer]
 ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """The metadata quorum a node on an empty directory starts from: None (its settings'
-    peers) unless a peer's log changed the quorum; then the most advanced such peer's
-    (highest metadata epoch, then log end), this node added as an observer unless it is in
-    it. So neither a peer list nor a lost disk makes it a voter the log does not have."""
+    """The metadata quorum a node on an empty directory of an existing cluster starts
+    from: the quorum of the most advanced peer whose log holds a membership record (highest
+    metadata epoch, then log end), this node added as an observer unless it is in it; None
+    when no such peer answered. So neither a peer list nor a lost disk makes it a voter the
+    log does not have."""
     reported = [a for a in answers.values() if a.membership_changed and a.voters]
     if not reported:
         return None
@@ -157,20 +161,18 @@ def starting_quorum(
     return best.voters, (*best.observers, node_id)
 
 
-def _joining_or_replacement(node_id: int, answers: Mapping[int, Answer]) -> str:
-    """The cluster exists: JOINING when its metadata quorum is changed through the log and
-    no peer that lists the members lists this node (a node being added: it starts as an
-    observer, so that the peer list it was given never makes it a voter the log does not
-    have), REPLACEMENT otherwise (a member's lost disk, or a node of a cluster whose
-    quorum still is its peer lists')."""
+def _joining_or_replacement(node_id: int, answers: Mapping[int, Answer]) -> str | None:
+    """The cluster exists: the quorum its log holds decides. REPLACEMENT when this node is
+    a voter there (a member's lost disk), JOINING otherwise (a node being added: it starts
+    as an observer, so that the peer list it was given never makes it a voter the log does
+    not have). None (ask again) while no peer that answered holds a membership record: the
+    metadata leader writes the starting quorum at the cluster's first election
+    (`membership.QuorumKeeper`), so this lasts a moment after the first election, or until
+    the nodes of a cluster of an earlier release run this one (or its quorum is back)."""
     quorum = starting_quorum(node_id, answers)
-    if quorum is not None:  # the log's quorum decides: a voter there replaces a lost disk
-        return REPLACEMENT if node_id in quorum[0] else JOINING
-    listed = [a.members for a in answers.values() if a.members]
-    changed = any(a.membership_changed for a in answers.values())
-    if changed and listed and all(node_id not in members for members in listed):
-        return JOINING
-    return REPLACEMENT
+    if quorum is None:
+        return None
+    return REPLACEMENT if node_id in quorum[0] else JOINING
 
 
 # -- the file ---------------------------------------------------------------------------------
@@ -306,7 +308,8 @@ async def _decide(
                 answered=sorted(answers),
                 peers=others,
                 why="an empty data directory: waiting for peers to tell a new cluster "
-                "from a lost disk",
+                "from a lost disk, and, in an existing cluster, for a peer whose metadata "
+                "log holds the quorum (its leader writes it at the first election)",
             )
         await asyncio.sleep(interval_s)
 
@@ -322,6 +325,9 @@ def asker(channel_for: Callable[[int], grpc.aio.Channel], node_id: int) -> Ask:
             )
         except grpc.RpcError:
             return None
+        voters, observers = tuple(reply.metadata_voters), tuple(reply.metadata_observers)
+        if not _is_quorum(voters, observers):  # out of shape: as if it did not say
+            voters, observers = (), ()
         return Answer(
             reply.deciding,
             reply.metadata_epoch,
@@ -329,11 +335,21 @@ def asker(channel_for: Callable[[int], grpc.aio.Channel], node_id: int) -> Ask:
             replacement=reply.replacement,
             members=tuple(m.id for m in reply.members),
             membership_changed=reply.metadata_membership_changed,
-            voters=tuple(reply.metadata_voters),
-            observers=tuple(reply.metadata_observers),
+            voters=voters,
+            observers=observers,
         )
 
     return ask
+
+
+def _is_quorum(voters: tuple[int, ...], observers: tuple[int, ...]) -> bool:
+    ids = (*voters, *observers)
+    return (
+        len(voters) > 0
+        and len(ids) <= NODES_MAX
+        and len(set(ids)) == len(ids)
+        and all(0 < i <= NODE_ID_MAX for i in ids)
+    )
 
 
 # -- answering ------------------------------------------------------------------------------

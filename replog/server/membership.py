@@ -19,6 +19,11 @@ The cluster's members are `MetadataImage.nodes` (the settings' `peers`, changed 
 `decide` is the pure part: from the current membership, the target and which replicas are
 caught up, the next step is one of
 
+0. `Change(voters, observers)`, the same: the log holds no membership record yet (a new
+   cluster's first election, or a cluster of an earlier release): the starting quorum, which
+   each node derived from its own peer list, is written to the log, so that from then on
+   every node, and every node that starts on an empty directory (`identity`), reads the
+   quorum from the log and never from a peer list that may differ;
 1. `Change(voters, observers')`: add every new member as an observer, drop observers that
    are no longer members;
 2. `Change(voters - [v], ...)`: a voter that is not a target voter (a member removed, or
@@ -78,10 +83,15 @@ def decide(
     observers: tuple[int, ...],
     members: Iterable[int],
     ready: frozenset[int],
+    *,
+    recorded: bool = True,
 ) -> Step | None:
     """The next step from the `__cluster` membership (`voters`, `observers`) towards the one
     `members` call for; `ready`: the replicas that hold every committed record and fetched
-    lately (`reassignment.caught_up`). None: nothing to do."""
+    lately (`reassignment.caught_up`); `recorded`: whether the log holds a membership
+    record (if not, recording the starting one comes first). None: nothing to do."""
+    if not recorded:
+        return Change(voters, observers, "record the starting quorum in the log")
     target_voters, target_observers = replica_config_members(list(members))
     wanted = set(target_voters) | set(target_observers)
     keep = [o for o in observers if o in wanted]
@@ -154,7 +164,10 @@ class QuorumKeeper:
         membership = driver.membership
         me = driver.config.replica_id
         ready = caught_up(self.metadata.log.high_watermark, driver.replica_status(), me)
-        step = decide(me, membership.voters, membership.observers, self.members(), ready)
+        recorded = bool(driver.replica.membership_history)
+        step = decide(
+            me, membership.voters, membership.observers, self.members(), ready, recorded=recorded
+        )
         if step is None:
             self.step, self._attempts = "", 0
             return IDLE_POLL_S

@@ -2,11 +2,12 @@
 (docs/operations.md, Scale).
 
 Three nodes serve an acks=all producer; node 4 starts on an empty data directory with the
-four-node peer list (it is a replacement by its identity: it votes for nobody until caught
-up), and nodes 1-3 restart one at a time with the same list. Each step changes the metadata
-partition's voters by one node, which keeps every majority of the old voters and of the new
-ones intersecting (Raft's single-server change). Nothing acknowledged is lost, node 4
-catches up and takes replicas of new topics. Then `replog node decommission 4` moves its
+four-node peer list (it is "joining" by its identity: not a voter of the quorum its peers'
+metadata log holds, it votes for nobody), and nodes 1-3 restart one at a time with the same
+list. Once the metadata leader's settings name node 4, its quorum keeper adds it as an
+observer and promotes it once caught up, one voter per committed record (Raft's
+single-server change). Nothing acknowledged is lost, node 4 catches up, becomes a metadata
+voter and takes replicas of new topics. Then `replog node decommission 4` moves its
 replicas away, nodes 1-3 restart with the three-node list and node 4 stops: still nothing
 lost, and the metadata works on three nodes.
 """
@@ -61,7 +62,9 @@ def test_a_fourth_node_joins_and_leaves_by_rolling_restarts_under_load(tmp_path:
             with SteadyProducer(client, "before") as producer:
                 producer.wait_acked(300)
                 nodes[4].start()  # the four-node peer list; an empty data directory
-                assert _identity(nodes[4].data_dir)["start"] == "replacement"
+                four = _identity(nodes[4].data_dir)  # the quorum of the peers' log
+                assert four["start"] == "joining", four
+                assert (four["voters"], four["observers"]) == ([1, 2, 3], [4]), four
                 for i in (1, 2, 3):  # one at a time: each waits for the previous one
                     assert nodes[i].stop() == 0
                     _set_peers(cluster, i, [1, 2, 3, 4])
@@ -70,6 +73,10 @@ def test_a_fourth_node_joins_and_leaves_by_rolling_restarts_under_load(tmp_path:
                 wait_until(
                     lambda: _identity(nodes[4].data_dir)["caught_up_at"] is not None,
                     "node 4 caught up on the metadata",
+                )
+                wait_until(
+                    lambda: set(client.refresh_metadata([]).metadata_voters) == {1, 2, 3, 4},
+                    "node 4 promoted to metadata voter by the quorum keeper",
                 )
                 producer.wait_acked(len(producer.acked) + 200)
             assert not producer.errors or all(isinstance(e, str) for e in producer.errors)
@@ -111,6 +118,10 @@ def test_a_fourth_node_joins_and_leaves_by_rolling_restarts_under_load(tmp_path:
             for p in range(8):  # the moved partitions kept their records
                 values = client.fetch("after", p, 0).records.values
                 assert b"p%d" % p in values
+            wait_until(
+                lambda: set(client.refresh_metadata([]).metadata_voters) == {1, 2, 3},
+                "node 4 out of the metadata quorum",
+            )
             client.create_topic("final", 3, 3, format="raw")  # metadata works on three
             meta = client.refresh_metadata(["after", "final"])
             assert all(4 not in p.replicas for t in meta.topics for p in t.partitions)

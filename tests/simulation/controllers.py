@@ -29,9 +29,9 @@ the driver uses (`Replica.change_membership`, `Replica.transfer_leadership`):
   directory (identity start "joining", `Node.__init__`): an observer, its peer list (the
   members when it was added) but itself voting (`joining_members`), under the unreachable
   vote floor (`identity.UNREACHABLE_FLOOR`); the log's membership governs once it holds a
-  record. (The server's `identity.decide` still picks "replacement", the peer list's
-  membership, before the log holds a membership record or once a peer lists the node: an
-  open gap, not modelled here; see test_controller_schedules.py.) A
+  record, and it holds one from the keeper's first step on (the starting quorum, recorded
+  at the first election). (The server starts a node being added from the quorum a peer's
+  log reports, itself an observer: the same sets of voters, once it fetched the record.) A
   node removed is stopped and its data deleted once it is out of the leader's membership, or
   at once now and then (a dead node removed), one such voter at a time so that the quorum
   stays. The keeper's loop waits `IDLE_POLL_S` / `BUSY_POLL_S` / its backoff, and is woken
@@ -413,7 +413,10 @@ class Keeper(Controller):
             return
         m = replica.membership
         ready = caught_up(node.hw, sim.replica_status(node_id), node_id)
-        step = membership.decide(node_id, m.voters, m.observers, self.members(), ready)
+        recorded = bool(replica.membership_history)
+        step = membership.decide(
+            node_id, m.voters, m.observers, self.members(), ready, recorded=recorded
+        )
         if step is None:
             loop.attempts, loop.next_at = 0, sim.now + _ms(membership.IDLE_POLL_S)
             return
@@ -446,9 +449,8 @@ class Keeper(Controller):
         """`replog serve` of a node added, on an empty directory: its peers are the members
         when `replog node add` answered (itself among them). It starts as the fix means a
         node being added to start ("joining": an observer), under the unreachable vote
-        floor. (The server's `identity.decide` picks "joining" only while no peer lists it
-        and a peer's log holds a membership record; otherwise "replacement", the peer
-        list's membership: see test_controller_schedules.py.)"""
+        floor. (The server's `identity.decide` picks "joining" for it: the quorum the
+        freshest peer's log holds, itself an observer; see test_controller_schedules.py.)"""
         sim = self.sim
         if node_id in sim.deleted and node_id in self.image.nodes:
             voters, observers = START_MEMBERS(node_id, self.peer_lists[node_id])
@@ -527,7 +529,10 @@ class Keeper(Controller):
         replica = leader.replica
         m = replica.membership
         ready = caught_up(leader.hw, self.sim.replica_status(leader.id), leader.id)
-        return membership.decide(leader.id, m.voters, m.observers, self.members(), ready)
+        recorded = bool(leader.replica.membership_history)
+        return membership.decide(
+            leader.id, m.voters, m.observers, self.members(), ready, recorded=recorded
+        )
 
     def done(self) -> bool:
         leader = self.sim.leader()

@@ -1118,19 +1118,14 @@ class Simulation:
 
     def _membership_acked(self, out: AckCompleted) -> None:
         """A membership change completed: its record (or, for a membership the log already
-        held, the latest one) is committed and holds that membership."""
+        held, the latest one) is committed and holds that membership. (The starting
+        membership is recorded too when asked for: an ack never lacks a record.)"""
         request = self.membership_requests[out.request_id]
         request.outcome, request.offset = "acked", out.base_offset
         m = request.membership
         committed = self.checker.committed
-        if out.base_offset == -1:  # the starting membership, no record
-            check(
-                m.same_as(Membership(self.voters, self.observers)),
-                f"membership {m} acked as the starting one",
-            )
-            return
         check(
-            out.base_offset < len(committed)
+            0 <= out.base_offset < len(committed)
             and committed[out.base_offset].control
             and committed[out.base_offset].value.startswith(b"members ")
             and Membership(*_parse_members(committed[out.base_offset].value)).same_as(m),

@@ -187,13 +187,30 @@ def test_the_leader_persists_the_history_then_appends_the_record_and_acks_once_c
 
 def test_asking_again_for_the_membership_the_log_holds_appends_nothing() -> None:
     r = serving_leader(observers=(4,))
-    assert r.change_membership(5, (3, 2, 1), (4,), 0) == [AckCompleted(5, -1, -1)]
     r.change_membership(6, (1, 2, 3), (), 0)
     leo = r.log_end_offset
     out = r.change_membership(7, (1, 2, 3), (), 0)  # the pending one: wait for it
     assert r.log_end_offset == leo and of_type(out, AckCompleted) == []
     out = commit(r, 2)
     assert of_type(out, AckCompleted) == [AckCompleted(6, 1, 1), AckCompleted(7, 1, 1)]
+    out = r.change_membership(8, (3, 2, 1), (), 0)  # committed: answered at once
+    assert r.log_end_offset == leo and of_type(out, AckCompleted) == [AckCompleted(8, 1, 1)]
+
+
+def test_asking_for_the_starting_membership_records_it_once() -> None:
+    """The starting membership (no record yet) is written to the log when asked for, so
+    that the quorum is read from the log from then on; asking again appends nothing."""
+    r = serving_leader(observers=(4,))
+    assert r.membership_history == ()
+    out = r.change_membership(5, (3, 2, 1), (4,), 0)
+    entry = MembershipEntry(1, Membership((3, 2, 1), (4,)))
+    assert r.membership_history == (entry,)
+    assert AppendControl(1, MembershipChange((3, 2, 1), (4,))) in out
+    assert r.membership.same_as(Membership((1, 2, 3), (4,)))
+    out = r.change_membership(6, (1, 2, 3), (4,), 0)  # the retry waits for the same record
+    assert r.log_end_offset == 2 and of_type(out, AckCompleted) == []
+    out = commit(r, 2)
+    assert of_type(out, AckCompleted) == [AckCompleted(5, 1, 1), AckCompleted(6, 1, 1)]
 
 
 def test_the_high_watermark_counts_the_voters_of_the_latest_membership_at_once() -> None:

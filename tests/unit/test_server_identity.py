@@ -22,29 +22,46 @@ from replog.server.identity import (
 
 EMPTY = Answer(deciding=True, metadata_epoch=0, metadata_end_offset=0)
 BOOTSTRAPPED = Answer(deciding=False, metadata_epoch=0, metadata_end_offset=0)
-RUNNING = Answer(deciding=False, metadata_epoch=3, metadata_end_offset=120)
+# a running cluster: its metadata leader wrote the starting quorum at its first election
+RUNNING = Answer(False, 3, 120, membership_changed=True, voters=(1, 2, 3))
+# one whose log holds no quorum yet (the moment after its first election)
+UNRECORDED = Answer(deciding=False, metadata_epoch=3, metadata_end_offset=120)
 
 
 def test_a_peer_that_has_seen_metadata_makes_an_empty_node_a_replacement() -> None:
     assert decide(1, (1, 2, 3), {2: RUNNING}) == REPLACEMENT
     assert decide(1, (1, 2, 3), {2: EMPTY, 3: RUNNING}) == REPLACEMENT
-    only_end = Answer(deciding=False, metadata_epoch=0, metadata_end_offset=1)
+    only_end = Answer(False, 0, 1, membership_changed=True, voters=(1, 2, 3))
     assert decide(1, (1, 2, 3), {2: only_end}) == REPLACEMENT
     other_replacement = Answer(False, 0, 0, replacement=True)
-    assert decide(1, (1, 2, 3), {2: other_replacement, 3: EMPTY}) == REPLACEMENT
+    assert decide(1, (1, 2, 3), {2: other_replacement, 3: RUNNING}) == REPLACEMENT
+
+
+def test_an_existing_cluster_whose_log_holds_no_quorum_yet_is_asked_again() -> None:
+    """The cluster exists (a peer has metadata, or is a replacement) but no peer that
+    answered holds a membership record: the node neither bootstraps nor takes its peer
+    list as the quorum (the gap this closes: a node added whose peer list differs from the
+    voters could be elected without committed records); it asks again, and the metadata
+    leader records the quorum at its first election."""
+    assert decide(1, (1, 2, 3), {2: UNRECORDED}) is None
+    assert decide(4, (1, 2, 3, 4), {1: UNRECORDED, 2: EMPTY, 3: EMPTY}) is None
+    only_end = Answer(deciding=False, metadata_epoch=0, metadata_end_offset=1)
+    assert decide(1, (1, 2, 3), {2: only_end, 3: EMPTY}) is None
+    assert decide(1, (1, 2, 3), {2: Answer(False, 0, 0, replacement=True), 3: EMPTY}) is None
+    # one peer that holds the record is enough
+    assert decide(1, (1, 2, 3), {2: UNRECORDED, 3: RUNNING}) == REPLACEMENT
 
 
 def test_a_node_the_members_do_not_list_joins_once_the_log_changed_the_quorum() -> None:
-    """A node being added (`replog node add`) starts as a non-voter: "joining". Until the
-    quorum has been changed through the log, the peer lists still decide, as before."""
-    listed = Answer(False, 3, 120, members=(1, 2, 3), membership_changed=True)
+    """A node being added (`replog node add`, a StatefulSet scaled up, a rolling-restart
+    growth) starts as a non-voter: "joining", whatever its peer list says."""
+    listed = Answer(False, 3, 120, members=(1, 2, 3), membership_changed=True, voters=(1, 2, 3))
     assert decide(4, (1, 2, 3, 4), {1: listed, 2: RUNNING}) == JOINING
     assert decide(3, (1, 2, 3), {1: listed}) == REPLACEMENT  # a member's lost disk
-    static = Answer(False, 3, 120, members=(1, 2, 3), membership_changed=False)
-    assert decide(4, (1, 2, 3, 4), {1: static}) == REPLACEMENT  # a rolling-restart growth
-    # one peer already lists it (its AddNode applied there): not a joining node
-    knows = Answer(False, 3, 121, members=(1, 2, 3, 4), membership_changed=True)
-    assert decide(4, (1, 2, 3, 4), {1: listed, 2: knows}) == REPLACEMENT
+    # one peer already lists it (its AddNode applied there): still not a voter of the log
+    knows = Answer(False, 3, 121, members=(1, 2, 3, 4), membership_changed=True, voters=(1, 2, 3))
+    assert decide(4, (1, 2, 3, 4), {1: listed, 2: knows}) == JOINING
+    assert ids.starting_quorum(4, {1: listed, 2: knows}) == ((1, 2, 3), (4,))
     assert Identity(4, "d", JOINING).catching_up and Identity(4, "d", JOINING).floors(7)
 
 
@@ -61,10 +78,10 @@ def test_once_the_log_changed_the_quorum_an_empty_node_starts_from_the_freshest_
     # a voter removed dead and added again before it left the quorum starts as a voter,
     # so it campaigns (pre-votes) and hears from its leader
     assert decide(3, (1, 2), {1: newer}) == REPLACEMENT
-    # quorums never changed through the log: the settings' peers, as before
+    # a peer whose log holds no record does not say the quorum: ask again
     static = Answer(False, 3, 120, voters=(1, 2, 3))
     assert ids.starting_quorum(4, {1: static}) is None
-    assert decide(4, (1, 2, 3, 4), {1: static}) == REPLACEMENT
+    assert decide(4, (1, 2, 3, 4), {1: static}) is None
 
 
 def test_the_starting_quorum_is_kept_in_the_identity_file(tmp_path: Path) -> None:
@@ -168,3 +185,15 @@ def test_an_identity_of_another_node_or_a_damaged_file_stops_the_node(tmp_path: 
     (tmp_path / ids.IDENTITY_FILE).write_text('{"node_id": 1, "start": "maybe"}')
     with pytest.raises(CorruptDataError):
         ids.load(tmp_path)
+
+
+def test_a_quorum_out_of_shape_in_an_answer_counts_as_unsaid() -> None:
+    """A peer's reported quorum is kept in the identity file: one that could not be loaded
+    again (no voter, a duplicate, an id out of range, too many) is dropped on receipt."""
+    assert ids._is_quorum((1, 2, 3), (4,))
+    assert not ids._is_quorum((), (4,))
+    assert not ids._is_quorum((1, 1), ())
+    assert not ids._is_quorum((1, 2), (2,))
+    assert not ids._is_quorum((0, 2), ())
+    assert not ids._is_quorum((1, 2**32), ())
+    assert not ids._is_quorum(tuple(range(1, ids.NODES_MAX + 2)), ())

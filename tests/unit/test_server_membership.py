@@ -150,6 +150,16 @@ def test_a_new_member_joins_as_an_observer_then_votes_once_caught_up() -> None:
     assert decide(1, (1, 2, 3, 4), (), members, frozenset()) is None
 
 
+def test_the_starting_quorum_is_recorded_in_the_log_before_anything_else() -> None:
+    """A log with no membership record (a new cluster's first election, or a cluster of an
+    earlier release): the quorum each node took from its peer list is written first, even
+    when the members call for nothing else, so that it is the log's from then on."""
+    for members in ([1, 2, 3], [1, 2, 3, 4], [1, 2]):
+        step = decide(1, (1, 2, 3), (), members, frozenset(), recorded=False)
+        assert step == Change((1, 2, 3), (), "record the starting quorum in the log")
+    assert decide(1, (1, 2, 3), (), [1, 2, 3], frozenset(), recorded=True) is None
+
+
 def test_members_beyond_five_stay_observers_and_a_removed_voter_makes_room() -> None:
     six = [1, 2, 3, 4, 5, 6]
     assert decide(1, (1, 2, 3, 4, 5), (6,), six, frozenset({6})) is None
