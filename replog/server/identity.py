@@ -355,8 +355,12 @@ def _is_quorum(voters: tuple[int, ...], observers: tuple[int, ...]) -> bool:
 # -- answering ------------------------------------------------------------------------------
 
 
+JoinHandler = Callable[[nodes_pb2.JoinRequest, Any], Awaitable[nodes_pb2.JoinResponse]]
+
+
 class NodesService:
-    """`Nodes.Identify`: `state()` gives (directory_id, deciding, epoch, end, replacement)."""
+    """`Nodes.Identify`: `state()` gives (directory_id, deciding, epoch, end, replacement);
+    `Nodes.Join`: `join` (`joins.Joins.join`; None: not served, e.g. while deciding)."""
 
     def __init__(
         self,
@@ -366,6 +370,7 @@ class NodesService:
         members: Callable[[], Sequence[tuple[int, str, str]]] = lambda: (),
         membership_changed: Callable[[], bool] = lambda: False,
         quorum: Callable[[], tuple[Sequence[int], Sequence[int]]] = lambda: ((), ()),
+        join: JoinHandler | None = None,
     ) -> None:
         """`members()`: (id, address, peer_address) of the members this node's metadata has;
         `membership_changed()`: whether its metadata log holds a membership record."""
@@ -375,6 +380,13 @@ class NodesService:
         self.members = members
         self.membership_changed = membership_changed
         self.quorum = quorum
+        self.join = join
+
+    async def Join(self, request: nodes_pb2.JoinRequest, context: Any) -> nodes_pb2.JoinResponse:
+        if self.join is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "this node is not running yet")
+        assert self.join is not None
+        return await self.join(request, context)
 
     async def Identify(
         self, request: nodes_pb2.IdentifyRequest, context: Any

@@ -61,6 +61,7 @@ from replog.server.guard import server_options as guard_options
 from replog.server.handler_chain import serve_through
 from replog.server.handover import hand_over
 from replog.server.identity import Identity, NodesService
+from replog.server.joins import Joins, ask_to_join
 from replog.server.legacy_import import import_legacy_topics, metadata_dir
 from replog.server.limits import Limits
 from replog.server.listeners import (
@@ -377,6 +378,30 @@ class Node:
                 return
             await asyncio.sleep(CATCH_UP_POLL_S)
 
+    async def ask_to_join(self) -> None:
+        """`join=auto` on a node started "joining": ask the peers to add it (`joins`)."""
+        me = self.node_id
+        dial = self.dial_addresses.get(me, "")
+
+        def address() -> str:
+            return self.peers.addresses.get(me) or self.address
+
+        await ask_to_join(
+            me,
+            address,
+            "" if dial == address() else dial,
+            lambda: [i for i in sorted(self.dial_addresses) if i != me],
+            self.peers.channel,
+            self._listed,
+        )
+
+    def _listed(self) -> bool:
+        """Whether the metadata log's membership names this node (not only the quorum its
+        identity started the replica with)."""
+        driver = self.metadata.driver
+        named = self.node_id in driver.membership.replicas
+        return named and bool(driver.replica.membership_history)
+
     async def discover_members(self) -> None:
         """A node whose metadata lags may not know how to reach the node that leads it now
         (one added while this node was down, or since the peer list it started with): while
@@ -606,6 +631,7 @@ async def _serve(settings: Settings) -> int:
         node.member_addresses,
         lambda: bool(node.metadata.driver.replica.membership_history),
         lambda: (node.metadata.driver.membership.voters, node.metadata.driver.membership.observers),
+        Joins(node.members, node.metrics, accept=settings.join == "auto").join,
     )
     nodes_pb2_grpc.add_NodesServicer_to_server(nodes, peer_server or server)  # type: ignore[no-untyped-call]
     groups_service.register(
@@ -660,6 +686,9 @@ async def _serve(settings: Settings) -> int:
             ) from None
     for name in ("", *SERVICE_NAMES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    joining = node.identity.start == identities.JOINING and node.identity.catching_up
+    if settings.join == "auto" and joining:  # (never again once caught up: see joins.py)
+        supervisor.spawn(node.ask_to_join(), "join")
     supervisor.spawn(
         report_readiness(
             lambda: [driver for _topic, _p, driver in node.drivers()],

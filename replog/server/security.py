@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -109,6 +109,19 @@ def peer_node_id(context: Any, dial: Mapping[int, str]) -> int | None:
         if len(owners) == 1:
             return owners[0]
     return None
+
+
+def proves_node(context: Any, node_id: int, addresses: Sequence[str]) -> bool:
+    """Whether the caller's verified certificate proves it is node `node_id`, reached at
+    `addresses` (host:port): its node URI SAN names that id (the first node URI decides,
+    as in `peer_node_id`), or, without a node URI, a DNS or IP SAN equals the host of one
+    of `addresses`. A node that joins is no member yet, so `peer_node_id` cannot tell."""
+    sans = peer_sans(context)
+    for san in sans:
+        if san.startswith(NODE_URI_PREFIX):
+            return san[len(NODE_URI_PREFIX) :] == str(node_id)
+    hosts = {a.rpartition(":")[0].strip("[]").lower() for a in addresses if a}
+    return any(san.lower() in hosts for san in sans if san)
 
 
 def describe_peer(context: Any) -> str:

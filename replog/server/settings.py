@@ -208,6 +208,14 @@ class Settings:
             "node that leads everything); with a peer listener id=host:port/host:peer_port"
         ),
     )
+    join: str = field(
+        default="manual",
+        metadata=_help(
+            "manual | auto: with auto, a node on an empty data directory that the cluster "
+            "does not list asks its peers to add it (a StatefulSet scaled up), and this node "
+            "adds nodes that ask and whose certificate proves their id (needs TLS)"
+        ),
+    )
     peer_listen: str = field(
         default="",
         metadata=_help(
@@ -453,6 +461,11 @@ class Settings:
         need(
             self.token_file is None or self.tls is not None,
             "bearer tokens need TLS: without it they cross the network in the clear",
+        )
+        need(self.join in ("manual", "auto"), "join must be manual|auto")
+        need(
+            self.join == "manual" or self.tls is not None,
+            "join=auto needs TLS: a joining node's certificate proves its id",
         )
         for name in ("peer_listen", "health_listen"):
             value = getattr(self, name)

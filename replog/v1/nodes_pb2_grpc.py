@@ -39,6 +39,11 @@ class NodesStub:
                 request_serializer=replog_dot_v1_dot_nodes__pb2.IdentifyRequest.SerializeToString,
                 response_deserializer=replog_dot_v1_dot_nodes__pb2.IdentifyResponse.FromString,
                 _registered_method=True)
+        self.Join = channel.unary_unary(
+                '/replog.v1.Nodes/Join',
+                request_serializer=replog_dot_v1_dot_nodes__pb2.JoinRequest.SerializeToString,
+                response_deserializer=replog_dot_v1_dot_nodes__pb2.JoinResponse.FromString,
+                _registered_method=True)
 
 
 class NodesServicer:
@@ -50,6 +55,20 @@ class NodesServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Join(self, request, context):
+        """A node that started on an empty data directory and is no member of the cluster asks to
+        be added (`--join auto`: a StatefulSet scaled up). Served only on a peer listener with
+        mutual TLS by a node started with `--join auto`: the caller's certificate must name
+        `node_id` (URI SAN replog://node/<id>) or, failing a node URI, have a DNS or IP SAN
+        equal to the host of `address` or `peer_address`. Then it is `Admin.AddNode` on the
+        metadata leader (same validation, same errors). Refusals: PERMISSION_DENIED (the
+        certificate does not prove the id), FAILED_PRECONDITION MEMBERSHIP_CHANGE_REFUSED with
+        metadata refusal=joins_disabled (this node takes no joins), INVALID_ARGUMENT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodesServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -57,6 +76,11 @@ def add_NodesServicer_to_server(servicer, server):
                     servicer.Identify,
                     request_deserializer=replog_dot_v1_dot_nodes__pb2.IdentifyRequest.FromString,
                     response_serializer=replog_dot_v1_dot_nodes__pb2.IdentifyResponse.SerializeToString,
+            ),
+            'Join': grpc.unary_unary_rpc_method_handler(
+                    servicer.Join,
+                    request_deserializer=replog_dot_v1_dot_nodes__pb2.JoinRequest.FromString,
+                    response_serializer=replog_dot_v1_dot_nodes__pb2.JoinResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,6 +110,33 @@ class Nodes:
             '/replog.v1.Nodes/Identify',
             replog_dot_v1_dot_nodes__pb2.IdentifyRequest.SerializeToString,
             replog_dot_v1_dot_nodes__pb2.IdentifyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Join(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/replog.v1.Nodes/Join',
+            replog_dot_v1_dot_nodes__pb2.JoinRequest.SerializeToString,
+            replog_dot_v1_dot_nodes__pb2.JoinResponse.FromString,
             options,
             channel_credentials,
             insecure,
