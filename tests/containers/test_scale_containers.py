@@ -41,6 +41,7 @@ class ScalingCluster(ContainerCluster):
         self.roots = {i: data_dir_for(root / f"node{i}") for i in HOSTS}
         self.nodes: dict[int, Node] = {}
         self.members: list[int] = []
+        self.env: dict[str, str] = {}  # settings every node started from now on gets
 
     def peers(self, ids: Iterable[int]) -> str:
         return ",".join(
@@ -54,7 +55,7 @@ class ScalingCluster(ContainerCluster):
             assert old.stop() == 0, old.logs()
             old.remove()
         host, ports = HOSTS[node_id], self.ports[node_id]
-        env = {"REPLOG_NODE_ID": str(node_id), "REPLOG_PEERS": self.peers(members)}
+        env = {"REPLOG_NODE_ID": str(node_id), "REPLOG_PEERS": self.peers(members), **self.env}
         node = Node(
             self.image, host, ports[0], self.roots[node_id], self.pki,
             peer_port=ports[1], health_port=ports[2], env=env, node_id=node_id,
@@ -136,9 +137,14 @@ def test_the_image_grows_from_three_to_four_nodes_and_back_under_load(
             assert cluster.nodes[4].stop() == 0
             producer.wait_acked(producer.count() + STEP, "acks go on without node 4")
         assert_no_acked_record_lost(cluster, "scaled", producer.acked)
-        with cluster.client() as client:
-            for p in range(6):
-                assert b"w%d" % p in client.fetch("wide", p, 0).records.values
+        assert_wide_kept(cluster)
     finally:
         for node in cluster.nodes.values():
             node.remove()
+
+
+def assert_wide_kept(cluster: ScalingCluster) -> None:
+    """Topic "wide" (6 partitions, `w<p>` appended to each) still holds its records."""
+    with cluster.client() as client:
+        for p in range(6):
+            assert b"w%d" % p in client.fetch("wide", p, 0).records.values
