@@ -258,6 +258,11 @@ def test_a_cluster_with_join_manual_refuses_joins(tmp_path: Path) -> None:
                 "joins_disabled",
             ), got
         # A real node 4 with `--join auto` asks, is refused by each peer, and stays out.
+        # The cluster has metadata first (as in a scale-up): a node that starts before the
+        # first metadata election is one of the founders by its identity ("bootstrap").
+        with Client(_three(cluster), tls=cluster.client_tls, retry=PATIENT) as client:
+            client.create_topic("before", 1, 3, format="raw")
+            leader_of(client, "before")
         _set_peers(cluster, 4, [1, 2, 3, 4])
         args = nodes[4].args
         args[args.index("--join") + 1] = "auto"
