@@ -285,6 +285,14 @@ class UnavailableError(ReplogError):
     retriable = True
 
 
+class NodeRemovedError(UnavailableError):
+    """This node was removed from the cluster (`replog node remove`) and still runs: its view
+    of the cluster is no longer kept up to date, so it answers no metadata. Ask another node
+    (clients move on by themselves); stop this one."""
+
+    reason = "NODE_REMOVED"
+
+
 class NoQuorumError(UnavailableError):
     reason = "NO_QUORUM"
 

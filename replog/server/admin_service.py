@@ -19,6 +19,7 @@ from replog.errors import (
     LeaderUnknownError,
     LogClosedError,
     MembershipChangeRefusedError,
+    NodeRemovedError,
     NotLeaderError,
     PartitionNotFoundError,
     PermissionDeniedError,
@@ -244,6 +245,12 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def GetMetadata(
         self, request: admin_pb2.GetMetadataRequest, context: Context
     ) -> admin_pb2.Metadata:
+        if self.members is not None and self.members.removed():
+            raise NodeRemovedError(
+                f"node {self.node_id} was removed from the cluster: ask another node "
+                "(and stop this one: docs/operations.md, Scale)",
+                node_id=self.node_id,
+            )
         topics = self.router.topics()
         names = list(request.topics) or sorted(topics)
         driver = self.router.metadata.driver

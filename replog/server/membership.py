@@ -250,6 +250,11 @@ class Members:
         await self.metadata.propose(make, self.timeout_s)
         return self.nodes()
 
+    def removed(self) -> bool:
+        """Whether the metadata this node applied removed it from the members (it is no
+        longer sent the metadata: what it knows ages from then on)."""
+        return not self.single and self.peers.node_id not in self.metadata.image.nodes
+
     def nodes(self) -> list[admin_pb2.Node]:
         """The members this node's metadata knows, by id."""
         image = self.metadata.image.nodes

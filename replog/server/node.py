@@ -172,6 +172,7 @@ class Node:
             bootstrap=bootstrap,
         )
         # Members added or removed at run time (`membership`): the metadata quorum follows.
+        self._removed = False  # this node's metadata removed it (logged once per change)
         self.members = Members(
             self.metadata,
             self.peers,
@@ -235,6 +236,16 @@ class Node:
         self._tasks: list[asyncio.Task[None]] = []
 
     def _metadata_applied(self) -> None:
+        removed = self.members.removed()
+        if removed != self._removed:
+            self._removed = removed
+            level = logging.ERROR if removed else logging.INFO
+            log(
+                _log,
+                "node.removed" if removed else "node.member_again",
+                level,
+                node_id=self.node_id,
+            )
         self.sync_members()
         self.replicas.wake()
         self.reassigner.wake()

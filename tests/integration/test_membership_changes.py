@@ -24,7 +24,13 @@ import pytest
 
 from replog.client import Client
 from replog.devcluster import DevCluster
-from replog.errors import InvalidArgumentError, NodeExistsError, UnknownNodeError
+from replog.errors import (
+    InvalidArgumentError,
+    NodeExistsError,
+    NodeRemovedError,
+    UnknownNodeError,
+)
+from replog.rpc_errors import from_rpc_error
 from replog.v1 import admin_pb2, admin_pb2_grpc
 from tests.integration.test_cluster import (
     PATIENT,
@@ -45,6 +51,19 @@ def _replog(*args: str, expect: int = 0) -> Any:
     )
     assert done.returncode == expect, done.stdout + done.stderr
     return json.loads(done.stdout) if done.stdout.strip().startswith("{") else done.stderr
+
+
+def _answers_node_removed(address: str) -> bool:
+    """Whether the node at `address` refuses GetMetadata as a removed node (NODE_REMOVED)."""
+    channel = grpc.insecure_channel(address)
+    try:
+        stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+        stub.GetMetadata(admin_pb2.GetMetadataRequest(), timeout=10)
+    except grpc.RpcError as exc:
+        return isinstance(from_rpc_error(exc), NodeRemovedError)
+    finally:
+        channel.close()
+    return False
 
 
 def _quorum(client: Client) -> tuple[list[int], list[int]]:
@@ -118,7 +137,14 @@ def test_a_cluster_grows_to_five_nodes_and_back_to_three_without_restarts_under_
                     removed = _replog("node", "remove", str(gone), "--wait", *cli)
                     assert removed["done"] is True
                     assert gone not in {n["id"] for n in removed["nodes"]}
-                    if nodes[gone].running:
+                    if nodes[gone].running:  # removed, still running: no stale metadata
+                        wait_until(
+                            lambda g=gone: _answers_node_removed(nodes[g].address),
+                            f"removed node {gone} refuses GetMetadata with NODE_REMOVED",
+                        )
+                        first = f"{nodes[gone].address},{nodes[2].address}"
+                        with Client(first, retry=PATIENT) as fresh:  # it moves on to node 2
+                            assert gone not in {n.id for n in fresh.refresh_metadata().nodes}
                         assert nodes[gone].stop() == 0
                     producer.wait_acked(len(producer.acked) + 200)
                 wait_until(

@@ -232,3 +232,21 @@ def test_every_step_changes_at_most_one_voter_and_the_steps_reach_the_target(
     else:
         pytest.fail(f"no fixed point from {voters}, {observers} to {members}")
     assert set(current_v) == set(target_v) and set(current_o) == set(target_o)
+
+
+def test_a_node_whose_applied_metadata_no_longer_lists_it_knows_it_was_removed() -> None:
+    from types import SimpleNamespace
+
+    from replog.server.membership import Members
+
+    image = _image()
+    metadata = SimpleNamespace(image=image)
+    peers = SimpleNamespace(node_id=3)
+    members = Members(metadata, peers, single=False, timeout_s=1.0)  # type: ignore[arg-type]
+    assert not members.removed()
+    _commit(image, image.remove_node(3))
+    assert members.removed()
+    _commit(image, image.add_node(3, "127.0.0.1:7003"))  # added again: a member again
+    assert not members.removed()
+    alone = Members(metadata, SimpleNamespace(node_id=9), single=True, timeout_s=1.0)  # type: ignore[arg-type]
+    assert not alone.removed()  # a cluster of one is never "removed"
