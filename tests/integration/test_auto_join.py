@@ -145,6 +145,13 @@ def _refused_by(node: NodeProcess) -> set[int]:
     return {int(m) for line in refused for m in re.findall(r"\bpeer=(\d+)", line)}
 
 
+def _running(node: NodeProcess) -> bool:
+    """True while node `node` runs; fails at once (with its log) once it has exited, rather
+    than at the end of a wait for something a dead node cannot do."""
+    assert node.running, f"node {node.node_id} exited:\n{node.log_tail()}"
+    return True
+
+
 def _ca(cluster: DevCluster) -> certs.Issued:
     return certs.Issued(cluster.tls_dir / "ca.pem", cluster.tls_dir / "ca-key.pem")
 
@@ -162,18 +169,18 @@ def test_a_node_started_with_join_auto_becomes_a_voter_without_an_admin_call(
             nodes[4].start()  # an empty data directory; no `replog node add`
             assert _identity(nodes[4])["start"] == "joining", _identity(nodes[4])
             wait_until(
-                lambda: _members(client) == ([1, 2, 3, 4], [1, 2, 3, 4], []),
+                lambda: _running(nodes[4]) and _members(client) == ([1, 2, 3, 4], [1, 2, 3, 4], []),
                 "node 4 is a member and a metadata voter",
                 JOIN_DEADLINE_S,
             )
             wait_until(
-                lambda: _identity(nodes[4])["caught_up_at"] is not None,
+                lambda: _running(nodes[4]) and _identity(nodes[4])["caught_up_at"] is not None,
                 "node 4 caught up on the metadata",
                 JOIN_DEADLINE_S,
             )
             # join.done: once node 4's own metadata log names it (it polls for that)
             wait_until(
-                lambda: "event=join.done" in nodes[4].log_tail(1_000_000),
+                lambda: _running(nodes[4]) and "event=join.done" in nodes[4].log_tail(1_000_000),
                 "node 4 saw itself listed and stopped asking",
                 JOIN_DEADLINE_S,
             )
@@ -189,7 +196,9 @@ def test_a_node_started_with_join_auto_becomes_a_voter_without_an_admin_call(
             assert _identity(nodes[4])["caught_up_at"] is not None
             with Client(nodes[4].address, tls=auto.client_tls, retry=PATIENT) as own:
                 wait_until(
-                    lambda: _members(own) == ([1, 2, 3, 4], [1, 2, 3, 4], []),
+                    lambda: (
+                        _running(nodes[4]) and _members(own) == ([1, 2, 3, 4], [1, 2, 3, 4], [])
+                    ),
                     "the restarted node 4 serves the membership from its log",
                     JOIN_DEADLINE_S,
                 )
@@ -269,7 +278,7 @@ def test_a_cluster_with_join_manual_refuses_joins(tmp_path: Path) -> None:
         nodes[4].start()
         assert _identity(nodes[4])["start"] == "joining"
         wait_until(
-            lambda: _refused_by(nodes[4]) == {1, 2, 3},
+            lambda: _running(nodes[4]) and _refused_by(nodes[4]) == {1, 2, 3},
             "node 4 was refused by each of its peers",
             JOIN_DEADLINE_S,
         )
