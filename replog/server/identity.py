@@ -29,8 +29,11 @@ metadata leader writes the starting quorum to the log at the cluster's first ele
 (`membership.QuorumKeeper`), so the quorum is always the log's; until a peer that answers
 holds that record, the node asks again.
 * **bootstrap**: a majority of the metadata voters (this node included) answer that they
-  are on empty directories too and have seen no metadata: nothing can have been
-  acknowledged yet, so the node votes at once. A cluster of one bootstraps at once.
+  are on empty directories too and have seen no metadata, and none of the peers that have
+  seen no metadata reports other starting voters than this node's settings (`disagreeing`:
+  a node started with a longer peer list while the cluster is being founded waits, and
+  joins once the cluster exists): nothing can have been acknowledged yet, so the node votes
+  at once. A cluster of one bootstraps at once.
 * neither (peers unreachable, or not enough of them): ask again; nothing is decided while
   the peers that would tell are down.
 
@@ -137,11 +140,32 @@ def decide(node_id: int, voters: Sequence[int], answers: Mapping[int, Answer]) -
     for answer in answers.values():
         if answer.replacement or answer.metadata_epoch > 0 or answer.metadata_end_offset > 0:
             return _joining_or_replacement(node_id, answers)
+    if disagreeing(voters, answers):
+        return None  # founders with other voters: never found a cluster over theirs
     empty = 1 if node_id in voters else 0
     empty += sum(1 for peer, a in answers.items() if peer in voters and peer != node_id)
     if empty >= len(voters) // 2 + 1:
         return BOOTSTRAP
     return None
+
+
+def disagreeing(voters: Sequence[int], answers: Mapping[int, Answer]) -> list[int]:
+    """The peers that have seen no metadata and report starting voters other than
+    `voters` (this node's settings'). A node must not found a cluster with them: each side
+    would count its own majority, and majorities of voter sets that differ by two nodes or
+    more need not overlap (voters 1-5: node 5 elected by 1, 4 and 5; voters 1-3: node 3 by
+    2 and 3, in the same epoch); by one node, it would still be a voter the others' log
+    never names. It waits until the cluster exists; then the log's quorum decides (it
+    joins)."""
+    mine = set(voters)
+    return sorted(
+        peer
+        for peer, a in answers.items()
+        if a.metadata_epoch == 0
+        and a.metadata_end_offset == 0
+        and a.voters
+        and set(a.voters) != mine
+    )
 
 
 def starting_quorum(
@@ -307,6 +331,7 @@ async def _decide(
                 logging.WARNING,
                 answered=sorted(answers),
                 peers=others,
+                other_voters=disagreeing(voters, answers),
                 why="an empty data directory: waiting for peers to tell a new cluster "
                 "from a lost disk, and, in an existing cluster, for a peer whose metadata "
                 "log holds the quorum (its leader writes it at the first election)",

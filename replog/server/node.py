@@ -768,13 +768,16 @@ async def establish_identity(settings: Settings) -> Identity:
     its peers, so that nodes started together on empty directories find each other."""
     node_id, data_dir = settings.node_id, settings.data_dir
     members = sorted(settings.peer_map() or {node_id: settings.listen})
-    voters, _observers = replica_config_members(members)
+    voters, observers = replica_config_members(members)
     if identities.load(data_dir) is not None or not identities.is_empty(data_dir):
         return await identities.establish(data_dir, node_id, voters, [], _nobody)
     if members == [node_id]:
         return await identities.establish(data_dir, node_id, voters, [], _nobody)
     temporary = grpc.aio.server(options=server_options(settings.message_bytes_max))
-    deciding = NodesService(node_id, lambda: ("", True, 0, 0, False))
+    # (its starting voters too: a peer with other ones does not found a cluster with it)
+    deciding = NodesService(
+        node_id, lambda: ("", True, 0, 0, False), quorum=lambda: (voters, observers)
+    )
     nodes_pb2_grpc.add_NodesServicer_to_server(deciding, temporary)  # type: ignore[no-untyped-call]
     address = settings.peer_listen or settings.listen
     client_auth = bool(settings.peer_listen) or settings.tls_client_auth == "require"

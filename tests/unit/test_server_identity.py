@@ -197,3 +197,24 @@ def test_a_quorum_out_of_shape_in_an_answer_counts_as_unsaid() -> None:
     assert not ids._is_quorum((0, 2), ())
     assert not ids._is_quorum((1, 2**32), ())
     assert not ids._is_quorum(tuple(range(1, ids.NODES_MAX + 2)), ())
+
+
+def test_a_node_whose_peers_found_with_other_voters_waits_and_never_bootstraps() -> None:
+    """Found by the auto-join test: node 4 (peers 1-4) started while nodes 1-3 (peers 1-3)
+    had no metadata yet counted them as empty founders and bootstrapped as a voter of
+    (1, 2, 3, 4), a quorum their log never names (and two sets that differ by two nodes
+    or more can elect two leaders in one epoch). Peers reporting other starting voters are
+    no founders of its cluster: it asks again, and joins once the cluster exists."""
+    three = Answer(False, 0, 0, voters=(1, 2, 3))
+    assert decide(4, (1, 2, 3, 4), {1: three, 2: three, 3: three}) is None
+    assert ids.disagreeing((1, 2, 3, 4), {1: three, 2: three}) == [1, 2]
+    deciding_three = Answer(True, 0, 0, voters=(1, 2, 3))
+    assert decide(4, (1, 2, 3, 4), {1: deciding_three, 2: deciding_three}) is None
+    # the same voters (any order) found the cluster together, as before
+    assert decide(1, (1, 2, 3), {2: Answer(True, 0, 0, voters=(3, 2, 1))}) == BOOTSTRAP
+    assert decide(1, (1, 2, 3), {2: three, 3: three}) == BOOTSTRAP
+    # a peer that does not say (an earlier release) counts as before
+    assert decide(1, (1, 2, 3), {2: EMPTY}) == BOOTSTRAP
+    # once the cluster exists, the log's quorum decides: node 4 joins
+    recorded = Answer(False, 1, 2, membership_changed=True, voters=(1, 2, 3))
+    assert decide(4, (1, 2, 3, 4), {1: recorded, 2: three}) == JOINING

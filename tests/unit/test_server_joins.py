@@ -147,6 +147,8 @@ def test_the_asking_node_asks_until_its_log_lists_it_and_backs_off_on_refusals(
         return len(rounds) >= 2 and checks > listed_after
 
     monkeypatch.setattr(joins, "_ask_once", ask_once)
-    monkeypatch.setattr(joins, "POLL_S", 0.0)
+    monkeypatch.setattr(joins, "POLL_S", 0.001)
+    monkeypatch.setattr(joins, "RETRY_S_MIN", 0.001)
+    monkeypatch.setattr(joins, "RETRY_S_MAX", 0.01)
     asyncio.run(joins.ask_to_join(4, lambda: "h4:7070", "", lambda: [1, 2, 3], None, listed))  # type: ignore[arg-type]
     assert rounds == [[1, 2, 3], [1, 2, 3]]
