@@ -1,8 +1,11 @@
 """The Spark layer: one SparkSession for the whole run, real 3-node replog clusters in
 subprocesses.
 
-Spark starts before any gRPC activity in this process (a measured pitfall: starting a
-SparkSession after gRPC use once failed with JAVA_GATEWAY_EXITED).
+Spark starts before any gRPC activity in this process: its tests run first in a whole run
+(`pytest_collection_modifyitems` below). Starting the SparkSession after gRPC use forks the
+JVM's launcher from a process with gRPC's threads, and that fails now and then with
+JAVA_GATEWAY_EXITED (the child logs gRPC's "epoll_wait error: Bad file descriptor"): every
+Spark test of a CI run errored that way once, after the integration tests had run first.
 """
 
 from __future__ import annotations
@@ -19,9 +22,14 @@ from tests.spark.replog_cluster import ReplogCluster, running_cluster
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    spark = []
     for item in items:
         if "tests/spark" in str(item.fspath):
             item.add_marker(pytest.mark.spark)
+            spark.append(item)
+    if spark:  # first: the JVM starts before any gRPC thread exists in this process
+        chosen = set(map(id, spark))
+        items[:] = spark + [item for item in items if id(item) not in chosen]
 
 
 @pytest.fixture(scope="session")
