@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import enum
 import random
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -97,6 +97,7 @@ from replog.replication.outputs import (
 )
 from replog.replication.producers import BatchHeader, Check, ProducerBatch, ProducerTable, Verdict
 from replog.replication.quorum import next_high_watermark
+from replog.replication.stale import Stale, records_problem, start_at_problem
 from replog.replication.state import QuorumState
 
 
@@ -149,6 +150,8 @@ class Replica:
         self.producers = producers if producers is not None else ProducerTable()
         self._rng = rng
         self._out: list[Output] = []
+        # messages ignored as late, duplicate or stale, by reason (see `stale.py`)
+        self.stale_messages: Counter[Stale] = Counter()
         self._state = state or QuorumState()
         self._history = EpochHistory(history)
         self._members = MembershipHistory(Membership(config.voters, config.observers), memberships)
@@ -589,6 +592,9 @@ class Replica:
 
     # -- state changes -------------------------------------------------------------------
 
+    def _stale(self, reason: Stale) -> None:
+        self.stale_messages[reason] += 1
+
     def _take(self) -> list[Output]:
         out, self._out = self._out, []
         return out
@@ -613,6 +619,8 @@ class Replica:
             and not self.below_vote_floor
         ):
             self._start_election(now_ms)
+        else:
+            self._stale(Stale.TIMEOUT_NOW)
 
     def _set_state(self, state: QuorumState) -> None:
         assert state.epoch >= self._state.epoch, (state, self._state)
@@ -703,6 +711,9 @@ class Replica:
         epoch = self.epoch
         assert self._role is Role.CANDIDATE and self._state.voted_for == me
         self._role = Role.LEADER
+        # A candidate whose election timed out asks for pre-votes for the next epoch while
+        # its votes may still come in: a late vote that elects it ends that round too.
+        self._prevotes = None
         self._transfer = None
         self.producers.drop_partial()  # a batch not whole in this log never will be
         self._set_state(QuorumState(epoch, me, me))
@@ -812,6 +823,9 @@ class Replica:
             self._become_follower(request.epoch, None, now_ms)
             return
         if self._role is not Role.LEADER or sender not in self._progress:
+            # (a removed replica may go on asking: it is told nothing)
+            leads = self._role is Role.LEADER
+            self.stale_messages[Stale.FETCH_NOT_MEMBER if leads else Stale.FETCH_NOT_LEADER] += 1
             return
         if request.fetch_offset < self._log_start:
             self._send_start_at(sender, request, now_ms)
@@ -881,6 +895,9 @@ class Replica:
     def _on_fetch_response(self, response: FetchResponse, now_ms: int) -> None:
         result = response.result
         if isinstance(result, Fenced):
+            if result.leader_id == self.replica_id and self._role is not Role.LEADER:
+                self._stale(Stale.OWN_LEADERSHIP)  # an echo of an earlier leadership of its own
+                result = Fenced(result.epoch, None)
             if result.epoch > self.epoch or (
                 result.epoch == self.epoch
                 and self.leader_id is None
@@ -890,17 +907,25 @@ class Replica:
                 self._become_follower(result.epoch, result.leader_id, now_ms)
             return
         if response.epoch != self.epoch or self._role is not Role.FOLLOWER:
+            self._stale(Stale.FETCH_ANSWER)
             return
         if self.leader_id != response.leader_id:
-            # only the leader this replica fetches from answers it with records
-            assert self.leader_id is None, ("two leaders in one epoch", response)
+            # Only the leader this replica fetches from answers it with records. Another
+            # leader of this epoch is a message of an older incarnation of the partition or
+            # from a replica that lost its state: stale, never followed.
+            self._stale(Stale.FETCH_ANSWER if self.leader_id is None else Stale.OTHER_LEADER)
             return
         if (
             self._fetch_sent_ms is None
             or response.fetch_offset != self._leo
             or response.last_fetched_epoch != self._history.last_epoch(self._leo)
         ):
-            return  # a duplicate or an answer to a request of an older log state
+            self._stale(Stale.FETCH_ANSWER)  # a duplicate or an answer to an older log state
+            return
+        problem = self._result_problem(result)
+        if problem is not None:
+            self._stale(problem)
+            return
         self._fetch_sent_ms = None
         self._reset_election_timer(now_ms)
         self._leader_contact_ms = now_ms
@@ -913,11 +938,30 @@ class Replica:
             self._append_records(result)
         self._send_fetch(now_ms)
 
-    def _truncate_diverging(self, diverging: Diverging) -> None:
+    def _result_problem(self, result: Records | Diverging | StartAt) -> Stale | None:
+        """Why a records answer of this replica's leader, to its latest fetch, cannot be
+        applied (None: it can). Only a message that is not what it claims to be (an older
+        incarnation's, a replica's that lost its state) gets one: it is ignored."""
+        if isinstance(result, Diverging):
+            offset = self._divergence_offset(result)
+            if not self._hw <= offset < self._leo:  # never truncates a committed record
+                return Stale.INVALID_DIVERGENCE
+        elif isinstance(result, StartAt):
+            if start_at_problem(result, self._leo):
+                return Stale.INVALID_START
+        else:
+            entries = self._history.entries
+            if records_problem(result, self._leo, entries[-1] if entries else None):
+                return Stale.INVALID_RECORDS
+        return None
+
+    def _divergence_offset(self, diverging: Diverging) -> int:
         _, own_end = self._history.end_offset_for(diverging.epoch, self._leo)
-        offset = min(diverging.end_offset, own_end)
-        assert offset < self._leo, ("divergence must move back", offset, self._leo)
-        assert offset >= self._hw, f"truncation to {offset} below high watermark {self._hw}"
+        return min(diverging.end_offset, own_end)
+
+    def _truncate_diverging(self, diverging: Diverging) -> None:
+        offset = self._divergence_offset(diverging)
+        assert self._hw <= offset < self._leo, (offset, self._hw, self._leo)  # checked
         self._out.append(TruncateTo(offset))  # the log first: the history must cover it
         self.producers.truncate(offset)
         self._leo = offset
@@ -931,8 +975,7 @@ class Replica:
         """Discard the log and start empty at the leader's log start (see `_send_start_at`).
         The history goes first: after a crash between the two, the old log plus the new
         history still fetch below the leader's log start and get the same answer again."""
-        offset = start_at.offset
-        assert offset > self._leo, ("a log start moves a follower forward", start_at, self._leo)
+        offset = start_at.offset  # (`start_at_problem` checked it moves forward)
         self._history = EpochHistory(start_at.history)
         self._out.append(PersistEpochHistory(self._history.entries))
         # the leader's membership in force at `offset` (this replica's own history may
@@ -949,22 +992,18 @@ class Replica:
             self._out.append(SetHighWatermark(offset))
 
     def _append_records(self, records: Records) -> None:
-        start, end = records.start_offset, records.end_offset
-        assert start == self._leo and start <= end, (records, self._leo)
+        start, end = records.start_offset, records.end_offset  # (`records_problem` checked)
         if end > start:
             changed = False
             for boundary in records.boundaries:
                 if boundary.epoch == self._history.latest_epoch:
                     continue
-                assert boundary.epoch > self._history.latest_epoch, (boundary, self._history)
-                assert start <= boundary.start_offset < end, (boundary, records)
                 self._history.append(boundary.epoch, boundary.start_offset)
                 changed = True
             if changed:  # the history before the records it describes
                 self._out.append(PersistEpochHistory(self._history.entries))
             if records.memberships:  # so is the membership history
                 for entry in records.memberships:
-                    assert start <= entry.offset < end, (entry, records)
                     self._members.append(entry)
                 self._out.append(PersistMembershipHistory(self._members.entries))
             self.producers.apply_frames(records.frames, end)
@@ -1047,9 +1086,14 @@ class Replica:
                 if response.epoch > self.epoch:
                     self._become_follower(response.epoch, None, now_ms)
                 return
-            if self._prevotes is None or response.epoch != self.epoch + 1:
-                return  # a round that ended, or an answer about another epoch
-            assert self._role is not Role.LEADER and self.is_voter
+            if (
+                self._prevotes is None
+                or response.epoch != self.epoch + 1
+                or self._role is Role.LEADER
+                or not self.is_voter
+            ):
+                self._stale(Stale.PRE_VOTE_ANSWER)  # a round that ended, or another epoch's
+                return
             if response.voter_id in self.membership.voters:
                 self._prevotes.add(response.voter_id)
             if len(self._prevotes) >= self.membership.majority and not self.below_vote_floor:
@@ -1059,6 +1103,7 @@ class Replica:
             self._become_follower(response.epoch, None, now_ms)
             return
         if self._role is not Role.CANDIDATE or response.epoch != self.epoch:
+            self._stale(Stale.VOTE_ANSWER)
             return
         if response.granted and response.voter_id in self.membership.voters:
             # (a vote only counts from a voter of this candidate's membership)
@@ -1067,13 +1112,22 @@ class Replica:
                 self._become_leader(now_ms)
 
     def _on_begin_epoch(self, message: BeginEpoch, now_ms: int) -> None:
+        leader: int | None = message.leader_id
+        if leader == self.replica_id and self._role is not Role.LEADER:
+            self._stale(Stale.OWN_LEADERSHIP)  # an echo of an earlier leadership of its own
+            leader = None
         if message.epoch > self.epoch:
-            self._become_follower(message.epoch, message.leader_id, now_ms)
+            self._become_follower(message.epoch, leader, now_ms)
         elif message.epoch == self.epoch:
             if self.leader_id is None and self._role is not Role.LEADER:
-                self._become_follower(message.epoch, message.leader_id, now_ms)
-            else:
-                assert self.leader_id == message.leader_id, ("two leaders in one epoch", message)
+                if leader is not None:
+                    self._become_follower(message.epoch, leader, now_ms)
+            elif self.leader_id != leader:
+                # another leader of this epoch: an older incarnation's message, or one of a
+                # replica that lost its state (its vote) -- never followed
+                self._stale(Stale.OTHER_LEADER)
+        else:
+            self._stale(Stale.BEGIN_EPOCH)
 
 
 _REFUSALS = {

@@ -98,6 +98,11 @@ class _ReplicationCollector(Collector):
             "Times this replica discarded its log to refetch it (a corrupt range)",
             labels=labels,
         )
+        stale = CounterMetricFamily(
+            "replog_replication_stale_messages",
+            "Late, duplicate or stale replication messages a replica ignored, by reason",
+            labels=[*labels, "reason"],
+        )
         for topic, partition, driver in self._replicas():
             key = [topic, str(partition)]
             for r in Role:
@@ -113,7 +118,9 @@ class _ReplicationCollector(Collector):
             leaderships.add_metric(key, driver.leaderships)
             truncations.add_metric(key, driver.truncations)
             repairs.add_metric(key, driver.repairs)
-        yield from (role, epoch, lag, age, elections, leaderships, truncations, repairs)
+            for reason, count in driver.replica.stale_messages.items():  # (non-zero only)
+                stale.add_metric([*key, reason.value], count)
+        yield from (role, epoch, lag, age, elections, leaderships, truncations, repairs, stale)
 
 
 class _ReplicaFailureCollector(Collector):

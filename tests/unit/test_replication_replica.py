@@ -38,6 +38,7 @@ from replog.replication import (
     VoteRequest,
     VoteResponse,
 )
+from replog.replication.stale import Stale
 
 T = TypeVar("T")
 VOTERS = (1, 2, 3)
@@ -433,13 +434,18 @@ def test_a_diverging_follower_truncates_to_the_smaller_end_of_that_epoch() -> No
     assert of_type(out, PersistEpochHistory) == [PersistEpochHistory((EpochStart(1, 0),))]
 
 
-def test_a_truncation_below_the_high_watermark_fails_loudly() -> None:
+def test_a_divergence_below_the_high_watermark_is_refused_as_a_stale_message() -> None:
+    # Only a message that is not what it claims (an older incarnation's leader of the same
+    # epoch, a replica that lost its state) can ask that: a committed record is never
+    # truncated, the answer is ignored and counted, and the fetch is retried.
     r = follower(10, (EpochStart(1, 0),))
     r.receive(FetchResponse(5, 1, 10, 1, Records(10, 10, (), 8)), 0)
     assert r.high_watermark == 8
     r.tick(300)  # fetch retry, since the empty answer's follow-up was lost
-    with pytest.raises(AssertionError, match="below high watermark"):
-        answer(r, Diverging(1, 5))
+    out = answer(r, Diverging(1, 5))
+    assert not of_type(out, TruncateTo) and r.log_end_offset == 10
+    assert r.stale_messages[Stale.INVALID_DIVERGENCE] == 1
+    assert sent(r.tick(600), FetchRequest) == [FetchRequest(5, 2, 10, 1)]
 
 
 def test_a_fenced_answer_makes_the_follower_follow_the_newer_leader() -> None:
