@@ -52,6 +52,7 @@ from replog.server import identity as identities
 from replog.server.acl_service import AclService
 from replog.server.admin_service import AdminService
 from replog.server.balancer import run_balancer
+from replog.server.draining import Draining, Health, stop_servers
 from replog.server.flusher import run_flusher
 from replog.server.groups import service as groups_service
 from replog.server.groups.coordinator import Coordinator
@@ -591,7 +592,9 @@ async def _serve(settings: Settings) -> int:
         maximum_concurrent_rpcs=maximum_concurrent_rpcs(node.limits),
     )
     generic_handlers_only(server)  # a call's cost stays flat in the methods served
-    serve_through(server, [guard, InternalTopics(), *authorizer])  # wrapped once per method
+    # Outermost: request streams end at the next read once the node stops (draining.py).
+    draining = Draining()
+    serve_through(server, [draining, guard, InternalTopics(), *authorizer])  # once per method
     producer_ids = ProducerIds(
         node.router, node.metadata, node.peers, timeout_s=settings.ack_timeout_ms / 1000
     )
@@ -621,7 +624,7 @@ async def _serve(settings: Settings) -> int:
     if settings.peer_listen:
         peer_server = grpc.aio.server(options=server_options(settings.message_bytes_max))
         generic_handlers_only(peer_server)
-        serve_through(peer_server, [guard])  # the same guard: peers' bodies decode safely too
+        serve_through(peer_server, [draining, guard])  # peers' bodies decode safely too
         peer_admin = (
             admin_service if authenticate is None else MembersOnly(admin_service, authenticate)
         )
@@ -648,7 +651,7 @@ async def _serve(settings: Settings) -> int:
     groups_service.register(
         node.groups, node.metrics, server, peer_server, authenticate, supervisor.spawn
     )
-    health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
+    health_servicer = Health()  # its Watch ends once the node stops
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     # Plaintext grpc.health.v1 only, for probes that cannot speak TLS (the kubelet's).
     health_server = None
@@ -676,21 +679,15 @@ async def _serve(settings: Settings) -> int:
         node.address = bound
         if node.single:
             node.peers.set_own_address(bound)
-    await server.start()
-    if peer_server is not None:
-        await peer_server.start()
-    if health_server is not None:
-        await health_server.start()
+    servers = [s for s in (server, peer_server, health_server) if s is not None]
+    for each in servers:
+        await each.start()
     metrics_address = None
     if settings.metrics_listen:
         try:
             metrics_address = node.metrics.serve(settings.metrics_listen)
         except OSError as exc:
-            await server.stop(0)
-            if peer_server is not None:
-                await peer_server.stop(0)
-            if health_server is not None:
-                await health_server.stop(0)
+            await stop_servers(servers, 0)
             await node.close()
             raise UnavailableError(
                 f"cannot serve metrics on {settings.metrics_listen}: {exc}"
@@ -730,11 +727,7 @@ async def _serve(settings: Settings) -> int:
         log(_log, "server.failed", logging.CRITICAL, error=repr(supervisor.failure))
         await health_servicer.enter_graceful_shutdown()
         node.begin_shutdown()
-        await server.stop(0)
-        if peer_server is not None:
-            await peer_server.stop(0)
-        if health_server is not None:
-            await health_server.stop(0)
+        await stop_servers(servers, 0)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(_close(node, supervisor), FAILED_CLOSE_TIMEOUT_S)
         return EXIT_TASK_FAILED
@@ -746,15 +739,10 @@ async def _serve(settings: Settings) -> int:
         drivers = [driver for _topic, _p, driver in node.drivers()]
         await hand_over(drivers, settings.shutdown_handover_ms / 1000)
     await health_servicer.enter_graceful_shutdown()
-    node.begin_shutdown()
-    replication.close()  # incoming replication streams never end on their own
-    grace_s = settings.shutdown_grace_ms / 1000
-    if peer_server is not None:
-        await asyncio.gather(server.stop(grace_s), peer_server.stop(grace_s))
-    else:
-        await server.stop(grace_s)
-    if health_server is not None:
-        await health_server.stop(0)
+    node.begin_shutdown()  # long polls and StreamFrom end: their partitions close
+    replication.close()  # no new incoming replication streams
+    draining.begin()  # every request stream ends at its next read (draining.py)
+    await stop_servers(servers, settings.shutdown_grace_ms / 1000)
     await _close(node, supervisor)
     if supervisor.failure is not None:  # a task failed during the drain
         return EXIT_TASK_FAILED

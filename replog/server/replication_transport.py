@@ -43,7 +43,9 @@ from typing import Any
 
 import grpc
 
+from replog.errors import ReplogError, ShuttingDownError
 from replog.replication.messages import Message
+from replog.server import status
 from replog.server.logs import log
 from replog.server.replication_codec import ImpossibleMessage, from_envelope, to_envelope
 from replog.server.security import describe_peer
@@ -246,31 +248,28 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         self.dropped = 0  # impossible envelopes (range checks), for tests and metrics
         self.refused = 0  # streams ended with PERMISSION_DENIED
         self._logged_at: dict[int, float] = {}
-        self._streams: set[asyncio.Task[Any]] = set()
         self._closed = False
 
     def close(self) -> None:
-        """End every incoming stream now (a stopping node): peers' links reconnect or give
-        up on their own. A handler cancelled while it waits for a delivery stops waiting
-        only; the replica's owner still handles the message it took (or never took it)."""
+        """Refuse new streams (a stopping node): `UNAVAILABLE SHUTTING_DOWN`. Open ones end
+        at their next read, with the same status, through the node's `draining.Draining`
+        (cancelling their tasks would not do: grpc sends no status for a cancelled
+        handler, and the call would hold `server.stop` for the whole grace). A handler
+        stops waiting only; the replica's owner handles the message it took."""
         self._closed = True
-        for task in list(self._streams):
-            task.cancel()
 
     async def Exchange(
         self,
         request_iterator: AsyncIterator[pb.Envelope],
         context: grpc.aio.ServicerContext[pb.Envelope, pb.ExchangeSummary],
     ) -> pb.ExchangeSummary:
-        task = asyncio.current_task()
-        if self._closed or task is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "the node is shutting down")
-        assert task is not None
-        self._streams.add(task)
         try:
+            if self._closed:
+                raise ShuttingDownError("the node is shutting down")
             return await self._exchange(request_iterator, context)
-        finally:
-            self._streams.discard(task)
+        except ReplogError as err:  # the node stops: SHUTTING_DOWN, with its ErrorInfo
+            await status.abort(context, err)
+            raise AssertionError("abort returned") from err
 
     async def _exchange(
         self,

@@ -13,6 +13,8 @@ gRPC's 16 KiB metadata limit (the message travels in `grpc-message` and again in
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
@@ -70,7 +72,7 @@ class Refused:
         self.error = error
 
 
-async def abort(context: grpc.aio.ServicerContext[object, object], err: ReplogError) -> None:
+async def abort(context: grpc.aio.ServicerContext[Any, Any], err: ReplogError) -> None:
     """End the call with `err` (raises, as `context.abort` does)."""
     status = to_status(err)
     await context.abort(status.code, status.details, status.trailing_metadata)
