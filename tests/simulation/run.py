@@ -2,7 +2,7 @@
 
 python -m tests.simulation.run --seed 1234 --nodes 3 [--observers 1] [--flush never]
     [--interrupts] [--memberships --spares 1] [--balance [--voters 2,3,1]]
-    [--controller reassign|keeper --spares 2]
+    [--controller reassign|keeper --spares 2] [--late-votes]
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ def main() -> None:
         default="",
         help="the server's reassignment controller or metadata quorum keeper",
     )
+    parser.add_argument(
+        "--late-votes", action="store_true", help="votes late past timeouts, duplicated"
+    )
     args = parser.parse_args()
     config = SimConfig.random(
         args.seed,
@@ -51,6 +54,7 @@ def main() -> None:
         balance=args.balance,
         voter_order=tuple(int(v) for v in args.voters.split(",") if v),
         controller=args.controller,
+        late_votes=args.late_votes,
     )
     print(config)
     outcome = run_schedule(config)

@@ -9,6 +9,9 @@ seed fully determines a schedule. The simulated pieces:
 
 * network: each message gets a random delay (reordering), may be lost or duplicated, and is
   dropped at delivery time if sender and receiver are in different partition groups;
+  `vote_delay_ms_max` / `vote_duplication` make vote and pre-vote traffic late past
+  election timeouts and duplicated (busy nodes in a burst of topic creations), and
+  `start_spread_ms` creates a partition's replicas at different times;
 * disks: a node's log is a list of records with a flushed prefix; a flush completes a short
   random time after appends; `quorum-state` and `epoch-history` writes are durable at once
   (the driver's contract). A crash loses the unflushed tail (power loss) under
@@ -143,6 +146,14 @@ class SimConfig:
     controller: str = ""
     control_interval_ms: int = 0
     moves_per_s: float = 0.0
+    # vote and pre-vote traffic only (a busy node: issue 25's topic bursts): an extra delay
+    # of up to this many ms, past election timeouts (0: none), and more copies of a message
+    vote_delay_ms_max: int = 0
+    vote_duplication: float = 0.0
+    # a new partition's replicas are created at random times within this many ms (nodes
+    # apply a topic's creation record at different times; messages to a replica not yet
+    # created are lost, the first ones created campaign alone)
+    start_spread_ms: int = 0
 
     def repro(self) -> str:
         flush = "" if self.flush_always else " --flush never"
@@ -157,10 +168,11 @@ class SimConfig:
         control = (
             f" --controller {self.controller} --spares {self.spares}" if self.controller else ""
         )
+        votes = " --late-votes" if self.vote_delay_ms_max else ""
         return (
             f"python -m tests.simulation.run --seed {self.seed} --nodes {self.nodes}"
             f"{observers}{flush}{owner}{transfers}{corruption}{producers}{members}{balance}"
-            f"{order}{control}"
+            f"{order}{control}{votes}"
         )
 
     @property
@@ -185,10 +197,12 @@ class SimConfig:
         balance: bool = False,
         voter_order: tuple[int, ...] = (),
         controller: str = "",
+        late_votes: bool = False,
     ) -> SimConfig:
         """Fault rates drawn from the seed, so that seeds cover calm and hostile networks.
         `interrupts`: the owner model with cancelled callers (a rate drawn separately, so
-        the other draws of a seed stay what they were)."""
+        the other draws of a seed stay what they were); `late_votes`: vote and pre-vote
+        messages late past election timeouts and duplicated (drawn separately too)."""
         shape = f"{nodes}+{observers}" if observers else str(nodes)
         rng = random.Random(f"config-{seed}-{shape}")
         owner_rate = random.Random(f"interrupts-{seed}-{shape}").choice([2.0, 10.0, 40.0])
@@ -198,7 +212,13 @@ class SimConfig:
         balance_ms = random.Random(f"balance-{seed}-{shape}").choice([50, 200, 1000])
         control = random.Random(f"control-{seed}-{shape}")
         control_ms, moves_rate = control.choice([50, 100, 300]), control.choice([0.5, 2.0, 5.0])
+        votes = random.Random(f"votes-{seed}-{shape}")
+        vote_delay, vote_copies = votes.choice([100, 400, 1000]), votes.choice([0.1, 0.3, 0.6])
+        spread = votes.choice([0, 100, 500, 1500])
         return SimConfig(
+            start_spread_ms=spread if late_votes else 0,
+            vote_delay_ms_max=vote_delay if late_votes else 0,
+            vote_duplication=vote_copies if late_votes else 0.0,
             controller=controller,
             control_interval_ms=control_ms if controller else 0,
             moves_per_s=moves_rate if controller else 0.0,
@@ -293,6 +313,8 @@ class _Wake:
     node: int
     incarnation: int
 
+
+VOTES = (VoteRequest, VoteResponse)  # the traffic `vote_delay_ms_max` delays
 
 # Outputs the driver performs with an await (disk I/O): other events may run after them.
 _DISK = (PersistQuorumState, PersistEpochHistory, PersistMembershipHistory, AppendRecords,
@@ -393,8 +415,11 @@ class Simulation:
         self.deleted: set[int] = set()
         self.starting: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self.controller = make_controller(self) if config.controller else None
+        spread = random.Random(f"spread-{config.seed}-{config.shape}")
         for i in self.ids:
-            if i not in self.deleted:
+            if i not in self.deleted and config.start_spread_ms:
+                self._schedule(spread.randint(0, config.start_spread_ms), "restart", i)
+            elif i not in self.deleted:
                 self._start_node(i)
             self._schedule(self.rng.randint(0, TICK_MS), "tick", i)
         self._schedule(0, "chaos", None)
@@ -1205,8 +1230,13 @@ class Simulation:
         if self.rng.random() < self.loss:
             return
         copies = 2 if self.rng.random() < self.duplication else 1
+        late = self.config.vote_delay_ms_max if isinstance(message, VOTES) else 0
+        if late and self.chaos:  # (own draws after the others: a seed's other draws stay)
+            copies += sum(self.rng.random() < self.config.vote_duplication for _ in range(2))
         for _ in range(copies):
             delay = self.rng.randint(1, self.config.delay_ms_max)
+            if late and self.chaos:
+                delay += self.rng.randint(0, late)
             self._schedule(delay, "msg", _Delivery(node.id, to, message))
 
     # -- invariants ----------------------------------------------------------------------
