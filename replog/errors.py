@@ -373,6 +373,14 @@ class TooManyPartitionsError(LimitExceededError):
     reason = "TOO_MANY_PARTITIONS"
 
 
+class TooManyOpenFilesError(LimitExceededError):
+    """The node ran out of file descriptors (EMFILE/ENFILE, `limit=open_files`) opening a
+    file this request needed: nothing was done; retry later. Counted in
+    `replog_storage_errors_total{reason="TOO_MANY_OPEN_FILES"}`."""
+
+    reason = "TOO_MANY_OPEN_FILES"
+
+
 class TooManyBytesInFlightError(LimitExceededError):
     """acks=none appends already hold `acks_none_bytes_max` bytes not yet written."""
 
@@ -403,6 +411,14 @@ class StorageFullError(ReplogError):
     code = "RESOURCE_EXHAUSTED"
     reason = "STORAGE_FULL"
     retriable = True
+
+
+class PartitionOfflineError(UnavailableError):
+    """This node's replica of the partition is offline: an I/O error (EIO, ...) on its files
+    stopped it (the node and its other partitions keep serving). Another replica may lead
+    it (retry: clients move on); on this node it stays offline until the node restarts."""
+
+    reason = "PARTITION_OFFLINE"
 
 
 class CorruptDataError(ReplogError):

@@ -78,16 +78,20 @@ from replog.errors import (
     MembershipChangeRefusedError,
     NotLeaderError,
     OutOfOrderSequenceError,
+    PartitionOfflineError,
     ProducerFencedError,
     ReplogError,
     ShuttingDownError,
+    StorageError,
+    StorageFullError,
+    TooManyOpenFilesError,
 )
 from replog.replication.batch_ends import BatchEnds
 from replog.replication.coalesce import coalesce
 from replog.replication.config import ReplicaConfig
 from replog.replication.epochs import EpochStart
 from replog.replication.membership import Membership, MembershipEntry
-from replog.replication.messages import FetchResponse, Message, Records
+from replog.replication.messages import FetchRequest, FetchResponse, Message, Records
 from replog.replication.outputs import (
     AckCompleted,
     AckFailed,
@@ -111,6 +115,8 @@ from replog.replication.producers import ProducerBatch, ProducerTable
 from replog.replication.replica import Replica, Role
 from replog.replication.state import EPOCH_MAX, NODE_ID_MAX, OFFSET_MAX, QuorumState
 from replog.storage import AppendResult, FlushPolicy, PartitionLog, checkpoint
+from replog.storage.segment_log import storage_error
+from replog.storage.space import DiskSpace
 
 T = TypeVar("T")
 QUORUM_STATE_FILE = "quorum-state"
@@ -126,6 +132,14 @@ PRODUCER_IDLE_MS = 7 * 24 * 3600 * 1000
 # The tick of a replica whose core has no timer to run (`Replica.timers_idle`): only the
 # flushed offset is reported to the core then, which such a replica does not wait for.
 IDLE_TICK_MS = 1000
+
+# After a failed log operation (a full disk, no descriptor left): the first retry waits
+# this long, each next one twice as long, up to the maximum (reset by a write that works).
+RETRY_S_MIN = 0.1
+RETRY_S_MAX = 5.0
+# A follower that cannot write what it fetches (a full disk) fetches again this much later:
+# well inside the election timeout, so its leader stays its leader and nobody campaigns.
+FETCH_HOLD_S = 0.25
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
 
@@ -254,6 +268,16 @@ def encode_marker(epoch: int, leader_id: int, voters: Sequence[int]) -> bytes:
 
     marker = replication_pb2.LeaderEpochMarker(epoch=epoch, leader_id=leader_id, voters=voters)
     return bytes(marker.SerializeToString())
+
+
+def _write_state_file(space: DiskSpace, path: Path, data: bytes) -> None:
+    """A durable-state file, atomically; the typed error of the disk's OSError (a full disk
+    fails the output, which drops the outputs after it: a vote that cannot be persisted is
+    never sent)."""
+    try:
+        space.write_vital(partial(checkpoint.write_text_state, path, data))
+    except OSError as exc:
+        raise storage_error(exc, f"write {path}") from exc
 
 
 def _spawn_task(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
@@ -390,6 +414,13 @@ class ReplicaDriver:
         self._handoff: list[Output] = []
         self._failed: ReplogError | None = None
         self._stopped_because: str | None = None
+        # Environment faults of the disk (see `_recover`): the data directory's free space
+        # (`storage.space`), the retry of a failed log operation, the offline state.
+        self.space = DiskSpace.of(log.directory.parent.parent)
+        self._retry_at = 0.0  # on `clock`: when the core may be rebuilt again
+        self._retry_s = 0.0  # the last retry delay (doubles while failures go on)
+        self._files_short_until = 0.0  # on `clock`: writes refused (no descriptor left)
+        self._offline: ReplogError | None = None
         self._rng = rng or random.Random()
         self.replica = self._new_replica()
         # Counters for metrics: elections started, leaderships won, truncations performed.
@@ -399,6 +430,8 @@ class ReplicaDriver:
         self.rebuilds = 0  # the core was rebuilt from the log after a failed log operation
         self.repairs = 0  # the log was discarded and fetched again (corrupt data)
         self.log_writes = 0  # appends performed on the log (each one write, maybe an fsync)
+        self.refused_writes = 0  # appends refused up front (full disk, no descriptors)
+        self.held_fetches = 0  # fetched records not written (full disk), fetched again later
         self._seen = (self.replica.role, self.replica.epoch)
         self._membership_seen = self.replica.membership
 
@@ -485,6 +518,7 @@ class ReplicaDriver:
         performed (and may commit) all the same. With `producer`, a batch the log already
         holds is answered with its offsets instead of being appended again."""
         self._check_running()
+        self._check_writable(sum(map(len, values)) + frames.HEADER_BYTES * len(values))
         request_id = next(self._request_ids)
         # The caller's own future, not the owner's: cancelling the caller cancels it, and
         # the owner, which answers only futures not done yet, goes on with the append all
@@ -523,6 +557,7 @@ class ReplicaDriver:
         the same and may commit; retrying the same membership then waits for that record
         instead of appending another."""
         self._check_running()
+        self._check_writable(frames.HEADER_BYTES + 256)
         request_id = next(self._request_ids)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[tuple[int, int]] = loop.create_future()
@@ -573,10 +608,51 @@ class ReplicaDriver:
         return fut
 
     def _check_running(self) -> None:
+        if self._offline is not None:
+            raise self._offline_error()
         if self._stopped_because is not None:
             raise ShuttingDownError(f"the replica stopped: {self._stopped_because}")
         if self._stopping:
             raise ShuttingDownError("the replica is shutting down")
+
+    def _offline_error(self) -> PartitionOfflineError:
+        return PartitionOfflineError(
+            f"the replica of {self.log.topic}/{self.log.partition} on this node is offline: "
+            f"{self._offline}",
+            topic=self.log.topic,
+            partition=self.log.partition,
+        )
+
+    @property
+    def offline(self) -> ReplogError | None:
+        """The I/O error that took this replica offline (None: online)."""
+        return self._offline
+
+    def _writes_held(self) -> bool:
+        return self.space.full or self._clock() < self._files_short_until
+
+    def _check_writable(self, nbytes: int) -> None:
+        """Refuse a write up front while it cannot be made (a full disk; no descriptor left,
+        or the log's files cannot be opened): the core never sees it, so no leader loses
+        its leadership to a rebuild over a write that was bound to fail."""
+        where = f"{self.log.topic}/{self.log.partition}"
+        if not self.space.room_for(nbytes):
+            self.refused_writes += 1
+            raise StorageFullError(
+                f"{where}: the disk of {self.space.data_dir} is full; retry once space is freed",
+                data_dir=self.space.data_dir,
+            )
+        if self._clock() < self._files_short_until:
+            self.refused_writes += 1
+            raise TooManyOpenFilesError(
+                f"{where}: the node ran out of file descriptors; retry later", limit="open_files"
+            )
+        if self.log.parked:
+            try:
+                self.log.reopen()
+            except TooManyOpenFilesError:
+                self.refused_writes += 1
+                raise
 
     def _submit(self, item: _Input) -> None:
         self._check_running()
@@ -601,8 +677,9 @@ class ReplicaDriver:
         loop = asyncio.get_running_loop()
         self._arm_tick(loop)
         try:
-            while not self._stopping:
-                if not (self._inbox or self._tick_due or self._handoff or self._failed):
+            while not self._stopping and self._offline is None:
+                retry = self._failed is not None and self._clock() >= self._retry_at
+                if not (self._inbox or self._tick_due or self._handoff or retry):
                     self._wakeup = loop.create_future()
                     try:
                         await self._wakeup
@@ -611,8 +688,13 @@ class ReplicaDriver:
                     continue
                 self._busy = True
                 if self._failed is not None:
-                    failed, self._failed = self._failed, None
-                    await self._rebuild(failed)
+                    if retry:
+                        failed, self._failed = self._failed, None
+                        await self._retry_rebuild(failed)
+                    if self._failed is not None or self._offline is not None:
+                        self._wait_out_failure(loop)  # the core is not the log's: no input
+                        self._busy = False
+                        continue
                 if self._handoff:
                     handoff, self._handoff = self._handoff, []
                     await self._perform(handoff)
@@ -659,7 +741,26 @@ class ReplicaDriver:
         self._tick_due = True
         self._wake()
 
+    def _wait_out_failure(self, loop: asyncio.AbstractEventLoop) -> None:
+        """While the core cannot be rebuilt (a failed log operation, retried later), inputs
+        are not given to it: messages are lost (as on a dead node), requests fail with the
+        error, ticks only keep the retry going."""
+        exc = self._failed if self._offline is None else self._offline_error()
+        for item in self._inbox:
+            if item.done is not None and not item.done.done():
+                if isinstance(item, _Deliver):
+                    item.done.set_result(None)
+                else:
+                    item.done.set_exception(exc or ShuttingDownError("the replica stopped"))
+        self._inbox.clear()
+        if self._tick_due:
+            self._tick_due = False
+            self._arm_tick(loop)
+
     async def _tick(self) -> None:
+        if self.log.io_error is not None:  # a read met an I/O error (`PartitionLog.io_error`)
+            self._go_offline(self.log.io_error)
+            return
         now = self._now_ms()
         await self._perform(self._flush_progress() + self.replica.tick(now))
 
@@ -687,7 +788,7 @@ class ReplicaDriver:
                 answers.append((item, await self._repair()))
                 continue
             if isinstance(item, _Deliver):
-                outputs += self.replica.receive(item.message, now)
+                outputs += self.replica.receive(self._writable(item.message), now)
             elif isinstance(item, _Append):
                 outputs += self._core_append(item, now)
             elif isinstance(item, _Start):
@@ -705,6 +806,24 @@ class ReplicaDriver:
         for item, value in answers:
             if item.done is not None and not item.done.done():
                 item.done.set_result(value)
+
+    def _writable(self, message: Message) -> Message:
+        """`message` as the core may take it: while this replica cannot write (a full disk,
+        no descriptors), records fetched are cut off (the answer still counts as word from
+        the leader, so nobody campaigns), and the next fetch waits (`FETCH_HOLD_S`)."""
+        if not (isinstance(message, FetchResponse) and isinstance(message.result, Records)):
+            return message
+        rec = message.result
+        if rec.end_offset == rec.start_offset or not self._writes_held():
+            return message
+        self.held_fetches += 1
+        return FetchResponse(
+            message.epoch,
+            message.leader_id,
+            message.fetch_offset,
+            message.last_fetched_epoch,
+            rec.clipped(rec.start_offset, b""),
+        )
 
     async def _repair(self) -> bool:
         if self.replica.role is Role.LEADER:
@@ -825,12 +944,68 @@ class ReplicaDriver:
         except ReplogError as exc:
             # A log operation failed (e.g. a full disk): the core's view of the log may now
             # be ahead of the disk. Drop the remaining outputs, fail every waiting append
-            # and rebuild the core from what is on disk.
+            # and rebuild the core from what is on disk (`_recover`).
             self._fail_acks(exc)
-            await self._rebuild(exc)
+            await self._recover(exc)
             return
         self._check_in_step()
         self._report_membership()
+
+    def _note_failure(self, exc: ReplogError) -> None:
+        """What a failed log operation says about the environment. A full disk: the data
+        directory is full (`DiskSpace`), writes are refused up front until it has room.
+        No descriptor left: writes are refused up front for the retry delay. Another I/O
+        error (EIO, ...): the replica goes offline. Each one is retried later, with a
+        delay that doubles while they go on."""
+        if isinstance(exc, StorageFullError):
+            self.space.mark_full()
+            # While the disk is full only the writes that keep replication safe are tried
+            # (appends are refused up front): they get the reserve (`storage.space`).
+            self.space.release_reserve()
+        elif type(exc) is StorageError or self.log.io_error is not None:
+            self._go_offline(exc)
+            return
+        self._retry_s = min(RETRY_S_MAX, max(RETRY_S_MIN, self._retry_s * 2))
+        self._retry_at = self._clock() + self._retry_s
+        if isinstance(exc, TooManyOpenFilesError):
+            self._files_short_until = self._retry_at
+
+    def _go_offline(self, exc: ReplogError) -> None:
+        """An I/O error on this replica's files: it stops (the node and its other partitions
+        go on), every caller gets PARTITION_OFFLINE; the other replicas elect a leader."""
+        if self._offline is not None:
+            return
+        self._offline = exc
+        self._stopped_because = f"offline: {exc}"
+        _log.error(
+            "replica %s/%s is offline: an I/O error on its files: %s",
+            self.log.topic,
+            self.log.partition,
+            exc,
+        )
+        self._fail_waiting(self._offline_error())
+        self._wake()
+
+    async def _recover(self, exc: ReplogError) -> None:
+        self._note_failure(exc)
+        if self._offline is None:
+            await self._retry_rebuild(exc)
+
+    async def _retry_rebuild(self, exc: ReplogError) -> None:
+        """Rebuild the core from the log; if the disk refuses that too (the start-up repairs
+        write), the owner tries again after the retry delay (`_failed`)."""
+        try:
+            await self._rebuild(exc)
+        except ReplogError as again:
+            _log.warning(
+                "replica %s/%s: rebuilding its state failed (%s); retrying in %.1fs",
+                self.log.topic,
+                self.log.partition,
+                again,
+                self._retry_s,
+            )
+            self._note_failure(again)
+            self._failed = again
 
     def _fail_acks(self, exc: ReplogError) -> None:
         _log.error(
@@ -846,11 +1021,13 @@ class ReplicaDriver:
     async def _rebuild(self, exc: ReplogError) -> None:
         """After a failed log operation (`_fail_acks` already ran): a new core from the log."""
         self.rebuilds += 1
-        self.replica = self._new_replica()
+        try:
+            self.replica = self._new_replica()
+        except OSError as err:  # reading the durable files (EMFILE, EIO)
+            raise storage_error(err, f"read {self.log.directory}") from err
         self.replica.producers = await self._io(self._scan_producers)
         # No campaign here even in a replica set of one: its election timer starts one
-        # later, so a disk that stays full costs a rebuild per election timeout, not a
-        # busy loop. Should the start-up repairs fail too, the owner ends (loudly).
+        # later. Should the start-up repairs fail too, `_retry_rebuild` tries again later.
         await self._perform_all(self.replica.start())
         self._check_in_step()
         self._report_membership()
@@ -890,6 +1067,8 @@ class ReplicaDriver:
                     i += 1
             except ReplogError as exc:
                 self._fail_acks(exc)
+                self._note_failure(exc)
+                self._retry_at = self._clock()  # the owner rebuilds at once
                 self._failed = exc
                 self._wake()
                 return
@@ -999,13 +1178,22 @@ class ReplicaDriver:
             self._resolve(out.request_id, (out.base_offset, out.last_offset), None)
         elif isinstance(out, Send):
             message = self._fill(out.message)
-            if message is not None:
+            if message is None:
+                pass
+            elif isinstance(message, FetchRequest) and self._writes_held():
+                loop = asyncio.get_running_loop()  # fetch again later (a full disk)
+                loop.call_later(FETCH_HOLD_S, self._send_late, out.to, message)
+            else:
                 self.transport.send(out.to, message)
         elif isinstance(out, AckFailed):
             self._resolve(out.request_id, None, self._failure(out))
         else:
             return False
         return True
+
+    def _send_late(self, to: int, message: Message) -> None:
+        if not self.stopped:
+            self.transport.send(to, message)
 
     def _log_write(self, out: AppendRecords | AppendPieces) -> Callable[[], AppendResult]:
         """The log write of an append output (a batch, or batches with producer headers)."""
@@ -1019,6 +1207,7 @@ class ReplicaDriver:
         self, out: AppendRecords | AppendPieces, result: AppendResult, queue: list[Output]
     ) -> None:
         assert result.base_offset == out.base_offset, (result, out.base_offset)
+        self._retry_s = 0.0  # writes work again
         end = out.base_offset
         for b in out.pieces if isinstance(out, AppendPieces) else (out,):
             end += b.frame_count
@@ -1065,7 +1254,8 @@ class ReplicaDriver:
                 await self._io(partial(self.log.reset_to, out.offset))
 
     async def _durable(self, name: str, data: bytes) -> None:
-        await self._io(partial(checkpoint.write_atomic, self.log.directory / name, data))
+        path = self.log.directory / name
+        await self._io(partial(_write_state_file, self.space, path, data))
 
     async def _write(self, fn: Callable[[], T]) -> T:
         """A log append: inline when it only reaches the page cache (cheaper than a thread
@@ -1094,6 +1284,17 @@ class ReplicaDriver:
             return message
         try:
             data = self._read_batches(rec.start_offset, rec.end_offset)
+        except (TooManyOpenFilesError, StorageError) as exc:
+            # Not answered: the follower asks again; an I/O error takes this replica
+            # offline at the next tick (`PartitionLog.io_error`).
+            _log.warning(
+                "replica %s/%s: not answering a fetch from %d: %s",
+                self.log.topic,
+                self.log.partition,
+                rec.start_offset,
+                exc,
+            )
+            return None
         except CorruptDataError as exc:
             _log.error(
                 "replica %s/%s: not answering a fetch from %d: %s",

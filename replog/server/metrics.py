@@ -19,6 +19,8 @@ from replog.replication import Role
 from replog.replication.driver import ReplicaDriver
 from replog.server.reassignment import Moving
 from replog.storage import PartitionLog
+from replog.storage.segment_log import ERRORS as STORAGE_ERRORS
+from replog.storage.space import DiskSpace
 
 LATENCY_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
@@ -103,8 +105,26 @@ class _ReplicationCollector(Collector):
             "Late, duplicate or stale replication messages a replica ignored, by reason",
             labels=[*labels, "reason"],
         )
+        offline = GaugeMetricFamily(
+            "replog_replica_offline",
+            "1 when an I/O error on its files took the replica offline (PARTITION_OFFLINE)",
+            labels=labels,
+        )
+        rebuilds = CounterMetricFamily(
+            "replog_replica_rebuilds",
+            "Times the replica rebuilt its state from the log after a failed log operation",
+            labels=labels,
+        )
+        refused = CounterMetricFamily(
+            "replog_replica_writes_refused",
+            "Appends refused up front: a full disk (STORAGE_FULL) or no descriptor left",
+            labels=labels,
+        )
         for topic, partition, driver in self._replicas():
             key = [topic, str(partition)]
+            offline.add_metric(key, 0.0 if driver.offline is None else 1.0)
+            rebuilds.add_metric(key, driver.rebuilds)
+            refused.add_metric(key, driver.refused_writes)
             for r in Role:
                 role.add_metric([*key, r.value], 1.0 if driver.role is r else 0.0)
             epoch.add_metric(key, driver.epoch)
@@ -121,6 +141,37 @@ class _ReplicationCollector(Collector):
             for reason, count in driver.replica.stale_messages.items():  # (non-zero only)
                 stale.add_metric([*key, reason.value], count)
         yield from (role, epoch, lag, age, elections, leaderships, truncations, repairs, stale)
+        yield from (offline, rebuilds, refused)
+
+
+class _StorageCollector(Collector):
+    """Each data directory's disk (`storage.space`) and the storage errors met, by reason."""
+
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        full = GaugeMetricFamily(
+            "replog_storage_full",
+            "1 while the data directory's disk is full (appends refused with STORAGE_FULL)",
+            labels=["data_dir"],
+        )
+        free = GaugeMetricFamily(
+            "replog_storage_free_bytes",
+            "Free bytes on the data directory's file system, as last read",
+            labels=["data_dir"],
+        )
+        for space in DiskSpace.all():
+            if space.reserve_bytes == 0 and not space.full:
+                continue  # not a node's data directory (no reserve kept there)
+            full.add_metric([str(space.data_dir)], 1.0 if space.full else 0.0)
+            free.add_metric([str(space.data_dir)], space.free_bytes)
+        errors = CounterMetricFamily(
+            "replog_storage_errors",
+            "OSErrors of the disk turned into typed errors, by reason (STORAGE_FULL, "
+            "TOO_MANY_OPEN_FILES, STORAGE_ERROR)",
+            labels=["reason"],
+        )
+        for reason in ("STORAGE_FULL", "TOO_MANY_OPEN_FILES", "STORAGE_ERROR"):
+            errors.add_metric([reason], STORAGE_ERRORS[reason])
+        yield from (full, free, errors)
 
 
 class _ReplicaFailureCollector(Collector):
@@ -281,6 +332,7 @@ class Metrics:
         self.append_bytes = Counter("replog_append_bytes", "Value bytes appended", registry=r)
         self.read_bytes = Counter("replog_read_bytes", "Frame bytes served", registry=r)
         r.register(_PartitionCollector(partitions))
+        r.register(_StorageCollector())
 
     def watch_replicas(
         self, replicas: Callable[[], Iterable[tuple[str, int, ReplicaDriver]]]

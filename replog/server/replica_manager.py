@@ -43,6 +43,7 @@ from replog.server.replicated import ReplicatedPartition
 from replog.storage import PartitionLog, StorageConfig
 from replog.storage.names import partition_dir
 from replog.storage.open_files import FILES_PER_SEGMENT, OpenFiles, nofile_soft_limit
+from replog.storage.space import DiskSpace
 
 _log = logging.getLogger("replog.server.replicas")
 
@@ -101,6 +102,8 @@ class ReplicaManager:
     async def load(self) -> None:
         """Read local state: empty the trash, list topic directories."""
         await asyncio.to_thread(replica_dirs.empty_trash, self.data_dir)
+        # a reserve of the disk for the writes that keep replication safe (storage.space)
+        await asyncio.to_thread(DiskSpace.of(self.data_dir).enable_reserve)
         self._local = await asyncio.to_thread(replica_dirs.scan, self.data_dir)
 
     def wake(self) -> None:

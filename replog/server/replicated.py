@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from replog.errors import (
     LeaderUnknownError,
     NotLeaderError,
+    PartitionOfflineError,
     RecordTooLargeError,
     ReplogError,
     ShuttingDownError,
@@ -134,6 +135,14 @@ class ReplicatedPartition(Partition):
     def check_leader(self) -> None:
         if self._closed:
             raise self.closed_error()
+        if self.driver.offline is not None or self.log.io_error is not None:
+            raise PartitionOfflineError(
+                f"the replica of {self.topic}/{self.partition} on node {self.node_id} is "
+                f"offline (an I/O error on its files: {self.driver.offline or self.log.io_error})"
+                "; another replica may lead it",
+                topic=self.topic,
+                partition=self.partition,
+            )
         if self.driver.serving:
             return
         leader = self.driver.leader_id

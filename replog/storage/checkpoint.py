@@ -8,6 +8,7 @@ mix, even after a crash or power loss at any point.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from pathlib import Path
 
@@ -34,6 +35,42 @@ def write_atomic(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
+def write_text_state(path: Path, data: bytes) -> None:
+    """`write_atomic` for a small text state file (JSON, or an integer line) that may be
+    padded with trailing spaces. On a full disk (ENOSPC/EDQUOT), an existing file whose
+    blocks already hold `data` is overwritten in place instead: one write of less than a
+    block at offset 0, padded with spaces to the old length, then fsync. That allocates
+    nothing, so a vote, an epoch or a high watermark can still be made durable on a disk
+    filled to its last byte (a node restarted there elects leaders and serves reads). Not
+    atomic as a rename is: a torn write leaves a file that does not parse, which the reader
+    refuses (the replica does not open; nothing is guessed)."""
+    try:
+        write_atomic(path, data)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not _overwrite(path, data):
+            raise
+        with contextlib.suppress(FileNotFoundError):
+            path.with_name(path.name + ".tmp").unlink()
+
+
+def _overwrite(path: Path, data: bytes) -> bool:
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if len(data) > min(st.st_blocks * 512, st.st_blksize):
+            return False  # would allocate, or span blocks
+        padded = data + b" " * max(0, st.st_size - len(data))
+        if os.pwrite(fd, padded, 0) != len(padded):
+            return False
+        os.fsync(fd)
+        return True
+    finally:
+        os.close(fd)
+
+
 def read_file(path: Path) -> bytes | None:
     """The file's content, or None if it does not exist (a leftover `.tmp` is ignored)."""
     try:
@@ -43,7 +80,7 @@ def read_file(path: Path) -> bytes | None:
 
 
 def write_int(path: Path, value: int) -> None:
-    write_atomic(path, f"{value}\n".encode())
+    write_text_state(path, f"{value}\n".encode())
 
 
 def read_int(path: Path) -> int | None:

@@ -19,6 +19,7 @@ The entries are mirrored in two Python lists so that lookups are C-level `bisect
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
@@ -38,7 +39,14 @@ class SparseIndex:
             self._capacity = max(file_size, initial_bytes)
             self._capacity -= self._capacity % ENTRY_BYTES
             if file_size < self._capacity:
-                _reserve(self._fd, self._capacity)
+                try:
+                    _reserve(self._fd, self._capacity)
+                except OSError as exc:
+                    # A full disk: an index reopened with what it holds (trimmed at close)
+                    # grows when it needs to (`reserve`: a typed error then, not at open).
+                    if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or file_size < ENTRY_BYTES:
+                        raise
+                    self._capacity = file_size - file_size % ENTRY_BYTES
             self._mmap = mmap.mmap(self._fd, self._capacity)
         except BaseException:
             os.close(self._fd)
@@ -143,8 +151,6 @@ def _reserve(fd: int, size: int) -> None:
     try:
         os.posix_fallocate(fd, 0, size)
     except OSError as exc:
-        import errno
-
         if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
             raise
         os.ftruncate(fd, size)

@@ -99,6 +99,12 @@ class OpenFiles:
             self._last = log
             return True
 
+    def others(self, log: Parkable) -> list[Parkable]:
+        """Every open log but `log`, least recently used first: what to park when the process
+        ran out of descriptors (EMFILE) opening `log`'s files."""
+        with self._lock:
+            return [other for other in self._open if other is not log]
+
     def release(self, log: Parkable) -> None:
         """`log` closed (or parked) its files."""
         with self._lock:

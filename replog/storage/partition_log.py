@@ -30,6 +30,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from operator import sub
 from pathlib import Path
 
@@ -43,12 +44,15 @@ from replog.errors import (
     RecordTooLargeError,
     ReplogError,
     StorageError,
+    StorageFullError,
+    TooManyOpenFilesError,
 )
 from replog.storage import checkpoint
 from replog.storage.config import FlushPolicy, StorageConfig
 from replog.storage.integrity import CORRUPT, IntegrityIssue
 from replog.storage.open_files import FILES_PER_SEGMENT, OpenFiles
-from replog.storage.segment_log import SegmentLog, storage_error
+from replog.storage.segment_log import FILES_ERRNOS, SegmentLog, storage_error
+from replog.storage.space import DiskSpace
 
 HW_FILE = "high-watermark"
 
@@ -90,6 +94,10 @@ class PartitionLog:
         self.directory = directory
         self.config = config
         self._files = files  # None: the files stay open until `close`
+        # A node restarted on a full disk frees its reserve before it opens its logs (the
+        # first look at the space does: `space`), so that opening them and electing work.
+        self._space = DiskSpace.of(directory.parent.parent)
+        self._space.check_soon()
         log = SegmentLog(directory, config)
         self._log: SegmentLog | None = log  # None: parked (files closed, see open_files.py)
         self._files_counted = 0
@@ -101,11 +109,23 @@ class PartitionLog:
         self._closed = False
         self._leo = log.log_end_offset
         self._flushed_offset = self._leo  # what recovery found is what the disk holds
-        checkpointed = checkpoint.read_int(directory / HW_FILE) or 0
+        checkpointed = checkpoint.read_int(directory / HW_FILE)
+        if checkpointed is None and not log.log_end_offset:
+            # A new log: the file exists from the start, so that later checkpoints can be
+            # made in place on a full disk (`checkpoint.write_text_state`).
+            try:
+                checkpoint.write_int(directory / HW_FILE, 0)
+            except BaseException:
+                log.close()
+                raise
+        checkpointed = checkpointed or 0
         # Retention deletes committed records only, so everything below the log start is
         # committed even if the checkpoint is older than the deletion.
         self._hw = max(min(checkpointed, self._leo), log.log_start_offset)
         self._hw_checkpointed = checkpointed  # what the file says, which may exceed LEO
+        # The first I/O error (EIO, ...) met on this log's files: set, the partition's replica
+        # goes offline (`replog.replication.driver`), the node keeps serving the others.
+        self.io_error: StorageError | None = None
         if files is not None:
             with self._lock:
                 self._count_files(log)
@@ -118,9 +138,9 @@ class PartitionLog:
         log = self._log
         if log is None:
             try:
-                log = SegmentLog(self.directory, self.config)
+                log = self._reopen()
             except OSError as exc:
-                raise storage_error(exc, f"reopen {self.directory}") from exc
+                raise self._fault(exc, f"reopen {self.directory}") from exc
             if log.log_end_offset != self._leo:  # changed on disk while parked
                 log.close(trim=False)
                 raise StorageError(
@@ -134,6 +154,25 @@ class PartitionLog:
             return log  # the fast path: one lock, one move in an ordered dict
         self._count_files(log)
         return log
+
+    def _reopen(self) -> SegmentLog:
+        """Open the parked segment log; out of descriptors (EMFILE), park every other idle
+        log first and try once more."""
+        try:
+            return SegmentLog(self.directory, self.config)
+        except OSError as exc:
+            if exc.errno not in FILES_ERRNOS or self._files is None:
+                raise
+            self._files.park(self._files.others(self))
+            return SegmentLog(self.directory, self.config)
+
+    def _fault(self, exc: OSError | ReplogError, what: str) -> ReplogError:
+        """The typed error of a failed file operation; an I/O error that is neither a full
+        disk nor a lack of descriptors is kept in `io_error` (the partition goes offline)."""
+        err = storage_error(exc, what) if isinstance(exc, OSError) else exc
+        if type(err) is StorageError and self.io_error is None:
+            self.io_error = err
+        return err
 
     def _recount(self, log: SegmentLog) -> None:
         """Under `_lock`, after a change that may roll or delete segments."""
@@ -176,6 +215,12 @@ class PartitionLog:
     @property
     def parked(self) -> bool:
         return self._log is None
+
+    def reopen(self) -> None:
+        """Open the files of a parked log now (TOO_MANY_OPEN_FILES if no descriptor is left),
+        so that a write about to be made does not fail for want of them."""
+        with self._lock:
+            self._opened()
 
     # -- state ---------------------------------------------------------------------------
 
@@ -233,9 +278,9 @@ class PartitionLog:
         hw = self._hw
         if hw != self._hw_checkpointed:
             try:
-                checkpoint.write_int(self.directory / HW_FILE, hw)
+                self._space.write_vital(partial(checkpoint.write_int, self.directory / HW_FILE, hw))
             except OSError as exc:
-                raise storage_error(exc, f"checkpoint {self.directory / HW_FILE}") from exc
+                raise self._fault(exc, f"checkpoint {self.directory / HW_FILE}") from exc
             self._hw_checkpointed = hw
 
     # -- appends -------------------------------------------------------------------------
@@ -365,7 +410,9 @@ class PartitionLog:
                 return
             buf = parts[0] if len(parts) == 1 else b"".join(parts)
             try:
-                log.append(buf, ends)
+                self._append_or_shed(log, buf, ends)
+            except ReplogError as exc:
+                raise self._fault(exc, "append") from None
             finally:
                 self._recount(log)
             self._leo = leo
@@ -373,6 +420,17 @@ class PartitionLog:
                 self._flush_locked()
             for req in accepted:
                 req.done = True
+
+    def _append_or_shed(self, log: SegmentLog, buf: bytes, ends: list[int]) -> None:
+        """Out of descriptors rolling a segment (a failed append changes nothing): park every
+        other idle log and try once more."""
+        try:
+            log.append(buf, ends)
+        except TooManyOpenFilesError:
+            if self._files is None:
+                raise
+            self._files.park(self._files.others(self))
+            log.append(buf, ends)
 
     def _check_frame_sizes(self, ends: list[int]) -> None:
         widest = max(ends[0], max(map(sub, ends[1:], ends), default=0))
@@ -392,7 +450,10 @@ class PartitionLog:
 
     def _flush_locked(self) -> None:
         if self._log is not None:  # a parked log was flushed when it was parked
-            self._log.flush()
+            try:
+                self._log.flush()
+            except ReplogError as exc:
+                raise self._fault(exc, "fsync") from None
         self._flushed_offset = self._leo
 
     @property
@@ -409,7 +470,7 @@ class PartitionLog:
             try:
                 log.truncate_to(offset)
             except OSError as exc:
-                raise storage_error(exc, f"truncate {self.directory}") from exc
+                raise self._fault(exc, f"truncate {self.directory}") from exc
             finally:
                 self._recount(log)
             self._leo = offset
@@ -434,7 +495,7 @@ class PartitionLog:
             try:
                 log.reset_to(offset)
             except OSError as exc:
-                raise storage_error(exc, f"reset {self.directory}") from exc
+                raise self._fault(exc, f"reset {self.directory}") from exc
             finally:
                 self._recount(log)
             self._leo = self._flushed_offset = self._hw = offset
@@ -451,8 +512,12 @@ class PartitionLog:
                 now_ms, self._hw, cfg.retention_bytes, cfg.retention_ms
             )
             if count:
-                log.delete_oldest(count)
-                self._recount(log)
+                try:
+                    log.delete_oldest(count)
+                except OSError as exc:
+                    raise self._fault(exc, f"retention {self.directory}") from exc
+                finally:
+                    self._recount(log)
             return count
 
     # -- reads ---------------------------------------------------------------------------
@@ -479,7 +544,7 @@ class PartitionLog:
             try:
                 return log.read(offset, max_bytes, end)
             except OSError as exc:
-                raise storage_error(exc, f"read {self.directory}") from exc
+                raise self._fault(exc, f"read {self.directory}") from exc
 
     def offset_for_time(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first committed record whose timestamp is >=
@@ -489,7 +554,7 @@ class PartitionLog:
             try:
                 return log.offset_for_time(timestamp_ms, self._hw)
             except OSError as exc:
-                raise storage_error(exc, f"read {self.directory}") from exc
+                raise self._fault(exc, f"read {self.directory}") from exc
 
     def _out_of_range(self, offset: int, upper: int) -> OffsetOutOfRangeError:
         start = self.log_start_offset
@@ -530,7 +595,7 @@ class PartitionLog:
             try:
                 return log.scrub(cursor[0], cursor[1], max_bytes)
             except OSError as exc:
-                raise storage_error(exc, f"scrub {self.directory}") from exc
+                raise self._fault(exc, f"scrub {self.directory}") from exc
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -545,6 +610,8 @@ class PartitionLog:
             try:
                 self._flush_locked()
                 self._checkpoint_locked()
+            except StorageFullError:
+                pass  # an older HW checkpoint is safe: the replica learns the HW again
             except ReplogError as exc:
                 errors.append(exc)
             log, self._log = self._log, None

@@ -17,9 +17,16 @@ from __future__ import annotations
 import errno
 import re
 from bisect import bisect_right
+from collections import Counter
 from pathlib import Path
 
-from replog.errors import CorruptDataError, StorageError, StorageFullError
+from replog.errors import (
+    CorruptDataError,
+    ReplogError,
+    StorageError,
+    StorageFullError,
+    TooManyOpenFilesError,
+)
 from replog.storage.config import StorageConfig
 from replog.storage.integrity import IntegrityIssue
 from replog.storage.segment import Segment
@@ -38,10 +45,27 @@ def _newest_ms(seg: Segment) -> int:
     return seg.modified_ms() if newest is None else newest
 
 
-def storage_error(exc: OSError, what: str) -> StorageError | StorageFullError:
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return StorageFullError(f"{what}: the disk is full ({exc.strerror})")
-    return StorageError(f"{what}: {exc}")
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+FILES_ERRNOS = (errno.EMFILE, errno.ENFILE)
+# Every OSError storage turned into a typed error, by reason (`replog_storage_errors_total`).
+ERRORS: Counter[str] = Counter()
+
+
+def storage_error(exc: OSError, what: str) -> ReplogError:
+    """The typed error of an OSError of the disk (an environment fault, never a bug): a full
+    disk or quota (STORAGE_FULL), no file descriptor left (TOO_MANY_OPEN_FILES), anything
+    else (EIO, ...: STORAGE_ERROR, which takes the partition offline)."""
+    err: ReplogError
+    if exc.errno in FULL_ERRNOS:
+        err = StorageFullError(f"{what}: the disk is full ({exc.strerror})")
+    elif exc.errno in FILES_ERRNOS:
+        err = TooManyOpenFilesError(
+            f"{what}: no file descriptor left ({exc.strerror})", limit="open_files"
+        )
+    else:
+        err = StorageError(f"{what}: {exc}")
+    ERRORS[err.reason] += 1
+    return err
 
 
 class SegmentLog:

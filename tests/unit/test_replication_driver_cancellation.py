@@ -45,6 +45,8 @@ def _kind(fn: Callable[[], Any]) -> str:
         return "control"
     if name == "write_atomic":
         return Path(fn.args[0]).name
+    if name == "_write_state_file":  # the driver's durable-state files (space, path, data)
+        return Path(fn.args[1]).name
     return name
 
 
