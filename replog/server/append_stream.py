@@ -28,7 +28,10 @@ unknown outcome; an idempotent producer resends them (answered with their first 
 
 The stream itself ends with a status when a request does not decode (MALFORMED_REQUEST,
 `guard`), the caller is not authenticated (`auth`), or the node is stopping
-(SHUTTING_DOWN, after the answers of the requests before it).
+(SHUTTING_DOWN, after the answers of the requests before it). An idle stream learns it too:
+the node's `draining.Draining` ends the read the reader waits in (or its next one) with
+`ShuttingDownError`, which ends the reader as the last entry; the writer answers every
+request read before it, then ends the stream with it.
 """
 
 from __future__ import annotations

@@ -53,11 +53,12 @@ def stopping_error() -> ShuttingDownError:
 class _Reads:
     """One call's requests; `ShuttingDownError` in place of the next once the node stops."""
 
-    __slots__ = ("_draining", "_interrupted", "_requests", "_task")
+    __slots__ = ("_draining", "_interrupted", "_iterator", "_requests", "_task")
 
     def __init__(self, draining: Draining, requests: AsyncIterator[Any]) -> None:
         self._draining = draining
-        self._requests = requests.__aiter__()
+        self._requests = requests
+        self._iterator: AsyncIterator[Any] | None = None  # (made at the first read only)
         self._task: asyncio.Task[Any] | None = None  # the task waiting in a read
         self._interrupted = False
 
@@ -68,10 +69,12 @@ class _Reads:
         draining = self._draining
         if draining.stopping:
             raise stopping_error()
+        if self._iterator is None:
+            self._iterator = self._requests.__aiter__()
         task = self._task = asyncio.current_task()
         draining._reading.add(self)
         try:
-            return await self._requests.__anext__()
+            return await self._iterator.__anext__()
         except asyncio.CancelledError:
             # `interrupt` cancelled the wait (and nobody else cancelled this task too)
             if self._interrupted and task is not None and task.uncancel() == 0:
