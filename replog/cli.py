@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from replog.tls import ClientTls
 
 DEFAULT_ADDRESS = "127.0.0.1:7070"
+ATTEMPT_TIMEOUT_S = 2.0  # = replog.client.channels' (not imported: the CLI starts without grpc)
 CHUNK_BYTES = 1 << 20
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -134,7 +135,21 @@ def build_parser() -> argparse.ArgumentParser:
             default=os.environ.get("REPLOG_ADDRESS", DEFAULT_ADDRESS),
             help="server host:port (env REPLOG_ADDRESS; default %(default)s)",
         )
-        p.add_argument("--timeout", type=float, default=30.0, help="per-call timeout, seconds")
+        p.add_argument(
+            "--timeout",
+            type=float,
+            default=30.0,
+            help="deadline of calls that wait for the cluster (topic, ACL, node changes), "
+            "seconds (default %(default)s)",
+        )
+        p.add_argument(
+            "--attempt-timeout",
+            type=float,
+            default=float(os.environ.get("REPLOG_ATTEMPT_TIMEOUT", ATTEMPT_TIMEOUT_S)),
+            help="deadline of one attempt of a call: a node that does not answer within it "
+            "is passed over, and an address that cannot be reached fails the command "
+            "(env REPLOG_ATTEMPT_TIMEOUT; default %(default)s)",
+        )
         env = os.environ.get
         tls = p.add_argument_group("TLS (all off unless --tls-ca is given)")
         tls.add_argument(
@@ -380,7 +395,11 @@ def cmd_topic(args: argparse.Namespace, out: TextIO) -> int:
     from replog.client import Client
 
     with Client(
-        args.address, timeout_s=args.timeout, tls=client_tls(args), token=args.token
+        args.address,
+        timeout_s=args.timeout,
+        attempt_timeout_s=args.attempt_timeout,
+        tls=client_tls(args),
+        token=args.token,
     ) as client:
         if args.topic_command == "create":
             client.create_topic(
@@ -549,7 +568,11 @@ def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
         sys.stderr, "produced", enabled=progress_enabled(args), total_bytes=input_bytes_left(stdin)
     )
     with Client(
-        args.address, timeout_s=args.timeout, tls=client_tls(args), token=args.token
+        args.address,
+        timeout_s=args.timeout,
+        attempt_timeout_s=args.attempt_timeout,
+        tls=client_tls(args),
+        token=args.token,
     ) as client:
         partitions = client.partition_count(args.topic)
         partition = args.partition
@@ -683,7 +706,11 @@ def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
     if args.follow and args.until_latest:
         raise UsageError("--follow and --until-latest exclude each other")
     with Client(
-        args.address, timeout_s=args.timeout, tls=client_tls(args), token=args.token
+        args.address,
+        timeout_s=args.timeout,
+        attempt_timeout_s=args.attempt_timeout,
+        tls=client_tls(args),
+        token=args.token,
     ) as client:
         from_time_ms = None if args.from_time is None else time_ms_arg(args.from_time)
         (offs,) = client.list_offsets(args.topic, [args.partition], timestamp_ms=from_time_ms)
@@ -749,7 +776,11 @@ def cmd_partition(args: argparse.Namespace, out: TextIO) -> int:
 
     where = f"{args.topic}/{args.partition}"
     with Client(
-        args.address, timeout_s=args.timeout, tls=client_tls(args), token=args.token
+        args.address,
+        timeout_s=args.timeout,
+        attempt_timeout_s=args.attempt_timeout,
+        tls=client_tls(args),
+        token=args.token,
     ) as client:
         if args.partition_command == "reassign":
             replicas, target = client.reassign_partition(args.topic, args.partition, args.replicas)
@@ -776,7 +807,11 @@ def cmd_offsets(args: argparse.Namespace, out: TextIO) -> int:
     from replog.client import Client
 
     with Client(
-        args.address, timeout_s=args.timeout, tls=client_tls(args), token=args.token
+        args.address,
+        timeout_s=args.timeout,
+        attempt_timeout_s=args.attempt_timeout,
+        tls=client_tls(args),
+        token=args.token,
     ) as client:
         offsets = client.list_offsets(args.topic)
         if args.output == "json":
@@ -801,7 +836,11 @@ def cmd_group(args: argparse.Namespace, out: TextIO) -> int:
     from replog.client import Client
 
     with Client(
-        args.address, timeout_s=args.timeout, tls=client_tls(args), token=args.token
+        args.address,
+        timeout_s=args.timeout,
+        attempt_timeout_s=args.attempt_timeout,
+        tls=client_tls(args),
+        token=args.token,
     ) as client:
         return cli_groups.run(args, client, out)
 
@@ -810,7 +849,11 @@ def cmd_node(args: argparse.Namespace, out: TextIO) -> int:
     from replog.client import Client
 
     with Client(
-        args.address, timeout_s=args.timeout, tls=client_tls(args), token=args.token
+        args.address,
+        timeout_s=args.timeout,
+        attempt_timeout_s=args.attempt_timeout,
+        tls=client_tls(args),
+        token=args.token,
     ) as client:
         return cli_nodes.run(args, client, out)
 
@@ -905,7 +948,11 @@ def cmd_acl(args: argparse.Namespace, out: TextIO) -> int:
     from replog.client import Client
 
     with Client(
-        args.address, timeout_s=args.timeout, tls=client_tls(args), token=args.token
+        args.address,
+        timeout_s=args.timeout,
+        attempt_timeout_s=args.attempt_timeout,
+        tls=client_tls(args),
+        token=args.token,
     ) as client:
         if args.acl_command == "list":
             acls = client.list_acls()

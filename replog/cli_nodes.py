@@ -278,7 +278,11 @@ def _remove(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         # it out of the quorum (its leader stopped sending to it), so its view stays old.
         members = ",".join(a for _i, a in nodes)
         with Client(
-            members, timeout_s=args.timeout, tls=client_tls(args), token=args.token
+            members,
+            timeout_s=args.timeout,
+            attempt_timeout_s=args.attempt_timeout,
+            tls=client_tls(args),
+            token=args.token,
         ) as others:
             done = _wait_until(
                 others,

@@ -311,6 +311,20 @@ class LogClosedError(ShuttingDownError):
     SHUTTING_DOWN, and the server turns it into UNKNOWN_TOPIC when the topic was deleted."""
 
 
+class ConnectFailedError(ReplogError):
+    """The client reached none of the nodes it was given, for a cause retrying does not
+    change: nothing listens there, no route or no answer, or a TLS mismatch. The message
+    names the likely cause (`cause` in the metadata: refused, timeout, dns, tls_required,
+    not_tls, certificate); raised by the client itself, never sent by a server."""
+
+    code = "UNAVAILABLE"
+    reason = "CONNECT_FAILED"
+
+    @property
+    def cause(self) -> str:
+        return self.metadata.get("cause", "")
+
+
 class AckTimeoutError(ReplogError):
     """acks=all did not complete in time: the outcome is unknown (the batch may still commit)."""
 

@@ -17,33 +17,35 @@ node that does not know AppendStream (UNIMPLEMENTED: an older server).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from functools import cached_property
 from typing import Any, TypeVar
 
 import grpc
 
-from replog.client import formats
+from replog.client import connect, formats
 from replog.client.aio_append_stream import AsyncAppendStreams
 from replog.client.aio_groups import AsyncGroupCalls, AsyncGroupConsumer
 from replog.client.aio_pipeline import Answered, AsyncPipeline
 from replog.client.append_stream import unimplemented
-from replog.client.client import (
-    ACKS,
-    CHANNEL_OPTIONS,
-    Node,
-    metadata_request,
-    partition_info,
-)
+from replog.client.channels import ATTEMPT_TIMEOUT_S, COMMIT_TIMEOUT_S, channel_options
+from replog.client.client import ACKS, Node, metadata_request
 from replog.client.consumer import STREAM_REPLY_BYTES
 from replog.client.groups import CommittedOffset, GroupDescription, GroupSummary
 from replog.client.results import AppendResult, FetchResult, Offsets, PartitionInfo
 from replog.client.retry import Attempts, RetryPolicy, acall_with_retry, one_try_each
-from replog.client.routing import Routing, split_addresses
+from replog.client.routing import (
+    Routing,
+    needs_metadata,
+    split_addresses,
+    topic_partition_moved,
+)
 from replog.client.sequences import Identity, Sequences
+from replog.client.wire import partition_info
 from replog.errors import (
+    ConnectFailedError,
     InvalidArgumentError,
-    NotLeaderError,
     ReplogError,
     TopicExistsError,
     TopicNotFoundError,
@@ -61,6 +63,7 @@ class AsyncClient:
         address: str,
         *,
         timeout_s: float = 30.0,
+        attempt_timeout_s: float = ATTEMPT_TIMEOUT_S,
         retry: RetryPolicy | None = None,
         tls: ClientTls | None = None,
         token: str | None = None,
@@ -71,9 +74,14 @@ class AsyncClient:
         in_flight_bytes_max: int = 64 * 1024 * 1024,
     ) -> None:
         """`in_flight_bytes_max`: the bytes of appends sent and not answered yet, over all
-        partitions (an append waits while another would pass it; one alone always goes)."""
+        partitions (an append waits while another would pass it; one alone always goes).
+        `timeout_s`, `attempt_timeout_s`: as `Client`'s."""
         if in_flight_bytes_max < 1:
             raise InvalidArgumentError("in_flight_bytes_max >= 1")
+        if attempt_timeout_s <= 0 or timeout_s <= 0:
+            raise ValueError("timeout_s and attempt_timeout_s must be > 0")
+        self.attempt_timeout_s = min(attempt_timeout_s, timeout_s)
+        self.commit_timeout_s = max(self.attempt_timeout_s, min(timeout_s, COMMIT_TIMEOUT_S))
         self.address = address
         self.streaming = streaming
         self.idempotent = idempotent
@@ -89,7 +97,7 @@ class AsyncClient:
         self._discovering = False
         self._nodes: dict[str, Node] = {}
         self._formats: dict[str, str] = {}  # topic -> "raw" | "envelope" (formats.py)
-        self._streams = AsyncAppendStreams(self.routing, timeout_s)
+        self._streams = AsyncAppendStreams(self.routing, self.attempt_timeout_s)
         self._pipeline = AsyncPipeline(
             self._send,
             self._reroute,
@@ -105,7 +113,8 @@ class AsyncClient:
     def _node(self, address: str) -> Node:
         node = self._nodes.get(address)
         if node is None:
-            made = aio_channel(address, self.tls, CHANNEL_OPTIONS, self.token)
+            options = channel_options(self.attempt_timeout_s)
+            made = aio_channel(address, self.tls, options, self.token)
             node = self._nodes[address] = Node(address, made)
         return node
 
@@ -126,15 +135,29 @@ class AsyncClient:
         async def attempt() -> T:
             address = self.routing.address(topic, partition)
             try:
-                return await fn(self._node(address))
+                out = await fn(self._node(address))
             except grpc.RpcError as exc:
-                err = from_rpc_error(exc)
+                err = await self._checked(exc, address)
                 raise self.routing.failed(err, address, idempotent=idempotent) from None
+            self.routing.answered(address)
+            return out
 
         async def reroute(err: ReplogError) -> bool:
             return await self._reroute(err, topic, partition)
 
         return await acall_with_retry(attempt, retry or self.retry, reroute)
+
+    async def _checked(self, exc: grpc.RpcError, address: str) -> ReplogError:
+        """The typed error of a failed attempt (`connect.check`; its probes block, so they
+        run in a thread, and only before the first contact with the cluster)."""
+        err = from_rpc_error(exc)
+        if not connect.transport_failure(err):
+            self.routing.answered(address)
+            return err
+        tls = self.tls is not None
+        if self.routing.reached:
+            return connect.check(err, address, tls, self.routing)
+        return await asyncio.to_thread(connect.check, err, address, tls, self.routing)
 
     async def _discover(self, topic: str | None) -> None:
         """Before the first call: learn every node of the cluster (see `Client._discover`)."""
@@ -144,15 +167,22 @@ class AsyncClient:
         try:
             policy = one_try_each(len(self.routing.bootstraps), self.retry)
             await self._refresh(metadata_request(topic), policy)
+        except ConnectFailedError:
+            raise  # no node answers, for a cause retrying does not change: say so now
         except ReplogError:
             pass
         finally:
             self._discovering = False
 
     async def _reroute(self, err: ReplogError, topic: str | None, partition: int) -> bool:
+        """See `Client._reroute`: the partition's leader is asked of the metadata again after
+        NOT_LEADER without a usable hint, LEADER_UNKNOWN or a node that did not answer."""
         rerouted = self.routing.reroute(err, topic, partition)
-        if isinstance(err, NotLeaderError) and topic is not None and not err.leader_address:
-            await self.refresh_metadata([topic])
+        if topic is not None and needs_metadata(err, self.routing.address(topic, partition)):
+            policy = one_try_each(len(self.routing.known), self.retry)
+            with contextlib.suppress(ReplogError):  # the retry itself reports
+                await self._refresh(metadata_request(topic), policy)
+            return rerouted or topic_partition_moved(self.routing, topic, partition)
         return rerouted
 
     @property
@@ -168,7 +198,7 @@ class AsyncClient:
         self, req: admin_pb2.GetMetadataRequest, retry: RetryPolicy
     ) -> admin_pb2.Metadata:
         meta: admin_pb2.Metadata = await self._call(
-            lambda node: node.admin.GetMetadata(req, timeout=self.timeout_s),
+            lambda node: node.admin.GetMetadata(req, timeout=self.attempt_timeout_s),
             idempotent=True,
             discover=False,
             retry=retry,
@@ -221,10 +251,10 @@ class AsyncClient:
         async def call(node: Node) -> None:
             nonlocal attempts
             attempts += 1
-            await node.admin.CreateTopic(req, timeout=self.timeout_s)
+            await node.admin.CreateTopic(req, timeout=self.commit_timeout_s)
 
         try:
-            await self._call(call)
+            await self._call(call, idempotent=True)  # see `Client.create_topic`
         except TopicExistsError:
             if attempts > 1:
                 return  # an earlier attempt whose answer was lost created it
@@ -233,14 +263,15 @@ class AsyncClient:
     async def list_topics(self) -> dict[str, int]:
         req = admin_pb2.ListTopicsRequest()
         resp = await self._call(
-            lambda node: node.admin.ListTopics(req, timeout=self.timeout_s), idempotent=True
+            lambda node: node.admin.ListTopics(req, timeout=self.attempt_timeout_s), idempotent=True
         )
         return {t.name: t.partitions for t in resp.topics}
 
     async def describe_topic(self, name: str) -> list[PartitionInfo]:
         req = admin_pb2.DescribeTopicRequest(name=name)
         resp = await self._call(
-            lambda node: node.admin.DescribeTopic(req, timeout=self.timeout_s), idempotent=True
+            lambda node: node.admin.DescribeTopic(req, timeout=self.attempt_timeout_s),
+            idempotent=True,
         )
         return [partition_info(p) for p in resp.partitions]
 
@@ -250,7 +281,8 @@ class AsyncClient:
         """See `Client.list_offsets`."""
         req = formats.offsets_request(topic, partitions, timestamp_ms)
         resp = await self._call(
-            lambda node: node.admin.ListOffsets(req, timeout=self.timeout_s), idempotent=True
+            lambda node: node.admin.ListOffsets(req, timeout=self.attempt_timeout_s),
+            idempotent=True,
         )
         return formats.offsets_of(resp, timestamp_ms is not None)
 
@@ -285,7 +317,7 @@ class AsyncClient:
         )
 
         async def call(node: Node) -> AppendResult:
-            resp = await node.log.Append(req, timeout=self.timeout_s)
+            resp = await node.log.Append(req, timeout=self.attempt_timeout_s)
             return AppendResult(resp.base_offset, resp.last_offset, resp.high_watermark)
 
         if not self.idempotent or acks == "none" or not values:
@@ -318,9 +350,10 @@ class AsyncClient:
 
     async def _unary(self, req: log_pb2.AppendRequest, node: Node) -> AppendResult:
         try:
-            resp = await node.log.Append(req, timeout=self.timeout_s)
+            resp = await node.log.Append(req, timeout=self.attempt_timeout_s)
         except grpc.RpcError as exc:
-            raise self.routing.failed(from_rpc_error(exc), node.address, idempotent=True) from None
+            err = await self._checked(exc, node.address)
+            raise self.routing.failed(err, node.address, idempotent=True) from None
         return AppendResult(resp.base_offset, resp.last_offset, resp.high_watermark)
 
     async def producer_identity(self) -> Identity:
@@ -334,7 +367,7 @@ class AsyncClient:
 
                 async def init(node: Node) -> log_pb2.InitProducerResponse:
                     resp: log_pb2.InitProducerResponse = await node.log.InitProducer(
-                        req, timeout=self.timeout_s
+                        req, timeout=self.commit_timeout_s
                     )
                     return resp
 
@@ -353,7 +386,7 @@ class AsyncClient:
             max_bytes=max_bytes,
             max_wait_ms=max_wait_ms,
         )
-        timeout_s = self.timeout_s + max_wait_ms / 1000
+        timeout_s = self.attempt_timeout_s + max_wait_ms / 1000
         envelope = await self.topic_format(topic) == formats.ENVELOPE
 
         async def call(node: Node) -> FetchResult:
@@ -392,7 +425,9 @@ class AsyncClient:
                         yield decoded
                 return  # the server ended the stream normally
             except grpc.RpcError as exc:
-                err = self.routing.failed(from_rpc_error(exc), address, idempotent=True)
+                err = self.routing.failed(
+                    await self._checked(exc, address), address, idempotent=True
+                )
                 if progressed:  # the budget counts failures in a row
                     attempts = Attempts(self.retry)
                 backoff_s = attempts.budget_left(err)

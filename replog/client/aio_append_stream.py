@@ -132,6 +132,7 @@ class _AioStream:
                 if response is _EOF:
                     break
                 self._answered = True
+                self._routing.answered(self.address)
                 fut = self._pending.popleft()
                 if not fut.done():
                     fut.set_result(response)

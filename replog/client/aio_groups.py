@@ -39,6 +39,7 @@ from replog.client.groups import (
     answer,
     commit_request,
     committed_offsets,
+    dead_attempt,
     description,
     follow,
     join_request,
@@ -79,7 +80,7 @@ class AsyncGroupCalls:
         req = groups_pb2.FindCoordinatorRequest(group=group)
         reply = await self.client._call(
             lambda node: self._stub(node.address).FindCoordinator(
-                req, timeout=self.client.timeout_s
+                req, timeout=self.client.attempt_timeout_s
             ),
             idempotent=True,
         )
@@ -93,15 +94,17 @@ class AsyncGroupCalls:
         *,
         retry: RetryPolicy | None = None,
         timeout_s: float | None = None,
+        retry_dead: bool = True,
     ) -> T:
-        timeout = self.client.timeout_s if timeout_s is None else timeout_s
+        timeout = self.client.attempt_timeout_s if timeout_s is None else timeout_s
 
         async def attempt() -> T:
             address = self.coordinators.get(group) or await self.find_coordinator(group)
             try:
                 return await fn(self._stub(address), timeout)
             except grpc.RpcError as exc:
-                raise from_rpc_error(exc) from None
+                err = from_rpc_error(exc)
+                raise (dead_attempt(err, address) if retry_dead else err) from None
 
         async def moved(err: ReplogError) -> bool:
             return follow(err, self.coordinators, group)
@@ -118,7 +121,12 @@ class AsyncGroupCalls:
         client_id: str = "",
     ) -> tuple[Answer, int]:
         req = join_request(group, topics, session_timeout_ms, rebalance_timeout_ms, client_id)
-        reply = await self.call(group, lambda stub, t: stub.JoinGroup(req, timeout=t))
+        reply = await self.call(
+            group,
+            lambda stub, t: stub.JoinGroup(req, timeout=t),
+            timeout_s=self.client.timeout_s,  # the coordinator answers once the group settled
+            retry_dead=False,  # a second join would be a second member
+        )
         return answer(reply, reply.member_id), reply.session_timeout_ms
 
     async def heartbeat(
@@ -162,7 +170,9 @@ class AsyncGroupCalls:
     async def list(self) -> list[GroupSummary]:
         req = groups_pb2.ListGroupsRequest()
         reply = await self.client._call(
-            lambda node: self._stub(node.address).ListGroups(req, timeout=self.client.timeout_s),
+            lambda node: self._stub(node.address).ListGroups(
+                req, timeout=self.client.attempt_timeout_s
+            ),
             idempotent=True,
         )
         return summaries(reply)
@@ -174,7 +184,7 @@ class AsyncGroupCalls:
 
     async def delete(self, group: str) -> None:
         req = groups_pb2.DeleteGroupRequest(group=group)
-        await self.call(group, lambda stub, t: stub.DeleteGroup(req, timeout=t))
+        await self.call(group, lambda stub, t: stub.DeleteGroup(req, timeout=t), retry_dead=False)
 
 
 @dataclass(slots=True)

@@ -40,7 +40,9 @@ outcome unknown (as that of an append that raised).
 Threads: the pipeline's sender thread sends and resends (it is the only one that calls
 InitProducer or refreshes metadata); each stream's reader thread takes answers and hands
 them to the pipeline; a watchdog thread ends a stream whose oldest request has waited
-longer than `timeout_s` (its requests then fail as a timed-out call's do).
+longer than `timeout_s` (the client's attempt deadline: its requests then fail as a
+timed-out call's do, and are resent, with the same sequence numbers, to the leader the
+metadata names now).
 """
 
 from __future__ import annotations
@@ -163,6 +165,7 @@ class _Stream:
             for response in self._call:
                 with self._lock:
                     _, answer = self._pending.popleft()
+                self._routing.answered(self.address)
                 answer(response, None)
             err = UnavailableError("the append stream ended", address=self.address)
         except grpc.RpcError as exc:

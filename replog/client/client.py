@@ -43,6 +43,7 @@ appends still in flight at most `timeout_s`: those left then fail with SHUTTING_
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -51,25 +52,38 @@ from typing import Any, TypeVar, overload
 
 import grpc
 
-from replog.client import formats
+from replog.client import connect, formats
 from replog.client.append_stream import AppendStreams, Pipeline
+from replog.client.channels import (
+    ATTEMPT_TIMEOUT_S,
+    CHANNEL_OPTIONS,
+    COMMIT_TIMEOUT_S,
+    MESSAGE_BYTES_MAX,
+    channel_options,
+)
 from replog.client.consumer import Consumer
 from replog.client.group_consumer import GroupConsumer
 from replog.client.groups import CommittedOffset, GroupCalls, GroupDescription, GroupSummary
 from replog.client.producer import Producer
 from replog.client.results import (
     AppendResult,
-    CorruptRange,
     FetchResult,
     Offsets,
     PartitionInfo,
     RawFetch,
-    ReplicaStatus,
 )
 from replog.client.retry import Attempts, RetryPolicy, call_with_retry, one_try_each
-from replog.client.routing import Routing, split_addresses
+from replog.client.routing import (
+    Routing,
+    needs_metadata,
+    split_addresses,
+    topic_partition_moved,
+)
 from replog.client.sequences import Identity, Sequences
+from replog.client.wire import acl as _acl
+from replog.client.wire import partition_info
 from replog.errors import (
+    ConnectFailedError,
     DuplicateSequenceError,
     NotLeaderError,
     ReplogError,
@@ -81,68 +95,15 @@ from replog.tls import ClientTls, channel
 from replog.v1 import acl_pb2, acl_pb2_grpc, admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
 
 T = TypeVar("T")
-MESSAGE_BYTES_MAX = 4 * 1024 * 1024
-CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
-    ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
-    # A node that stops answering (paused, hung, cut off) fails open calls with UNAVAILABLE
-    # within ~15 s instead of at their deadline, so they are retried elsewhere.
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
+__all__ = [
+    "ATTEMPT_TIMEOUT_S",
+    "CHANNEL_OPTIONS",
+    "MESSAGE_BYTES_MAX",
+    "Client",
+    "Node",
+    "partition_info",
 ]
 ACKS = {"none": log_pb2.ACKS_NONE, "leader": log_pb2.ACKS_LEADER, "all": log_pb2.ACKS_ALL}
-
-
-def _acl(
-    principal: str, operation: str, topic: str, prefix: bool, cluster: bool, group: str = ""
-) -> Any:
-    if bool(topic) + bool(group) + bool(cluster) != 1:
-        raise ValueError(
-            "an ACL is for a topic (topic=...), a consumer group (group=...) or the cluster "
-            "(cluster=True)"
-        )
-    return acl_pb2.Acl(
-        principal=principal,
-        resource_type="cluster" if cluster else "group" if group else "topic",
-        resource_name=topic or group,
-        prefix=prefix,
-        operation=operation,
-    )
-
-
-def partition_info(p: admin_pb2.PartitionDescription) -> PartitionInfo:
-    """A `DescribeTopic` answer's partition as the client's value (shared with `aio`)."""
-    return PartitionInfo(
-        partition=p.partition,
-        leader_id=None if p.leader_id < 0 else p.leader_id,
-        replicas=tuple(p.replicas),
-        log_start_offset=p.log_start_offset,
-        log_end_offset=p.log_end_offset,
-        high_watermark=p.high_watermark,
-        size_bytes=p.size_bytes,
-        segment_count=p.segment_count,
-        epoch=p.epoch,
-        replica_status=tuple(
-            ReplicaStatus(r.replica_id, r.log_end_offset, r.lag_records, r.last_fetch_ms_ago)
-            for r in p.replica_status
-        ),
-        corrupt_ranges=tuple(
-            CorruptRange(
-                c.replica_id,
-                c.segment,
-                c.start_position,
-                c.end_position,
-                c.first_offset,
-                c.end_offset,
-                c.detail,
-            )
-            for c in p.corrupt_ranges
-        ),
-        target_replicas=tuple(p.target_replicas),
-        reassignment_step=p.reassignment_step,
-        reassignment_error=p.reassignment_error,
-        observers=tuple(p.observers),
-    )
 
 
 def metadata_request(topic: str | None) -> admin_pb2.GetMetadataRequest:
@@ -169,6 +130,7 @@ class Client:
         address: str,
         *,
         timeout_s: float = 30.0,
+        attempt_timeout_s: float = ATTEMPT_TIMEOUT_S,
         retry: RetryPolicy | None = None,
         tls: ClientTls | None = None,
         token: str | None = None,
@@ -185,7 +147,11 @@ class Client:
         self.token = token
         # One or several comma-separated bootstrap addresses; more nodes come from metadata.
         self.routing = Routing(split_addresses(address))
+        if attempt_timeout_s <= 0 or timeout_s <= 0:
+            raise ValueError("timeout_s and attempt_timeout_s must be > 0")
         self.timeout_s = timeout_s
+        self.attempt_timeout_s = min(attempt_timeout_s, timeout_s)
+        self.commit_timeout_s = max(self.attempt_timeout_s, min(timeout_s, COMMIT_TIMEOUT_S))
         self.retry = retry or RetryPolicy()
         self.idempotent = idempotent
         self.producer_name = producer_name
@@ -209,7 +175,8 @@ class Client:
         with self._lock:
             node = self._nodes.get(address)
             if node is None:
-                made = channel(address, self.tls, CHANNEL_OPTIONS, self.token)
+                options = channel_options(self.attempt_timeout_s)
+                made = channel(address, self.tls, options, self.token)
                 node = self._nodes[address] = Node(address, made)
             return node
 
@@ -236,10 +203,14 @@ class Client:
         def attempt() -> T:
             address = self.routing.address(topic, partition)
             try:
-                return fn(self._node(address))
+                out = fn(self._node(address))
             except grpc.RpcError as exc:
-                err = from_rpc_error(exc)
+                err = connect.check(
+                    from_rpc_error(exc), address, self.tls is not None, self.routing
+                )
                 raise self.routing.failed(err, address, idempotent=idempotent) from None
+            self.routing.answered(address)
+            return out
 
         return call_with_retry(
             attempt, retry or self.retry, lambda err: self._reroute(err, topic, partition)
@@ -253,6 +224,8 @@ class Client:
         try:
             policy = one_try_each(len(self.routing.bootstraps), self.retry)
             self._refresh(metadata_request(topic), policy)
+        except ConnectFailedError:
+            raise  # no node answers, for a cause retrying does not change: say so now
         except ReplogError:
             pass
         finally:
@@ -260,10 +233,15 @@ class Client:
 
     def _reroute(self, err: ReplogError, topic: str | None, partition: int) -> bool:
         """Update routing after a retriable error; True when the retry goes to another node
-        (worth trying at once)."""
+        (worth trying at once). After NOT_LEADER without a usable hint, LEADER_UNKNOWN or a
+        node that did not answer, the partition's leader is asked of the metadata again
+        (best effort, one try per node: `routing.Routing.learn` skips a suspect leader)."""
         rerouted = self.routing.reroute(err, topic, partition)
-        if isinstance(err, NotLeaderError) and topic is not None and not err.leader_address:
-            self.refresh_metadata([topic])
+        if topic is not None and needs_metadata(err, self.routing.address(topic, partition)):
+            policy = one_try_each(len(self.routing.known), self.retry)
+            with contextlib.suppress(ReplogError):  # the retry itself reports
+                self._refresh(metadata_request(topic), policy)
+            return rerouted or topic_partition_moved(self.routing, topic, partition)
         return rerouted
 
     def _on_not_leader(self, topic: str, partition: int, err: NotLeaderError) -> bool:
@@ -282,7 +260,7 @@ class Client:
 
     def _refresh(self, req: admin_pb2.GetMetadataRequest, retry: RetryPolicy) -> admin_pb2.Metadata:
         meta: admin_pb2.Metadata = self._call(
-            lambda node: node.admin.GetMetadata(req, timeout=self.timeout_s),
+            lambda node: node.admin.GetMetadata(req, timeout=self.attempt_timeout_s),
             idempotent=True,
             discover=False,
             retry=retry,
@@ -344,10 +322,12 @@ class Client:
         def call(node: Node) -> None:
             nonlocal attempts
             attempts += 1
-            node.admin.CreateTopic(req, timeout=self.timeout_s)
+            node.admin.CreateTopic(req, timeout=self.commit_timeout_s)
 
         try:
-            self._call(call)
+            # A retry after an attempt that got no answer is safe: TOPIC_ALREADY_EXISTS then
+            # means that attempt created it.
+            self._call(call, idempotent=True)
         except TopicExistsError:
             if attempts > 1:
                 return  # an earlier attempt whose answer was lost created it
@@ -355,7 +335,7 @@ class Client:
 
     def delete_topic(self, name: str) -> None:
         req = admin_pb2.DeleteTopicRequest(name=name)
-        self._call(lambda node: node.admin.DeleteTopic(req, timeout=self.timeout_s))
+        self._call(lambda node: node.admin.DeleteTopic(req, timeout=self.commit_timeout_s))
 
     # -- ACLs (replog.v1.Acls): principal x resource x operation -----------------------------
 
@@ -372,7 +352,7 @@ class Client:
         """Allow `principal` ("User:alice") `operation` on `topic` or consumer `group` (a
         prefix with `prefix`), or on the cluster."""
         acl = _acl(principal, operation, topic, prefix, cluster, group)
-        self._call(lambda node: node.acls.AddAcl(acl, timeout=self.timeout_s))
+        self._call(lambda node: node.acls.AddAcl(acl, timeout=self.commit_timeout_s))
 
     def remove_acl(
         self,
@@ -385,11 +365,13 @@ class Client:
         group: str = "",
     ) -> None:
         acl = _acl(principal, operation, topic, prefix, cluster, group)
-        self._call(lambda node: node.acls.RemoveAcl(acl, timeout=self.timeout_s))
+        self._call(lambda node: node.acls.RemoveAcl(acl, timeout=self.commit_timeout_s))
 
     def list_acls(self) -> list[dict[str, object]]:
         resp = self._call(
-            lambda node: node.acls.ListAcls(acl_pb2.ListAclsRequest(), timeout=self.timeout_s),
+            lambda node: node.acls.ListAcls(
+                acl_pb2.ListAclsRequest(), timeout=self.attempt_timeout_s
+            ),
             idempotent=True,
         )
         return [
@@ -406,7 +388,7 @@ class Client:
     def list_topics(self) -> dict[str, int]:
         resp = self._call(
             lambda node: node.admin.ListTopics(
-                admin_pb2.ListTopicsRequest(), timeout=self.timeout_s
+                admin_pb2.ListTopicsRequest(), timeout=self.attempt_timeout_s
             ),
             idempotent=True,
         )
@@ -415,7 +397,8 @@ class Client:
     def describe_topic(self, name: str) -> list[PartitionInfo]:
         req = admin_pb2.DescribeTopicRequest(name=name)
         resp = self._call(
-            lambda node: node.admin.DescribeTopic(req, timeout=self.timeout_s), idempotent=True
+            lambda node: node.admin.DescribeTopic(req, timeout=self.attempt_timeout_s),
+            idempotent=True,
         )
         return [partition_info(p) for p in resp.partitions]
 
@@ -429,7 +412,7 @@ class Client:
         # Routed like the topic's reads: to a leader of it when known, and a LEADER_UNKNOWN
         # answer (a node cut off from the others) moves the retry to the next node.
         resp = self._call(
-            lambda node: node.admin.ListOffsets(req, timeout=self.timeout_s),
+            lambda node: node.admin.ListOffsets(req, timeout=self.attempt_timeout_s),
             topic,
             partitions[0] if partitions else 0,
             idempotent=True,
@@ -470,7 +453,7 @@ class Client:
             topic=topic, partition=partition, replicas=list(replicas)
         )
         resp = self._call(
-            lambda node: node.admin.ReassignPartition(req, timeout=self.timeout_s),
+            lambda node: node.admin.ReassignPartition(req, timeout=self.commit_timeout_s),
             idempotent=True,  # the same target again is accepted and changes nothing
         )
         return tuple(resp.replicas), tuple(resp.target_replicas)
@@ -482,7 +465,7 @@ class Client:
         (`refresh_metadata().metadata_voters`). The same address again changes nothing."""
         req = admin_pb2.AddNodeRequest(node_id=node_id, address=address, peer_address=peer_address)
         resp = self._call(
-            lambda node: node.admin.AddNode(req, timeout=self.timeout_s), idempotent=True
+            lambda node: node.admin.AddNode(req, timeout=self.commit_timeout_s), idempotent=True
         )
         return [(n.id, n.address) for n in resp.nodes]
 
@@ -490,7 +473,7 @@ class Client:
         """End node `node_id`'s membership (it must host no replica: decommission it first).
         Returns the members once recorded; it leaves the metadata quorum right after."""
         req = admin_pb2.RemoveNodeRequest(node_id=node_id)
-        resp = self._call(lambda node: node.admin.RemoveNode(req, timeout=self.timeout_s))
+        resp = self._call(lambda node: node.admin.RemoveNode(req, timeout=self.commit_timeout_s))
         return [(n.id, n.address) for n in resp.nodes]
 
     def partition_count(self, topic: str) -> int:
@@ -525,7 +508,7 @@ class Client:
         )
 
         def call(node: Node) -> AppendResult:
-            resp = node.log.Append(req, timeout=self.timeout_s)
+            resp = node.log.Append(req, timeout=self.attempt_timeout_s)
             return AppendResult(resp.base_offset, resp.last_offset, resp.high_watermark)
 
         if not self.idempotent or acks == "none" or not values:
@@ -545,7 +528,7 @@ class Client:
                     break
             identity.stamp(req, seq)
             node = self._node(self.routing.address(topic, partition))
-            sent = [node.log.Append.future(req, timeout=self.timeout_s)]
+            sent = [node.log.Append.future(req, timeout=self.attempt_timeout_s)]
 
         def attempt(node: Node) -> AppendResult:
             if not sent:  # a retry: the same request, sequence numbers included
@@ -577,7 +560,9 @@ class Client:
                 req = log_pb2.InitProducerRequest(
                     name=self.producer_name, resume=self.producer_resume
                 )
-                resp = self._call(lambda node: node.log.InitProducer(req, timeout=self.timeout_s))
+                resp = self._call(
+                    lambda node: node.log.InitProducer(req, timeout=self.commit_timeout_s)
+                )
                 identity = Identity(resp.producer_id, resp.producer_epoch)
                 self._sequences.adopt(identity)
             return identity
@@ -619,7 +604,7 @@ class Client:
             max_bytes=max_bytes,
             max_wait_ms=max_wait_ms,
         )
-        timeout_s = self.timeout_s + max_wait_ms / 1000
+        timeout_s = self.attempt_timeout_s + max_wait_ms / 1000
 
         def call(node: Node) -> RawFetch:
             resp = node.log.Fetch(req, timeout=timeout_s)
@@ -652,7 +637,10 @@ class Client:
                     yield batch
                 return  # the server ended the stream normally
             except grpc.RpcError as exc:
-                err = self.routing.failed(from_rpc_error(exc), address, idempotent=True)
+                err = connect.check(
+                    from_rpc_error(exc), address, self.tls is not None, self.routing
+                )
+                err = self.routing.failed(err, address, idempotent=True)
                 if progressed:  # the budget counts failures in a row
                     attempts = Attempts(self.retry)
                 backoff_s = attempts.budget_left(err)
@@ -726,7 +714,7 @@ class Client:
         with self._lock:
             if self._streams is None:
                 self._streams = AppendStreams(
-                    lambda address: self._node(address).log, self.routing, self.timeout_s
+                    lambda address: self._node(address).log, self.routing, self.attempt_timeout_s
                 )
             return self._streams
 

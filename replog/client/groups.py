@@ -18,7 +18,13 @@ import grpc
 
 from replog.client.retry import RetryPolicy, call_with_retry
 from replog.client.routing import unreachable_error
-from replog.errors import LeaderUnknownError, NotCoordinatorError, ReplogError
+from replog.errors import (
+    DeadlineExceededError,
+    LeaderUnknownError,
+    NotCoordinatorError,
+    ReplogError,
+    UnavailableError,
+)
 from replog.rpc_errors import from_rpc_error
 from replog.v1 import groups_pb2, groups_pb2_grpc
 
@@ -196,6 +202,18 @@ def commit_request(
     )
 
 
+def dead_attempt(err: ReplogError, address: str) -> ReplogError:
+    """A group call that got no answer before its attempt deadline (the coordinator paused,
+    hung or cut off) is retried, after FindCoordinator (`follow`): every group call but
+    JoinGroup and DeleteGroup can be sent twice."""
+    if isinstance(err, DeadlineExceededError):
+        return UnavailableError(
+            f"no answer from the coordinator {address} before the deadline ({err.message})",
+            grpc_code="DEADLINE_EXCEEDED",
+        )
+    return err
+
+
 def follow(err: ReplogError, coordinators: dict[str, str], group: str) -> bool:
     """Update the group's coordinator after a failed call; True when the retry goes to a
     newly named node (worth making at once)."""
@@ -215,6 +233,7 @@ class GroupsClient(Protocol):
     """What `GroupCalls` needs from its client; `replog.client.Client` is one."""
 
     timeout_s: float
+    attempt_timeout_s: float
     retry: RetryPolicy
 
     def _node(self, address: str) -> Any: ...
@@ -243,7 +262,7 @@ class GroupCalls:
         req = groups_pb2.FindCoordinatorRequest(group=group)
         reply = self.client._call(
             lambda node: self._stub(node.address).FindCoordinator(
-                req, timeout=self.client.timeout_s
+                req, timeout=self.client.attempt_timeout_s
             ),
             idempotent=True,
         )
@@ -257,16 +276,18 @@ class GroupCalls:
         *,
         retry: RetryPolicy | None = None,
         timeout_s: float | None = None,
+        retry_dead: bool = True,
     ) -> T:
         """`fn(stub, timeout_s)` on the group's coordinator, following it as it moves."""
-        timeout = self.client.timeout_s if timeout_s is None else timeout_s
+        timeout = self.client.attempt_timeout_s if timeout_s is None else timeout_s
 
         def attempt() -> T:
             address = self.coordinators.get(group) or self.find_coordinator(group)
             try:
                 return fn(self._stub(address), timeout)
             except grpc.RpcError as exc:
-                raise from_rpc_error(exc) from None
+                err = from_rpc_error(exc)
+                raise (dead_attempt(err, address) if retry_dead else err) from None
 
         return call_with_retry(
             attempt, retry or self.client.retry, lambda err: follow(err, self.coordinators, group)
@@ -285,7 +306,12 @@ class GroupCalls:
     ) -> tuple[Answer, int]:
         """A new member: its first answer and the session timeout granted."""
         req = join_request(group, topics, session_timeout_ms, rebalance_timeout_ms, client_id)
-        reply = self.call(group, lambda stub, t: stub.JoinGroup(req, timeout=t))
+        reply = self.call(
+            group,
+            lambda stub, t: stub.JoinGroup(req, timeout=t),
+            timeout_s=self.client.timeout_s,  # the coordinator answers once the group settled
+            retry_dead=False,  # a second join would be a second member
+        )
         return answer(reply, reply.member_id), reply.session_timeout_ms
 
     def heartbeat(
@@ -335,7 +361,9 @@ class GroupCalls:
     def list(self) -> list[GroupSummary]:
         req = groups_pb2.ListGroupsRequest()
         reply = self.client._call(
-            lambda node: self._stub(node.address).ListGroups(req, timeout=self.client.timeout_s),
+            lambda node: self._stub(node.address).ListGroups(
+                req, timeout=self.client.attempt_timeout_s
+            ),
             idempotent=True,
         )
         return summaries(reply)
@@ -346,4 +374,4 @@ class GroupCalls:
 
     def delete(self, group: str) -> None:
         req = groups_pb2.DeleteGroupRequest(group=group)
-        self.call(group, lambda stub, t: stub.DeleteGroup(req, timeout=t))
+        self.call(group, lambda stub, t: stub.DeleteGroup(req, timeout=t), retry_dead=False)

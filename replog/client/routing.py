@@ -13,8 +13,15 @@ Pure state, no I/O (the sync `Client` and the `AsyncClient` share it):
 A node that does not answer (connection refused or reset, shutting down, no answer before
 the deadline) is suspect for `SUSPECT_S`: it is forgotten as a leader, `current` moves to
 the next known node that is not suspect, and a NOT_LEADER hint naming it is not followed
-(a follower names its dead leader until it notices). How often and how long a call retries
-is its `RetryPolicy`'s business (`retry.py`): rotating never loops on its own.
+(a follower names its dead leader until it notices). A node whose attempt died (no answer
+within the attempt deadline: paused, hung, cut off) stays suspect for `DEAD_SUSPECT_S`,
+until it answers again: a paused leader is not asked again while the others elect a new
+one, and metadata that still names it as a leader is not followed. How often and how long
+a call retries is its `RetryPolicy`'s business (`retry.py`): rotating never loops on its own.
+
+`reached` says whether any node ever answered (`answered`); before that, `connect_failed`
+tells the client when every bootstrap address failed to connect (`connect.check`: fail
+fast, with the likely cause).
 """
 
 from __future__ import annotations
@@ -38,6 +45,9 @@ if TYPE_CHECKING:
 # How long a node that did not answer is passed over (rotation, leader hints). About one
 # election: by then its partitions have new leaders, or it is back.
 SUSPECT_S = 1.0
+# A node that accepted the call and never answered (a paused or hung process) is passed
+# over longer: the new leader is elected by then, and asking it again costs a whole attempt.
+DEAD_SUSPECT_S = 5.0
 
 
 def split_addresses(address: str) -> list[str]:
@@ -63,7 +73,9 @@ class Routing:
         self.current = self.bootstraps[0]
         self.leaders: dict[tuple[str, int], str] = {}
         self.discovered = False  # metadata has named the cluster's nodes at least once
-        self._suspects: dict[str, float] = {}  # address -> monotonic time it failed
+        self._suspects: dict[str, float] = {}  # address -> monotonic time suspicion ends
+        self.reached = False  # some node answered a call (connect.check)
+        self._connect_failures: set[str] = set()  # bootstraps that failed before contact
         self._lock = threading.Lock()
 
     def address(self, topic: str | None = None, partition: int = 0) -> str:
@@ -73,9 +85,23 @@ class Routing:
         return self.leaders.get((topic, partition), self.current)
 
     def suspect(self, address: str, now: float | None = None) -> bool:
-        failed = self._suspects.get(address)
+        until = self._suspects.get(address)
         now = time.monotonic() if now is None else now
-        return failed is not None and now - failed < SUSPECT_S
+        return until is not None and now < until
+
+    def answered(self, address: str) -> None:
+        """`address` answered a call (maybe with an error of its own): no longer suspect."""
+        self.reached = True
+        if address in self._suspects:
+            with self._lock:
+                self._suspects.pop(address, None)
+
+    def connect_failed(self, address: str) -> bool:
+        """`address` could not be connected to; True when no node was ever reached and every
+        bootstrap address has now failed so (the call should fail at once)."""
+        with self._lock:
+            self._connect_failures.add(address)
+            return not self.reached and self._connect_failures >= set(self.bootstraps)
 
     # -- what the client learned ----------------------------------------------------------
 
@@ -87,9 +113,14 @@ class Routing:
             if self.current not in self.known:
                 self.current = self.known[0]
             self.discovered = True
+            now = time.monotonic()
             for t in meta.topics:
                 for p in t.partitions:
-                    if p.leader_id in addresses:
+                    if p.leader_id in addresses and self.suspect(addresses[p.leader_id], now):
+                        # A node that has not heard of the new leader yet names the one that
+                        # stopped answering: ask the next healthy node instead.
+                        self.leaders.pop((t.name, p.partition), None)
+                    elif p.leader_id in addresses:
                         self.leaders[(t.name, p.partition)] = addresses[p.leader_id]
                     elif p.replicas and p.replicas[0] in addresses:
                         # The answering node holds no replica: a replica knows the leader.
@@ -104,7 +135,8 @@ class Routing:
         elsewhere; any other timed-out call stays DEADLINE_EXCEEDED: its outcome is unknown.
         """
         if unreachable_error(err):
-            self.unreachable(address, now)
+            dead = isinstance(err, DeadlineExceededError)
+            self.unreachable(address, now, DEAD_SUSPECT_S if dead else SUSPECT_S)
         if isinstance(err, DeadlineExceededError) and idempotent:
             return UnavailableError(
                 f"no answer before the deadline; trying another node ({err.message})",
@@ -141,10 +173,10 @@ class Routing:
         self.leaders[(topic, partition)] = leader_address
         return leader_address != before
 
-    def unreachable(self, address: str, now: float | None = None) -> None:
-        """`address` did not answer: suspect it, forget it as a leader, move off it."""
+    def unreachable(self, address: str, now: float | None = None, for_s: float = SUSPECT_S) -> None:
+        """`address` did not answer: suspect it (`for_s`), forget it as a leader, move off it."""
         with self._lock:
-            self._suspects[address] = time.monotonic() if now is None else now
+            self._suspects[address] = (time.monotonic() if now is None else now) + for_s
             for key in [k for k, a in self.leaders.items() if a == address]:
                 del self.leaders[key]
         if self.current == address:
@@ -159,3 +191,15 @@ class Routing:
             ring = [known[(start + i) % len(known)] for i in range(len(known))]
             healthy = [a for a in ring if a != address and not self.suspect(a, now)]
             self.current = healthy[0] if healthy else ring[0]
+
+
+def needs_metadata(err: ReplogError, routed_to: str) -> bool:
+    """Whether a data call's retry should first ask metadata where the partition's leader is."""
+    if isinstance(err, NotLeaderError):
+        return not err.leader_address or err.leader_address != routed_to
+    return isinstance(err, LeaderUnknownError) or unreachable_error(err)
+
+
+def topic_partition_moved(routing: Routing, topic: str, partition: int) -> bool:
+    """Whether metadata named a leader for the partition (the retry goes there at once)."""
+    return (topic, partition) in routing.leaders

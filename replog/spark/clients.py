@@ -7,7 +7,11 @@ and `sink.py` share it without importing each other.
 TLS options (source and sink, strings): `tls.ca` (PEM CA bundle: TLS on), `tls.cert` and
 `tls.key` (a client certificate, for mutual TLS), `tls.serverName` (the name verified in the
 servers' certificates instead of the address's host). The files must exist at these paths
-on the driver and on every executor.
+on the driver and on every executor. `attemptTimeout` (source and sink, a duration,
+default 2s): the client's per-attempt deadline (`Client(attempt_timeout_s=...)`). An
+address that cannot be reached (nothing listens, a TLS mismatch, no answer) fails the
+read, the query or the write at once with `CONNECT_FAILED` and the likely cause, instead
+of riding out the retry budget.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ NO_TLS: TlsOptions = ("", "", "", "")
 # Spark's calls get a longer time budget than the client's default (30 s): a failed task
 # costs a whole retry of the task, so a call rides out a slow failover instead.
 SPARK_RETRY = RetryPolicy(deadline_ms=120_000)
+ATTEMPT_TIMEOUT_MS = 2_000  # = replog.client.channels.ATTEMPT_TIMEOUT_S
 
-_clients: dict[tuple[str, TlsOptions], Client] = {}
+_clients: dict[tuple[str, TlsOptions, int], Client] = {}
 _clients_lock = threading.Lock()
 
 
@@ -46,28 +51,45 @@ def _client_tls(tls: TlsOptions) -> ClientTls | None:
         raise InvalidArgumentError(f"replog TLS options: {exc}") from None
 
 
-def client_for(bootstrap: str, tls: TlsOptions = NO_TLS) -> Client:
+def client_for(
+    bootstrap: str, tls: TlsOptions = NO_TLS, attempt_timeout_ms: int = ATTEMPT_TIMEOUT_MS
+) -> Client:
     """The process's client for `bootstrap` (with `tls`), opened on first use."""
+    key = (bootstrap, tls, attempt_timeout_ms)
     with _clients_lock:
-        client = _clients.get((bootstrap, tls))
+        client = _clients.get(key)
         if client is None:
-            client = _clients[(bootstrap, tls)] = Client(
-                bootstrap, tls=_client_tls(tls), retry=SPARK_RETRY
+            client = _clients[key] = Client(
+                bootstrap,
+                tls=_client_tls(tls),
+                retry=SPARK_RETRY,
+                attempt_timeout_s=attempt_timeout_ms / 1000,
             )
         return client
 
 
-def close_client(bootstrap: str, tls: TlsOptions = NO_TLS) -> None:
+def close_client(
+    bootstrap: str, tls: TlsOptions = NO_TLS, attempt_timeout_ms: int = ATTEMPT_TIMEOUT_MS
+) -> None:
     """Close and forget the process's client for `bootstrap`, if it has one."""
     with _clients_lock:
-        client = _clients.pop((bootstrap, tls), None)
+        client = _clients.pop((bootstrap, tls, attempt_timeout_ms), None)
     if client is not None:
         client.close()
 
 
-def resumed_producer_client(bootstrap: str, tls: TlsOptions, producer_name: str) -> Client:
+def resumed_producer_client(
+    bootstrap: str,
+    tls: TlsOptions,
+    producer_name: str,
+    attempt_timeout_ms: int = ATTEMPT_TIMEOUT_MS,
+) -> Client:
     """A new client (the caller closes it) producing as the named producer's current id and
     epoch: a retried Spark task resends its batches with the same sequence numbers."""
     return Client(
-        bootstrap, tls=_client_tls(tls), producer_name=producer_name, producer_resume=True
+        bootstrap,
+        tls=_client_tls(tls),
+        producer_name=producer_name,
+        producer_resume=True,
+        attempt_timeout_s=attempt_timeout_ms / 1000,
     )

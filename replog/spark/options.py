@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from replog.errors import InvalidArgumentError
 from replog.spark import offsets as off
-from replog.spark.clients import NO_TLS, TlsOptions, tls_options
+from replog.spark.clients import ATTEMPT_TIMEOUT_MS, NO_TLS, TlsOptions, tls_options
 
 log = logging.getLogger("replog.spark")
 
@@ -62,6 +62,7 @@ SOURCE_OPTIONS: dict[str, tuple[str, ...]] = {
     "includeHeaders": (),
     "fetchBytesMax": (),
     "commitToGroup": (),
+    "attemptTimeout": (),
     **{name: () for name in TLS_OPTIONS},
 }
 
@@ -73,6 +74,7 @@ SINK_OPTIONS: dict[str, tuple[str, ...]] = {
     "sinkId": (),
     "maxRecordsPerAppend": (),
     "checkpointLocation": (),  # Spark passes it to streaming sinks
+    "attemptTimeout": (),
     **{name: () for name in TLS_OPTIONS},
 }
 
@@ -123,6 +125,19 @@ def _unknown(key: str, names: Mapping[str, str]) -> str:
     close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.6)
     hint = f" (did you mean {names[close[0]]!r}?)" if close else ""
     return f"unknown option {key!r}{hint}"
+
+
+def attempt_timeout_ms(opts: Mapping[str, str]) -> int:
+    """Option `attemptTimeout` (a duration: "2s", "1500ms"): the replog client's deadline
+    for one attempt of a call (`Client(attempt_timeout_s=...)`): a node that does not answer
+    within it is passed over, an address that cannot be reached fails the query."""
+    raw = opts.get("attemptTimeout")
+    if raw is None:
+        return ATTEMPT_TIMEOUT_MS
+    ms = duration_ms(raw, "attemptTimeout")
+    if ms < 100:
+        raise InvalidArgumentError(f"option attemptTimeout must be at least 100ms, got {raw!r}")
+    return ms
 
 
 def _integer(opts: Mapping[str, str], name: str, minimum: int) -> int | None:
@@ -244,6 +259,7 @@ class SourceOptions:
     fetch_bytes_max: int = FETCH_BYTES_DEFAULT
     tls: TlsOptions = NO_TLS
     commit_to_group: str | None = None  # a stream commits each batch's end offsets there
+    attempt_timeout_ms: int = ATTEMPT_TIMEOUT_MS  # the client's per-attempt deadline
     given: frozenset[str] = field(default_factory=frozenset)  # documented names given
 
     @classmethod
@@ -301,6 +317,7 @@ class SourceOptions:
             fetch_bytes_max=_integer(opts, "fetchBytesMax", 1024) or FETCH_BYTES_DEFAULT,
             tls=tls_options({k: opts[k] for k in TLS_OPTIONS if k in opts}),
             commit_to_group=opts.get("commitToGroup", "").strip() or None,
+            attempt_timeout_ms=attempt_timeout_ms(opts),
             given=frozenset(opts),
         )
 
@@ -350,6 +367,7 @@ class SinkOptions:
     exactly_once: bool | None = None  # None: not given (streaming: on; batch: with sinkId)
     sink_id: str | None = None  # a batch write's identity (exactly-once)
     records_per_append: int = RECORDS_PER_APPEND_DEFAULT
+    attempt_timeout_ms: int = ATTEMPT_TIMEOUT_MS
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -381,4 +399,38 @@ class SinkOptions:
         if sink_id is not None and exactly_once is False:
             raise InvalidArgumentError("option sinkId only serves exactlyOnce=true")
         per_append = _integer(opts, "maxRecordsPerAppend", 1) or RECORDS_PER_APPEND_DEFAULT
-        return cls(bootstrap, topic, acks, tls, exactly_once, sink_id, per_append)
+        return cls(
+            bootstrap,
+            topic,
+            acks,
+            tls,
+            exactly_once,
+            sink_id,
+            per_append,
+            attempt_timeout_ms(opts),
+        )
+
+    def exactly_once_for(self, streaming: bool) -> bool:
+        """Whether a writer of this sink writes exactly once. Exactly once is never turned
+        off quietly: `kafka.acks=0` is refused unless `exactlyOnce=false` says at least once
+        is meant, and `exactlyOnce=false` (or acks 0 with it) is logged as a warning naming
+        the option. A batch write without `sinkId` is at least once, as documented (no
+        option turned anything off)."""
+        if self.exactly_once is False:
+            why = " with kafka.acks=0 (none)" if self.acks == "none" else ""
+            log.warning(
+                "replog sink: option exactlyOnce=false%s: this %s write is at least once "
+                "(a retried task or a replayed micro-batch writes its rows again)",
+                why,
+                "streaming" if streaming else "batch",
+            )
+            return False
+        if self.acks == "none" and streaming:
+            raise InvalidArgumentError(
+                "kafka.acks=0 (none) turns the streaming sink's exactly once off (those "
+                "appends get no answer and are never deduplicated): use kafka.acks=all or 1, "
+                "or set exactlyOnce=false to write at least once"
+            )
+        if not streaming:
+            return self.sink_id is not None
+        return True

@@ -25,14 +25,14 @@ from replog.spark.arrow import (
     RecordFormat,
     frames_to_record_batch,
 )
-from replog.spark.clients import NO_TLS, TlsOptions, client_for
+from replog.spark.clients import ATTEMPT_TIMEOUT_MS, NO_TLS, TlsOptions, client_for
 from replog.spark.options import SourceOptions, Subscription
 
 log = logging.getLogger("replog.spark")
 
 
 def client_of(opts: SourceOptions) -> Client:
-    return client_for(opts.bootstrap, opts.tls)
+    return client_for(opts.bootstrap, opts.tls, opts.attempt_timeout_ms)
 
 
 def _topics(client: Client, sub: Subscription) -> dict[str, list[int] | None]:
@@ -107,8 +107,10 @@ class ReplogPartition(InputPartition):
         fail_on_data_loss: bool = True,
         include_headers: bool = False,
         fmt: RecordFormat = RAW,
+        attempt_timeout_ms: int = ATTEMPT_TIMEOUT_MS,
     ) -> None:
         super().__init__(None)
+        self.attempt_timeout_ms = attempt_timeout_ms
         self.bootstrap = bootstrap
         self.tls = tls
         self.topic = rng.topic
@@ -151,6 +153,7 @@ def plan(
             fail_on_data_loss=opts.fail_on_data_loss,
             include_headers=opts.include_headers,
             fmt=formats[r.topic],
+            attempt_timeout_ms=opts.attempt_timeout_ms,
         )
         for r in tasks
     ]
@@ -200,7 +203,7 @@ def read_partition(part: InputPartition) -> Iterator[pa.RecordBatch]:
 
 def _stream(part: ReplogPartition, start: int) -> Iterator[tuple[pa.RecordBatch, int]]:
     """(batch, next offset to read) from `start` up to the partition's `end`."""
-    client = client_for(part.bootstrap, part.tls)
+    client = client_for(part.bootstrap, part.tls, part.attempt_timeout_ms)
     stream = client.stream(part.topic, part.partition, start, max_bytes=part.fetch_bytes_max)
     try:
         for reply in stream:

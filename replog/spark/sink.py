@@ -95,16 +95,13 @@ class _Writer:
                     "option sinkId is for batch writes: a streaming query's identity is its "
                     "query id, kept in its checkpoint"
                 )
-            self.exactly_once = self.options.exactly_once is not False and (
-                self.options.acks != "none"
+        elif self.options.exactly_once and self.options.sink_id is None:
+            raise InvalidArgumentError(
+                "exactlyOnce in a batch write needs option sinkId: a name for this write, "
+                "the same when the same write is run again"
             )
-        else:
-            if self.options.exactly_once and self.options.sink_id is None:
-                raise InvalidArgumentError(
-                    "exactlyOnce in a batch write needs option sinkId: a name for this write, "
-                    "the same when the same write is run again"
-                )
-            self.exactly_once = self.options.sink_id is not None
+        # kafka.acks=0 refused, exactlyOnce=false logged (`SinkOptions.exactly_once_for`)
+        self.exactly_once = self.options.exactly_once_for(self.streaming)
         types = {f.name: f.dataType.simpleString() for f in schema.fields}
         if "value" not in types:
             raise InvalidArgumentError("the replog sink needs a 'value' column")
@@ -161,7 +158,9 @@ class _Writer:
         try:
             for row in rows:
                 if client is None:
-                    client = resumed_producer_client(opts.bootstrap, opts.tls, name)
+                    client = resumed_producer_client(
+                        opts.bootstrap, opts.tls, name, opts.attempt_timeout_ms
+                    )
                 topic = self._topic(row)
                 if topic not in partitions:
                     partitions[topic] = client.partition_count(topic)
@@ -210,7 +209,7 @@ class _Writer:
 
     def _write_at_least_once(self, rows: Iterator[Row]) -> ReplogCommit:
         opts = self.options
-        client = client_for(opts.bootstrap, opts.tls)
+        client = client_for(opts.bootstrap, opts.tls, opts.attempt_timeout_ms)
         producers: dict[str, Producer] = {}
         count = 0
         futures: list[OffsetFuture] = []

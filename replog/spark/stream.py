@@ -161,4 +161,5 @@ class ReplogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("commitToGroup %s: committing %s failed: %s", group, end, exc)
 
     def stop(self) -> None:
-        close_client(self.options.bootstrap, self.options.tls)
+        opts = self.options
+        close_client(opts.bootstrap, opts.tls, opts.attempt_timeout_ms)
