@@ -11,6 +11,11 @@
   `StreamFrom` and `AppendStream` also one of `streams_max` and of
   `streams_per_connection_max` (the connection is `context.peer()`, the client's address
   and port). Refused calls get the typed RESOURCE_EXHAUSTED at once.
+* Request bytes (`POOLED_METHODS`: Append). grpc.aio would receive a unary request whole
+  before any code of ours runs; these methods are served as calls that read their one
+  message themselves, as raw bytes, once the node's request pool has room for it
+  (`limits.RequestPool`): what a flood of large requests makes the node allocate is
+  bounded by the pool, not by the number of calls. They are decoded here, after the read.
 
 Handlers are wrapped once per method (`handler_chain.WrappedHandlers` keeps the result).
 """
@@ -38,6 +43,8 @@ ERROR_CHARS_MAX = 200
 COUNTED_SERVICES = ("/replog.v1.Log/", "/replog.v1.Admin/", "/replog.v1.Groups/")
 STREAM_METHODS = ("/replog.v1.Log/StreamFrom", "/replog.v1.Log/AppendStream")
 UNCOUNTED_CALLS_HEADROOM = 256
+POOLED_METHODS = ("/replog.v1.Log/Append",)
+STREAM_WINDOW_BYTES = 64 * 1024  # HTTP/2's initial stream window (65535) rounded up
 
 Context = grpc.aio.ServicerContext[Any, Any]
 if TYPE_CHECKING:
@@ -81,6 +88,13 @@ class Guard:
         encode = h.response_serializer
         counted = method.startswith(COUNTED_SERVICES)
         stream = method in STREAM_METHODS
+        if h.unary_unary is not None and method in POOLED_METHODS:
+            assert decode is not None, method
+            return grpc.stream_unary_rpc_method_handler(
+                self._pooled(method, h.unary_unary, decode),
+                request_deserializer=None,  # raw bytes: measured, then decoded by `_pooled`
+                response_serializer=encode,
+            )
         if h.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._unary(method, h.unary_unary, counted),
@@ -157,6 +171,43 @@ class Guard:
 
         return handle
 
+    def _pooled(
+        self, method: str, inner: Callable[..., Any], decode: Callable[[bytes], Any]
+    ) -> Callable[..., Any]:
+        """A unary call that reads its request itself once the request pool has room."""
+        limits = self.limits
+        pool = limits.requests
+        copies = pool.COPIES
+        worst_bytes = copies * limits.config.message_bytes_max
+
+        async def handle(_requests: AsyncIterator[Any], context: Context) -> Any:
+            try:
+                limits.take_rpc()
+            except ReplogError as err:
+                await status.abort(context, err)
+                raise AssertionError("abort returned") from err
+            try:
+                held, read = worst_bytes, False
+                await pool.reserve(held)  # before gRPC allocates the message
+                try:
+                    raw = await context.read()
+                    size_bytes = len(raw) if isinstance(raw, bytes) else 0
+                    pool.resize(held, copies * size_bytes)
+                    held, read = copies * size_bytes, True
+                    if isinstance(raw, bytes):
+                        request = decode(raw)
+                    else:  # the client half-closed without a message
+                        request = Malformed("no request message", 0)
+                    del raw  # the parsed request is the one copy from here on
+                    await self._check(method, request, context)
+                    return await inner(request, context)
+                finally:
+                    pool.release(held, read=read)
+            finally:
+                limits.give_rpc()
+
+        return handle
+
     def _streamed(
         self, method: str, inner: Callable[..., Any], counted: bool, stream: bool = False
     ) -> Callable[..., Any]:
@@ -219,9 +270,22 @@ class Guard:
 
 def server_options(limits: Limits) -> list[tuple[str, int]]:
     """gRPC server options that bound what one connection holds: its HTTP/2 streams (every
-    call of the connection) never exceed `rpcs_max` plus the headroom of the uncounted calls.
+    call of the connection) never exceed `rpcs_max` plus the headroom of the uncounted calls,
+    and each buffers at most its initial window before its handler reads.
     A client queues calls past it; below it, `rpcs_max` answers first, with a typed error."""
-    return [("grpc.max_concurrent_streams", limits.config.rpcs_max + UNCOUNTED_CALLS_HEADROOM)]
+    return [
+        ("grpc.max_concurrent_streams", limits.config.rpcs_max + UNCOUNTED_CALLS_HEADROOM),
+        # No bandwidth-delay-product probing: with it, grpc sizes every stream's initial
+        # window to max(4 MiB, 2 x BDP) while the process is under little memory pressure,
+        # and a flood of calls the handlers have not read yet is buffered up to that, per
+        # call (150 calls of 3 MiB: +750 MiB RSS, docs/benchmarks.md "Memory under floods").
+        # Without it the window stays at STREAM_WINDOW_BYTES: a call whose message has not
+        # been asked for (`_pooled`, a stream that has not read on) makes the node buffer
+        # at most that much of it. A read that is asked for opens the window to the
+        # message's size.
+        ("grpc.http2.bdp_probe", 0),
+        ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES),
+    ]
 
 
 def maximum_concurrent_rpcs(limits: Limits) -> int:

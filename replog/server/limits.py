@@ -10,6 +10,10 @@ so the client may retry with backoff.
     streams_max                 StreamFrom calls open on the node
     streams_per_connection_max  StreamFrom calls open on one client connection
     acks_none_bytes_max         record bytes of acks=none appends accepted, not yet written
+    request_bytes_pool_max      bytes Append requests hold while they are received, decoded
+                                and handled, all calls together (`RequestPool`): counted
+                                before gRPC reads the message, so they are never allocated
+                                past it
     stream_bytes_pool_max       bytes that StreamFrom replies may hold above their floor,
                                 all streams together (`StreamWindow`)
     append_stream_requests_max  requests one AppendStream holds read and not yet answered
@@ -32,7 +36,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from replog.errors import TooManyBytesInFlightError, TooManyRequestsError, TooManyStreamsError
@@ -49,8 +54,11 @@ class LimitsConfig:
     append_stream_requests_max: int = 64
     append_stream_bytes_max: int = 16 * 1024 * 1024
     append_stream_bytes_pool_max: int = 256 * 1024 * 1024
+    request_bytes_pool_max: int = 64 * 1024 * 1024
+    message_bytes_max: int = 4 * 1024 * 1024  # the gRPC message limit: the largest request
 
     def __post_init__(self) -> None:
+        assert self.request_bytes_pool_max >= 1 and self.message_bytes_max >= 1
         assert self.rpcs_max >= 1 and self.streams_max >= 1
         assert self.append_stream_requests_max >= 1 and self.append_stream_bytes_max >= 1
         assert self.append_stream_bytes_pool_max >= 1
@@ -68,6 +76,12 @@ class Limits:
         self.stream_pool_bytes = 0  # borrowed by StreamWindows above their floor
         self.append_pool_bytes = 0  # held by AppendWindows (requests read, not answered)
         self.append_released = asyncio.Event()  # replaced at each release (AppendWindow)
+        self.memory = MemoryReleaser()
+        self.requests = RequestPool(
+            config.request_bytes_pool_max,
+            lambda peak: self.memory.drained(peak, config.request_bytes_pool_max),
+        )
+        self._acks_none_peak_bytes = 0
         self.memory = MemoryReleaser()
         self.refused: dict[str, int] = {}  # setting name -> calls refused by it (metrics)
         self.malformed = 0  # request bodies that did not decode (counted by the guard)
@@ -94,6 +108,7 @@ class Limits:
                 self.refused.get("acks_none_bytes_max", 0),
             ),
             ("stream_bytes_pool_max", self.stream_pool_bytes, c.stream_bytes_pool_max, 0),
+            ("request_bytes_pool_max", self.requests.held_bytes, c.request_bytes_pool_max, 0),
             (
                 "append_stream_bytes_pool_max",
                 self.append_pool_bytes,
@@ -175,10 +190,14 @@ class Limits:
                 limit_value=limit,
             )
         self.acks_none_bytes += size_bytes
+        self._acks_none_peak_bytes = max(self._acks_none_peak_bytes, self.acks_none_bytes)
 
     def release_acks_none(self, size_bytes: int) -> None:
         self.acks_none_bytes -= size_bytes
         assert self.acks_none_bytes >= 0, self.acks_none_bytes
+        if self.acks_none_bytes == 0:  # all written: give a flood's memory back
+            self.memory.drained(self._acks_none_peak_bytes, self.config.acks_none_bytes_max)
+            self._acks_none_peak_bytes = 0
 
     def append_window(self) -> AppendWindow:
         """The flow-control window of one AppendStream; `close()` it when the stream ends."""
@@ -284,3 +303,94 @@ class AppendWindow:
             event = self._limits.append_released
             self._limits.append_released = asyncio.Event()
             event.set()
+
+
+class RequestPool:
+    """Bytes that Append requests hold, counted before they are allocated.
+
+    grpc.aio receives a unary request whole (in the C core) before any Python code runs, then
+    copies it into a Python `bytes`, and protobuf parses that into a second copy; the values
+    taken out of it (`list(request.values)`) are a third. So the guard serves Append as a
+    call that reads its one message itself (`guard`): it first `reserve`s the worst case
+    (`COPIES` x `message_bytes_max`), waiting while the pool is spent; only then does gRPC
+    read the message. Once read, the reservation shrinks to `COPIES` x its real size
+    (`resize`), and is given back when the call's handler returns (`release`); an acks=none
+    batch is then counted by `acks_none_bytes_max` until it is written.
+
+    A call waiting here has not asked gRPC for its message: HTTP/2 flow control holds the
+    client after the stream's initial window (64 KiB; the client listener probes no
+    bandwidth-delay product, `guard.server_options`). A reservation always fits an empty
+    pool, so one request of any size is always served. Waiting is first come, first
+    served: a large request is not overtaken forever by small ones.
+    """
+
+    COPIES = 2  # at most two copies of a request live at once (raw + parsed, parsed + values)
+
+    __slots__ = ("_drained", "_waiters", "held_bytes", "peak_bytes", "pool_bytes_max", "read_bytes")
+
+    def __init__(
+        self, pool_bytes_max: int, drained: Callable[[int], None] = lambda _peak: None
+    ) -> None:
+        self.pool_bytes_max = pool_bytes_max
+        self.held_bytes = 0  # reservations and requests read
+        self.read_bytes = 0  # requests read (`resize`d to their real size)
+        self.peak_bytes = 0  # of `read_bytes`, since the pool was last empty
+        self._drained = drained  # called with the peak when the pool empties
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    def _fits(self, size_bytes: int) -> bool:
+        return self.held_bytes == 0 or self.held_bytes + size_bytes <= self.pool_bytes_max
+
+    async def reserve(self, size_bytes: int) -> None:
+        """Take `size_bytes` of the pool, waiting (first come, first served) until it fits.
+        Cancelled while waiting: nothing is taken."""
+        if not self._waiters and self._fits(size_bytes):
+            self._take(size_bytes)
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        entry = (size_bytes, waiter)
+        self._waiters.append(entry)
+        try:
+            await waiter  # `_wake` took the bytes for us
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.release(size_bytes)  # woken and cancelled at once: give it back
+            else:
+                with contextlib.suppress(ValueError):  # `_wake` may have dropped it
+                    self._waiters.remove(entry)
+                self._wake()  # those behind us may fit now
+            raise
+
+    def _take(self, size_bytes: int) -> None:
+        self.held_bytes += size_bytes
+
+    def resize(self, reserved_bytes: int, size_bytes: int) -> None:
+        """What a call holds goes from `reserved_bytes` to `size_bytes` (its real size, read);
+        it gives that back with `release(size_bytes, read=True)`."""
+        self.held_bytes += size_bytes - reserved_bytes
+        self.read_bytes += size_bytes
+        self.peak_bytes = max(self.peak_bytes, self.read_bytes)
+        if size_bytes < reserved_bytes:
+            self._wake()
+
+    def release(self, size_bytes: int, *, read: bool = False) -> None:
+        self.held_bytes -= size_bytes
+        if read:
+            self.read_bytes -= size_bytes
+        assert self.held_bytes >= self.read_bytes >= 0, (self.held_bytes, self.read_bytes)
+        self._wake()
+        if self.held_bytes == 0:
+            peak, self.peak_bytes = self.peak_bytes, 0
+            self._drained(peak)
+
+    def _wake(self) -> None:
+        while self._waiters:
+            size_bytes, waiter = self._waiters[0]
+            if waiter.done():  # cancelled: its `reserve` removes it
+                self._waiters.popleft()
+                continue
+            if not self._fits(size_bytes):
+                return
+            self._waiters.popleft()
+            self._take(size_bytes)
+            waiter.set_result(None)

@@ -7,7 +7,9 @@ Cancelled calls also leave reference cycles (exceptions, frames) that only the c
 collector frees. `MemoryReleaser.streams_ended(open_now)` runs `gc.collect()` and glibc's
 `malloc_trim(0)` (in a thread) when the number of open streams falls to half of its peak
 since the last release, and twice when it falls to zero; at most once per
-`RELEASE_INTERVAL_S`. Elsewhere than
+`RELEASE_INTERVAL_S`. `drained()` asks for the same two rounds when the bytes that requests
+held (`limits.RequestPool`, acks=none batches) fall back to zero after a flood of at least
+`DRAINED_PEAK_BYTES_MIN` (or half the limit that counted them, if smaller). Elsewhere than
 glibc, only the collector runs.
 """
 
@@ -23,6 +25,7 @@ from collections.abc import Callable
 
 RELEASE_INTERVAL_S = 1.0
 STREAMS_PEAK_MIN = 8  # fewer open streams than this at their peak never cost much
+DRAINED_PEAK_BYTES_MIN = 16 * 1024 * 1024  # smaller bursts leave little to give back
 
 
 def _malloc_trim() -> Callable[[], object] | None:
@@ -59,8 +62,24 @@ class MemoryReleaser:
         # When the last stream ends, once more a moment later: grpc frees a call's buffers
         # after its handler returns.
         self._rounds = max(self._rounds, 1 if open_now else 2)
+        self._start()
+
+    def drained(self, peak_bytes: int, limit_bytes: int) -> None:
+        """Requests held `peak_bytes` at most (of `limit_bytes`) since the last call and now
+        hold none."""
+        if peak_bytes < min(DRAINED_PEAK_BYTES_MIN, limit_bytes // 2):
+            return
+        self._rounds = 2  # once now, once after grpc freed the last calls' buffers
+        self._start()
+
+    def _start(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # counted outside an event loop (a unit test): nothing to run
+            self._rounds = 0
+            return
         if self._pending is None or self._pending.done():
-            self._pending = asyncio.get_running_loop().create_task(self._release())
+            self._pending = loop.create_task(self._release())
 
     async def _release(self) -> None:
         while self._rounds:  # streams that end meanwhile ask for one more round

@@ -180,6 +180,15 @@ class Settings:
             "yet answered (a stream holding nothing may take one request); more: flow control"
         ),
     )
+    request_bytes_pool_max: int = field(
+        default=64 * MIB,
+        metadata=_help(
+            "bytes Append requests may hold while they are received, decoded and handled, "
+            "all calls of the node together (each request counted twice: its wire copy and "
+            "its decoded values); more: the next request is read once room frees (a lone "
+            "request always fits)"
+        ),
+    )
     message_bytes_max: int = field(
         default=4 * MIB, metadata=_help("gRPC message size limit (both directions)")
     )
@@ -417,6 +426,7 @@ class Settings:
         need(self.append_stream_requests_max >= 1, "append_stream_requests_max must be >= 1")
         need(self.append_stream_bytes_max >= 1, "append_stream_bytes_max must be >= 1")
         need(self.append_stream_bytes_pool_max >= 1, "append_stream_bytes_pool_max must be >= 1")
+        need(self.request_bytes_pool_max >= 1, "request_bytes_pool_max must be >= 1")
         need(
             self.streams_max <= self.rpcs_max,
             "streams_max must be <= rpcs_max (a stream is a call)",
@@ -568,6 +578,8 @@ class Settings:
             append_stream_requests_max=self.append_stream_requests_max,
             append_stream_bytes_max=self.append_stream_bytes_max,
             append_stream_bytes_pool_max=self.append_stream_bytes_pool_max,
+            request_bytes_pool_max=self.request_bytes_pool_max,
+            message_bytes_max=self.message_bytes_max,
         )
 
     def groups_config(self) -> GroupsConfig:

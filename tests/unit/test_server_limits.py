@@ -14,7 +14,7 @@ from replog.errors import (
 )
 from replog.server import memory
 from replog.server.guard import Malformed, _safe
-from replog.server.limits import Limits, LimitsConfig
+from replog.server.limits import Limits, LimitsConfig, RequestPool
 from replog.server.logs import Throttle
 from replog.server.status import MESSAGE_CHARS_MAX, VALUE_CHARS_MAX, clip, to_status
 from replog.v1 import log_pb2
@@ -105,6 +105,77 @@ def test_memory_is_released_when_streams_fall_to_half_their_peak_and_to_none() -
         return releaser.releases
 
     assert asyncio.run(run()) >= 2
+
+
+def test_request_bytes_wait_for_room_first_come_first_served_and_a_lone_request_fits() -> None:
+    async def run() -> list[str]:
+        peaks: list[int] = []
+        pool = RequestPool(100, peaks.append)
+        order: list[str] = []
+
+        async def call(name: str, reserve: int, real: int, done: asyncio.Event) -> None:
+            await pool.reserve(reserve)
+            order.append(name)
+            pool.resize(reserve, real)
+            await done.wait()
+            pool.release(real, read=True)
+
+        await pool.reserve(500)  # larger than the pool, but it is empty: a lone one fits
+        big_done, small_done = asyncio.Event(), asyncio.Event()
+        big = asyncio.create_task(call("big", 80, 80, big_done))
+        small = asyncio.create_task(call("small", 10, 10, small_done))
+        await asyncio.sleep(0)
+        assert order == [] and pool.held_bytes == 500  # both wait, in arrival order
+        pool.release(500)
+        await asyncio.sleep(0)
+        assert order == ["big", "small"] and pool.held_bytes == 90
+        cancelled = asyncio.create_task(pool.reserve(50))
+        await asyncio.sleep(0)
+        cancelled.cancel()  # a call that goes away while it waits takes nothing
+        await asyncio.gather(cancelled, return_exceptions=True)
+        assert pool.held_bytes == 90
+        big_done.set()
+        small_done.set()
+        await asyncio.gather(big, small)
+        assert pool.held_bytes == pool.read_bytes == 0
+        assert peaks == [90]  # drained once, at the end: 80 + 10 read (reservations do not count)
+        return order
+
+    assert asyncio.run(run()) == ["big", "small"]
+
+
+def test_a_reservation_shrinks_to_the_real_size_and_wakes_the_waiters() -> None:
+    async def run() -> None:
+        pool = RequestPool(100)
+        await pool.reserve(100)
+        waiting = asyncio.create_task(pool.reserve(60))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        pool.resize(100, 30)  # the message was small: room for the next one
+        await asyncio.wait_for(waiting, 5)
+        assert pool.held_bytes == 90 and pool.read_bytes == 30
+
+    asyncio.run(run())
+
+
+def test_memory_is_released_when_a_flood_of_request_bytes_drains() -> None:
+    async def run() -> int:
+        limits = Limits(LimitsConfig(request_bytes_pool_max=64 * 1024 * 1024))
+        limits.memory._interval_s = 0.0
+        pool = limits.requests
+        await pool.reserve(1024)
+        pool.resize(1024, 1024)
+        pool.release(1024, read=True)  # a small burst: nothing to give back
+        assert limits.memory._pending is None
+        size = 40 * 1024 * 1024
+        await pool.reserve(size)
+        pool.resize(size, size)
+        pool.release(size, read=True)
+        assert limits.memory._pending is not None
+        await asyncio.wait_for(limits.memory._pending, 5)
+        return limits.memory.releases
+
+    assert asyncio.run(run()) == 2
 
 
 def test_a_clipped_message_is_bounded_in_utf8_bytes_so_error_headers_stay_small() -> None:
