@@ -174,3 +174,18 @@ def test_exactly_once_false_is_a_warning_naming_the_option(
     caplog.clear()
     assert SinkOptions.parse({"bootstrap": "a:1"}).exactly_once_for(streaming=True) is True
     assert caplog.text == ""
+
+
+def test_the_spark_stream_writer_refuses_acks_0_and_the_batch_writer_takes_it() -> None:
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from replog.spark.sink import ReplogStreamWriter, ReplogWriter
+
+    schema = StructType([StructField("value", BinaryType())])
+    options = {"kafka.bootstrap.servers": "a:1", "topic": "t", "kafka.acks": "0"}
+    with pytest.raises(InvalidArgumentError, match=r"kafka\.acks=0"):
+        ReplogStreamWriter(options, schema)
+    at_least_once = ReplogStreamWriter({**options, "exactlyOnce": "false"}, schema)
+    assert at_least_once.exactly_once is False
+    assert ReplogWriter(options, schema).exactly_once is False  # batch: no sinkId, as documented
+    assert ReplogStreamWriter({**options, "kafka.acks": "1"}, schema).exactly_once is True
