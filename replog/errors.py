@@ -443,10 +443,13 @@ class CorruptDataError(ReplogError):
 
 
 class StorageError(ReplogError):
-    """Any other I/O failure of the storage layer."""
+    """Any other I/O failure of the storage layer (EIO, ...): an environment fault, not a
+    bug. It takes the partition's replica on this node offline (`PartitionOfflineError`
+    from then on); another replica may lead it, so retrying may succeed."""
 
-    code = "INTERNAL"
+    code = "UNAVAILABLE"
     reason = "STORAGE_ERROR"
+    retriable = True
 
 
 # --- security: who the caller is, and what it may do -----------------------------------------

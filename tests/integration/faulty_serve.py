@@ -7,7 +7,9 @@ bug): `retention` (the retention loop, on its first round), `replica` (a replica
 task: the core's tick fails once the node has served for a second), `metadata` (the
 metadata apply loop, at the second topic created). `no-space` is not a bug but a local
 failure: creating the directory of a topic whose name starts with `broken` fails with
-ENOSPC while the file named by `FAULTY_SERVE_FLAG` exists. `rpc` is a bug in two request
+ENOSPC while the file named by `FAULTY_SERVE_FLAG` exists. `eio` is a failing disk: while
+that file exists, every write to and read from a segment of a topic whose name starts with
+`broken` raises EIO (as a bad sector would). `rpc` is a bug in two request
 handlers' bodies (ListTopics, StreamFrom): they raise an exception whose text holds a server
 path, as a careless bug would. Nothing in `replog`
 itself knows about this: the wrapper replaces a method, then runs the real command.
@@ -29,6 +31,7 @@ from replog.server.log_service import LogService
 from replog.server.metadata import CreateTopic, MetadataImage
 from replog.server.node import Node
 from replog.server.rpc import streaming, unary
+from replog.storage.segment import Segment
 
 FAULT_ENV = "FAULTY_SERVE_TASK"
 
@@ -89,6 +92,27 @@ def _no_space_for_broken_topics() -> None:
     replica_dirs.create = create_or_fail  # type: ignore[assignment]
 
 
+def _eio_for_broken_topics() -> None:
+    flag = os.environ.pop("FAULTY_SERVE_FLAG")
+    append, read = Segment.append, Segment.read
+
+    def check(segment: Segment) -> None:
+        topic = segment.log_path.parent.parent.name
+        if topic.startswith("broken") and os.path.exists(flag):
+            raise OSError(errno.EIO, "Input/output error (injected)", str(segment.log_path))
+
+    def failing_append(self: Segment, *args: Any, **kwargs: Any) -> Any:
+        check(self)
+        return append(self, *args, **kwargs)
+
+    def failing_read(self: Segment, *args: Any, **kwargs: Any) -> Any:
+        check(self)
+        return read(self, *args, **kwargs)
+
+    Segment.append = failing_append  # type: ignore[method-assign]
+    Segment.read = failing_read  # type: ignore[method-assign]
+
+
 def _break_handlers() -> None:
     secret = "/srv/secret/replog/data/t/partition_0"
 
@@ -113,6 +137,8 @@ def main() -> None:
         _break_metadata_apply()
     elif fault == "no-space":
         _no_space_for_broken_topics()
+    elif fault == "eio":
+        _eio_for_broken_topics()
     elif fault == "rpc":
         _break_handlers()
     elif fault:
