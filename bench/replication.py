@@ -1,6 +1,7 @@
 """Replication benchmarks: a local 3-node cluster (`replog.devcluster`) on this machine.
 
-    .venv/bin/python bench/replication.py [--quick] [--repeats N] [--write-docs | --gaps-only]
+    .venv/bin/python bench/replication.py [--quick] [--repeats N] [--write-docs | --gaps-only
+                                           | --stops-only]
 
 Setup: two clusters of three `replog serve` processes on 127.0.0.1, one with the durable
 default (`--flush always`) and one with the fast mode (`--flush interval`), each with one
@@ -15,12 +16,18 @@ topic of one partition replicated 3 times, 100-byte random values; repeats inter
 * `graceful_stop_write_gap_s` / `kill_write_gap_s`: the longest gap between two acks of a
   producer appending single records with acks=all while the leader is stopped with
   SIGTERM (it hands its partitions over first) or SIGKILL; p50 and p99 over the repeats.
+* `sigterm_exit_after_handover_s`: in each of those SIGTERM stops, the time from the
+  stopping leader's `handover.done` log line to its process's exit, with
+  `IDLE_APPEND_STREAMS` idle AppendStreams (one request answered, then nothing) and an idle
+  StreamFrom open on it (each must end with UNAVAILABLE SHUTTING_DOWN); median over the
+  stops. `--stops-only --repeats 10` measures only these stops (10 of them).
 * `failover_s`: SIGKILL the partition's leader, then time until the first acks=all append
   succeeds through a client that knows every node (default timeouts); the killed node is
   restarted before the next repeat.
 
 Prints one JSON line per bench; `--write-docs` writes `## Replication (bench/replication.py)`
-in docs/benchmarks.md. Targets: acks_all >= 500,000 records/s, p99 <= 10 ms, failover <= 3 s.
+in docs/benchmarks.md. Targets: acks_all >= 500,000 records/s, p99 <= 10 ms, failover <= 3 s,
+SIGTERM to exit <= 1 s after the hand-over.
 """
 
 from __future__ import annotations
@@ -29,10 +36,14 @@ import argparse
 import contextlib
 import itertools
 import os
+import re
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
+
+import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -50,14 +61,16 @@ from _common import (
 )
 
 from replog.client import Client, RetryPolicy
-from replog.devcluster import DevCluster
+from replog.devcluster import DevCluster, NodeProcess
 from replog.errors import ReplogError
+from replog.v1 import log_pb2, log_pb2_grpc
 
 TOPIC = "bench"  # envelope records (new topics' default)
 TOPIC_RAW = "bench-raw"  # raw values: the baseline for plain (non-idempotent) clients
 THREADS = 4
 BATCH = 1000
 VALUE_BYTES = 100
+IDLE_APPEND_STREAMS = 4  # held open, idle, on the leader each SIGTERM stops
 
 
 def leader_of(client: Client) -> int:
@@ -124,11 +137,83 @@ def failover_s(cluster: DevCluster) -> float:
     return took
 
 
-def write_gap_s(cluster: DevCluster, graceful: bool) -> float:
+class IdleStreams:
+    """Idle AppendStreams (one request answered each, then nothing sent) and an idle
+    StreamFrom (caught up) on the node at `address`, held open until the node ends them."""
+
+    def __init__(self, address: str) -> None:
+        self.channel = grpc.insecure_channel(address)
+        self.ends: list[str] = []  # how each ended: "CODE details"
+        self._done = threading.Event()
+        self._opened = threading.Semaphore(0)
+        stub = log_pb2_grpc.LogStub(self.channel)  # type: ignore[no-untyped-call]
+        appends = [lambda: stub.AppendStream(self._one_then_idle())] * IDLE_APPEND_STREAMS
+        calls = [*appends, lambda: stub.StreamFrom(log_pb2.StreamFromRequest(topic=TOPIC))]
+        self._threads = [threading.Thread(target=self._hold, args=(c,), daemon=True) for c in calls]
+        for t in self._threads:
+            t.start()
+        for _ in calls:
+            if not self._opened.acquire(timeout=60):
+                raise RuntimeError("an idle stream did not open")
+
+    def _one_then_idle(self) -> object:
+        yield log_pb2.AppendRequest(topic=TOPIC_RAW, partition=0, values=[b"idle"])
+        while not self._done.wait(0.1):
+            pass
+
+    def _hold(self, call: object) -> None:
+        opened = False
+        try:
+            for _answer in call():  # type: ignore[operator]
+                if not opened:
+                    opened = True
+                    self._opened.release()
+            self.ends.append("OK")
+        except grpc.RpcError as err:
+            self.ends.append(f"{err.code().name} {err.details()}")
+        finally:
+            if not opened:
+                self._opened.release()  # it ended at once: `stop_after_handover_s` says how
+
+    def close(self) -> None:
+        """Wait until every stream ended (the node stopped), then release the channel."""
+        for t in self._threads:
+            t.join(60)
+        self._done.set()
+        self.channel.close()
+
+
+def _log_time(line: str) -> float:
+    """The wall-clock time (epoch seconds) of a node's log line (`ts=...Z`)."""
+    found = re.search(r"ts=(\S+)Z", line)
+    if found is None:
+        raise RuntimeError(f"no timestamp in {line!r}")
+    return datetime.fromisoformat(found.group(1) + "+00:00").timestamp()
+
+
+def stop_after_handover_s(node: NodeProcess, streams: IdleStreams) -> float:
+    """SIGTERM `node`; the time from its last `handover.done` log line to its exit."""
+    code = node.stop()
+    exited = time.time()
+    streams.close()
+    if code != 0:
+        raise RuntimeError(f"node {node.node_id} exited {code}: {node.log_tail()}")
+    wrong = [e for e in streams.ends if "shutting down" not in e or not e.startswith("UNAVAILABLE")]
+    if wrong:
+        raise RuntimeError(f"idle streams not ended with SHUTTING_DOWN: {wrong}")
+    done = [ln for ln in node.log_tail(1_000_000).splitlines() if "event=handover.done" in ln]
+    if not done:
+        raise RuntimeError(f"no handover.done logged: {node.log_tail()}")
+    return exited - _log_time(done[-1])
+
+
+def write_gap_s(cluster: DevCluster, graceful: bool) -> tuple[float, float]:
     """The longest time writers went without an acknowledgement around the stop of the
     partition's leader: a thread appends single records with acks=all back to back through
     a client that knows every node; the leader is stopped (SIGTERM, or SIGKILL), then
-    restarted. Returns the largest gap between two consecutive acks."""
+    restarted. Returns the largest gap between two consecutive acks, and with SIGTERM the
+    time from the leader's hand-over done to its exit (`stop_after_handover_s`; NaN for
+    SIGKILL), idle streams (`IdleStreams`) open on it."""
     policy = RetryPolicy(attempts_max=1000, backoff_initial_ms=10, deadline_ms=60_000)
     acks: list[float] = []
     stop = threading.Event()
@@ -149,9 +234,11 @@ def write_gap_s(cluster: DevCluster, graceful: bool) -> float:
     while len(acks) < 50:
         time.sleep(0.01)
     node = cluster.members[leader]
+    exit_s = float("nan")
+    streams = IdleStreams(node.address) if graceful else None
     stopped_at = time.perf_counter()
-    if graceful:
-        node.stop()
+    if streams is not None:
+        exit_s = stop_after_handover_s(node, streams)
     else:
         node.kill()
     deadline = time.perf_counter() + 30
@@ -163,7 +250,7 @@ def write_gap_s(cluster: DevCluster, graceful: bool) -> float:
     node.start()
     window = [t for t in acks if t >= stopped_at - 1.0]
     gaps = [b - a for a, b in itertools.pairwise(window)]
-    return max(gaps) if gaps else float("inf")
+    return (max(gaps) if gaps else float("inf")), exit_s
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -178,6 +265,21 @@ def emit_gaps(failovers: list[float], graceful_gaps: list[float], kill_gaps: lis
         emit(Result(f"{name}_write_gap_p99_s", round(percentile(sorted(gaps), 0.99), 3), "s", None))
 
 
+def graceful_stop(cluster: DevCluster, exits: list[float]) -> float:
+    """A SIGTERM stop of the leader: its write gap; its exit time is added to `exits`."""
+    gap, exit_s = write_gap_s(cluster, graceful=True)
+    exits.append(exit_s)
+    return gap
+
+
+def emit_exits(exits: list[float], gaps: list[float] | None = None) -> None:
+    """SIGTERM to exit after the hand-over (median, max), and the stops' write gaps."""
+    emit(Result("sigterm_exit_after_handover_s", round(summarize(exits).median, 3), "s", None))
+    emit(Result("sigterm_exit_after_handover_max_s", round(max(exits), 3), "s", None))
+    if gaps:
+        emit(Result("graceful_stop_write_gap_p50_s", round(summarize(gaps).median, 3), "s", None))
+
+
 MODES = ("always", "interval")  # the durable default first, then the fast mode
 
 
@@ -187,15 +289,21 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=0)
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument(
+        "--stops-only",
+        action="store_true",
+        help="only SIGTERM stops of the leader (a writer and idle streams on it): the time "
+        "from its hand-over to its exit, one stop per repeat (default 10; not with --write-docs)",
+    )
+    parser.add_argument(
         "--gaps-only",
         action="store_true",
         help="only failover and the SIGTERM/SIGKILL write gaps, in the same order as a full "
         "run (not with --write-docs)",
     )
     args = parser.parse_args()
-    if args.gaps_only and args.write_docs:
+    if (args.gaps_only or args.stops_only) and args.write_docs:
         parser.error("--write-docs needs the full run")
-    repeats = args.repeats or (1 if args.quick else 5)
+    repeats = args.repeats or (1 if args.quick else 10 if args.stops_only else 5)
     records = 100_000 if args.quick else 400_000
     samples = 100 if args.quick else 500
     rates: dict[str, list[float]] = {m: [] for m in MODES}
@@ -206,6 +314,7 @@ def main() -> int:
     failovers: list[float] = []
     graceful_gaps: list[float] = []
     kill_gaps: list[float] = []
+    exits: list[float] = []  # SIGTERM: hand-over done to process exit
     with bench_tmpdir(prefix="bench-repl-") as work:
         info = machine_info(work)
         clusters = {
@@ -221,10 +330,17 @@ def main() -> int:
             for r in range(repeats):
                 order = MODES if r % 2 == 0 else MODES[::-1]  # interleaved, alternating
                 default = clusters[MODES[0]]
+                if args.stops_only:
+                    graceful_gaps.append(graceful_stop(default, exits))
+                    log(
+                        f"stop {r + 1}/{repeats}: exit {exits[-1]:.3f} s after the hand-over; "
+                        f"write gap {graceful_gaps[-1]:.3f} s"
+                    )
+                    continue
                 if args.gaps_only:
                     failovers.append(failover_s(default))
-                    graceful_gaps.append(write_gap_s(default, graceful=True))
-                    kill_gaps.append(write_gap_s(default, graceful=False))
+                    graceful_gaps.append(graceful_stop(default, exits))
+                    kill_gaps.append(write_gap_s(default, graceful=False)[0])
                     log(
                         f"repeat {r + 1}/{repeats}: failover {failovers[-1]:.2f} s; write gap: "
                         f"SIGTERM {graceful_gaps[-1]:.3f} s, SIGKILL {kill_gaps[-1]:.3f} s"
@@ -241,8 +357,8 @@ def main() -> int:
                 )
                 leader_rates.append(throughput(default.bootstrap, "leader", records))
                 failovers.append(failover_s(default))
-                graceful_gaps.append(write_gap_s(default, graceful=True))
-                kill_gaps.append(write_gap_s(default, graceful=False))
+                graceful_gaps.append(graceful_stop(default, exits))
+                kill_gaps.append(write_gap_s(default, graceful=False)[0])
                 log(
                     f"repeat {r + 1}/{repeats}: "
                     + ", ".join(
@@ -253,13 +369,19 @@ def main() -> int:
                     + f"; acks=all plain clients, raw topic {plain_rates[-1]:,.0f}/s"
                     + f"; acks=leader {leader_rates[-1]:,.0f}/s, failover {failovers[-1]:.2f} s"
                     + f"; write gap: SIGTERM {graceful_gaps[-1]:.3f} s, "
-                    + f"SIGKILL {kill_gaps[-1]:.3f} s"
+                    + f"SIGKILL {kill_gaps[-1]:.3f} s; SIGTERM exit {exits[-1]:.3f} s after "
+                    + "the hand-over"
                 )
         finally:
             for cluster in clusters.values():
                 cluster.kill_all()
+    if args.stops_only:
+        emit_exits(exits, graceful_gaps)
+        log("; ".join(f"{k}: {v}" for k, v in info.items()))
+        return 0
     if args.gaps_only:
         emit_gaps(failovers, graceful_gaps, kill_gaps)
+        emit_exits(exits)
         return 0
     a = {m: summarize(rates[m]) for m in MODES}
     p50 = {m: summarize(p50s[m]) for m in MODES}
@@ -279,6 +401,8 @@ def main() -> int:
         emit(Result(f"acks_all_latency_p50_ms{suffix}", round(p50[m].median, 3), "ms", None))
         emit(Result(f"acks_all_latency_p99_ms{suffix}", round(p99[m].median, 3), "ms", None))
     emit_gaps(failovers, graceful_gaps, kill_gaps)
+    emit_exits(exits)
+    exit_s = summarize(exits)
     if args.write_docs:
 
         def row(name: str, s: object, unit: str, target: str, ok: bool | None) -> str:
@@ -339,6 +463,13 @@ def main() -> int:
                 row("failover_s", fo, "s", "<= 3 s", fo.median <= 3),
                 row("graceful_stop_write_gap_s", term_gap, "s", "p99 <= 0.5 s", term_p99 <= 0.5),
                 row("kill_write_gap_s", kill_gap, "s", "report", None),
+                row(
+                    "sigterm_exit_after_handover_s",
+                    exit_s,
+                    "s",
+                    "<= 1 s",
+                    exit_s.median <= 1,
+                ),
                 "",
                 f"Write gaps: the longest time a producer appending single records with "
                 f"acks=all went without an ack around a stop of the leader. SIGTERM (the "
@@ -346,6 +477,12 @@ def main() -> int:
                 f"{term_p99:.3f} s; SIGKILL (the others wait for the election timeout): p50 "
                 f"{kill_gap.median:.3f} s, p99 {kill_p99:.3f} s ({repeats} stops each; with "
                 "few repeats the p99 is the largest one).",
+                "",
+                f"SIGTERM to exit: the stopping leader's process exited a median "
+                f"{exit_s.median:.3f} s (max {exit_s.high:.3f} s) after its `handover.done` "
+                f"log line, {IDLE_APPEND_STREAMS} idle AppendStreams and an idle StreamFrom "
+                "open on it, each ended with UNAVAILABLE SHUTTING_DOWN "
+                f"({len(exits)} stops).",
                 "",
                 f"The durable default reaches {a[durable].median / a[fast].median:.0%} of the "
                 "fast mode's acks=all throughput, with p50 latency "
