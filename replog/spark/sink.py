@@ -4,7 +4,9 @@ Kafka's sink, column for column: `value` (binary or string, required), `topic` (
 row's topic, unless option `topic` is set, which wins as in Kafka), `key` (binary or
 string), `partition` (int), `headers`. Options: `kafka.bootstrap.servers` (alias
 `bootstrap`), `topic`, `kafka.acks` (alias `acks`: `all` (default), `1`/`leader`,
-`0`/`none`), TLS (`replog.spark.clients`); unknown options are rejected. Routing: the row's
+`0`/`none`: in a streaming write only with `exactlyOnce=false`, see
+`SinkOptions.exactly_once_for`), TLS and `attemptTimeout` (`replog.spark.clients`); unknown
+options are rejected. Routing: the row's
 `partition` when set; else `crc32(key) % partitions` when it has a key; else round-robin per
 batch. On an envelope topic the key and headers are stored with the value (and the record
 gets the producer's clock as its create time); a raw topic holds values only: there the key
