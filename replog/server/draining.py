@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +54,7 @@ def stopping_error() -> ShuttingDownError:
 class _Reads:
     """One call's requests; `ShuttingDownError` in place of the next once the node stops."""
 
-    __slots__ = ("_draining", "_interrupted", "_iterator", "_requests", "_task")
+    __slots__ = ("__weakref__", "_draining", "_interrupted", "_iterator", "_requests", "_task")
 
     def __init__(self, draining: Draining, requests: AsyncIterator[Any]) -> None:
         self._draining = draining
@@ -69,12 +70,13 @@ class _Reads:
         draining = self._draining
         if draining.stopping:
             raise stopping_error()
-        if self._iterator is None:
-            self._iterator = self._requests.__aiter__()
+        iterator = self._iterator
+        if iterator is None:
+            iterator = self._iterator = self._requests.__aiter__()
+            draining._streams.add(self)
         task = self._task = asyncio.current_task()
-        draining._reading.add(self)
         try:
-            return await self._iterator.__anext__()
+            return await iterator.__anext__()
         except asyncio.CancelledError:
             # `interrupt` cancelled the wait (and nobody else cancelled this task too)
             if self._interrupted and task is not None and task.uncancel() == 0:
@@ -82,7 +84,6 @@ class _Reads:
             raise
         finally:
             self._task = None
-            draining._reading.discard(self)
 
     def interrupt(self) -> None:
         """Stop the wait for the next request (a read that completes meanwhile is dropped:
@@ -98,12 +99,12 @@ class Draining:
 
     def __init__(self) -> None:
         self.stopping = False
-        self._reading: set[_Reads] = set()  # the request streams waiting in a read
+        self._streams: weakref.WeakSet[_Reads] = weakref.WeakSet()  # (gone once unused)
 
     def begin(self) -> None:
         """The node stops: every request stream ends at its next read, waiting ones now."""
         self.stopping = True
-        for reads in list(self._reading):
+        for reads in list(self._streams):
             reads.interrupt()
 
     def reads(self, requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
