@@ -157,6 +157,7 @@ class Health(health.aio.HealthServicer):  # type: ignore[misc,name-defined]
     async def Watch(self, request: health_pb2.HealthCheckRequest, context: Context) -> None:
         name = request.service
         unknown = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+        serving = health_pb2.HealthCheckResponse.SERVING
         condition = self._server_watchers[name]
         self._watcher_count_by_service[name] += 1
         last = None
@@ -167,8 +168,8 @@ class Health(health.aio.HealthServicer):  # type: ignore[misc,name-defined]
                     if now != last:
                         await context.write(health_pb2.HealthCheckResponse(status=now))
                     last = now
-                    if self._gracefully_shutting_down:
-                        break
+                    if self._gracefully_shutting_down and now != serving:
+                        break  # (still SERVING: its NOT_SERVING is being set, and notified)
                     await condition.wait()
         finally:
             self._watcher_count_by_service[name] -= 1

@@ -161,6 +161,15 @@ def test_health_watch_sends_not_serving_then_ends_with_shutting_down() -> None:
                 assert reason(err) == ("UNAVAILABLE", "SHUTTING_DOWN")
             status = health_pb2.HealthCheckResponse
             assert seen == [status.SERVING, status.NOT_SERVING]
+            # a Watch opened after the stop began: the status, then the end at once
+            late = stub.Watch(health_pb2.HealthCheckRequest(service=""))
+            assert (await late.read()).status == status.NOT_SERVING
+            try:
+                await late.read()
+            except grpc.aio.AioRpcError as err:
+                assert reason(err) == ("UNAVAILABLE", "SHUTTING_DOWN")
+            else:
+                raise AssertionError("the late Watch did not end")
             await server.stop(GRACE_S)
 
     asyncio.run(asyncio.wait_for(main(), DEADLINE_S))
