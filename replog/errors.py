@@ -311,14 +311,15 @@ class LogClosedError(ShuttingDownError):
     SHUTTING_DOWN, and the server turns it into UNKNOWN_TOPIC when the topic was deleted."""
 
 
-class ConnectFailedError(ReplogError):
+class ConnectFailedError(UnavailableError):
     """The client reached none of the nodes it was given, for a cause retrying does not
     change: nothing listens there, no route or no answer, or a TLS mismatch. The message
     names the likely cause (`cause` in the metadata: refused, timeout, dns, tls_required,
-    not_tls, certificate); raised by the client itself, never sent by a server."""
+    not_tls, certificate); raised by the client itself, never sent by a server. An
+    `UnavailableError` (what such failures raised before), but not retriable."""
 
-    code = "UNAVAILABLE"
     reason = "CONNECT_FAILED"
+    retriable = False
 
     @property
     def cause(self) -> str:

@@ -316,8 +316,8 @@ class AsyncClient:
             topic=topic, partition=partition, values=values, acks=ACKS[acks]
         )
 
-        async def call(node: Node) -> AppendResult:
-            resp = await node.log.Append(req, timeout=self.attempt_timeout_s)
+        async def call(node: Node) -> AppendResult:  # not retried after a timeout: see Client
+            resp = await node.log.Append(req, timeout=self.commit_timeout_s)
             return AppendResult(resp.base_offset, resp.last_offset, resp.high_watermark)
 
         if not self.idempotent or acks == "none" or not values:

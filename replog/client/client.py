@@ -507,11 +507,16 @@ class Client:
             topic=topic, partition=partition, values=values, acks=ACKS[acks]
         )
 
+        plain = not self.idempotent or acks == "none" or not values
+        # A plain append that timed out is not retried (its outcome is unknown): it gets the
+        # longer deadline; an idempotent one is retried safely after one attempt deadline.
+        deadline_s = self.commit_timeout_s if plain else self.attempt_timeout_s
+
         def call(node: Node) -> AppendResult:
-            resp = node.log.Append(req, timeout=self.attempt_timeout_s)
+            resp = node.log.Append(req, timeout=deadline_s)
             return AppendResult(resp.base_offset, resp.last_offset, resp.high_watermark)
 
-        if not self.idempotent or acks == "none" or not values:
+        if plain:
             return self._call(call, topic, partition)
         if self.streaming:
             self._discover(topic)
