@@ -60,6 +60,7 @@ import contextlib
 import itertools
 import json
 import logging
+import os
 import random
 import time
 from collections import deque
@@ -416,7 +417,11 @@ class ReplicaDriver:
         self._stopped_because: str | None = None
         # Environment faults of the disk (see `_recover`): the data directory's free space
         # (`storage.space`), the retry of a failed log operation, the offline state.
-        self.space = DiskSpace.of(log.directory.parent.parent)
+        # The node's view of its data directory once it keeps a reserve there (the node
+        # enables it as it starts); until then, and for a log outside a node, this
+        # replica's own.
+        self._data_dir = Path(os.path.abspath(log.directory.parent.parent))
+        self._own_space = DiskSpace(self._data_dir)
         self._retry_at = 0.0  # on `clock`: when the core may be rebuilt again
         self._retry_s = 0.0  # the last retry delay (doubles while failures go on)
         self._files_short_until = 0.0  # on `clock`: writes refused (no descriptor left)
@@ -622,6 +627,10 @@ class ReplicaDriver:
             topic=self.log.topic,
             partition=self.log.partition,
         )
+
+    @property
+    def space(self) -> DiskSpace:
+        return DiskSpace.kept(self._data_dir) or self._own_space
 
     @property
     def offline(self) -> ReplogError | None:

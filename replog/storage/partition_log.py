@@ -148,6 +148,8 @@ class PartitionLog:
                     f"not at {self._leo} as when its files were closed"
                 )
             self._log = log
+            if self._files is None:
+                return log
         elif self._files is None or (
             self._files_counted == FILES_PER_SEGMENT * len(log.segments) and self._files.touch(self)
         ):

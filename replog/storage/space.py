@@ -68,6 +68,12 @@ class DiskSpace:
         return space
 
     @classmethod
+    def kept(cls, data_dir: Path) -> DiskSpace | None:
+        """The `DiskSpace` of `data_dir` if it is a node's (it keeps a reserve there)."""
+        space = cls._registry.get(data_dir)
+        return space if space is not None and space.reserve_bytes else None
+
+    @classmethod
     def all(cls) -> list[DiskSpace]:
         with cls._registry_lock:
             return list(cls._registry.values())

@@ -5,6 +5,9 @@ Runs on a small tmpfs mounted by the test (needs root and mount permission).
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -12,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from replog.errors import StorageFullError
-from replog.storage import FlushPolicy, StorageConfig
+from replog.errors import ReplogError, StorageError, StorageFullError, TooManyOpenFilesError
+from replog.storage import FlushPolicy, StorageConfig, checkpoint
+from replog.storage.segment import Segment
+from replog.storage.segment_log import ERRORS, storage_error
+from replog.storage.space import DiskSpace
 from tests.storage_helpers import open_log, read_all
 
 CONFIG = StorageConfig(
@@ -79,3 +85,136 @@ def test_a_batch_that_does_not_fit_leaves_no_partial_write(small_disk: Path) -> 
     assert sizes == 17, "rolled-back segments are gone"
     assert log.append([b"next"]).base_offset == 1
     assert read_all(log) == [b"small", b"next"]
+
+
+# -- issue 25: a full disk is a state (storage.space, checkpoint, index) ----------------------
+
+
+def fill(path: Path) -> None:
+    """Write to `path` until the file system has not one byte left."""
+    with path.open("ab", buffering=0) as f, contextlib.suppress(OSError):
+        while True:
+            f.write(bytes(4096))
+    with path.open("ab", buffering=0) as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"x")
+
+
+def test_a_state_file_is_overwritten_in_place_on_a_disk_without_a_byte_left(
+    small_disk: Path,
+) -> None:
+    state = small_disk / "quorum-state"
+    checkpoint.write_text_state(state, b'{"epoch": 1, "voted_for": null, "leader_id": null}')
+    fill(small_disk / "ballast")
+    with pytest.raises(OSError):  # a new file cannot be made: the rename way fails
+        checkpoint.write_atomic(small_disk / "other", b"x")
+    checkpoint.write_text_state(state, b'{"epoch": 2, "voted_for": 3, "leader_id": null}')
+    assert json.loads(state.read_bytes()) == {"epoch": 2, "voted_for": 3, "leader_id": None}
+    checkpoint.write_text_state(state, b'{"epoch": 3}')  # shorter: padded with spaces
+    assert json.loads(state.read_bytes()) == {"epoch": 3}
+    assert not (small_disk / "quorum-state.tmp").exists()
+    with pytest.raises(OSError):  # no file to overwrite: nothing to do but fail
+        checkpoint.write_text_state(small_disk / "missing", b"1\n")
+
+
+def test_a_high_watermark_checkpoint_is_made_on_a_full_disk(small_disk: Path) -> None:
+    log = open_log(small_disk / "t" / "partition_0", CONFIG)
+    log.append([b"a", b"b"])
+    fill(small_disk / "ballast")
+    log.set_high_watermark(2)
+    log.checkpoint_high_watermark()  # the file exists from the log's creation: in place
+    log.close()
+    assert checkpoint.read_int(small_disk / "t" / "partition_0" / "high-watermark") == 2
+
+
+def test_the_disk_space_keeps_a_reserve_and_says_when_the_disk_is_full(small_disk: Path) -> None:
+    space = DiskSpace(small_disk)
+    space.enable_reserve()
+    assert space.reserve_bytes == 128 * 1024 // 32
+    assert space.reserve_path.stat().st_size == space.reserve_bytes  # allocated
+    assert not space.full and space.room_for(100)
+    assert not space.room_for(10 * 1024 * 1024)  # would eat into the reserve
+    fill(small_disk / "ballast")
+    space.check()
+    assert space.full and not space.room_for(1) and space.times_full == 1
+    assert space.reserve_path.exists()  # kept until a write that matters needs it
+    wrote: list[bytes] = []
+
+    def vital() -> None:
+        checkpoint.write_atomic(small_disk / "vote", b"{}")
+        wrote.append(b"{}")
+
+    space.write_vital(vital)  # ENOSPC: the reserve goes, and the write is made
+    assert wrote == [b"{}"] and not space.reserve_path.exists()
+    (small_disk / "ballast").unlink()  # space is freed
+    space.check()
+    assert not space.full and space.reserve_path.exists()
+
+
+def test_a_node_restarted_on_a_full_disk_frees_its_reserve_at_its_first_look(
+    small_disk: Path,
+) -> None:
+    first = DiskSpace(small_disk)
+    first.enable_reserve()
+    fill(small_disk / "ballast")
+    restarted = DiskSpace(small_disk)  # a new process: the reserve file is from the last run
+    assert restarted.reserve_bytes == first.reserve_bytes
+    assert restarted.full  # the first look
+    assert not restarted.reserve_path.exists()  # room to open logs and elect leaders
+    checkpoint.write_atomic(small_disk / "vote", b"{}")
+
+
+def test_an_index_reopens_on_a_full_disk_with_the_room_it_has(small_disk: Path) -> None:
+    log = open_log(small_disk / "p", CONFIG)
+    for i in range(20):
+        log.append([bytes([i]) * 300])
+    log.close()  # trims the indexes
+    fill(small_disk / "ballast")
+    reopened = open_log(small_disk / "p", CONFIG)  # no fallocate room: opens all the same
+    assert read_all(reopened, chunk=100_000) == [bytes([i]) * 300 for i in range(20)]
+    reopened.close()
+
+
+@pytest.mark.parametrize(
+    ("err", "cls", "reason"),
+    [
+        (errno.ENOSPC, StorageFullError, "STORAGE_FULL"),
+        (errno.EDQUOT, StorageFullError, "STORAGE_FULL"),
+        (errno.EMFILE, TooManyOpenFilesError, "TOO_MANY_OPEN_FILES"),
+        (errno.ENFILE, TooManyOpenFilesError, "TOO_MANY_OPEN_FILES"),
+        (errno.EIO, StorageError, "STORAGE_ERROR"),
+    ],
+)
+def test_each_os_error_of_the_disk_is_a_typed_error_and_counted(
+    err: int, cls: type[ReplogError], reason: str
+) -> None:
+    before = ERRORS[reason]
+    typed = storage_error(OSError(err, os.strerror(err)), "write x")
+    assert type(typed) is cls and typed.reason == reason and typed.retriable
+    assert ERRORS[reason] == before + 1
+
+
+def test_an_io_error_marks_the_log_and_other_errors_do_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = open_log(tmp_path / "p", CONFIG)
+    log.append([b"a"])
+    real = Segment.append
+
+    def fail(errno_: int) -> None:
+        def append(self: Segment, *args: object, **kwargs: object) -> None:
+            raise OSError(errno_, os.strerror(errno_))
+
+        monkeypatch.setattr(Segment, "append", append)
+
+    fail(errno.ENOSPC)
+    with pytest.raises(StorageFullError):
+        log.append([b"b"])
+    assert log.io_error is None
+    fail(errno.EIO)
+    with pytest.raises(StorageError):
+        log.append([b"b"])
+    assert isinstance(log.io_error, StorageError)
+    monkeypatch.setattr(Segment, "append", real)
+    assert read_all(log) == [b"a"]
+    log.close()
