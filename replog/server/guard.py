@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import traceback
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,7 @@ COUNTED_SERVICES = ("/replog.v1.Log/", "/replog.v1.Admin/", "/replog.v1.Groups/"
 STREAM_METHODS = ("/replog.v1.Log/StreamFrom", "/replog.v1.Log/AppendStream")
 UNCOUNTED_CALLS_HEADROOM = 256
 POOLED_METHODS = ("/replog.v1.Log/Append",)
+DROP_LOCALS_CHAIN_MAX = 8  # chained errors whose frames `_drop_locals` clears
 STREAM_WINDOW_BYTES = 64 * 1024  # HTTP/2's initial stream window (65535) rounded up
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -201,6 +203,10 @@ class Guard:
                     del raw  # the parsed request is the one copy from here on
                     await self._check(method, request, context)
                     return await inner(request, context)
+                except BaseException as exc:
+                    request = None
+                    _drop_locals(exc)  # the request's copies are freed now, not by the gc
+                    raise
                 finally:
                     pool.release(held, read=read)
             finally:
@@ -266,6 +272,23 @@ class Guard:
             method=method,
         )
         await status.abort(context, err)
+
+
+def _drop_locals(exc: BaseException) -> None:
+    """Clear the variables of the finished frames that `exc` (and the errors it chains) went
+    through. A refused or failed append's frames hold its request and values (MiBs), and the
+    traceback an exception keeps is often part of a reference cycle (asyncio tasks, grpc's
+    own handling) that only the cycle collector frees, long after the pool gave the bytes
+    back: 100 refused 3 MiB appends held 300+ MiB that way. Frames still running are left."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        err = pending.pop()
+        if err is None or id(err) in seen or len(seen) >= DROP_LOCALS_CHAIN_MAX:
+            continue
+        seen.add(id(err))
+        traceback.clear_frames(err.__traceback__)
+        pending += [err.__context__, err.__cause__]
 
 
 def server_options(limits: Limits) -> list[tuple[str, int]]:

@@ -310,7 +310,9 @@ class RequestPool:
 
     grpc.aio receives a unary request whole (in the C core) before any Python code runs, then
     copies it into a Python `bytes`, and protobuf parses that into a second copy; the values
-    taken out of it (`list(request.values)`) are a third. So the guard serves Append as a
+    taken out of it (`list(request.values)`) are a third, and the log encodes them into
+    frames and joins the frames of the batches it writes at once (`PartitionLog`): at most
+    `COPIES` copies of a request live at once. So the guard serves Append as a
     call that reads its one message itself (`guard`): it first `reserve`s the worst case
     (`COPIES` x `message_bytes_max`), waiting while the pool is spent; only then does gRPC
     read the message. Once read, the reservation shrinks to `COPIES` x its real size
@@ -324,7 +326,9 @@ class RequestPool:
     served: a large request is not overtaken forever by small ones.
     """
 
-    COPIES = 2  # at most two copies of a request live at once (raw + parsed, parsed + values)
+    # Copies of a request alive at once, at most: gRPC's buffer + the raw `bytes` while it is
+    # read; then the parsed message, its values, the encoded frames and the joined write.
+    COPIES = 4
 
     __slots__ = ("_drained", "_waiters", "held_bytes", "peak_bytes", "pool_bytes_max", "read_bytes")
 

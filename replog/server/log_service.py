@@ -13,6 +13,10 @@ gets them while it is behind the HW, the bytes above `stream_bytes_max` borrowed
 node's `stream_bytes_pool_max` (`limits.StreamWindow`): catching up costs few messages, and
 all streams together never hold more than the pool above their floors. Its memory is
 released when the stream ends.
+
+A Fetch reply is counted in the node's request pool (`limits.RequestPool`, shared with
+Append requests) before its frames are read, as `REPLY_COPIES` x `max_bytes`, then at its
+real size: a flood of Fetch calls waits for room instead of reading gigabytes at once.
 """
 
 from __future__ import annotations
@@ -43,6 +47,10 @@ from replog.server.routing import Router
 from replog.server.rpc import Context, streaming, unary
 from replog.server.settings import Settings
 from replog.v1 import log_pb2, log_pb2_grpc
+
+# Copies of a Fetch reply alive while its handler runs: the frames read, the reply message.
+# (gRPC serializes it after the handler returns, into its send buffer: not counted.)
+REPLY_COPIES = 2
 
 WIRE_ACKS: dict[int, Acks] = {
     log_pb2.ACKS_NONE: Acks.NONE,
@@ -182,14 +190,24 @@ class LogService(log_pb2_grpc.LogServicer):
             # Deleted while waiting: UNKNOWN_TOPIC (even if created again since: that is
             # another topic); the node is stopping: SHUTTING_DOWN.
             await part.wait_high_watermark(offset, wait_s)
-        data = await _read_committed(part, offset, max_bytes)
-        self.metrics.read_bytes.inc(len(data))
-        return log_pb2.FetchResponse(
-            frames=data,
-            high_watermark=part.high_watermark,
-            log_start_offset=part.log.log_start_offset,
-            next_offset=frames.next_offset(data, offset),
-        )
+        # The reply is counted in the node's request pool before it is read (after the wait:
+        # a long poll holds none of it), at its real size once read.
+        pool = self.limits.requests
+        held, read = REPLY_COPIES * max_bytes, False
+        await pool.reserve(held)
+        try:
+            data = await _read_committed(part, offset, max_bytes)
+            pool.resize(held, REPLY_COPIES * len(data))
+            held, read = REPLY_COPIES * len(data), True
+            self.metrics.read_bytes.inc(len(data))
+            return log_pb2.FetchResponse(
+                frames=data,
+                high_watermark=part.high_watermark,
+                log_start_offset=part.log.log_start_offset,
+                next_offset=frames.next_offset(data, offset),
+            )
+        finally:
+            pool.release(held, read=read)
 
     # -- StreamFrom -------------------------------------------------------------------------
 

@@ -184,9 +184,9 @@ class Settings:
         default=64 * MIB,
         metadata=_help(
             "bytes Append requests may hold while they are received, decoded and handled, "
-            "all calls of the node together (each request counted twice: its wire copy and "
-            "its decoded values); more: the next request is read once room frees (a lone "
-            "request always fits)"
+            "all calls of the node together (each request counted 4 times: its copies while "
+            "it is decoded and written); more: the next request is read once room frees (a "
+            "lone request always fits)"
         ),
     )
     message_bytes_max: int = field(
