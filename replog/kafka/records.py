@@ -1,0 +1,304 @@
+"""Kafka record batches (magic v2), the unit of Produce requests and Fetch responses.
+
+A batch, byte by byte (big-endian; Kafka's "Message Format" documentation)::
+
+    base_offset              int64
+    batch_length             int32   bytes after this field (>= 49)
+    partition_leader_epoch   int32
+    magic                    int8    2
+    crc                      uint32  CRC-32C (Castagnoli) of every byte from attributes to
+                                     the end of the batch
+    attributes               int16   bits 0-2 compression (0 none, 1 gzip, 2 snappy, 3 lz4,
+                                     4 zstd), bit 3 timestamp type (1: log append time),
+                                     bit 4 transactional, bit 5 control, bit 6 delete horizon
+    last_offset_delta        int32
+    base_timestamp           int64
+    max_timestamp            int64
+    producer_id              int64   -1 without an idempotent producer
+    producer_epoch           int16
+    base_sequence            int32
+    records_count            int32
+    records                  records_count records, compressed as one block by the codec
+
+A record (lengths and deltas are zigzag varints, `replog.kafka.primitives`)::
+
+    length varint (bytes after it), attributes int8 (unused, 0), timestamp_delta varlong,
+    offset_delta varint, key_length varint (-1: null), key, value_length varint (-1: null),
+    value, headers_count varint, then per header: key_length varint, key (UTF-8, not
+    null), value_length varint (-1: null), value
+
+Decoding checks the batch length against the bytes there, the magic, the CRC, the
+compression codec, decompresses within `decompressed_bytes_max`, and requires the records
+to fill the (decompressed) section exactly and to number `records_count`. Every failure is a
+`KafkaDecodeError` (`CorruptRecordBatchError` for corruption).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+import google_crc32c
+
+from replog.kafka.compression import Compression, compress, compression_of, decompress
+from replog.kafka.errors import CorruptRecordBatchError, KafkaDecodeError
+from replog.kafka.primitives import Reader, Writer
+
+BATCH_HEADER_BYTES: Final = 61
+_LENGTH_OFFSET: Final = 8  # batch_length follows base_offset
+_CRC_OFFSET: Final = 17
+_ATTRIBUTES_OFFSET: Final = 21  # the CRC covers attributes .. end
+_HEAD: Final = struct.Struct(">qiibI")  # base_offset .. crc
+_BODY: Final = struct.Struct(">hiqqqhii")  # attributes .. records_count
+DECOMPRESSED_BYTES_MAX_DEFAULT: Final = 64 * 1024 * 1024
+
+TIMESTAMP_LOG_APPEND: Final = 0x08
+TRANSACTIONAL: Final = 0x10
+CONTROL: Final = 0x20
+DELETE_HORIZON: Final = 0x40
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    key: str
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    offset_delta: int
+    timestamp_delta: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+    attributes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RecordBatch:
+    base_offset: int
+    records: tuple[Record, ...]
+    base_timestamp: int
+    max_timestamp: int
+    attributes: int = 0
+    last_offset_delta: int = 0
+    partition_leader_epoch: int = -1
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    records_count: int = field(default=-1, compare=False)  # -1: len(records)
+
+    @property
+    def compression(self) -> Compression:
+        return compression_of(self.attributes)
+
+    @property
+    def log_append_time(self) -> bool:
+        return bool(self.attributes & TIMESTAMP_LOG_APPEND)
+
+    @property
+    def transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL)
+
+    @property
+    def control(self) -> bool:
+        return bool(self.attributes & CONTROL)
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+
+def batch_of(
+    base_offset: int,
+    records: Sequence[tuple[bytes | None, bytes | None, int, Sequence[Header]]],
+    *,
+    compression: Compression = Compression.NONE,
+    **header: int,
+) -> RecordBatch:
+    """A batch of (key, value, timestamp_ms, headers) at consecutive offsets, with the
+    deltas, timestamps and last offset delta computed; `header` sets the other fields."""
+    assert records, "a record batch holds at least one record"
+    base_ts = min(r[2] for r in records)
+    recs = tuple(
+        Record(i, ts - base_ts, key, value, tuple(hs))
+        for i, (key, value, ts, hs) in enumerate(records)
+    )
+    attributes = (header.pop("attributes", 0) & ~0x07) | int(compression)
+    return RecordBatch(
+        base_offset=base_offset,
+        records=recs,
+        base_timestamp=base_ts,
+        max_timestamp=max(r[2] for r in records),
+        attributes=attributes,
+        last_offset_delta=len(records) - 1,
+        **header,
+    )
+
+
+# --- encoding ----------------------------------------------------------------------------
+
+
+def _encode_record(w: Writer, r: Record) -> None:
+    body = Writer()
+    body.int8(r.attributes)
+    body.varlong(r.timestamp_delta)
+    body.varint(r.offset_delta)
+    for blob in (r.key, r.value):
+        if blob is None:
+            body.varint(-1)
+        else:
+            body.varint(len(blob))
+            body.raw(blob)
+    body.varint(len(r.headers))
+    for h in r.headers:
+        key = h.key.encode()
+        body.varint(len(key))
+        body.raw(key)
+        if h.value is None:
+            body.varint(-1)
+        else:
+            body.varint(len(h.value))
+            body.raw(h.value)
+    w.varint(len(body.buf))
+    w.raw(body.buf)
+
+
+def encode_batch(batch: RecordBatch) -> bytes:
+    """The batch's bytes, its records compressed by the codec its attributes name."""
+    records = Writer()
+    for r in batch.records:
+        _encode_record(records, r)
+    payload = compress(batch.compression, records.buf)
+    count = len(batch.records) if batch.records_count < 0 else batch.records_count
+    body = _BODY.pack(
+        batch.attributes,
+        batch.last_offset_delta,
+        batch.base_timestamp,
+        batch.max_timestamp,
+        batch.producer_id,
+        batch.producer_epoch,
+        batch.base_sequence,
+        count,
+    )
+    crc = google_crc32c.extend(google_crc32c.value(body), payload)
+    length = len(body) + len(payload) + (BATCH_HEADER_BYTES - _LENGTH_OFFSET - 4 - _BODY.size)
+    head = _HEAD.pack(batch.base_offset, length, batch.partition_leader_epoch, 2, crc)
+    return head + body + payload
+
+
+# --- decoding ----------------------------------------------------------------------------
+
+
+def _bytes_or_null(r: Reader, what: str) -> bytes | None:
+    n = r.varint()
+    if n < -1:
+        raise KafkaDecodeError(f"record {what} length {n}", position=r.pos)
+    return None if n == -1 else r.raw(n, what)
+
+
+def _decode_record(r: Reader) -> Record:
+    length = r.varint()
+    if length < 0 or length > r.remaining:
+        raise KafkaDecodeError(f"record of {length} bytes in {r.remaining}", position=r.pos)
+    rec = Reader(r.view(length, "record"))
+    attributes = rec.int8()
+    timestamp_delta = rec.varlong()
+    offset_delta = rec.varint()
+    key = _bytes_or_null(rec, "key")
+    value = _bytes_or_null(rec, "value")
+    count = rec.varint()
+    if count < 0 or count > rec.remaining:
+        raise KafkaDecodeError(f"{count} headers in {rec.remaining} bytes", position=rec.pos)
+    headers = []
+    for _ in range(count):
+        n = rec.varint()
+        if n < 0:
+            raise KafkaDecodeError(f"header key length {n}", position=rec.pos)
+        try:
+            hkey = rec.raw(n, "header key").decode()
+        except UnicodeDecodeError:
+            raise KafkaDecodeError("header key is not UTF-8", position=rec.pos) from None
+        headers.append(Header(hkey, _bytes_or_null(rec, "header value")))
+    if rec.remaining:
+        raise KafkaDecodeError(f"{rec.remaining} bytes left in a record", position=rec.pos)
+    return Record(offset_delta, timestamp_delta, key, value, tuple(headers), attributes)
+
+
+def batch_size(data: bytes | memoryview, pos: int = 0) -> int | None:
+    """The whole size of the batch at `pos`, or None if fewer than 12 bytes are there."""
+    if len(data) - pos < 12:
+        return None
+    (length,) = struct.unpack_from(">i", data, pos + _LENGTH_OFFSET)
+    if length < BATCH_HEADER_BYTES - 12:
+        raise CorruptRecordBatchError(f"batch length {length} is below the header's")
+    return int(length) + 12
+
+
+def decode_batch(
+    data: bytes | memoryview, decompressed_bytes_max: int = DECOMPRESSED_BYTES_MAX_DEFAULT
+) -> RecordBatch:
+    """One whole batch (`data` is exactly its bytes, `batch_size` long)."""
+    view = memoryview(data)
+    if len(view) < BATCH_HEADER_BYTES:
+        raise KafkaDecodeError(f"record batch of {len(view)} bytes is truncated")
+    base_offset, length, leader_epoch, magic, crc = _HEAD.unpack_from(view)
+    if length + 12 != len(view):
+        raise KafkaDecodeError(f"batch length {length} does not match its {len(view)} bytes")
+    if magic != 2:
+        raise CorruptRecordBatchError(f"record batch magic {magic} (only 2 is served)", magic=magic)
+    covered = bytes(view[_ATTRIBUTES_OFFSET:])
+    if google_crc32c.value(covered) != crc:
+        raise CorruptRecordBatchError("record batch CRC-32C mismatch", base_offset=base_offset)
+    attributes, last_delta, base_ts, max_ts, pid, epoch, base_seq, count = _BODY.unpack_from(
+        view, _ATTRIBUTES_OFFSET
+    )
+    payload = view[BATCH_HEADER_BYTES:]
+    codec = compression_of(attributes)
+    if codec != Compression.NONE:
+        payload = memoryview(decompress(codec, payload, decompressed_bytes_max))
+    elif len(payload) > decompressed_bytes_max:
+        raise CorruptRecordBatchError(f"batch of {len(payload)} bytes is over the limit")
+    r = Reader(payload)
+    if count < 0 or count > r.remaining:
+        raise CorruptRecordBatchError(f"{count} records in {r.remaining} bytes")
+    records = tuple(_decode_record(r) for _ in range(count))
+    if r.remaining:
+        raise CorruptRecordBatchError(f"{r.remaining} bytes after the batch's {count} records")
+    return RecordBatch(
+        base_offset=base_offset,
+        records=records,
+        base_timestamp=base_ts,
+        max_timestamp=max_ts,
+        attributes=attributes,
+        last_offset_delta=last_delta,
+        partition_leader_epoch=leader_epoch,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=base_seq,
+        records_count=count,
+    )
+
+
+def decode_batches(
+    data: bytes | memoryview,
+    decompressed_bytes_max: int = DECOMPRESSED_BYTES_MAX_DEFAULT,
+    *,
+    partial_tail: bool = False,
+) -> list[RecordBatch]:
+    """Every batch of a records field. A Produce request's must all be whole; a Fetch
+    response may end in a partial batch (`partial_tail=True` drops it, as clients do)."""
+    view = memoryview(data)
+    out: list[RecordBatch] = []
+    pos = 0
+    while pos < len(view):
+        size = batch_size(view, pos)
+        if size is None or size > len(view) - pos:
+            if partial_tail:
+                break
+            raise KafkaDecodeError(f"record batch at byte {pos} is truncated", position=pos)
+        out.append(decode_batch(view[pos : pos + size], decompressed_bytes_max))
+        pos += size
+    return out
