@@ -382,7 +382,13 @@ class ReplicaDriver:
         on_membership: Callable[[Membership], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         spawn: Spawn | None = None,
+        essential: bool = False,
     ) -> None:
+        """`essential`: the metadata log. Its writes are small and are what leaves a full
+        disk (a topic deletion), so they are made while the disk is full (the node's reserve
+        is for them) instead of being refused, and its followers keep writing what they
+        fetch."""
+        self.essential = essential
         self.log = log
         self.config = config
         self.transport = transport
@@ -638,14 +644,16 @@ class ReplicaDriver:
         return self._offline
 
     def _writes_held(self) -> bool:
-        return self.space.full or self._clock() < self._files_short_until
+        if self._clock() < self._files_short_until:
+            return True
+        return not self.essential and self.space.full
 
     def _check_writable(self, nbytes: int) -> None:
         """Refuse a write up front while it cannot be made (a full disk; no descriptor left,
         or the log's files cannot be opened): the core never sees it, so no leader loses
         its leadership to a rebuild over a write that was bound to fail."""
         where = f"{self.log.topic}/{self.log.partition}"
-        if not self.space.room_for(nbytes):
+        if not self.essential and not self.space.room_for(nbytes):
             self.refused_writes += 1
             raise StorageFullError(
                 f"{where}: the disk of {self.space.data_dir} is full; retry once space is freed",
@@ -879,7 +887,8 @@ class ReplicaDriver:
 
     @property
     def role(self) -> Role:
-        return self.replica.role
+        """The core's role; an offline replica (`offline`) leads nothing any more."""
+        return Role.FOLLOWER if self._offline is not None else self.replica.role
 
     @property
     def epoch(self) -> int:
@@ -887,7 +896,7 @@ class ReplicaDriver:
 
     @property
     def leader_id(self) -> int | None:
-        return self.replica.leader_id
+        return None if self._offline is not None else self.replica.leader_id
 
     @property
     def caught_up(self) -> bool:
@@ -897,7 +906,7 @@ class ReplicaDriver:
     def serving(self) -> bool:
         """Leader with its own epoch committed and no transfer under way: see
         `Replica.serving`."""
-        return self.replica.serving
+        return self._offline is None and self.replica.serving
 
     @property
     def transferring_to(self) -> int | None:
@@ -921,7 +930,7 @@ class ReplicaDriver:
     def replica_status(self) -> list[tuple[int, int, int, int]]:
         """Leader only (else empty): (replica id, its LEO as acknowledged, lag in records,
         ms since its last fetch or -1), this replica included (lag 0, fetch age 0)."""
-        if self.replica.role is not Role.LEADER:
+        if self.role is not Role.LEADER:
             return []
         now = self._now_ms()
         leo = self.log.log_end_offset

@@ -73,6 +73,7 @@ class MetadataLog:
             fetch_bytes_max=fetch_bytes_max,
             on_high_watermark=lambda _hw: self._wanted.set(),
             spawn=spawn,
+            essential=True,  # a topic deletion must go through on a full disk (issue 25)
         )
 
     async def start(self) -> None:

@@ -142,6 +142,9 @@ def test_a_full_disk_refuses_appends_keeps_reads_survives_a_restart_and_recovers
             wait_for("reads after the restart", lambda: _reads(client, acked))
             assert appended_or_full(client, "orders", b"after-restart") is None
             assert gauge(server, "replog_storage_full", data_dir=str(data)) == 1.0
+            # The way out of a full disk goes through the metadata log: a deletion works.
+            client.delete_topic("audit")
+            assert "audit" not in client.list_topics()
             ballast.unlink()  # space returns: writes work again by themselves
             wait_for(
                 "an append once space returned",
