@@ -16,7 +16,9 @@ the next known node that is not suspect, and a NOT_LEADER hint naming it is not 
 (a follower names its dead leader until it notices). A node whose attempt died (no answer
 within the attempt deadline: paused, hung, cut off) stays suspect for `DEAD_SUSPECT_S`,
 until it answers again: a paused leader is not asked again while the others elect a new
-one, and metadata that still names it as a leader is not followed. How often and how long
+one, and metadata that still names it as a leader is not followed (a NOT_LEADER hint
+naming it is, after `SUSPECT_S`: the replicas have had an election's time to learn of
+another leader, so the hint says a slow leader is still the leader). How often and how long
 a call retries is its `RetryPolicy`'s business (`retry.py`): rotating never loops on its own.
 
 `reached` says whether any node ever answered (`answered`); before that, `connect_failed`
@@ -73,7 +75,8 @@ class Routing:
         self.current = self.bootstraps[0]
         self.leaders: dict[tuple[str, int], str] = {}
         self.discovered = False  # metadata has named the cluster's nodes at least once
-        self._suspects: dict[str, float] = {}  # address -> monotonic time suspicion ends
+        # address -> (monotonic time it failed, time suspicion ends)
+        self._suspects: dict[str, tuple[float, float]] = {}
         self.reached = False  # some node answered a call (connect.check)
         self._connect_failures: set[str] = set()  # bootstraps that failed before contact
         self._lock = threading.Lock()
@@ -84,10 +87,16 @@ class Routing:
             return self.current
         return self.leaders.get((topic, partition), self.current)
 
-    def suspect(self, address: str, now: float | None = None) -> bool:
-        until = self._suspects.get(address)
+    def suspect(self, address: str, now: float | None = None, *, hint: bool = False) -> bool:
+        """Whether `address` is passed over now. For a NOT_LEADER hint naming it (`hint`), only
+        during the first `SUSPECT_S`: by then the replicas have heard of a new leader, so a
+        hint that still names it is news that it leads (a slow leader, not a dead one)."""
+        found = self._suspects.get(address)
+        if found is None:
+            return False
+        failed, until = found
         now = time.monotonic() if now is None else now
-        return until is not None and now < until
+        return now < (min(until, failed + SUSPECT_S) if hint else until)
 
     def answered(self, address: str) -> None:
         """`address` answered a call (maybe with an error of its own): no longer suspect."""
@@ -166,7 +175,7 @@ class Routing:
         heard of the new leader yet: the retry goes to the next healthy node (which may
         have), not to the same replica again."""
         before = self.address(topic, partition)
-        if not leader_address or self.suspect(leader_address, now):
+        if not leader_address or self.suspect(leader_address, now, hint=True):
             self.leaders.pop((topic, partition), None)
             self._rotate(before, now)
             return False
@@ -176,7 +185,8 @@ class Routing:
     def unreachable(self, address: str, now: float | None = None, for_s: float = SUSPECT_S) -> None:
         """`address` did not answer: suspect it (`for_s`), forget it as a leader, move off it."""
         with self._lock:
-            self._suspects[address] = (time.monotonic() if now is None else now) + for_s
+            failed = time.monotonic() if now is None else now
+            self._suspects[address] = (failed, failed + for_s)
             for key in [k for k, a in self.leaders.items() if a == address]:
                 del self.leaders[key]
         if self.current == address:

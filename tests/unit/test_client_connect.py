@@ -189,3 +189,15 @@ def test_the_spark_stream_writer_refuses_acks_0_and_the_batch_writer_takes_it() 
     assert at_least_once.exactly_once is False
     assert ReplogWriter(options, schema).exactly_once is False  # batch: no sinkId, as documented
     assert ReplogStreamWriter({**options, "kafka.acks": "1"}, schema).exactly_once is True
+
+
+def test_a_hint_naming_a_node_whose_attempt_died_is_followed_after_an_election() -> None:
+    # A slow leader (its attempt timed out under load) is not shunned for long: once the
+    # replicas had time to elect another, a hint that still names it says it leads.
+    routing = Routing([A])
+    routing.learn(metadata(A, B, C, leader=1))
+    routing.failed(DeadlineExceededError("Deadline Exceeded"), A, idempotent=True, now=100.0)
+    hint = NotLeaderError("not me", leader_id=1, leader_address=A)
+    assert routing.reroute(hint, "orders", 0, now=100.5) is False  # maybe stale: not followed
+    assert routing.reroute(hint, "orders", 0, now=100.0 + SUSPECT_S + 0.1) is True
+    assert routing.address("orders", 0) == A
