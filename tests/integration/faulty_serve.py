@@ -9,7 +9,8 @@ metadata apply loop, at the second topic created). `no-space` is not a bug but a
 failure: creating the directory of a topic whose name starts with `broken` fails with
 ENOSPC while the file named by `FAULTY_SERVE_FLAG` exists. `eio` is a failing disk: while
 that file exists, every write to and read from a segment of a topic whose name starts with
-`broken` raises EIO (as a bad sector would). `rpc` is a bug in two request
+`broken` raises EIO (as a bad sector would); a flag without a directory is a file beside
+the node's data directory (one flag per node of a cluster). `rpc` is a bug in two request
 handlers' bodies (ListTopics, StreamFrom): they raise an exception whose text holds a server
 path, as a careless bug would. Nothing in `replog`
 itself knows about this: the wrapper replaces a method, then runs the real command.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import sys
 import time
 from typing import Any
 
@@ -94,6 +96,9 @@ def _no_space_for_broken_topics() -> None:
 
 def _eio_for_broken_topics() -> None:
     flag = os.environ.pop("FAULTY_SERVE_FLAG")
+    if os.sep not in flag:  # a bare name: beside this node's data directory (its own disk)
+        data_dir = sys.argv[sys.argv.index("--data-dir") + 1]
+        flag = os.path.join(os.path.dirname(os.path.abspath(data_dir)), flag)
     append, read = Segment.append, Segment.read
 
     def check(segment: Segment) -> None:

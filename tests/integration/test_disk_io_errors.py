@@ -9,7 +9,9 @@ topics keep taking appends and serving reads; nothing reaches the supervisor.
 
 from __future__ import annotations
 
+import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -17,11 +19,13 @@ import pytest
 from replog.client import Client, RetryPolicy
 from replog.errors import PartitionOfflineError, StorageError
 from tests.integration.servers import ServerProcess
+from tests.integration.test_cluster import leader_of, read_all
 from tests.integration.test_disk_full import gauge
 
 pytestmark = pytest.mark.integration
 
 ONCE = RetryPolicy(attempts_max=1)
+PATIENT = RetryPolicy(attempts_max=200, backoff_max_ms=200, deadline_ms=60_000)
 
 
 def test_an_io_error_takes_only_its_partition_offline(
@@ -69,3 +73,54 @@ def test_an_io_error_takes_only_its_partition_offline(
         assert "task.failed" not in text and "server.failed" not in text
     finally:
         server.kill()
+
+
+def free_ports(count: int) -> list[int]:
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_the_other_replicas_elect_a_leader_when_the_leaders_disk_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ports = dict(zip((1, 2, 3), free_ports(3), strict=True))
+    peers = ",".join(f"{i}=127.0.0.1:{port}" for i, port in ports.items())
+    monkeypatch.setenv("FAULTY_SERVE_TASK", "eio")
+    monkeypatch.setenv("FAULTY_SERVE_FLAG", "eio-on")  # beside each node's data directory
+    nodes: dict[int, ServerProcess] = {}
+    for i, port in ports.items():
+        workdir = tmp_path / f"node{i}"
+        workdir.mkdir()
+        args = ["--node-id", str(i), "--listen", f"127.0.0.1:{port}", "--peers", peers]
+        nodes[i] = ServerProcess(
+            workdir / "data", workdir, args, module="tests.integration.faulty_serve"
+        )
+    try:
+        with ThreadPoolExecutor(3) as pool:  # together: each waits for the others
+            list(pool.map(ServerProcess.start, nodes.values()))
+        bootstrap = ",".join(n.address for n in nodes.values())
+        with Client(bootstrap, timeout_s=10, retry=PATIENT) as client:
+            client.create_topic("broken", 1, 3)
+            acked = [b"before-%d" % i for i in range(20)]
+            client.append("broken", 0, acked, acks="all")
+            old = leader_of(client, "broken")
+            (nodes[old].workdir / "eio-on").touch()  # the leader's disk fails
+            for i in range(20):  # the client moves to the new leader
+                client.append("broken", 0, [b"after-%d" % i], acks="all")
+                acked.append(b"after-%d" % i)
+            new = leader_of(client, "broken")
+            assert new != old
+            assert [v for _, v in read_all(client, "broken")] == acked
+            assert gauge(nodes[old], "replog_replica_offline", topic="broken", partition="0") == 1
+        for node in nodes.values():
+            assert node.proc is not None and node.proc.poll() is None, node.log_text()
+        assert "task.failed" not in nodes[old].log_text()
+    finally:
+        for node in nodes.values():
+            node.kill()
