@@ -44,7 +44,7 @@ from replog.cli_progress import Progress
 from replog.errors import InvalidConfigError, ReplogError
 
 if TYPE_CHECKING:
-    from replog.client import AppendResult, PartitionInfo
+    from replog.client import AppendResult, Client, PartitionInfo
     from replog.frames import DecodedFrames
     from replog.records import DecodedRecords, Record
     from replog.tls import ClientTls
@@ -392,15 +392,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_topic(args: argparse.Namespace, out: TextIO) -> int:
-    from replog.client import Client
 
-    with Client(
-        args.address,
-        timeout_s=args.timeout,
-        attempt_timeout_s=args.attempt_timeout,
-        tls=client_tls(args),
-        token=args.token,
-    ) as client:
+    with cli_client(args) as client:
         if args.topic_command == "create":
             client.create_topic(
                 args.name,
@@ -558,7 +551,7 @@ def read_length_prefixed(stream: BinaryIO) -> Iterator[list[bytes]]:
 
 
 def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
-    from replog.client import Client, partition_for_key
+    from replog.client import partition_for_key
 
     if args.batch_records < 1:
         raise UsageError("--batch-records must be >= 1")
@@ -567,13 +560,7 @@ def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
     progress = Progress(
         sys.stderr, "produced", enabled=progress_enabled(args), total_bytes=input_bytes_left(stdin)
     )
-    with Client(
-        args.address,
-        timeout_s=args.timeout,
-        attempt_timeout_s=args.attempt_timeout,
-        tls=client_tls(args),
-        token=args.token,
-    ) as client:
+    with cli_client(args) as client:
         partitions = client.partition_count(args.topic)
         partition = args.partition
         if partition is None and args.key is not None:
@@ -698,20 +685,13 @@ def batch_rows(
 
 
 def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
-    from replog.client import Client
 
     limit = args.max_records
     if limit is not None and limit < 0:
         raise UsageError("--max-records must be >= 0")
     if args.follow and args.until_latest:
         raise UsageError("--follow and --until-latest exclude each other")
-    with Client(
-        args.address,
-        timeout_s=args.timeout,
-        attempt_timeout_s=args.attempt_timeout,
-        tls=client_tls(args),
-        token=args.token,
-    ) as client:
+    with cli_client(args) as client:
         from_time_ms = None if args.from_time is None else time_ms_arg(args.from_time)
         (offs,) = client.list_offsets(args.topic, [args.partition], timestamp_ms=from_time_ms)
         start: str = args.start
@@ -772,16 +752,9 @@ def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_partition(args: argparse.Namespace, out: TextIO) -> int:
-    from replog.client import Client
 
     where = f"{args.topic}/{args.partition}"
-    with Client(
-        args.address,
-        timeout_s=args.timeout,
-        attempt_timeout_s=args.attempt_timeout,
-        tls=client_tls(args),
-        token=args.token,
-    ) as client:
+    with cli_client(args) as client:
         if args.partition_command == "reassign":
             replicas, target = client.reassign_partition(args.topic, args.partition, args.replicas)
             moving = ",".join(map(str, target)) if target else "nothing (already there)"
@@ -804,15 +777,8 @@ def node_ids(text: str) -> list[int]:
 
 
 def cmd_offsets(args: argparse.Namespace, out: TextIO) -> int:
-    from replog.client import Client
 
-    with Client(
-        args.address,
-        timeout_s=args.timeout,
-        attempt_timeout_s=args.attempt_timeout,
-        tls=client_tls(args),
-        token=args.token,
-    ) as client:
+    with cli_client(args) as client:
         offsets = client.list_offsets(args.topic)
         if args.output == "json":
             rows = [
@@ -833,28 +799,14 @@ def cmd_offsets(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_group(args: argparse.Namespace, out: TextIO) -> int:
-    from replog.client import Client
 
-    with Client(
-        args.address,
-        timeout_s=args.timeout,
-        attempt_timeout_s=args.attempt_timeout,
-        tls=client_tls(args),
-        token=args.token,
-    ) as client:
+    with cli_client(args) as client:
         return cli_groups.run(args, client, out)
 
 
 def cmd_node(args: argparse.Namespace, out: TextIO) -> int:
-    from replog.client import Client
 
-    with Client(
-        args.address,
-        timeout_s=args.timeout,
-        attempt_timeout_s=args.attempt_timeout,
-        tls=client_tls(args),
-        token=args.token,
-    ) as client:
+    with cli_client(args) as client:
         return cli_nodes.run(args, client, out)
 
 
@@ -945,15 +897,8 @@ def cmd_dev_cluster(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_acl(args: argparse.Namespace, out: TextIO) -> int:
-    from replog.client import Client
 
-    with Client(
-        args.address,
-        timeout_s=args.timeout,
-        attempt_timeout_s=args.attempt_timeout,
-        tls=client_tls(args),
-        token=args.token,
-    ) as client:
+    with cli_client(args) as client:
         if args.acl_command == "list":
             acls = client.list_acls()
             if args.output == "json":
@@ -1031,6 +976,19 @@ def cmd_certs(args: argparse.Namespace, out: TextIO) -> int:
             )
     print(f"wrote {issued.cert_file} and {issued.key_file}", file=out)
     return 0
+
+
+def cli_client(args: argparse.Namespace) -> Client:
+    """The client of a command, from its `--address`, deadlines, TLS and token options."""
+    from replog.client import Client
+
+    return Client(
+        args.address,
+        timeout_s=args.timeout,
+        attempt_timeout_s=args.attempt_timeout,
+        tls=client_tls(args),
+        token=args.token,
+    )
 
 
 def client_tls(args: argparse.Namespace) -> ClientTls | None:
