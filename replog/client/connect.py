@@ -17,10 +17,10 @@ turns it into a `ConnectFailedError` whose message names the likely cause:
 - `timeout` (no answer within the attempt deadline; a TCP probe says why): "no route /
   timed out connecting to HOST:PORT", or "accepts connections but did not answer".
 
-TLS mismatches are final at once: no retry changes them. The others are final only while
-the client has never reached any node and every bootstrap address failed so
-(`Routing.connect_failed`): once the cluster answered, a refused connection is a node
-restarting, and the client fails over as usual. The probes (a TCP connect, a TLS
+Each is final only while the client has never reached any node and every bootstrap
+address failed so (`Routing.connect_failed`): one bad address in a list does not fail a
+call another address serves, and once the cluster answered, a refused connection is a
+node restarting, and the client fails over as usual. The probes (a TCP connect, a TLS
 handshake that verifies nothing) run only before the first contact, at most
 `PROBE_TIMEOUT_S` each; they block, so the asyncio client runs `check` in a thread.
 """
@@ -35,7 +35,6 @@ from replog.client.routing import Routing
 from replog.errors import ConnectFailedError, DeadlineExceededError, ReplogError, UnavailableError
 
 PROBE_TIMEOUT_S = 1.0
-TLS_CAUSES = frozenset({"certificate", "not_tls", "tls_required"})
 TLS_HINT = "pass --tls-ca / REPLOG_TLS_CA (tls=ClientTls(ca_file); Spark: tls.ca)"
 _VERIFY = re.compile(r"CERTIFICATE_VERIFY_FAILED:?\s*([^:]*)")
 
@@ -171,6 +170,6 @@ def check(err: ReplogError, address: str, tls: bool, routing: Routing) -> Replog
     if found is None:
         return err
     cause, message = found
-    if cause in TLS_CAUSES or routing.connect_failed(address):
+    if routing.connect_failed(address):
         return ConnectFailedError(message, cause=cause, address=address)
     return err
