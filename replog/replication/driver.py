@@ -1027,10 +1027,7 @@ class ReplicaDriver:
 
     def _fail_acks(self, exc: ReplogError) -> None:
         _log.error(
-            "replica %s/%s: %s; rebuilding its state from the log",
-            self.log.topic,
-            self.log.partition,
-            exc,
+            "replica %s/%s: a log operation failed: %s", self.log.topic, self.log.partition, exc
         )
         for waiting in self._acks.values():
             if not waiting.fut.done():
@@ -1038,6 +1035,12 @@ class ReplicaDriver:
 
     async def _rebuild(self, exc: ReplogError) -> None:
         """After a failed log operation (`_fail_acks` already ran): a new core from the log."""
+        _log.warning(
+            "replica %s/%s: rebuilding its state from the log (%s)",
+            self.log.topic,
+            self.log.partition,
+            exc,
+        )
         self.rebuilds += 1
         try:
             self.replica = self._new_replica()

