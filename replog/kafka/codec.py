@@ -46,7 +46,7 @@ class _Plan:
             f for f in fields if version in f.versions and not (flexible and version in f.tagged)
         ]
         self.decoders = [(f.key, _decoder(f, version, flexible)) for f in regular]
-        self.encoders = [(f.key, _encoder(f, version, flexible)) for f in regular]
+        self.encoders = [(f.key, _encoder(f, version, flexible), f) for f in regular]
         tagged = [f for f in fields if flexible and version in f.versions and version in f.tagged]
         self.tagged = {
             f.tag: (f, _decoder(f, version, flexible), _encoder(f, version, flexible))
@@ -145,6 +145,8 @@ def decode_struct(plan: _Plan, r: Reader) -> dict[str, Any]:
 
 def _read_tagged(plan: _Plan, r: Reader, out: dict[str, Any]) -> None:
     count = r.unsigned_varint()
+    if not count:
+        return
     if count > r.remaining:
         raise KafkaDecodeError(f"{count} tagged fields in {r.remaining} bytes", position=r.pos)
     last = -1
@@ -247,12 +249,9 @@ def _is_default(f: FieldSpec, v: Any) -> bool:
 
 
 def encode_struct(plan: _Plan, w: Writer, value: Mapping[str, Any]) -> None:
-    for key, encode in plan.encoders:
+    for key, encode, f in plan.encoders:
         v = value.get(key, _MISSING)
-        if v is _MISSING:
-            f = next(f for f in plan.fields if f.key == key)
-            v = default_value(f)
-        encode(w, v)
+        encode(w, default_value(f) if v is _MISSING else v)
     for f in plan.absent:
         v = value.get(f.key, _MISSING)
         if v is not _MISSING and not f.ignorable and not _is_default(f, v):

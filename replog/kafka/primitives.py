@@ -104,6 +104,9 @@ class Reader:
     def unsigned_varint(self, max_bytes: int = 5) -> int:
         """An unsigned varint of at most `max_bytes` bytes (5: 32 bits, 10: 64 bits)."""
         data, pos, end = self._data, self.pos, self.end
+        if pos < end and data[pos] < 0x80:  # the common one-byte case
+            self.pos = pos + 1
+            return data[pos]
         value = shift = 0
         for i in range(max_bytes):
             if pos + i >= end:
