@@ -1,20 +1,23 @@
 """Whether a data directory's disk is full: one `DiskSpace` per data directory.
 
 A disk is *full* once a write there failed with ENOSPC/EDQUOT (`mark_full`), or once the
-free space (statvfs, re-read at most every `CHECK_INTERVAL_S`) falls below the node's
-reserve. While it is full, the replication driver refuses client appends up front with
-RESOURCE_EXHAUSTED STORAGE_FULL (the replication core never sees them, so no leader loses
-its leadership over a write that cannot be made), followers do not write what they fetch
-and fetch again with backoff, and reads go on. It is no longer full once the free space is
-back above twice the reserve (`replog_storage_full{data_dir}` goes back to 0).
+free space falls below the node's reserve (statvfs, re-read at most every
+`CHECK_INTERVAL_S`, and at most every `WRITE_CHECK_INTERVAL_S` before an append:
+`room_for`, about 0.2 us a call). While it is full, the replication driver refuses client
+appends up front with RESOURCE_EXHAUSTED STORAGE_FULL (the replication core never sees
+them, so no leader loses its leadership over a write that cannot be made), followers do
+not write what they fetch and fetch again with backoff, and reads go on. It is no longer
+full once the free space is back above twice the reserve (`replog_storage_full{data_dir}`
+goes back to 0).
 
 **The reserve.** With `enable_reserve`, the node keeps `reserve_bytes` of the disk in a
-file of its own, `{data_dir}/.reserve~` (allocated with `posix_fallocate`). When the disk
-becomes full, the file is removed: the small writes that keep replication safe (a vote, a
-new epoch, an epoch marker, a high watermark checkpoint, the metadata log) then still find
-room, though something else filled the disk to its last byte, and a node restarted on a
-full disk can elect leaders and serve reads. The file is allocated again once the disk has
-room for it and the reserve besides.
+file of its own, `{data_dir}/.reserve~` (allocated with `posix_fallocate`): the disk is
+full once less than that is free besides it. When a write that keeps replication safe (a
+vote, a new epoch, a high watermark: `write_vital`) meets ENOSPC all the same (something
+else took the last byte), the file is removed and the write made again; a node restarted
+on a full disk removes it at its first look, before it opens its logs. So elections, epoch
+markers, checkpoints and the metadata log still find room, and a restart on a full disk
+elects leaders and serves reads. The file is allocated again once twice its size is free.
 
 Thread-safe enough for its use: flags and numbers, read without a lock; a stale read only
 delays a decision by one check.
