@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from replog.kafka.errors import KafkaDecodeError
-from replog.kafka.primitives import Reader, Writer
+from replog.kafka.primitives import ELEMENTS_MAX_DEFAULT, Reader, Writer
 from replog.kafka.schema import FieldSpec, MessageSpec, default_value
 
 Decoder = Callable[[Reader], Any]
@@ -160,8 +160,9 @@ def _read_tagged(plan: _Plan, r: Reader, out: dict[str, Any]) -> None:
         if known is None:
             r.view(size, "tagged field")  # skipped, bounds-checked
             continue
-        sub = Reader(r.view(size, "tagged field"))
+        sub = Reader(r.view(size, "tagged field"), elements_max=r.elements_left)
         out[known[0].key] = known[1](sub)
+        r.elements_left = sub.elements_left
         if sub.remaining:
             raise KafkaDecodeError(f"tagged field {tag} has trailing bytes", position=r.pos)
 
@@ -297,9 +298,14 @@ def encode_bytes(spec: MessageSpec, version: int, value: Mapping[str, Any]) -> b
     return bytes(w.buf)
 
 
-def decode_bytes(spec: MessageSpec, version: int, data: bytes | memoryview) -> dict[str, Any]:
+def decode_bytes(
+    spec: MessageSpec,
+    version: int,
+    data: bytes | memoryview,
+    elements_max: int = ELEMENTS_MAX_DEFAULT,
+) -> dict[str, Any]:
     """Decode a whole buffer; trailing bytes are an error."""
-    r = Reader(data)
+    r = Reader(data, elements_max=elements_max)
     out = decode(spec, version, r)
     if r.remaining:
         raise KafkaDecodeError(f"{r.remaining} trailing bytes after {spec.name}", position=r.pos)

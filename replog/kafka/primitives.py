@@ -20,7 +20,8 @@ Byte by byte (Kafka's protocol guide, "Protocol Primitive Types"):
 or allocates: truncated input and lying lengths raise `KafkaDecodeError`, never
 IndexError, struct.error or MemoryError. An array count is also checked against the bytes
 left (every element takes at least one byte), so a 2**31 count in a 100-byte frame is
-refused at once.
+refused at once, and all the arrays of one message together hold at most `elements_max`
+elements (`ELEMENTS_MAX_DEFAULT`), which bounds the memory a decoded frame takes.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ _U32: Final = struct.Struct(">I")
 _I64: Final = struct.Struct(">q")
 _F64: Final = struct.Struct(">d")
 
+# Array elements one message may hold, all arrays together: a decoded element costs
+# ~100-200 bytes of Python objects for 1-20 bytes of wire, so the frame limit alone would
+# let a 100 MiB frame become gigabytes. 100k is far above any real request's.
+ELEMENTS_MAX_DEFAULT: Final = 100_000
+
 INT32_MAX: Final = 2**31 - 1
 INT32_MIN: Final = -(2**31)
 INT64_MAX: Final = 2**63 - 1
@@ -48,9 +54,16 @@ INT64_MIN: Final = -(2**63)
 class Reader:
     """Reads Kafka primitives from `data[pos:end]`; never past `end`."""
 
-    __slots__ = ("_data", "end", "pos")
+    __slots__ = ("_data", "elements_left", "end", "pos")
 
-    def __init__(self, data: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None):
+    def __init__(
+        self,
+        data: bytes | bytearray | memoryview,
+        pos: int = 0,
+        end: int | None = None,
+        elements_max: int = ELEMENTS_MAX_DEFAULT,
+    ):
+        self.elements_left = elements_max
         view = memoryview(data)
         if view.ndim != 1 or view.itemsize != 1:
             view = view.cast("B")
@@ -181,6 +194,9 @@ class Reader:
             raise KafkaDecodeError(
                 f"array of {n} elements in {self.end - self.pos} bytes", position=self.pos
             )
+        self.elements_left -= n
+        if self.elements_left < 0:
+            raise KafkaDecodeError("more array elements than the message limit", position=self.pos)
         return n
 
 

@@ -36,7 +36,7 @@ from replog.kafka.errors import (
     KafkaDecodeError,
     UnsupportedVersionError,
 )
-from replog.kafka.primitives import Reader, Writer
+from replog.kafka.primitives import ELEMENTS_MAX_DEFAULT, Reader, Writer
 from replog.kafka.schema import MessageSpec, api_specs
 
 FRAME_BYTES_MAX_DEFAULT: Final = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
@@ -224,12 +224,15 @@ def _skip_tagged(r: Reader) -> None:
         r.view(r.unsigned_varint(), "tagged field")
 
 
-def decode_request(payload: bytes | bytearray | memoryview) -> Request:
+def decode_request(
+    payload: bytes | bytearray | memoryview, elements_max: int = ELEMENTS_MAX_DEFAULT
+) -> Request:
     """A request frame's header and body. An unknown API key or a version outside its spec
-    raises `UnsupportedVersionError` (with the header's fields in its metadata)."""
+    raises `UnsupportedVersionError` (with the header's fields in its metadata); more than
+    `elements_max` array elements in all is a `KafkaDecodeError`."""
     api_key, api_version, correlation_id = peek_header(payload)
     request_spec, _ = _specs(api_key, api_version, correlation_id)
-    r = Reader(payload, 8)
+    r = Reader(payload, 8, elements_max=elements_max)
     client_id = r.nullable_string(compact=False)
     flexible = api_version in request_spec.flexible
     if flexible:

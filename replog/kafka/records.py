@@ -52,7 +52,9 @@ _CRC_OFFSET: Final = 17
 _ATTRIBUTES_OFFSET: Final = 21  # the CRC covers attributes .. end
 _HEAD: Final = struct.Struct(">qiibI")  # base_offset .. crc
 _BODY: Final = struct.Struct(">hiqqqhii")  # attributes .. records_count
-DECOMPRESSED_BYTES_MAX_DEFAULT: Final = 64 * 1024 * 1024
+# Kafka's own limit on a batch is message.max.bytes (1 MiB by default); a decoded record
+# costs ~15x its wire bytes in Python objects, so the listener passes its own limit.
+DECOMPRESSED_BYTES_MAX_DEFAULT: Final = 8 * 1024 * 1024
 
 TIMESTAMP_LOG_APPEND: Final = 0x08
 TRANSACTIONAL: Final = 0x10

@@ -255,3 +255,24 @@ def test_an_unsupported_api_versions_request_is_answered_with_a_v0_body() -> Non
     assert [(k["api_key"], k["max_version"]) for k in body["api_keys"]] == [(3, 12), (18, 3)]
     theirs = kafka_python_classes()["ApiVersionsResponse"].decode(framed[8:], version=4)
     assert theirs.error_code == 35 and len(theirs.api_keys) == 2
+
+
+def test_all_arrays_of_one_message_together_are_bounded_in_elements() -> None:
+    spec = load_spec("FetchRequest")
+    topics = [
+        {"topic": f"t{t}", "partitions": [{"partition": p} for p in range(50)]} for t in range(4)
+    ]
+    data = codec.encode_bytes(spec, 12, {"topics": topics})
+    assert len(codec.decode_bytes(spec, 12, data, elements_max=204)["topics"]) == 4
+    with pytest.raises(KafkaDecodeError, match="message limit"):
+        codec.decode_bytes(spec, 12, data, elements_max=203)
+    framed, _ = _request_frame(ApiKey.FETCH, 12)
+    with pytest.raises(KafkaDecodeError, match="message limit"):
+        protocol.decode_request(framed[4:], elements_max=1)
+    # the tagged fields' arrays count too (ApiVersionsResponse v3: SupportedFeatures, tag 0)
+    api = load_spec("ApiVersionsResponse")
+    features = [{"name": "f", "min_version": 0, "max_version": 1}] * 3
+    data = codec.encode_bytes(api, 3, {"supported_features": features})
+    assert len(codec.decode_bytes(api, 3, data, elements_max=3)["supported_features"]) == 3
+    with pytest.raises(KafkaDecodeError, match="message limit"):
+        codec.decode_bytes(api, 3, data, elements_max=2)
