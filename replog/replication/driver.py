@@ -431,6 +431,7 @@ class ReplicaDriver:
         self._retry_at = 0.0  # on `clock`: when the core may be rebuilt again
         self._retry_s = 0.0  # the last retry delay (doubles while failures go on)
         self._files_short_until = 0.0  # on `clock`: writes refused (no descriptor left)
+        self._hold_until = 0.0  # on `clock`: fetched records not written (a failed write)
         self._offline: ReplogError | None = None
         self._rng = rng or random.Random()
         self.replica = self._new_replica()
@@ -644,7 +645,10 @@ class ReplicaDriver:
         return self._offline
 
     def _writes_held(self) -> bool:
-        if self._clock() < self._files_short_until:
+        """Whether a follower should not write what it fetches now: within the retry delay
+        of a failed write (so a disk that stays full costs a fetch per delay, not a busy
+        loop), or while the disk is full (except the metadata log: `essential`)."""
+        if self._clock() < self._hold_until:
             return True
         return not self.essential and self.space.full
 
@@ -984,7 +988,7 @@ class ReplicaDriver:
             self._go_offline(exc)
             return
         self._retry_s = min(RETRY_S_MAX, max(RETRY_S_MIN, self._retry_s * 2))
-        self._retry_at = self._clock() + self._retry_s
+        self._retry_at = self._hold_until = self._clock() + self._retry_s
         if isinstance(exc, TooManyOpenFilesError):
             self._files_short_until = self._retry_at
 
