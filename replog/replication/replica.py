@@ -97,7 +97,7 @@ from replog.replication.outputs import (
 )
 from replog.replication.producers import BatchHeader, Check, ProducerBatch, ProducerTable, Verdict
 from replog.replication.quorum import next_high_watermark
-from replog.replication.stale import Stale, records_problem, start_at_problem
+from replog.replication.stale import Stale, divergence_offset, result_problem
 from replog.replication.state import QuorumState
 
 
@@ -825,7 +825,7 @@ class Replica:
         if self._role is not Role.LEADER or sender not in self._progress:
             # (a removed replica may go on asking: it is told nothing)
             leads = self._role is Role.LEADER
-            self.stale_messages[Stale.FETCH_NOT_MEMBER if leads else Stale.FETCH_NOT_LEADER] += 1
+            self._stale(Stale.FETCH_NOT_MEMBER if leads else Stale.FETCH_NOT_LEADER)
             return
         if request.fetch_offset < self._log_start:
             self._send_start_at(sender, request, now_ms)
@@ -922,8 +922,8 @@ class Replica:
         ):
             self._stale(Stale.FETCH_ANSWER)  # a duplicate or an answer to an older log state
             return
-        problem = self._result_problem(result)
-        if problem is not None:
+        problem = result_problem(result, self._leo, self._hw, self._history)
+        if problem is not None:  # (not what it claims to be: an older incarnation's...)
             self._stale(problem)
             return
         self._fetch_sent_ms = None
@@ -938,29 +938,8 @@ class Replica:
             self._append_records(result)
         self._send_fetch(now_ms)
 
-    def _result_problem(self, result: Records | Diverging | StartAt) -> Stale | None:
-        """Why a records answer of this replica's leader, to its latest fetch, cannot be
-        applied (None: it can). Only a message that is not what it claims to be (an older
-        incarnation's, a replica's that lost its state) gets one: it is ignored."""
-        if isinstance(result, Diverging):
-            offset = self._divergence_offset(result)
-            if not self._hw <= offset < self._leo:  # never truncates a committed record
-                return Stale.INVALID_DIVERGENCE
-        elif isinstance(result, StartAt):
-            if start_at_problem(result, self._leo):
-                return Stale.INVALID_START
-        else:
-            entries = self._history.entries
-            if records_problem(result, self._leo, entries[-1] if entries else None):
-                return Stale.INVALID_RECORDS
-        return None
-
-    def _divergence_offset(self, diverging: Diverging) -> int:
-        _, own_end = self._history.end_offset_for(diverging.epoch, self._leo)
-        return min(diverging.end_offset, own_end)
-
     def _truncate_diverging(self, diverging: Diverging) -> None:
-        offset = self._divergence_offset(diverging)
+        offset = divergence_offset(diverging, self._leo, self._history)
         assert self._hw <= offset < self._leo, (offset, self._hw, self._leo)  # checked
         self._out.append(TruncateTo(offset))  # the log first: the history must cover it
         self.producers.truncate(offset)

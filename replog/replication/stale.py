@@ -14,9 +14,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 
-from replog.replication.epochs import EpochStart
+from replog.replication.epochs import EpochHistory, EpochStart
 from replog.replication.membership import MembershipEntry
-from replog.replication.messages import Records, StartAt
+from replog.replication.messages import Diverging, Records, StartAt
 
 
 class Stale(enum.Enum):
@@ -90,3 +90,28 @@ def start_at_problem(start_at: StartAt, log_end: int) -> bool:
     if any(e.start_offset >= offset for e in start_at.history):
         return True
     return memberships_problem(start_at.memberships, 0, offset)
+
+
+def divergence_offset(diverging: Diverging, log_end: int, history: EpochHistory) -> int:
+    """Where a follower with `history` and `log_end` truncates on `diverging`."""
+    _, own_end = history.end_offset_for(diverging.epoch, log_end)
+    return min(diverging.end_offset, own_end)
+
+
+def result_problem(
+    result: Records | Diverging | StartAt, log_end: int, hw: int, history: EpochHistory
+) -> Stale | None:
+    """Why a records answer of a follower's leader, to its latest fetch, cannot be applied
+    to its log (None: it can). Only a message that is not what it claims to be (an older
+    incarnation's, a replica's that lost its state) gets one."""
+    if isinstance(result, Diverging):
+        if not hw <= divergence_offset(result, log_end, history) < log_end:
+            return Stale.INVALID_DIVERGENCE  # (never truncates a committed record)
+    elif isinstance(result, StartAt):
+        if start_at_problem(result, log_end):
+            return Stale.INVALID_START
+    else:
+        entries = history.entries
+        if records_problem(result, log_end, entries[-1] if entries else None):
+            return Stale.INVALID_RECORDS
+    return None

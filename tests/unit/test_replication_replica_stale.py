@@ -168,3 +168,13 @@ def test_a_late_timeout_now_of_an_older_epoch_is_ignored() -> None:
     r.receive(TimeoutNow(4, 1), 0)
     assert role(r) is Role.FOLLOWER and r.epoch == 5
     assert r.stale_messages[Stale.TIMEOUT_NOW] == 1
+
+
+def test_a_replica_created_while_messages_for_its_predecessor_are_in_flight_ignores_them() -> None:
+    # A topic deleted and created again, or a replica moved away and back: answers to
+    # rounds and fetches the new replica never started arrive (an observer's included).
+    for r in (replica(1), replica(4, observers=(4,))):
+        r.receive(VoteResponse(3, 2, True, True), 0)  # a pre-vote grant: no round open
+        out = r.receive(FetchResponse(3, 2, 0, 0, Records(0, 2, (EpochStart(3, 0),), 2)), 0)
+        assert r.epoch == 0 and r.log_end_offset == 0 and not of_type(out, AppendFrames)
+        assert r.stale_messages[Stale.PRE_VOTE_ANSWER] == r.stale_messages[Stale.FETCH_ANSWER] == 1
