@@ -90,8 +90,22 @@ from replog.errors import (
 from replog.replication.batch_ends import BatchEnds
 from replog.replication.coalesce import coalesce
 from replog.replication.config import ReplicaConfig
-from replog.replication.epochs import EpochStart
-from replog.replication.membership import Membership, MembershipEntry
+from replog.replication.durable import (
+    EPOCH_HISTORY_FILE,
+    MEMBERSHIP_HISTORY_FILE,
+    MEMBERSHIP_RECORD_PREFIX,
+    QUORUM_STATE_FILE,
+    _write_state_file,
+    decode_membership,
+    encode_marker,
+    encode_membership,
+    encode_membership_history,
+    encode_quorum_state,
+    load_epoch_history,
+    load_membership_history,
+    load_quorum_state,
+)
+from replog.replication.membership import Membership
 from replog.replication.messages import FetchRequest, FetchResponse, Message, Records
 from replog.replication.outputs import (
     AckCompleted,
@@ -114,16 +128,12 @@ from replog.replication.outputs import (
 )
 from replog.replication.producers import ProducerBatch, ProducerTable
 from replog.replication.replica import Replica, Role
-from replog.replication.state import EPOCH_MAX, NODE_ID_MAX, OFFSET_MAX, QuorumState
-from replog.storage import AppendResult, FlushPolicy, PartitionLog, checkpoint
+from replog.replication.state import QuorumState
+from replog.storage import AppendResult, FlushPolicy, PartitionLog
 from replog.storage.segment_log import storage_error
 from replog.storage.space import DiskSpace
 
 T = TypeVar("T")
-QUORUM_STATE_FILE = "quorum-state"
-EPOCH_HISTORY_FILE = "epoch-history"
-MEMBERSHIP_HISTORY_FILE = "membership-history"
-MEMBERSHIP_RECORD_PREFIX = b"\x00\x02\x00\x01"  # 0x00, record type 2, version 1
 _log = logging.getLogger("replog.replication")
 # A producer whose newest batch on a partition is older than this is forgotten there (at
 # the next retention pass): its next batch is accepted at any sequence (Kafka's
@@ -148,137 +158,6 @@ Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
 class Transport(Protocol):
     def send(self, to: int, message: Message) -> None:
         """Best effort, never blocks: a lost message is the protocol's business."""
-
-
-def load_quorum_state(directory: Path) -> QuorumState:
-    """The persisted quorum state, validated: CorruptDataError for anything out of range
-    (the replica does not open; nothing is guessed)."""
-    raw = checkpoint.read_file(directory / QUORUM_STATE_FILE)
-    if raw is None:
-        return QuorumState()
-    try:
-        data = json.loads(raw)
-        if not isinstance(data, dict):
-            raise TypeError("not an object")
-        floor, floor_epoch = data.get("vote_floor", 0), data.get("vote_floor_epoch", 0)
-        state = QuorumState(data["epoch"], data["voted_for"], data["leader_id"], floor, floor_epoch)
-        ok = (
-            _in_range(state.epoch, EPOCH_MAX)
-            and _in_range(floor, OFFSET_MAX)
-            and _in_range(floor_epoch, EPOCH_MAX)
-            and all(
-                i is None or _in_range(i, NODE_ID_MAX) for i in (state.voted_for, state.leader_id)
-            )
-        )
-    except (ValueError, TypeError, KeyError):
-        ok = False
-    if not ok:
-        raise CorruptDataError(f"{directory / QUORUM_STATE_FILE}: invalid {raw[:200]!r}")
-    return state
-
-
-def encode_quorum_state(s: QuorumState) -> bytes:
-    data: dict[str, int | None] = {
-        "epoch": s.epoch,
-        "voted_for": s.voted_for,
-        "leader_id": s.leader_id,
-    }
-    if s.vote_floor:  # only after a repair: files of older versions stay as they were
-        data["vote_floor"] = s.vote_floor
-        data["vote_floor_epoch"] = s.vote_floor_epoch
-    return json.dumps(data).encode()
-
-
-def load_epoch_history(directory: Path) -> list[EpochStart]:
-    """The persisted epoch history, validated: epochs strictly increasing, start offsets
-    non-decreasing, every number in range; CorruptDataError otherwise."""
-    raw = checkpoint.read_file(directory / EPOCH_HISTORY_FILE)
-    if raw is None:
-        return []
-    try:
-        out = [EpochStart(e, s) for e, s in json.loads(raw)]
-        ok = all(
-            _in_range(b.epoch, EPOCH_MAX) and _in_range(b.start_offset, OFFSET_MAX) for b in out
-        )
-        ok = ok and all(
-            a.epoch < b.epoch and a.start_offset <= b.start_offset
-            for a, b in itertools.pairwise(out)
-        )
-    except (ValueError, TypeError):
-        ok = False
-    if not ok:
-        raise CorruptDataError(f"{directory / EPOCH_HISTORY_FILE}: invalid {raw[:200]!r}")
-    return out
-
-
-def load_membership_history(directory: Path) -> list[MembershipEntry]:
-    """The persisted membership history, validated: offsets strictly increasing, ids in
-    range, each membership valid; CorruptDataError otherwise. A missing file (every file
-    written before membership changes existed) is an empty history."""
-    raw = checkpoint.read_file(directory / MEMBERSHIP_HISTORY_FILE)
-    if raw is None:
-        return []
-    try:
-        out = [
-            MembershipEntry(offset, Membership(tuple(voters), tuple(observers)))
-            for offset, voters, observers in json.loads(raw)
-        ]
-        ok = all(
-            _in_range(e.offset, OFFSET_MAX)
-            and e.membership.problem() is None
-            and all(_in_range(i, NODE_ID_MAX) for i in e.membership.replicas)
-            for e in out
-        )
-        ok = ok and all(a.offset < b.offset for a, b in itertools.pairwise(out))
-    except (ValueError, TypeError):
-        ok = False
-    if not ok:
-        raise CorruptDataError(f"{directory / MEMBERSHIP_HISTORY_FILE}: invalid {raw[:200]!r}")
-    return out
-
-
-def encode_membership_history(entries: Sequence[MembershipEntry]) -> bytes:
-    data = [[e.offset, list(e.membership.voters), list(e.membership.observers)] for e in entries]
-    return json.dumps(data).encode()
-
-
-def encode_membership(voters: Sequence[int], observers: Sequence[int]) -> bytes:
-    """The value of a membership record (see the module docstring)."""
-    from replog.v1 import replication_pb2
-
-    change = replication_pb2.MembershipChange(voters=voters, observers=observers)
-    return MEMBERSHIP_RECORD_PREFIX + bytes(change.SerializeToString())
-
-
-def decode_membership(value: bytes) -> Membership | None:
-    """The membership in a control record's value; None for other control records."""
-    if not value.startswith(MEMBERSHIP_RECORD_PREFIX):
-        return None
-    from replog.v1 import replication_pb2
-
-    change = replication_pb2.MembershipChange.FromString(value[len(MEMBERSHIP_RECORD_PREFIX) :])
-    return Membership(tuple(change.voters), tuple(change.observers))
-
-
-def _in_range(value: object, maximum: int) -> bool:
-    return type(value) is int and 0 <= value <= maximum
-
-
-def encode_marker(epoch: int, leader_id: int, voters: Sequence[int]) -> bytes:
-    from replog.v1 import replication_pb2
-
-    marker = replication_pb2.LeaderEpochMarker(epoch=epoch, leader_id=leader_id, voters=voters)
-    return bytes(marker.SerializeToString())
-
-
-def _write_state_file(space: DiskSpace, path: Path, data: bytes) -> None:
-    """A durable-state file, atomically; the typed error of the disk's OSError (a full disk
-    fails the output, which drops the outputs after it: a vote that cannot be persisted is
-    never sent)."""
-    try:
-        space.write_vital(partial(checkpoint.write_text_state, path, data))
-    except OSError as exc:
-        raise storage_error(exc, f"write {path}") from exc
 
 
 def _spawn_task(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
@@ -1402,3 +1281,22 @@ class ReplicaDriver:
         else:
             assert value is not None
             fut.set_result(value)
+
+
+__all__ = [  # the durable files' names and codecs, from `durable`, for existing importers
+    "EPOCH_HISTORY_FILE",
+    "MEMBERSHIP_HISTORY_FILE",
+    "MEMBERSHIP_RECORD_PREFIX",
+    "QUORUM_STATE_FILE",
+    "ReplicaDriver",
+    "Spawn",
+    "Transport",
+    "decode_membership",
+    "encode_marker",
+    "encode_membership",
+    "encode_membership_history",
+    "encode_quorum_state",
+    "load_epoch_history",
+    "load_membership_history",
+    "load_quorum_state",
+]
