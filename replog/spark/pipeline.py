@@ -22,6 +22,17 @@ import sys
 from typing import Any
 
 
+def spark_duration(seconds_or_duration: str | None) -> str | None:
+    """`--attempt-timeout` as Spark's option takes it: plain numbers are seconds, as for the
+    CLI's flag and REPLOG_ATTEMPT_TIMEOUT ("2.5" -> "2500ms"); "2s", "1500ms" pass as they are."""
+    if not seconds_or_duration:
+        return None
+    try:
+        return f"{round(float(seconds_or_duration) * 1000)}ms"
+    except ValueError:
+        return seconds_or_duration
+
+
 def build_query(spark: Any, args: argparse.Namespace) -> Any:
     from replog.spark import register
 
@@ -36,6 +47,7 @@ def build_query(spark: Any, args: argparse.Namespace) -> Any:
         ("tls.ca", args.tls_ca),
         ("tls.cert", args.tls_cert),
         ("tls.key", args.tls_key),
+        ("attemptTimeout", spark_duration(args.attempt_timeout)),
     ):
         if value:
             stream = stream.option(key, value)
@@ -76,6 +88,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tls-ca", default=env("REPLOG_TLS_CA"), help="CA bundle: TLS on")
     parser.add_argument("--tls-cert", default=env("REPLOG_TLS_CERT"), help="client certificate")
     parser.add_argument("--tls-key", default=env("REPLOG_TLS_KEY"), help="its key")
+    parser.add_argument(
+        "--attempt-timeout",
+        default=env("REPLOG_ATTEMPT_TIMEOUT"),
+        help="the client's deadline for one attempt of a call: seconds, or a duration such "
+        "as 1500ms (option attemptTimeout; env REPLOG_ATTEMPT_TIMEOUT; default 2 s)",
+    )
     return parser.parse_args(argv)
 
 

@@ -201,3 +201,18 @@ def test_a_hint_naming_a_node_whose_attempt_died_is_followed_after_an_election()
     assert routing.reroute(hint, "orders", 0, now=100.5) is False  # maybe stale: not followed
     assert routing.reroute(hint, "orders", 0, now=100.0 + SUSPECT_S + 0.1) is True
     assert routing.address("orders", 0) == A
+
+
+def test_the_spark_pipelines_attempt_timeout_takes_seconds_like_the_cli() -> None:
+    from replog.spark.pipeline import parse_args, spark_duration
+
+    assert spark_duration("2.5") == "2500ms"
+    assert spark_duration("1500ms") == "1500ms"
+    assert spark_duration(None) is None
+    base = ["--bootstrap", "a:1", "--topic", "t", "--output", "o", "--checkpoint", "c"]
+    args = parse_args([*base, "--attempt-timeout", "3"])
+    assert spark_duration(args.attempt_timeout) == "3000ms"
+    opts = SourceOptions.parse(
+        {"bootstrap": "a:1", "subscribe": "t", "attempttimeout": spark_duration("3") or ""}
+    )
+    assert opts.attempt_timeout_ms == 3000
