@@ -4,10 +4,12 @@ idempotent producer) decode with their CRCs, and it accepts our responses, so a 
 report arrives with the offset we gave. An independent C implementation of the protocol
 agreeing with the codec, before the real listener exists (issue 31). librdkafka 2.16
 negotiates ApiVersions v3, Metadata v12, Produce v9, InitProducerId v4, Fetch v13 (topic
-ids), ListOffsets v7 and FindCoordinator v2 against `RECOMMENDED_VERSIONS`."""
+ids), ListOffsets v7 and FindCoordinator v2 against `RECOMMENDED_VERSIONS`; aiokafka 0.14
+the non-flexible ApiVersions v0, Metadata v5, Produce v7, Fetch v11 and ListOffsets v3."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -20,6 +22,7 @@ from replog.kafka import protocol
 from replog.kafka.compression import Compression
 from replog.kafka.protocol import ApiKey, FrameDecoder, RequestHeader
 from replog.kafka.records import Header, RecordBatch, batch_of, decode_batches, encode_batch
+from replog.kafka.schema import api_specs
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -116,6 +119,10 @@ class TinyBroker:
             for p in topic["partition_data"]:
                 batches = decode_batches(p["records"])
                 base = self.next_offset
+                raw = bytearray(p["records"])
+                assert len(batches) == 1, "one batch per partition, as every client sends"
+                raw[0:8] = base.to_bytes(8, "big")  # the broker assigns the offsets
+                self.stored.append((base, bytes(raw)))
                 self.batches += batches
                 self.next_offset += sum(len(b.records) for b in batches)
                 parts.append({"index": p["index"], "base_offset": base, "log_start_offset": 0})
@@ -233,3 +240,53 @@ def test_librdkafka_consumes_our_batches_with_every_codec(
     assert [(m.key(), m.value()) for m in got] == [(k, v) for k, v, _, _ in rows]
     assert [m.timestamp()[1] for m in got] == [ts for _, _, ts, _ in rows]
     assert [m.headers() for m in got] == [[("i", b"%d" % i)] for i in range(25)]
+
+
+def test_aiokafka_produces_and_consumes_at_its_older_non_flexible_versions(
+    broker: TinyBroker,
+) -> None:
+    aiokafka = pytest.importorskip("aiokafka")
+
+    async def scenario() -> list[Any]:
+        producer = aiokafka.AIOKafkaProducer(
+            bootstrap_servers=f"127.0.0.1:{broker.port}", compression_type="gzip"
+        )
+        await producer.start()
+        try:
+            for i in range(10):
+                meta = await producer.send_and_wait(
+                    TOPIC, b"v%d" % i, key=b"k%d" % i, headers=[("i", b"%d" % i)]
+                )
+                assert meta.offset == i
+        finally:
+            await producer.stop()
+        consumer = aiokafka.AIOKafkaConsumer(
+            bootstrap_servers=f"127.0.0.1:{broker.port}", enable_auto_commit=False
+        )
+        await consumer.start()
+        try:
+            tp = aiokafka.TopicPartition(TOPIC, 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            got: list[Any] = []
+            for _ in range(60):  # 0.5 s polls: 30 s at most
+                if len(got) >= 10:
+                    break
+                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=500), 30)
+                got += batch.get(tp, [])
+            return got
+        finally:
+            await consumer.stop()
+
+    got = asyncio.run(scenario())
+    assert [(m.offset, m.key, m.value) for m in got] == [
+        (i, b"k%d" % i, b"v%d" % i) for i in range(10)
+    ]
+    assert [list(m.headers) for m in got] == [[("i", b"%d" % i)] for i in range(10)]
+    used = {(h.api_key, h.api_version) for h in broker.requests}
+    assert all(v not in range(*_flexible(k)) for k, v in used if k != ApiKey.API_VERSIONS)
+
+
+def _flexible(api_key: int) -> tuple[int, int]:
+    request, _ = api_specs()[api_key]
+    return request.flexible.lo, request.flexible.hi + 1
