@@ -10,7 +10,7 @@ import struct
 from typing import Any
 
 import google_crc32c
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from replog.kafka import codec, protocol
@@ -110,7 +110,6 @@ def _project(decoded: Any, message: Any) -> Any:
     return decoded
 
 
-@settings(max_examples=400)
 @given(messages())
 def test_generated_messages_of_every_api_and_version_round_trip(
     case: tuple[str, int, dict[str, Any]],
@@ -123,7 +122,6 @@ def test_generated_messages_of_every_api_and_version_round_trip(
     assert codec.encode_bytes(spec, version, decoded) == data
 
 
-@settings(max_examples=400)
 @given(messages(), st.data())
 def test_mutated_messages_decode_or_raise_the_typed_error(
     case: tuple[str, int, dict[str, Any]], data: st.DataObject
@@ -167,7 +165,6 @@ def test_record_batches_round_trip_with_every_codec(
     assert decode_batch(encode_batch(batch)) == batch
 
 
-@settings(max_examples=300)
 @given(rows, st.sampled_from(list(Compression)), st.data())
 def test_mutated_batches_decode_or_raise_the_typed_error(
     records: list[Any], compression: Compression, data: st.DataObject
