@@ -11,9 +11,10 @@ so the client may retry with backoff.
     streams_per_connection_max  StreamFrom calls open on one client connection
     acks_none_bytes_max         record bytes of acks=none appends accepted, not yet written
     request_bytes_pool_max      bytes Append requests hold while they are received, decoded
-                                and handled, all calls together (`RequestPool`): counted
-                                before gRPC reads the message, so they are never allocated
-                                past it
+                                and handled, and Fetch replies while they are built, all
+                                calls together (`RequestPool`): counted before gRPC reads
+                                the message (before the frames are read), so they are never
+                                allocated past it; past it calls wait, first come first served
     stream_bytes_pool_max       bytes that StreamFrom replies may hold above their floor,
                                 all streams together (`StreamWindow`)
     append_stream_requests_max  requests one AppendStream holds read and not yet answered

@@ -183,10 +183,10 @@ class Settings:
     request_bytes_pool_max: int = field(
         default=64 * MIB,
         metadata=_help(
-            "bytes Append requests may hold while they are received, decoded and handled, "
-            "all calls of the node together (each request counted 4 times: its copies while "
-            "it is decoded and written); more: the next request is read once room frees (a "
-            "lone request always fits)"
+            "bytes Append requests may hold while they are received, decoded and handled "
+            "(each counted 4 times: its copies while it is decoded and written), and Fetch "
+            "replies while they are built (2 times), all calls of the node together; more: "
+            "the next call waits for room (a lone request always fits)"
         ),
     )
     message_bytes_max: int = field(
