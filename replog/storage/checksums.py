@@ -31,7 +31,8 @@ byte below its `end_position` was durable at that moment. Recovery trusts it to 
 tail (damage at or above the newest flushed position: cut at the last verifiable frame end)
 from corruption (below it: marked, reported, never truncated).
 
-This module owns the format and the in-memory coverage; `segment.py` decides what to do.
+This module owns the format and the in-memory coverage; `segment_checksums.py` and
+`segment_recovery.py` decide what to do.
 """
 
 from __future__ import annotations
