@@ -22,9 +22,9 @@ i.e. 112 bytes; data lives in a scratch dir on the repository's filesystem unles
   frames) and scanned with `list(struct.iter_unpack(">QI100s", chunk))`. Page cache warm.
 * `read_random`: `PartitionLog.read(offset, 4096, end_offset=offset + 1)` + decode (exactly
   one record) at uniformly random committed offsets; throughput and per-read p50/p99.
-* `append_group_commit`: `flush=always`, 8 threads each calling `append([value])` in a loop;
-  `os.fdatasync` is wrapped in this process (not in the engine) to count fsyncs per append.
-  `append_flush_always_1thread` is the same with one thread (no grouping possible).
+* `append_flush_always_1thread`: `flush=always`, one thread calling `append([value])` in a
+  loop, each append fsynced before the next. The storage has one writer, the replica
+  driver, which groups concurrent requests itself: `bench/group_commit.py` measures that.
 
 Timers exclude opening the log and the final fsync/close; each append measurement is
 followed by an untimed fsync so dirty-page writeback does not leak into the next one.
@@ -39,10 +39,8 @@ import random
 import shlex
 import struct
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,7 +66,6 @@ FRAME_BYTES = frames.HEADER_BYTES + VALUE_BYTES
 BATCH_RECORDS = 1000
 READ_BYTES_MAX = 1024 * 1024  # per sequential read call (a consumer's fetch budget)
 RANDOM_READ_BYTES_MAX = 4096
-THREADS = 8
 SLICES = 20  # engine and ceiling alternate this many times per repeat (the box is shared)
 SEED = 20261122
 
@@ -84,7 +81,6 @@ class Sizes:
     batch_records: int  # append_batch / read_sequential (rounded up to whole batches)
     single_records: int  # append_single
     random_reads: int  # read_random
-    group_records_per_thread: int  # append_group_commit, per thread
     always_records: int  # append_flush_always_1thread
 
     @classmethod
@@ -93,13 +89,12 @@ class Sizes:
             batch_records=records,
             single_records=max(records // 10, 10),
             random_reads=max(records // 10, 10),
-            group_records_per_thread=max(records // 1000, 5),
             always_records=max(records // 2000, 5),
         )
 
 
-FULL = Sizes(1_000_000, 100_000, 100_000, 1000, 1000)
-QUICK = Sizes(200_000, 20_000, 20_000, 200, 200)
+FULL = Sizes(1_000_000, 100_000, 100_000, 1000)
+QUICK = Sizes(200_000, 20_000, 20_000, 200)
 
 
 @dataclass(slots=True)
@@ -235,71 +230,22 @@ def engine_append_single(directory: Path, values: list[bytes], records: int) -> 
     return len(work) / elapsed
 
 
-@contextmanager
-def timed_fdatasync() -> Iterator[list[float]]:
-    """Wrap `os.fdatasync` in this process; yields the list of each call's seconds."""
-    seconds: list[float] = []
-    real = os.fdatasync
-    clock = time.perf_counter
-
-    def timed(fd: int) -> None:
-        start = clock()
-        try:
-            real(fd)
-        finally:
-            seconds.append(clock() - start)
-
-    os.fdatasync = timed  # type: ignore[assignment]  # the engine passes ints
-    try:
-        yield seconds
-    finally:
-        os.fdatasync = real
-
-
-@dataclass(frozen=True, slots=True)
-class FlushAlways:
-    rate: float  # records/s
-    fsyncs_per_append: float
-    fsync_p50_ms: float  # the disk's part of one group's cycle
-
-
-def engine_append_flush_always(
-    directory: Path, values: list[bytes], threads: int, per_thread: int
-) -> FlushAlways:
-    """`threads` appenders of single records under flush=always."""
+def engine_append_flush_always(directory: Path, values: list[bytes], count: int) -> float:
+    """One writer (as the replica driver is) appending single records under flush=always:
+    records/s, each append fsynced before the next."""
     plog = open_log(directory, FlushPolicy.ALWAYS)
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(threads + 1)
-
-    def appender(k: int) -> None:
-        mine = [[values[(k * per_thread + i) % len(values)]] for i in range(per_thread)]
-        barrier.wait()
-        try:
-            for one in mine:
-                plog.append(one)
-        except BaseException as exc:  # reported after join
-            errors.append(exc)
-
+    work = [[values[i % len(values)]] for i in range(count)]
+    append = plog.append
     try:
-        workers = [threading.Thread(target=appender, args=(k,)) for k in range(threads)]
-        for w in workers:
-            w.start()
-        with timed_fdatasync() as fsyncs:
-            gc.collect()
-            barrier.wait()
-            start = time.perf_counter()
-            for w in workers:
-                w.join()
-            elapsed = time.perf_counter() - start
-            synced = sorted(fsyncs)
-        if errors:
-            raise errors[0]
-        total = threads * per_thread
-        assert plog.log_end_offset == total, "every append must have landed"
+        gc.collect()
+        start = time.perf_counter()
+        for one in work:
+            append(one)
+        elapsed = time.perf_counter() - start
+        assert plog.log_end_offset == count, "every append must have landed"
     finally:
         plog.close()
-    p50 = synced[len(synced) // 2] * 1000 if synced else 0.0
-    return FlushAlways(total / elapsed, len(synced) / total, p50)
+    return count / elapsed
 
 
 # -- read --------------------------------------------------------------------------------------
@@ -384,9 +330,6 @@ def new_samples() -> dict[str, Samples]:
         "read_random": Samples("records/s"),
         "read_random_p50_ms": Samples("ms"),
         "read_random_p99_ms": Samples("ms"),
-        "append_group_commit": Samples("records/s"),
-        "append_group_commit_fsyncs_per_append": Samples("fsyncs/append"),
-        "append_group_commit_fsync_p50_ms": Samples("ms"),
         "append_flush_always_1thread": Samples("records/s"),
     }
 
@@ -420,14 +363,9 @@ def run_once(work_dir: Path, sizes: Sizes, repeat: int, samples: dict[str, Sampl
     samples["append_single"].add(
         engine_append_single(base / "single", values, sizes.single_records)
     )
-    group = engine_append_flush_always(
-        base / "group", values, THREADS, sizes.group_records_per_thread
+    samples["append_flush_always_1thread"].add(
+        engine_append_flush_always(base / "always1", values, sizes.always_records)
     )
-    samples["append_group_commit"].add(group.rate)
-    samples["append_group_commit_fsyncs_per_append"].add(group.fsyncs_per_append)
-    samples["append_group_commit_fsync_p50_ms"].add(group.fsync_p50_ms)
-    alone = engine_append_flush_always(base / "always1", values, 1, sizes.always_records)
-    samples["append_flush_always_1thread"].add(alone.rate)
 
 
 def run_all(
@@ -564,11 +502,9 @@ def docs_section(
             f"- `read_random*`: {sizes.random_reads:,} reads of one record each, "
             "`read(offset, 4096, end_offset=offset + 1)` + decode, uniform random committed "
             "offsets; p50/p99 are per-read latencies.",
-            f"- `append_group_commit*`: `flush=always`, {THREADS} threads x "
-            f"{sizes.group_records_per_thread:,} `append([value])` each; fsyncs counted and "
-            "timed by wrapping `os.fdatasync` in the bench process (the engine is untouched). "
-            "`append_flush_always_1thread`: the same with one thread "
-            f"({sizes.always_records:,} appends), for comparison.",
+            f"- `append_flush_always_1thread`: `flush=always`, one thread x "
+            f"{sizes.always_records:,} `append([value])` (the storage's one writer; group "
+            "commit happens in the replica driver, see `bench/group_commit.py`).",
         ]
     )
 

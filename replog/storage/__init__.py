@@ -4,7 +4,7 @@ Modules, bottom up: `replog.frames` (record frame codec), `index` (mmap'ed spars
 `checksums` (the `.crc` CRC32C sidecar), `time_index` (the `.timeindex`: offsets by time),
 `segment` (one .log + .idx + .crc + .timeindex, in layers: `segment_base`,
 `segment_checksums`, `segment_recovery`, `segment_scrub`, `segment_times`), `segment_log`
-(a directory of segments), `partition_log` (LEO, high watermark, group commit), `registry`
+(a directory of segments), `partition_log` (LEO, high watermark, flush), `registry`
 (topics and partitions under a data dir), `checkpoint` (atomic small files), `names` (topic
 names and the directory layout), `integrity` (what was found wrong), `scrub` (the background
 scrubber), `verify` (`replog verify`, offline).

@@ -1,4 +1,4 @@
-"""One partition replica's log: LEO, high watermark, group commit (seed 003's `LogManager`).
+"""One partition replica's log: LEO, high watermark, flush (seed 003's `LogManager`).
 
 Directory `{data_dir}/{topic}/partition_{N}/` holds the segment files and:
 
@@ -6,10 +6,12 @@ Directory `{data_dir}/{topic}/partition_{N}/` holds the segment files and:
   watermark is **exclusive**: offsets `< HW` are committed. On open, HW = min(checkpoint, LEO),
   raised to the log start (retention deletes committed records only).
 
-Appends are thread-safe and group-committed: concurrent callers queue their batches; one of
-them (the writer) takes the whole queue, assigns offsets in order, encodes everything into
-one buffer, writes it with one `write` per segment touched and, under `flush=always`, one
-`fdatasync` for the group before anyone is acknowledged. A failed group changes nothing.
+Appends have one writer, the partition's replica driver (`replog.replication.driver`),
+one call at a time (the driver batches what arrives meanwhile): an append assigns the next offsets,
+encodes its records into one buffer, writes it with one `write` per segment touched and,
+under `flush=always`, one `fdatasync` before it returns. A failed append changes nothing.
+Appends hold the log's lock like every other operation, so a second caller (a tool, a test,
+the scrubber's thread) waits its turn and sees whole appends.
 
 `read` serves committed records only (`[log_start_offset, HW)`); `read_uncommitted` serves up
 to LEO (replication). Both return raw frames, whole, never a partial one, and both verify
@@ -28,8 +30,8 @@ created again under the same name reuses the path).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from operator import sub
 from pathlib import Path
@@ -67,19 +69,6 @@ class AppendResult:
         return self.last_offset - self.base_offset + 1
 
 
-@dataclass(slots=True)
-class _Request:
-    values: Sequence[bytes] | None
-    raw: bytes | None
-    control: bool
-    pieces: Sequence[tuple[bytes | None, Sequence[bytes]]] | None = None
-    waiter: threading.Event | None = None
-    result: AppendResult | None = None
-    error: BaseException | None = None
-    done: bool = field(default=False)
-    promoted: bool = field(default=False)
-
-
 class PartitionLog:
     def __init__(
         self,
@@ -103,9 +92,6 @@ class PartitionLog:
         self._files_counted = 0
         self._parked_start = self._parked_size = self._parked_segments = 0
         self._lock = threading.Lock()  # the segment log
-        self._queue_lock = threading.Lock()  # the group-commit queue
-        self._queue: list[_Request] = []
-        self._writing = False
         self._closed = False
         self._leo = log.log_end_offset
         self._flushed_offset = self._leo  # what recovery found is what the disk holds
@@ -291,15 +277,8 @@ class PartitionLog:
         """Append records, assigning the next offsets. Blocks for fsync under flush=always."""
         if not values:
             raise EmptyBatchError("an append needs at least one record")
-        limit = self.config.record_bytes_max
-        biggest = max(map(len, values))
-        if biggest > limit:
-            raise RecordTooLargeError(
-                f"a record of {biggest} bytes exceeds record_bytes_max={limit}",
-                record_bytes=biggest,
-                record_bytes_max=limit,
-            )
-        return self._submit(_Request(values, None, control))
+        self._check_record_size(max(map(len, values)))
+        return self._write(partial(frames.encode_with_ends, values=values, control=control))
 
     def append_pieces(self, pieces: Sequence[tuple[bytes | None, Sequence[bytes]]]) -> AppendResult:
         """Append several runs of records in one write (one fsync under flush=always): each
@@ -307,121 +286,44 @@ class PartitionLog:
         The result spans every frame written, control records included."""
         if not pieces or not all(values for _, values in pieces):
             raise EmptyBatchError("an append needs at least one record")
-        limit = self.config.record_bytes_max
-        biggest = max(max(map(len, values)) for _, values in pieces)
-        if biggest > limit:
-            raise RecordTooLargeError(
-                f"a record of {biggest} bytes exceeds record_bytes_max={limit}",
-                record_bytes=biggest,
-                record_bytes_max=limit,
-            )
-        return self._submit(_Request(None, None, False, pieces))
+        self._check_record_size(max(max(map(len, values)) for _, values in pieces))
+        return self._write(partial(_encode_pieces, pieces=pieces))
 
     def append_frames(self, raw: bytes) -> AppendResult:
         """Append raw frames as they are (followers): they must start at LEO, contiguous."""
         if not raw:
             raise EmptyBatchError("an append needs at least one frame")
-        return self._submit(_Request(None, raw, False))
+        return self._write(partial(self._check_frames, raw))
 
-    def _submit(self, request: _Request) -> AppendResult:
-        with self._queue_lock:
-            self._check_open()
-            self._queue.append(request)
-            lead = not self._writing
-            if lead:
-                self._writing = True
-            else:
-                request.waiter = threading.Event()
-        if lead:
-            self._write_next_group()
-        elif request.waiter is not None:
-            request.waiter.wait()
-            if request.promoted:  # the previous writer handed the queue to this thread
-                self._write_next_group()
-        if request.error is not None:
-            raise request.error
-        assert request.result is not None
-        return request.result
-
-    def _write_next_group(self) -> None:
-        """Write everything queued as one group, then hand the writer role to the oldest
-        request queued meanwhile (or give it up), so this caller returns at once."""
-        with self._queue_lock:
-            group = self._queue
-            self._queue = []
-        try:
-            self._write_group(group)
-        except BaseException as exc:  # every waiter must wake up, whatever happened
-            for req in group:
-                if not req.done:
-                    req.error = exc
-                    req.done = True
-        finally:
-            for req in group:
-                if req.waiter is not None:
-                    req.waiter.set()
-            with self._queue_lock:
-                if self._queue:
-                    successor = self._queue[0]
-                    successor.promoted = True
-                    assert successor.waiter is not None
-                    successor.waiter.set()
-                else:
-                    self._writing = False
-
-    def _write_group(self, group: list[_Request]) -> None:
+    def _write(self, encode: Callable[[int], tuple[bytes, list[int]]]) -> AppendResult:
+        """Append the frames `encode(LEO)` returns (their bytes and the end of each)."""
         with self._lock:
-            log = self._opened()  # LogClosedError if closed after the requests were queued
+            log = self._opened()  # LogClosedError once `close` began
             leo = self._leo
-            parts: list[bytes] = []
-            ends: list[int] = []
-            accepted: list[_Request] = []
-            size = 0
-            for req in group:
-                if req.values is not None:
-                    data, rel_ends = frames.encode_with_ends(leo, req.values, control=req.control)
-                elif req.pieces is not None:
-                    data, rel_ends = _encode_pieces(leo, req.pieces)
-                else:
-                    assert req.raw is not None
-                    try:
-                        rel_ends = frames.scan(req.raw, leo)
-                    except frames.FrameError as exc:
-                        req.error = InvalidFramesError(
-                            f"frames do not continue the log at offset {leo}: {exc}",
-                            log_end_offset=leo,
-                            position=exc.position,
-                        )
-                        req.done = True
-                        continue
-                    try:
-                        self._check_frame_sizes(rel_ends)
-                    except RecordTooLargeError as exc:
-                        req.error = exc
-                        req.done = True
-                        continue
-                    data = req.raw
-                count = len(rel_ends)
-                req.result = AppendResult(leo, leo + count - 1)
-                accepted.append(req)
-                ends += map(size.__add__, rel_ends) if size else rel_ends
-                parts.append(data)
-                size += len(data)
-                leo += count
-            if not accepted:
-                return
-            buf = parts[0] if len(parts) == 1 else b"".join(parts)
+            data, ends = encode(leo)
             try:
-                self._append_or_shed(log, buf, ends)
+                self._append_or_shed(log, data, ends)
             except ReplogError as exc:
                 raise self._fault(exc, "append") from None
             finally:
                 self._recount(log)
-            self._leo = leo
+            self._leo = leo + len(ends)
             if self.config.flush is FlushPolicy.ALWAYS:
                 self._flush_locked()
-            for req in accepted:
-                req.done = True
+            return AppendResult(leo, self._leo - 1)
+
+    def _check_frames(self, raw: bytes, leo: int) -> tuple[bytes, list[int]]:
+        """Raw frames from a leader: they must continue the log at `leo`, none too large."""
+        try:
+            ends = frames.scan(raw, leo)
+        except frames.FrameError as exc:
+            raise InvalidFramesError(
+                f"frames do not continue the log at offset {leo}: {exc}",
+                log_end_offset=leo,
+                position=exc.position,
+            ) from None
+        self._check_frame_sizes(ends)
+        return raw, ends
 
     def _append_or_shed(self, log: SegmentLog, buf: bytes, ends: list[int]) -> None:
         """Out of descriptors rolling a segment (a failed append changes nothing): park every
@@ -433,6 +335,15 @@ class PartitionLog:
                 raise
             self._files.park(self._files.others(self))
             log.append(buf, ends)
+
+    def _check_record_size(self, biggest: int) -> None:
+        limit = self.config.record_bytes_max
+        if biggest > limit:
+            raise RecordTooLargeError(
+                f"a record of {biggest} bytes exceeds record_bytes_max={limit}",
+                record_bytes=biggest,
+                record_bytes_max=limit,
+            )
 
     def _check_frame_sizes(self, ends: list[int]) -> None:
         widest = max(ends[0], max(map(sub, ends[1:], ends), default=0))
@@ -603,11 +514,10 @@ class PartitionLog:
 
     def close(self) -> None:
         """Flush, checkpoint HW, trim the indexes and close the files."""
-        with self._queue_lock:
+        with self._lock:
             if self._closed:
                 return
             self._closed = True
-        with self._lock:
             errors: list[ReplogError] = []
             try:
                 self._flush_locked()
@@ -626,9 +536,8 @@ class PartitionLog:
 
     def crash(self) -> None:
         """Close the files as a crash would leave them (tests): no flush, no index trim."""
-        with self._queue_lock:
-            self._closed = True
         with self._lock:
+            self._closed = True
             log, self._log = self._log, None
             if log is not None:
                 log.close(trim=False)

@@ -16,7 +16,7 @@ NAMES = {
     "append_single",
     "read_sequential",
     "read_random",
-    "append_group_commit",
+    "append_flush_always_1thread",
 }
 WITH_CEILING = {"append_batch", "read_sequential"}
 

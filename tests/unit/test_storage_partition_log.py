@@ -1,9 +1,8 @@
-"""PartitionLog: LEO, the exclusive high watermark, its checkpoint, group commit, flush."""
+"""PartitionLog: LEO, the exclusive high watermark, its checkpoint, flush."""
 
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -120,49 +119,6 @@ def test_flush_never_leaves_fsync_to_the_caller(
     assert synced == [] and log.flushed_offset == 0 and log.needs_flush
     log.flush()
     assert len(synced) == 2 and log.flushed_offset == 1 and not log.needs_flush
-
-
-def test_concurrent_appenders_are_group_committed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    config = StorageConfig(flush=FlushPolicy.ALWAYS, segment_bytes_max=1 << 20)
-    log = open_log(tmp_path, config)
-    release = threading.Event()
-    syncs: list[int] = []
-    real = os.fdatasync
-
-    def slow_fdatasync(fd: int) -> None:
-        syncs.append(fd)
-        release.wait(timeout=30)  # hold the first fsync until every appender is queued
-        real(fd)
-
-    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
-    threads_n, per_thread = 8, 25
-    results: list[tuple[int, int]] = []
-    lock = threading.Lock()
-
-    def appender(t: int) -> None:
-        for i in range(per_thread):
-            r = log.append([f"{t}-{i}".encode()] * 2)
-            with lock:
-                results.append((r.base_offset, r.last_offset))
-
-    threads = [threading.Thread(target=appender, args=(t,)) for t in range(threads_n)]
-    for t in threads:
-        t.start()
-    release.set()
-    for t in threads:
-        t.join(timeout=60)
-    appends = threads_n * per_thread
-    assert len(results) == appends
-    offsets = sorted(o for r in results for o in range(r[0], r[1] + 1))
-    assert offsets == list(range(appends * 2)), "offsets are dense and never shared"
-    assert len(syncs) < appends, "some appends shared an fsync"
-    assert log.flushed_offset == log.log_end_offset == appends * 2
-    values = read_all(log)
-    for t in range(threads_n):
-        mine = [v for v in values if v.startswith(f"{t}-".encode())]
-        assert mine == [f"{t}-{i}".encode() for i in range(per_thread) for _ in range(2)]
 
 
 def test_a_tiny_config_still_reads_everything_back(tmp_path: Path) -> None:
