@@ -71,7 +71,11 @@ async def _partition(directory: Path, acks_name: str) -> Opened:
 
         return solo_append, solo_close
     from replog.replication import Acks, ReplicaConfig
-    from replog.server.replicated import ReplicatedPartition
+
+    try:
+        from replog.server.partitions.replicated import ReplicatedPartition
+    except ImportError:  # a tree before the server's rooms (replog/server/__init__.py)
+        from replog.server.replicated import ReplicatedPartition
 
     class _NoTransport:
         def send(self, to: int, message: object) -> None:

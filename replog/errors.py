@@ -3,7 +3,7 @@
 Every error a caller can act on is a `ReplogError`. Each subclass declares:
 
 * `code`: the gRPC status code name (a string, so that this module and `replog.storage`
-  import no grpc); the server converts it in one module, `replog.server.status`.
+  import no grpc); the server converts it in one module, `replog.server.edge.status`.
 * `reason`: a stable UPPER_SNAKE identifier sent in `google.rpc.ErrorInfo.reason`; the client
   maps it back to the same class (`error_class_for_reason`), never by message text.
 * `retriable`: whether retrying the same request may succeed.

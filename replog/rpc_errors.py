@@ -3,7 +3,7 @@
 Shared by the client (every call) and the server (calls it forwards to the leader): it sits
 beside `replog.errors`, not in either package, so that neither imports the other (the
 layering contracts in pyproject.toml's `[tool.importlinter]`). Its inverse, error -> status,
-is `replog.server.status`.
+is `replog.server.edge.status`.
 
 The server attaches `google.rpc.ErrorInfo{reason, metadata}`; the reason picks the class
 (`replog.errors.error_from_reason`). Calls that fail without it (transport errors:

@@ -1178,9 +1178,10 @@ class ReplicaDriver:
     def _fill(self, message: Message) -> Message | None:
         """Put the raw frames of `[start, end)` (as much as fits) into a Records answer.
         None (send nothing) when storage refuses the range as corrupt: the follower asks
-        again after its fetch retry, and the node's repair loop (`server/repair.py`), which
-        sees the range in `log.corrupt_ranges()`, hands leadership to a healthy voter. Not a
-        failed log operation: the core's view of the log is still the log's."""
+        again after its fetch retry, and the node's repair loop
+        (`server/partitions/repair.py`), which sees the range in `log.corrupt_ranges()`, hands
+        leadership to a healthy voter. Not a failed log operation: the core's view of the log
+        is still the log's."""
         if not isinstance(message, FetchResponse) or not isinstance(message.result, Records):
             return message
         rec = message.result

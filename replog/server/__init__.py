@@ -1,15 +1,20 @@
 """The replog server: gRPC services over replicated partitions (see `node` for the layout).
 
-A single node is a cluster of one; every request takes the same path. Modules:
-`settings` (the one settings object), `node` (composition root, serve loop), `supervisor`
-(every background task), `metadata` (typed, versioned metadata commands and the image they
-build), `metadata_log` (the `__cluster` replica and its apply loop), `replica_manager`
-(the reconciler: local replicas follow the image) with `replica_dirs` (their directories)
-and `legacy_import` (single-node data dirs of earlier releases), `routing` (where a request
-is served), `topics` (create/delete on the metadata leader), `peers` (calls to other nodes),
-`partition` and `replicated` (the partition role over the replication driver),
-`replication_transport` and `replication_codec` (replication over gRPC), `flusher`
-(interval fsync and HW checkpoints), `log_service` and `admin_service` (the gRPC services),
-`rpc` (handler wrappers), `status` (errors to gRPC status, in one place), `metrics`
-(Prometheus), `logs` (structured logs).
+A single node is a cluster of one; every request takes the same path. Rooms, top to bottom
+(a room imports only the rooms below it; `lint-imports` checks it, pyproject.toml):
+
+    node        composition root: builds every part, the serve loop
+    services    the gRPC services clients call: Log (and AppendStream), Admin, Acls
+    cluster     membership, node identity, joins, leader balance, reassignment
+    settings    the one settings object (it holds the groups' and the limits' configs)
+    groups      consumer groups: offsets in `__consumer_offsets`, membership, assignment
+    control     routing (where a request is served), topics, producer ids
+    partitions  this node's replicas: the partition role, reconciler, dirs, repair, flusher,
+                leadership hand-over | peering: peer calls, replication transport and codec
+    edge        what every call passes: guard, rpc wrappers, status, auth, TLS, limits
+    meta        typed metadata commands, the image they build, the `__cluster` log
+    metrics     Prometheus | supervisor: every background task
+    logs        structured logs
+
+Each room's `__init__` maps its modules, one line each.
 """

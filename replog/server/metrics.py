@@ -8,6 +8,7 @@ scrape time by a collector, so the hot path pays nothing for them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -17,7 +18,6 @@ from prometheus_client.registry import Collector
 from replog.errors import ReplogError
 from replog.replication import Role
 from replog.replication.driver import ReplicaDriver
-from replog.server.reassignment import Moving
 from replog.storage import PartitionLog
 from replog.storage.segment_log import ERRORS as STORAGE_ERRORS
 from replog.storage.space import DiskSpace
@@ -26,6 +26,27 @@ LATENCY_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
     2.5, 5.0, 10.0, 30.0,
 )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Joining:
+    """A replica of a partition's target that is not a voter yet, as its leader sees it."""
+
+    replica: int
+    lag_records: int  # behind the leader's log end (all of it before it first fetched)
+    lag_bytes: int  # estimated from the log's average record size (`lag_bytes`)
+
+
+@dataclass(frozen=True, slots=True)
+class Moving:
+    """A partition being reassigned that this node leads (`cluster.reassignment` builds it; the
+    reassignment collector reads it)."""
+
+    topic: str
+    partition: int
+    joining: tuple[Joining, ...]
+    failed_attempts: int  # typed refusals in a row of its controller's last step (0: none)
+    throttled: int  # fetches of joining observers the throttle dropped
 
 
 class _PartitionCollector(Collector):

@@ -47,56 +47,57 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from replog.errors import ReplogError, UnavailableError
 from replog.replication import FetchRequest, Message, ReplicaConfig
 from replog.replication.driver import ReplicaDriver
-from replog.server import auth, logs
-from replog.server import identity as identities
-from replog.server.acl_service import AclService
-from replog.server.admin_service import AdminService
-from replog.server.balancer import run_balancer
-from replog.server.draining import Draining, Health, stop_servers
-from replog.server.flusher import run_flusher
-from replog.server.groups import service as groups_service
-from replog.server.groups.coordinator import Coordinator
-from replog.server.groups.internal import InternalTopics
-from replog.server.guard import Guard, maximum_concurrent_rpcs
-from replog.server.guard import server_options as guard_options
-from replog.server.handler_chain import serve_through
-from replog.server.handover import hand_over
-from replog.server.identity import Identity, NodesService
-from replog.server.joins import Joins, ask_to_join
-from replog.server.legacy_import import import_legacy_topics, metadata_dir
-from replog.server.limits import Limits
-from replog.server.listeners import (
+from replog.server import logs
+from replog.server.cluster import identity as identities
+from replog.server.cluster.balancer import run_balancer
+from replog.server.cluster.identity import Identity, NodesService
+from replog.server.cluster.joins import Joins, ask_to_join
+from replog.server.cluster.membership import Members, QuorumKeeper
+from replog.server.cluster.reassignment import Reassigner
+from replog.server.control.producer_ids import ProducerIds, peer_handler
+from replog.server.control.routing import Router
+from replog.server.control.topics import OFFSETS_TOPIC, Topics
+from replog.server.edge import auth
+from replog.server.edge.draining import Draining, Health, stop_servers
+from replog.server.edge.guard import Guard, maximum_concurrent_rpcs
+from replog.server.edge.guard import server_options as guard_options
+from replog.server.edge.handler_chain import serve_through
+from replog.server.edge.limits import Limits
+from replog.server.edge.listeners import (
     MembersOnly,
     add_port,
     dialer,
     generic_handlers_only,
     server_options,
 )
-from replog.server.log_service import LogService
+from replog.server.edge.readiness import READY_SERVICE, report_readiness
+from replog.server.edge.reflection import enable_reflection
+from replog.server.edge.security import peer_node_id
+from replog.server.groups import service as groups_service
+from replog.server.groups.coordinator import Coordinator
+from replog.server.groups.internal import InternalTopics
 from replog.server.logs import log
-from replog.server.membership import Members, QuorumKeeper
-from replog.server.metadata import METADATA_TOPIC, NodeAddress, TopicMeta
-from replog.server.metadata_log import MetadataLog, replica_config_members
+from replog.server.meta.metadata import METADATA_TOPIC, NodeAddress, TopicMeta
+from replog.server.meta.metadata_log import MetadataLog, replica_config_members
 from replog.server.metrics import Metrics
-from replog.server.peers import Peers
-from replog.server.producer_ids import ProducerIds, peer_handler
-from replog.server.readiness import READY_SERVICE, report_readiness
-from replog.server.reassignment import Reassigner
-from replog.server.reflection import enable_reflection
-from replog.server.repair import Repairer, corrupt_found, run_scrubber
-from replog.server.replica_manager import ReplicaManager
-from replog.server.replicated import ReplicatedPartition
-from replog.server.replication_transport import (
+from replog.server.partitions.flusher import run_flusher
+from replog.server.partitions.handover import hand_over
+from replog.server.partitions.legacy_import import import_legacy_topics, metadata_dir
+from replog.server.partitions.repair import Repairer, corrupt_found, run_scrubber
+from replog.server.partitions.replica_manager import ReplicaManager
+from replog.server.partitions.replicated import ReplicatedPartition
+from replog.server.peering.peers import Peers
+from replog.server.peering.replication_transport import (
     CHANNEL_OPTIONS,
     PeerLinks,
     ReplicationService,
     same_incarnation,
 )
-from replog.server.routing import Router
-from replog.server.security import peer_node_id
+from replog.server.services.acl_service import AclService
+from replog.server.services.admin_service import AdminService
+from replog.server.services.log_service import LogService
 from replog.server.settings import Settings
 from replog.server.supervisor import EXIT_TASK_FAILED, Supervisor
-from replog.server.topics import OFFSETS_TOPIC, Topics
 from replog.storage import FlushPolicy, PartitionLog
 from replog.storage.open_files import OpenFiles
 from replog.v1 import (

@@ -20,8 +20,8 @@ from typing import Any
 
 from replog.errors import InvalidConfigError
 from replog.frames import HEADER_BYTES
+from replog.server.edge.limits import LimitsConfig
 from replog.server.groups.config import GroupsConfig
-from replog.server.limits import LimitsConfig
 from replog.storage import FlushPolicy, StorageConfig
 from replog.storage.open_files import FILES_MAX_MIN, files_max_for, nofile_soft_limit
 from replog.tls import TlsFiles

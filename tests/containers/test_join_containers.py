@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from replog.server.identity import IDENTITY_FILE
+from replog.server.cluster.identity import IDENTITY_FILE
 from tests.containers.test_cluster_containers import (
     DEADLINE_S,
     STEP,

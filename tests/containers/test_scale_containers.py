@@ -16,7 +16,7 @@ from pathlib import Path
 
 from replog.cli_nodes import plan
 from replog.client import Client
-from replog.server.identity import IDENTITY_FILE
+from replog.server.cluster.identity import IDENTITY_FILE
 from tests.containers.conftest import free_ports
 from tests.containers.nodes import Node, Pki, data_dir_for
 from tests.containers.test_cluster_containers import (

@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 
 import replog
-from replog.server.readiness import READY_SERVICE
+from replog.server.edge.readiness import READY_SERVICE
 from replog.server.settings import Settings
 from tests.deploy.conftest import REPO
 

@@ -27,12 +27,12 @@ from typing import Any
 
 from replog import cli
 from replog.replication.replica import Replica
-from replog.server import replica_dirs
-from replog.server.admin_service import AdminService
-from replog.server.log_service import LogService
-from replog.server.metadata import CreateTopic, MetadataImage
+from replog.server.edge.rpc import streaming, unary
+from replog.server.meta.metadata import CreateTopic, MetadataImage
 from replog.server.node import Node
-from replog.server.rpc import streaming, unary
+from replog.server.partitions import replica_dirs
+from replog.server.services.admin_service import AdminService
+from replog.server.services.log_service import LogService
 from replog.storage.segment import Segment
 
 FAULT_ENV = "FAULTY_SERVE_TASK"

@@ -22,7 +22,7 @@ from replog import certs
 from replog.client import Client, ClientTls, RetryPolicy
 from replog.devcluster import DevCluster
 from replog.errors import PermissionDeniedError, ReplogError, UnauthenticatedError
-from replog.server.auth import hash_token
+from replog.server.edge.auth import hash_token
 
 TOKENS = {"User:admin": "admin-secret-token", "User:alice": "alice-secret-token"}
 ONCE = RetryPolicy(attempts_max=1)

@@ -36,7 +36,7 @@ from replog.errors import (
     ReplogError,
 )
 from replog.rpc_errors import from_rpc_error
-from replog.server.identity import IDENTITY_FILE
+from replog.server.cluster.identity import IDENTITY_FILE
 from replog.v1 import nodes_pb2, nodes_pb2_grpc
 from tests.integration.test_cluster import PATIENT, SteadyProducer, leader_of, read_all
 from tests.integration.test_membership_changes import _quorum

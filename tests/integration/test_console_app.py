@@ -17,7 +17,7 @@ from replog.console.app import create_app
 from replog.console.cluster import Prober
 from replog.console.state import ConsoleConfig
 from replog.devcluster import DevCluster
-from replog.server.auth import hash_token
+from replog.server.edge.auth import hash_token
 from tests.integration.servers import ServerProcess
 
 pytestmark = pytest.mark.integration

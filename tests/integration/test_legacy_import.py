@@ -9,7 +9,7 @@ import pytest
 
 from replog.client import Client, RetryPolicy
 from replog.errors import InvalidConfigError
-from replog.server.legacy_import import import_legacy_topics
+from replog.server.partitions.legacy_import import import_legacy_topics
 from replog.storage import StorageConfig
 from tests.integration.servers import ServerProcess
 

@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from replog.client import Client, RetryPolicy
 from replog.devcluster import DevCluster
-from replog.server.readiness import READY_SERVICE
+from replog.server.edge.readiness import READY_SERVICE
 from tests.integration.faults import ProxyMesh
 from tests.integration.waiting import wait_until
 

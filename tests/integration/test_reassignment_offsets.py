@@ -16,7 +16,7 @@ import pytest
 from replog.client import Client
 from replog.devcluster import DevCluster
 from replog.errors import ReplogError
-from replog.server.topics import OFFSETS_TOPIC
+from replog.server.control.topics import OFFSETS_TOPIC
 from tests.integration.test_cluster import PATIENT
 from tests.integration.waiting import wait_until
 

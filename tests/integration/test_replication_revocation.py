@@ -17,8 +17,8 @@ import grpc
 import pytest
 
 from replog.devcluster import free_port
-from replog.server import replication_transport
-from replog.server.replication_transport import ReplicationService
+from replog.server.peering import replication_transport
+from replog.server.peering.replication_transport import ReplicationService
 from replog.v1 import replication_pb2 as pb
 from replog.v1 import replication_pb2_grpc
 

@@ -16,8 +16,12 @@ from replog import frames
 from replog.devcluster import free_port
 from replog.replication import Acks, Message, ReplicaConfig, Role
 from replog.replication.driver import ReplicaDriver
-from replog.server import replication_transport
-from replog.server.replication_transport import PeerLinks, ReplicationService, same_incarnation
+from replog.server.peering import replication_transport
+from replog.server.peering.replication_transport import (
+    PeerLinks,
+    ReplicationService,
+    same_incarnation,
+)
 from replog.storage import FlushPolicy, PartitionLog, StorageConfig
 from replog.v1 import replication_pb2 as pb
 from replog.v1 import replication_pb2_grpc

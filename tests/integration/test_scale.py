@@ -24,7 +24,7 @@ import pytest
 
 from replog.client import Client
 from replog.devcluster import DevCluster
-from replog.server.identity import IDENTITY_FILE
+from replog.server.cluster.identity import IDENTITY_FILE
 from tests.integration.test_cluster import PATIENT, SteadyProducer, leader_of, read_all
 from tests.integration.waiting import wait_until
 

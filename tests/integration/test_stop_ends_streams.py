@@ -21,7 +21,7 @@ from grpc_status import rpc_status
 
 from replog.client import Client
 from replog.devcluster import DevCluster
-from replog.server.replication_transport import NODE_ID_HEADER
+from replog.server.peering.replication_transport import NODE_ID_HEADER
 from replog.v1 import log_pb2, log_pb2_grpc, replication_pb2, replication_pb2_grpc
 from tests.integration.test_cluster import PATIENT, leader_of, read_all
 from tests.integration.waiting import wait_until

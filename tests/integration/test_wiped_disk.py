@@ -1,4 +1,4 @@
-"""A node whose disk was lost votes for nobody until it has caught up (server/identity.py).
+"""A node whose disk was lost votes for nobody until it has caught up (server/cluster/identity.py).
 
 The hazard: records acknowledged by {L, X} while S was paused; X's disk is then lost and L
 dies. S (stale) and X (empty) are a majority: if X voted as a fresh voter, S would lead
@@ -19,7 +19,7 @@ from replog.client import Client, RetryPolicy
 from replog.devcluster import DevCluster
 from replog.errors import ReplogError
 from replog.replication.driver import load_quorum_state
-from replog.server.identity import IDENTITY_FILE
+from replog.server.cluster.identity import IDENTITY_FILE
 from tests.integration.waiting import wait_until
 
 pytestmark = pytest.mark.slow

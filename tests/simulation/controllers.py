@@ -6,7 +6,7 @@ pure at heart; here each runs on every simulated node at seeded random intervals
 core's state as the server computes it from the driver, and applying it through the inputs
 the driver uses (`Replica.change_membership`, `Replica.transfer_leadership`):
 
-* `reassign`: `replog.server.reassignment.decide` on the partition's serving leader
+* `reassign`: `replog.server.cluster.reassignment.decide` on the partition's serving leader
   (`Reassigner._step`): `State(me, voters, observers, target, caught_up(HW, replica_status
   rows, me))`, the membership being the latest of the core's log, the HW the driver's, the
   rows `Simulation.replica_status` (as `ReplicaDriver.replica_status`). A `Change` waits for
@@ -22,7 +22,7 @@ the driver uses (`Replica.change_membership`, `Replica.transfer_leadership`):
   itself as observer and the unreachable vote floor (`Node._make_replica`: `JOINING_STATE`),
   and deletes it (disk wiped) a little after a completion leaves it out of the partition's
   hosts (the reconciler).
-* `keeper`: `replog.server.membership.decide` on the `__cluster` partition's serving leader
+* `keeper`: `replog.server.cluster.membership.decide` on the `__cluster` partition's serving leader
   (`QuorumKeeper.run_once`) after the members of a `MetadataImage` changed by the
   operator's `add_node` / `remove_node` (first five members by id vote, the others observe).
   A node added starts (a little later) as the server starts a node being added on an empty
@@ -60,12 +60,12 @@ from typing import TYPE_CHECKING
 
 from replog.errors import ReplogError
 from replog.replication import AckFailure, QuorumState, Replica, Role
-from replog.server import membership, reassignment
-from replog.server.handover import FRESH_MS
-from replog.server.identity import UNREACHABLE_FLOOR
-from replog.server.metadata import Command, CreateTopic, MetadataImage, NodeAddress, TopicMeta
-from replog.server.metadata_log import replica_config_members
-from replog.server.reassignment import Change, Complete, Transfer, Wait, caught_up
+from replog.server.cluster import membership, reassignment
+from replog.server.cluster.identity import UNREACHABLE_FLOOR
+from replog.server.cluster.reassignment import Change, Complete, Transfer, Wait, caught_up
+from replog.server.meta.metadata import Command, CreateTopic, MetadataImage, NodeAddress, TopicMeta
+from replog.server.meta.metadata_log import replica_config_members
+from replog.server.partitions.handover import FRESH_MS
 from tests.simulation.checker import check
 
 if TYPE_CHECKING:
@@ -214,7 +214,7 @@ class Controller:
 
 
 class Reassigner(Controller):
-    """`replog.server.reassignment` on every node, for the simulation's one partition."""
+    """`replog.server.cluster.reassignment` on every node, for the simulation's one partition."""
 
     def __init__(self, sim: Simulation, rng: random.Random) -> None:
         super().__init__(sim, rng)
@@ -371,7 +371,8 @@ class Reassigner(Controller):
 
 
 class Keeper(Controller):
-    """`replog.server.membership.QuorumKeeper` on every node, for the `__cluster` partition."""
+    """`replog.server.cluster.membership.QuorumKeeper` on every node, for the `__cluster`
+    partition."""
 
     def __init__(self, sim: Simulation, rng: random.Random) -> None:
         super().__init__(sim, rng)

@@ -44,7 +44,7 @@ seed fully determines a schedule. The simulated pieces:
   (`membership_step`), retried on refusals worth retrying; `spares` start in neither set.
 * the leader balancer (`balance_interval_ms`): every node runs the server's `balance_once`
   for its partition at seeded random intervals, through the whole run (faults and after):
-  a serving leader asks the real `replog.server.balancer.preferred_target` about its
+  a serving leader asks the real `replog.server.cluster.balancer.preferred_target` about its
   voters and `replica_status` rows (computed from the core, see `replica_status`) and
   starts a transfer to the replica it names. `voter_order` sets the starting voters' order
   (voters[0] is the preferred leader). After healing, `run_schedule` then also checks that
@@ -100,7 +100,7 @@ from replog.replication import (
 )
 from replog.replication.batch_ends import BatchEnds
 from replog.replication.producers import ProducerBatch, ProducerTable, decode_header
-from replog.server.balancer import preferred_target
+from replog.server.cluster.balancer import preferred_target
 from tests.simulation.checker import Checker, InvariantViolation, SimRecord, check
 from tests.simulation.controllers import check_done, controller_bound_ms, make_controller
 

@@ -2,7 +2,7 @@
 
 Every node runs the server's balancer for its partition at seeded random intervals (50, 200
 or 1000 ms, +-50%), through the faults and after them: a serving leader asks the real
-`replog.server.balancer.preferred_target` about its voters and `replica_status` rows
+`replog.server.cluster.balancer.preferred_target` about its voters and `replica_status` rows
 (computed from the core as the driver computes them, see `Simulation.replica_status`) and
 hands leadership to the preferred replica (the first voter) it names. The schedules mix it
 with crashes, restarts, partitions, message loss and duplication, elections, appends,
@@ -26,8 +26,8 @@ from collections.abc import Sequence
 import pytest
 
 from replog.replication import Acks, Message, Role, Send, TimeoutNow
-from replog.server.balancer import preferred_target
-from replog.server.metadata import assign
+from replog.server.cluster.balancer import preferred_target
+from replog.server.meta.metadata import assign
 from tests.simulation import sim as sim_module
 from tests.simulation.sim import (
     TICK_MS,

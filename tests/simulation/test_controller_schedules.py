@@ -3,10 +3,10 @@ what the runs found.
 
 Every node runs one of the server's controllers (`controllers.py`) at seeded random
 intervals (50, 100 or 300 ms, +-50%): the partition reassigner, whose real
-`replog.server.reassignment.decide` moves a 3-replica partition over a pool of 5 (or 6)
+`replog.server.cluster.reassignment.decide` moves a 3-replica partition over a pool of 5 (or 6)
 nodes to targets the operator picks at random (overlapping the replicas or not, the leader
 leaving or not, cancelled half way, named again after a completion deleted a replica), or
-the metadata quorum keeper, whose real `replog.server.membership.decide` moves the
+the metadata quorum keeper, whose real `replog.server.cluster.membership.decide` moves the
 `__cluster` membership after members the operator adds and removes over a pool of 7 (the
 leader's own node too, more than five members, a dead node removed, a node added that starts
 on an empty directory under its vote floor). Their steps go through the core's
@@ -46,11 +46,11 @@ from collections.abc import Iterable
 import pytest
 
 from replog.replication import Acks, QuorumState, Role
-from replog.server import identity, membership
-from replog.server.handover import FRESH_MS
-from replog.server.identity import UNREACHABLE_FLOOR, Answer
-from replog.server.metadata_log import replica_config_members
-from replog.server.reassignment import Change, Transfer, Wait
+from replog.server.cluster import identity, membership
+from replog.server.cluster.identity import UNREACHABLE_FLOOR, Answer
+from replog.server.cluster.reassignment import Change, Transfer, Wait
+from replog.server.meta.metadata_log import replica_config_members
+from replog.server.partitions.handover import FRESH_MS
 from tests.simulation import controllers
 from tests.simulation.checker import InvariantViolation
 from tests.simulation.controllers import Keeper, Reassigner, controller_bound_ms

@@ -1,5 +1,5 @@
-"""AppendStream's handler (`replog.server.append_stream.answer`) against a fake Log service:
-answers in request order, typed errors in place, the window bounds what a stream reads
+"""AppendStream's handler (`replog.server.services.append_stream.answer`) against a fake Log
+service: answers in request order, typed errors in place, the window bounds what a stream reads
 ahead, and a stream that ends mid-way gives everything back."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from replog.errors import (
     ReplogError,
     ShuttingDownError,
 )
-from replog.server.append_stream import answer, error_message
-from replog.server.limits import Limits, LimitsConfig
-from replog.server.status import Refused
+from replog.server.edge.limits import Limits, LimitsConfig
+from replog.server.edge.status import Refused
+from replog.server.services.append_stream import answer, error_message
 from replog.v1 import log_pb2
 
 DEADLINE_S = 10.0

@@ -14,8 +14,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
 from replog.errors import ShuttingDownError
-from replog.server.draining import Draining, Health
-from replog.server.handler_chain import serve_through
+from replog.server.edge.draining import Draining, Health
+from replog.server.edge.handler_chain import serve_through
 
 GRACE_S = 60.0  # never reached: a stop that waited for it would fail the test's deadline
 DEADLINE_S = 30.0

@@ -19,7 +19,7 @@ from replog.replication.messages import (
     VoteRequest,
     VoteResponse,
 )
-from replog.server.replication_codec import (
+from replog.server.peering.replication_codec import (
     EPOCH_MAX,
     ImpossibleMessage,
     from_envelope,

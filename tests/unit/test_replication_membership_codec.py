@@ -9,7 +9,7 @@ from replog import frames
 from replog.replication import Membership, MembershipEntry
 from replog.replication.epochs import EpochStart
 from replog.replication.messages import FetchResponse, Message, Records, StartAt, VoteRequest
-from replog.server.replication_codec import ImpossibleMessage, from_envelope, to_envelope
+from replog.server.peering.replication_codec import ImpossibleMessage, from_envelope, to_envelope
 
 ENTRY = MembershipEntry(42, Membership((1, 2, 4), (3,)))
 DATA = frames.encode(41, [b"", b"x"])

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from replog.errors import InvalidArgumentError, InvalidConfigError, NotFoundError
-from replog.server import metadata
-from replog.server.auth import TokenFile, hash_token
-from replog.server.metadata import AclEntry, AddAcl, MetadataImage, RemoveAcl
+from replog.server.edge.auth import TokenFile, hash_token
+from replog.server.meta import metadata
+from replog.server.meta.metadata import AclEntry, AddAcl, MetadataImage, RemoveAcl
 
 
 def entry(principal: str = "User:alice", **kw: object) -> AclEntry:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from replog.server.balancer import preferred_target
+from replog.server.cluster.balancer import preferred_target
 
 
 def test_the_preferred_replica_gets_leadership_back_once_caught_up_and_alive() -> None:

@@ -14,8 +14,8 @@ import pytest
 
 from replog import frames
 from replog.errors import OffsetOutOfRangeError
-from replog.server.log_service import _not_committed_yet, _read_committed
-from replog.server.partition import Partition
+from replog.server.partitions.partition import Partition
+from replog.server.services.log_service import _not_committed_yet, _read_committed
 from replog.storage import FlushPolicy, PartitionRegistry, StorageConfig
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from replog.errors import NotLeaderError
 from replog.replication import Acks, ReplicaConfig, Role
-from replog.server.handover import FRESH_MS, hand_over, pick_target
-from replog.server.replicated import ReplicatedPartition
+from replog.server.partitions.handover import FRESH_MS, hand_over, pick_target
+from replog.server.partitions.replicated import ReplicatedPartition
 from replog.server.supervisor import Supervisor
 from replog.storage import PartitionLog
 from tests.unit.test_replication_driver import (

@@ -1,4 +1,4 @@
-"""A node on an empty data directory: bootstrap or replacement (server/identity.py)."""
+"""A node on an empty data directory: bootstrap or replacement (server/cluster/identity.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from replog.errors import CorruptDataError
 from replog.replication.driver import load_quorum_state
-from replog.server import identity as ids
-from replog.server.identity import (
+from replog.server.cluster import identity as ids
+from replog.server.cluster.identity import (
     BOOTSTRAP,
     EXISTING,
     JOINING,

@@ -1,4 +1,4 @@
-"""`Nodes.Join` (server/joins.py): who may join, and what a refusal looks like."""
+"""`Nodes.Join` (server/cluster/joins.py): who may join, and what a refusal looks like."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from replog.errors import (
     ReplogError,
 )
 from replog.rpc_errors import from_rpc_error
-from replog.server import joins
-from replog.server.joins import Joins
+from replog.server.cluster import joins
+from replog.server.cluster.joins import Joins
+from replog.server.edge.security import SAN_KEY, proves_node
 from replog.server.metrics import Metrics
-from replog.server.security import SAN_KEY, proves_node
 from replog.v1 import admin_pb2, nodes_pb2
 
 POD = "replog-3.replog-headless.replog.svc.cluster.local"

@@ -12,11 +12,11 @@ from replog.errors import (
     TooManyRequestsError,
     TooManyStreamsError,
 )
-from replog.server import memory
-from replog.server.guard import Malformed, _safe
-from replog.server.limits import Limits, LimitsConfig, RequestPool
+from replog.server.edge import memory
+from replog.server.edge.guard import Malformed, _safe
+from replog.server.edge.limits import Limits, LimitsConfig, RequestPool
+from replog.server.edge.status import MESSAGE_CHARS_MAX, VALUE_CHARS_MAX, clip, to_status
 from replog.server.logs import Throttle
-from replog.server.status import MESSAGE_CHARS_MAX, VALUE_CHARS_MAX, clip, to_status
 from replog.v1 import log_pb2
 
 
@@ -182,7 +182,7 @@ def test_a_clipped_message_is_bounded_in_utf8_bytes_so_error_headers_stay_small(
     """gRPC percent-encodes non-ASCII bytes in grpc-message (3 bytes each): 1024 characters
     of "é" made 9 KB of error headers, which a client refuses at random above 8 KiB."""
     from replog.errors import InvalidTopicNameError
-    from replog.server.status import MESSAGE_CHARS_MAX, to_status
+    from replog.server.edge.status import MESSAGE_CHARS_MAX, to_status
 
     wide = "\u00e9" * 10_000
     cut = clip(wide, MESSAGE_CHARS_MAX)

@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 import pytest
 
-from replog.server.listeners import generic_handlers_only
+from replog.server.edge.listeners import generic_handlers_only
 from replog.v1 import log_pb2, log_pb2_grpc
 
 

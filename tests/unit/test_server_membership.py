@@ -16,9 +16,9 @@ from replog.errors import (
     NodeNotEmptyError,
     UnknownNodeError,
 )
-from replog.server import metadata
-from replog.server.membership import Change, Transfer, Wait, decide
-from replog.server.metadata import (
+from replog.server.cluster.membership import Change, Transfer, Wait, decide
+from replog.server.meta import metadata
+from replog.server.meta.metadata import (
     NODES_MAX,
     AddNode,
     MetadataImage,
@@ -26,7 +26,7 @@ from replog.server.metadata import (
     RemoveNode,
     UnknownCommandError,
 )
-from replog.server.metadata_log import replica_config_members
+from replog.server.meta.metadata_log import replica_config_members
 
 BOOT = {i: NodeAddress(f"127.0.0.1:{7000 + i}") for i in (1, 2, 3)}
 
@@ -237,7 +237,7 @@ def test_every_step_changes_at_most_one_voter_and_the_steps_reach_the_target(
 def test_a_node_whose_applied_metadata_no_longer_lists_it_knows_it_was_removed() -> None:
     from types import SimpleNamespace
 
-    from replog.server.membership import Members
+    from replog.server.cluster.membership import Members
 
     image = _image()
     metadata = SimpleNamespace(image=image)

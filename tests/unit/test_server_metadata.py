@@ -16,7 +16,7 @@ from replog.errors import (
     TopicNotFoundError,
 )
 from replog.replication import Acks, Message, ReplicaConfig
-from replog.server.metadata import (
+from replog.server.meta.metadata import (
     CreateTopic,
     DeleteTopic,
     MetadataImage,
@@ -24,7 +24,7 @@ from replog.server.metadata import (
     decode,
     encode,
 )
-from replog.server.metadata_log import MetadataLog
+from replog.server.meta.metadata_log import MetadataLog
 from replog.server.supervisor import Supervisor
 from replog.storage import PartitionLog, StorageConfig
 
@@ -135,7 +135,7 @@ class NoPeers:
 
 
 def test_rack_aware_assignment_spans_as_many_racks_as_it_can() -> None:
-    from replog.server.metadata import assign
+    from replog.server.meta.metadata import assign
 
     racks = {1: "a", 2: "a", 3: "b", 4: "b", 5: "c"}
     for name in ("orders", "t", "x" * 200):
@@ -153,7 +153,7 @@ def test_rack_aware_assignment_spans_as_many_racks_as_it_can() -> None:
 
 
 def test_without_racks_or_with_one_the_assignment_is_as_before() -> None:
-    from replog.server.metadata import assign
+    from replog.server.meta.metadata import assign
 
     plain = assign("orders", 12, 3, [1, 2, 3, 4])
     assert assign("orders", 12, 3, [1, 2, 3, 4], {}) == plain

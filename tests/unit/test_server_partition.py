@@ -11,7 +11,7 @@ import pytest
 
 from replog.errors import RecordTooLargeError, ShuttingDownError
 from replog.replication import Acks, Message, ReplicaConfig
-from replog.server.replicated import ReplicatedPartition
+from replog.server.partitions.replicated import ReplicatedPartition
 from replog.server.supervisor import Supervisor
 from replog.storage import FlushPolicy, PartitionLog, StorageConfig
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from replog.errors import TooManyPartitionsError
-from replog.server.metadata import CreateTopic, MetadataImage
-from replog.server.metadata import ReassignPartition as Reassign
-from replog.server.replica_manager import ReplicaManager
+from replog.server.meta.metadata import CreateTopic, MetadataImage
+from replog.server.meta.metadata import ReassignPartition as Reassign
+from replog.server.partitions.replica_manager import ReplicaManager
 from replog.storage import FlushPolicy, StorageConfig
 
 CONFIG = StorageConfig(flush=FlushPolicy.NEVER, segment_bytes_max=256)

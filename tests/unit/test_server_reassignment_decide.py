@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from replog.server.reassignment import (
+from replog.server.cluster.reassignment import (
     Change,
     Complete,
     State,

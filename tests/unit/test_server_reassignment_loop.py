@@ -10,14 +10,14 @@ from typing import Any
 
 from replog.errors import MembershipChangeBusyError, MembershipChangeRefusedError, ReplogError
 from replog.replication.membership import Membership
-from replog.server.metadata import (
+from replog.server.cluster.reassignment import BACKOFF_S_MAX, Progress, Reassigner, Throttle
+from replog.server.meta.metadata import (
     CompleteReassignment,
     CreateTopic,
     MetadataImage,
     ReassignPartition,
     TopicMeta,
 )
-from replog.server.reassignment import BACKOFF_S_MAX, Progress, Reassigner, Throttle
 
 
 @dataclass

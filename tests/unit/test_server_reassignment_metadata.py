@@ -13,7 +13,7 @@ from replog.errors import (
     ReassignmentInProgressError,
     TopicNotFoundError,
 )
-from replog.server.metadata import (
+from replog.server.meta.metadata import (
     CompleteReassignment,
     CreateTopic,
     DeleteTopic,

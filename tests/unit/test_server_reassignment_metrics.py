@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from replog.replication.membership import Membership
-from replog.server.metadata import CompleteReassignment, CreateTopic, MetadataImage, TopicMeta
-from replog.server.metadata import ReassignPartition as Reassign
+from replog.server.cluster.reassignment import Progress, Reassigner, lag_bytes
+from replog.server.meta.metadata import CompleteReassignment, CreateTopic, MetadataImage, TopicMeta
+from replog.server.meta.metadata import ReassignPartition as Reassign
 from replog.server.metrics import Metrics
-from replog.server.reassignment import Progress, Reassigner, lag_bytes
 from tests.unit.test_server_reassignment_loop import FakeDriver, FakePart
 
 

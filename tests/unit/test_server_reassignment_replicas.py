@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from replog.server import replica_dirs
-from replog.server.metadata import (
+from replog.server.meta.metadata import (
     CompleteReassignment,
     CreateTopic,
     MetadataImage,
     ReassignPartition,
 )
+from replog.server.partitions import replica_dirs
 from replog.storage.names import partition_dir
 from tests.unit.test_server_replica_manager import Clock, manager
 

@@ -13,7 +13,7 @@ import pytest
 from replog.errors import CorruptDataError
 from replog.replication import Acks, Message, ReplicaConfig, Role
 from replog.replication.driver import ReplicaDriver
-from replog.server.repair import Action, Repairer, decide, run_scrubber
+from replog.server.partitions.repair import Action, Repairer, decide, run_scrubber
 from replog.storage import PartitionLog
 from tests.unit.test_replication_driver import (
     DEADLINE_S,

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from replog.replication import Acks, Message, ReplicaConfig
-from replog.server import replica_dirs
-from replog.server.metadata import CreateTopic, DeleteTopic, MetadataImage, TopicMeta
-from replog.server.replica_manager import ReplicaManager
-from replog.server.replicated import ReplicatedPartition
+from replog.server.meta.metadata import CreateTopic, DeleteTopic, MetadataImage, TopicMeta
+from replog.server.partitions import replica_dirs
+from replog.server.partitions.replica_manager import ReplicaManager
+from replog.server.partitions.replicated import ReplicatedPartition
 from replog.server.supervisor import Supervisor
 from replog.storage import FlushPolicy, PartitionLog, StorageConfig
 

@@ -14,7 +14,7 @@ from replog.errors import (
     TopicNotFoundError,
     UnavailableError,
 )
-from replog.server.status import to_status
+from replog.server.edge.status import to_status
 
 
 class FakeCall(grpc.RpcError, grpc.Call):  # type: ignore[misc]

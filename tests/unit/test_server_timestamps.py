@@ -1,4 +1,4 @@
-"""How raw topics' records are dated (`server/timestamps.py`): by their idempotent batch
+"""How raw topics' records are dated (`server/meta/timestamps.py`): by their idempotent batch
 headers only; epoch markers, data records and look-alikes have no timestamp."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 
 from replog import frames, records
 from replog.replication.producers import BatchHeader
-from replog.server.metadata import TopicMeta
-from replog.server.timestamps import batch_header_timestamps, reader_for
+from replog.server.meta.metadata import TopicMeta
+from replog.server.meta.timestamps import batch_header_timestamps, reader_for
 from replog.storage.config import NO_TIMESTAMP
 
 

@@ -1,4 +1,4 @@
-"""A topic's format and timestamp type in the cluster metadata (`server/metadata.py`):
+"""A topic's format and timestamp type in the cluster metadata (`server/meta/metadata.py`):
 raw topics keep the version-1 command every release reads; others need version 2."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from replog.errors import InvalidArgumentError
-from replog.server.metadata import (
+from replog.server.meta.metadata import (
     CreateTopic,
     MetadataImage,
     UnknownCommandError,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replog.server.limits import Limits, LimitsConfig
+from replog.server.edge.limits import Limits, LimitsConfig
 
 KIB = 1024
 

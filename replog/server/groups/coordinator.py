@@ -43,17 +43,17 @@ from replog.errors import (
     ReplogError,
     TopicExistsError,
 )
+from replog.server.control.routing import Elsewhere, Router
+from replog.server.control.topics import OFFSETS_TOPIC, Topics
 from replog.server.groups import records
 from replog.server.groups.config import GroupsConfig
 from replog.server.groups.shard import Shard
 from replog.server.groups.state import Groups, GroupsLimits
 from replog.server.logs import log
-from replog.server.metadata import METADATA_TOPIC, TopicMeta
-from replog.server.metadata_log import MetadataLog
-from replog.server.peers import Peers
-from replog.server.replica_manager import ReplicaManager
-from replog.server.routing import Elsewhere, Router
-from replog.server.topics import OFFSETS_TOPIC, Topics
+from replog.server.meta.metadata import METADATA_TOPIC, TopicMeta
+from replog.server.meta.metadata_log import MetadataLog
+from replog.server.partitions.replica_manager import ReplicaManager
+from replog.server.peering.peers import Peers
 
 _log = logging.getLogger("replog.server.groups")
 

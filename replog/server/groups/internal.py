@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from replog.errors import InvalidArgumentError
-from replog.server.status import Refused, abort
-from replog.server.topics import OFFSETS_TOPIC
+from replog.server.control.topics import OFFSETS_TOPIC
+from replog.server.edge.status import Refused, abort
 
 if TYPE_CHECKING:
     Handler = grpc.RpcMethodHandler[Any, Any]

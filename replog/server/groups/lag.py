@@ -24,9 +24,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from replog.errors import ReplogError
+from replog.server.control.routing import Here
 from replog.server.groups.coordinator import Coordinator
-from replog.server.peers import remote
-from replog.server.routing import Here
+from replog.server.peering.peers import remote
 from replog.v1 import admin_pb2
 
 LAG_REFRESH_S = 5.0

@@ -23,16 +23,16 @@ from replog.errors import (
     ReplogError,
     UnknownGroupError,
 )
+from replog.server.control.topics import OFFSETS_TOPIC
+from replog.server.edge.listeners import Authenticate, MembersOnly
+from replog.server.edge.rpc import Context, unary
 from replog.server.groups import records, wire
 from replog.server.groups.coordinator import Coordinator, Spawn
 from replog.server.groups.lag import HighWatermarks, LagCollector
 from replog.server.groups.shard import Shard
 from replog.server.groups.state import Group, Member
-from replog.server.listeners import Authenticate, MembersOnly
 from replog.server.metrics import Metrics
-from replog.server.peers import FORWARD_METADATA, FORWARDED, remote
-from replog.server.rpc import Context, unary
-from replog.server.topics import OFFSETS_TOPIC
+from replog.server.peering.peers import FORWARD_METADATA, FORWARDED, remote
 from replog.v1 import groups_pb2, groups_pb2_grpc
 
 REMOTE_TIMEOUT_S = 10.0

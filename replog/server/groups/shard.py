@@ -37,7 +37,7 @@ from replog.replication import Acks
 from replog.server.groups import records
 from replog.server.groups.state import Groups
 from replog.server.logs import log
-from replog.server.replicated import ReplicatedPartition
+from replog.server.partitions.replicated import ReplicatedPartition
 
 _log = logging.getLogger("replog.server.groups")
 

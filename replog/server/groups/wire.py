@@ -14,9 +14,9 @@ from replog.errors import (
     InvalidGroupNameError,
     OffsetMetadataTooLargeError,
 )
+from replog.server.control.topics import OFFSETS_TOPIC
 from replog.server.groups.config import GroupsConfig
-from replog.server.metadata import METADATA_TOPIC
-from replog.server.topics import OFFSETS_TOPIC
+from replog.server.meta.metadata import METADATA_TOPIC
 from replog.storage import validate_topic_name
 from replog.storage.names import PARTITIONS_MAX
 

@@ -1,0 +1,313 @@
+"""Client authentication and authorization (ACLs) on the client listener.
+
+Who is calling (`Authenticator.principal`), in this order:
+
+    1. metadata `authorization: Bearer <token>`: the token's SHA-256 must match an entry of
+       the token file (`--token-file`), whose principal it becomes; a token no entry matches
+       is UNAUTHENTICATED (reason UNAUTHENTICATED), whatever else the call carries;
+    2. a verified client certificate (`--tls-client-auth require`) with the URI SAN
+       `replog://client/<name>`: principal `User:<name>`;
+    3. nothing: anonymous, which is UNAUTHENTICATED when authorization is on.
+
+Token file, one entry a line (`#` comments), reloaded when it changes (mtime, size)::
+
+    User:alice sha256:2bd806c97f0e00af1a1fc3328fa763a9269723c8db8fac4f93af71db186d6e90
+
+(the hex SHA-256 of the token's UTF-8 bytes: `replog token hash`); tokens are never stored.
+
+What it may do (`Authorizer`, a handler wrapper of `handler_chain.py`, with
+`--authorization acl`): every Log, Admin, Acls and Groups call names an operation on a
+resource (`REQUIRED` below); a principal in `--super-users` may do everything, anyone else
+needs an ACL of the replicated metadata (`MetadataImage.allowed`), else PERMISSION_DENIED
+(reason PERMISSION_DENIED) naming the operation and resource. GetMetadata needs only an
+authenticated caller (clients route with it). Health and reflection are open. Calls
+forwarded between nodes arrive on the peer listener, where mutual TLS authenticates the
+node (security.py); the node that took the client's call authorized it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import inspect
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from replog.certs import CLIENT_URI_PREFIX
+from replog.errors import InvalidConfigError, PermissionDeniedError, UnauthenticatedError
+from replog.server.edge.security import peer_sans
+from replog.server.edge.status import Refused, abort
+from replog.server.meta.metadata import MetadataImage
+
+if TYPE_CHECKING:
+    Handler = grpc.RpcMethodHandler[Any, Any]
+else:  # the stubs' generics do not exist at run time
+    Handler = grpc.RpcMethodHandler
+
+AUTHORIZATION_KEY = "authorization"
+BEARER = "bearer "
+HASH_PREFIX = "sha256:"
+ANONYMOUS = "ANONYMOUS"
+TOKEN_RELOAD_CHECK_S = 1.0
+TOKEN_BYTES_MAX = 4096
+
+
+def hash_token(token: str) -> str:
+    """What the token file stores for `token`."""
+    return HASH_PREFIX + hashlib.sha256(token.encode()).hexdigest()
+
+
+class TokenFile:
+    """Principals by token hash, from a file re-read when it changes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._signature: tuple[int, int] | None = None
+        self._checked_at = 0.0
+        self._entries: list[tuple[bytes, str]] = []
+        self._load()
+
+    def _load(self) -> None:
+        st = os.stat(self.path)
+        entries: list[tuple[bytes, str]] = []
+        for number, line in enumerate(self.path.read_text().splitlines(), 1):
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            principal, _, digest = line.partition(" ")
+            digest = digest.strip()
+            hex_part = digest[len(HASH_PREFIX) :]
+            if not (
+                principal.startswith("User:")
+                and digest.startswith(HASH_PREFIX)
+                and len(hex_part) == 64
+                and all(c in "0123456789abcdef" for c in hex_part)
+            ):
+                raise InvalidConfigError(
+                    f"{self.path}:{number}: expected `User:<name> sha256:<64 hex digits>`"
+                )
+            entries.append((bytes.fromhex(hex_part), principal))
+        self._entries = entries
+        self._signature = (st.st_mtime_ns, st.st_size)
+
+    def principal(self, token: str) -> str | None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._checked_at >= TOKEN_RELOAD_CHECK_S:
+                self._checked_at = now
+                try:
+                    st = os.stat(self.path)
+                    if (st.st_mtime_ns, st.st_size) != self._signature:
+                        self._load()
+                except (OSError, InvalidConfigError):
+                    pass  # keep the last good entries; the file is being rewritten
+            entries = self._entries
+        digest = hashlib.sha256(token.encode()).digest()
+        found = None
+        for known, principal in entries:  # no early exit: the time does not say which
+            if hmac.compare_digest(known, digest):
+                found = principal
+        return found
+
+
+class Authenticator:
+    def __init__(self, tokens: TokenFile | None) -> None:
+        self.tokens = tokens
+
+    def principal(self, context: Any) -> str:
+        """The caller's principal (ANONYMOUS without credentials); UnauthenticatedError for
+        a bearer token that matches no entry."""
+        for key, value in context.invocation_metadata() or ():
+            if key != AUTHORIZATION_KEY:
+                continue
+            text = value if isinstance(value, str) else value.decode(errors="replace")
+            if not text[: len(BEARER)].lower() == BEARER:
+                raise UnauthenticatedError("the authorization metadata must be `Bearer <token>`")
+            token = text[len(BEARER) :].strip()
+            found = None
+            if self.tokens is not None and 0 < len(token) <= TOKEN_BYTES_MAX:
+                found = self.tokens.principal(token)
+            if found is None:
+                raise UnauthenticatedError("the bearer token is not valid")
+            return found
+        for san in peer_sans(context):
+            if san.startswith(CLIENT_URI_PREFIX) and len(san) > len(CLIENT_URI_PREFIX):
+                return "User:" + san[len(CLIENT_URI_PREFIX) :]
+        return ANONYMOUS
+
+
+# method -> (operation, resource type, the request field naming the resource or None)
+REQUIRED: dict[str, tuple[str, str, str | None] | None] = {
+    "/replog.v1.Log/Append": ("write", "topic", "topic"),
+    "/replog.v1.Log/AppendStream": ("write", "topic", "topic"),  # each request's topic
+    "/replog.v1.Log/Fetch": ("read", "topic", "topic"),
+    "/replog.v1.Log/StreamFrom": ("read", "topic", "topic"),
+    "/replog.v1.Log/InitProducer": None,  # any authenticated caller (appends are checked)
+    "/replog.v1.Admin/CreateTopic": ("create", "topic", "name"),
+    "/replog.v1.Admin/DeleteTopic": ("delete", "topic", "name"),
+    "/replog.v1.Admin/DescribeTopic": ("describe", "topic", "name"),
+    "/replog.v1.Admin/ListOffsets": ("describe", "topic", "topic"),
+    "/replog.v1.Admin/ListTopics": ("describe", "cluster", None),
+    "/replog.v1.Admin/GetMetadata": None,  # any authenticated caller
+    "/replog.v1.Acls/AddAcl": ("alter", "cluster", None),
+    "/replog.v1.Acls/RemoveAcl": ("alter", "cluster", None),
+    "/replog.v1.Acls/ListAcls": ("describe", "cluster", None),
+    # Consumer groups: the group's ACLs (a member reads its partitions with topic ACLs).
+    "/replog.v1.Groups/FindCoordinator": ("describe", "group", "group"),
+    "/replog.v1.Groups/JoinGroup": ("read", "group", "group"),
+    "/replog.v1.Groups/Heartbeat": ("read", "group", "group"),
+    "/replog.v1.Groups/LeaveGroup": ("read", "group", "group"),
+    "/replog.v1.Groups/CommitOffsets": ("read", "group", "group"),
+    "/replog.v1.Groups/FetchCommittedOffsets": ("read", "group", "group"),
+    "/replog.v1.Groups/DescribeGroup": ("describe", "group", "group"),
+    "/replog.v1.Groups/DeleteGroup": ("delete", "group", "group"),
+    "/replog.v1.Groups/ListGroups": ("describe", "cluster", None),
+}
+GUARDED_SERVICES = (
+    "/replog.v1.Log/",
+    "/replog.v1.Admin/",
+    "/replog.v1.Acls/",
+    "/replog.v1.Groups/",
+)
+NAME_CHARS_MAX = 100
+
+
+class Authorizer:
+    """Checks every Log, Admin and Acls call against the ACLs before its handler runs."""
+
+    def __init__(
+        self,
+        authenticator: Authenticator,
+        image: Callable[[], MetadataImage],
+        super_users: frozenset[str],
+    ) -> None:
+        self.authenticator = authenticator
+        self.image = image
+        self.super_users = super_users
+        self.denied = 0
+
+    def wrap(self, method: str, handler: Handler) -> Handler:
+        if not method.startswith(GUARDED_SERVICES):
+            return handler
+        required = REQUIRED.get(method, ("alter", "cluster", None))  # unknown: the strictest
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._wrap(handler.unary_unary, required),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                self._wrap(handler.unary_stream, required),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(
+                self._wrap_streamed(handler.stream_stream, required),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler  # no other client-streaming calls in these services
+
+    def _wrap_streamed(
+        self, inner: Callable[..., Any], required: tuple[str, str, str | None] | None
+    ) -> Callable[..., Any]:
+        """A stream of requests (AppendStream): the caller is authenticated when the stream
+        opens (else the stream ends UNAUTHENTICATED); each request is authorized as it is
+        read, and a denied one reaches the handler as `Refused` (answered PERMISSION_DENIED
+        in its place; the stream goes on)."""
+
+        async def authorized(requests: AsyncIterator[Any], principal: str) -> AsyncIterator[Any]:
+            async for request in requests:
+                if isinstance(request, Refused):
+                    yield request
+                    continue
+                denied = self._denial(principal, request, required)
+                yield request if denied is None else Refused(request, denied)
+
+        async def handle(requests: AsyncIterator[Any], context: Any) -> Any:
+            try:
+                principal = self._principal(context)
+            except UnauthenticatedError as err:
+                await abort(context, err)
+                raise AssertionError("abort returned") from err
+            return await inner(authorized(requests, principal), context)
+
+        return handle
+
+    def _principal(self, context: Any) -> str:
+        principal = self.authenticator.principal(context)
+        if principal == ANONYMOUS:
+            raise UnauthenticatedError(
+                "this node requires credentials: a bearer token or a client certificate"
+            )
+        return principal
+
+    def _denial(
+        self, principal: str, request: Any, required: tuple[str, str, str | None] | None
+    ) -> PermissionDeniedError | None:
+        """Why `principal` may not make `request` (None: it may)."""
+        if required is None or principal in self.super_users:
+            return None
+        operation, resource_type, field = required
+        name = str(getattr(request, field, "")) if field else ""
+        if self.image().allowed(principal, operation, resource_type, name):
+            return None
+        self.denied += 1
+        what = f"{resource_type} {name[:NAME_CHARS_MAX]!r}" if field else "the cluster"
+        return PermissionDeniedError(
+            f"{principal[:NAME_CHARS_MAX]} may not {operation} {what}",
+            principal=principal[:NAME_CHARS_MAX],
+            operation=operation,
+            resource_type=resource_type,
+        )
+
+    def _wrap(
+        self, inner: Callable[..., Any], required: tuple[str, str, str | None] | None
+    ) -> Callable[..., Any]:
+        if inspect.isasyncgenfunction(inner):
+
+            async def generate(request: Any, context: Any) -> AsyncIterator[Any]:
+                await self.check(request, context, required)
+                async for reply in inner(request, context):
+                    yield reply
+
+            return generate
+
+        async def handle(request: Any, context: Any) -> Any:
+            await self.check(request, context, required)
+            return await inner(request, context)
+
+        return handle
+
+    async def check(
+        self, request: Any, context: Any, required: tuple[str, str, str | None] | None
+    ) -> None:
+        try:
+            denied = self._denial(self._principal(context), request, required)
+            if denied is not None:
+                raise denied
+        except (UnauthenticatedError, PermissionDeniedError) as err:
+            await abort(context, err)
+
+
+def authorizers(
+    authorization: str,
+    token_file: Path | None,
+    super_users: str,
+    image: Callable[[], MetadataImage],
+) -> list[Authorizer]:
+    """The client listener's authorization wrapper (none with authorization off)."""
+    if authorization != "acl":
+        return []
+    tokens = TokenFile(token_file) if token_file is not None else None
+    supers = frozenset(p.strip() for p in super_users.split(",") if p.strip())
+    return [Authorizer(Authenticator(tokens), image, supers)]

@@ -1,0 +1,798 @@
+"""Cluster metadata: typed, versioned commands and the in-memory image they build.
+
+The `__cluster` partition's records are commands. Each is validated against the image on
+the metadata leader BEFORE it is proposed (`MetadataImage.create_topic` /
+`delete_topic` return the command or raise a typed `ReplogError`); once committed, applying
+it (`MetadataImage.apply`) cannot fail: it is a pure change of in-memory state. Local side
+effects (directories, replicas) are not part of applying: the reconciler
+(`replica_manager`) moves local state towards the image and may retry; the image never
+waits for it.
+
+Record value, JSON (UTF-8), version 1 (written)::
+
+    {"kind": "create_topic", "version": 1, "name": "orders", "partitions": 3,
+     "assignment": [[1, 2, 3], [2, 3, 1], [3, 1, 2]]}
+    {"kind": "create_topic", "version": 2, ..., "format": "envelope",
+     "timestamp_type": "log_append_time"}     (version 2: a topic that is not raw)
+    {"kind": "delete_topic", "version": 1, "name": "orders"}
+    {"kind": "add_acl", "version": 1, "acl": {"principal": "User:alice",
+     "resource_type": "topic", "resource_name": "orders.", "prefix": true,
+     "operation": "write"}}
+    {"kind": "remove_acl", "version": 1, "acl": {...the same fields...}}
+    {"kind": "init_producer", "version": 1, "name": "spark-query-7"}   ("" : anonymous)
+    {"kind": "reassign_partition", "version": 1, "name": "orders", "topic_id": 17,
+     "partition": 0, "replicas": [2, 3, 4]}
+    {"kind": "complete_reassignment", "version": 1, "name": "orders", "topic_id": 17,
+     "partition": 0, "replicas": [2, 3, 4]}
+    {"kind": "add_node", "version": 1, "node_id": 4, "address": "10.0.0.4:7070",
+     "peer_address": ""}                  (peer_address "": peers call `address`)
+    {"kind": "remove_node", "version": 1, "node_id": 4}
+
+Nodes: the cluster's members are the nodes of the settings' `peers` (the bootstrap list,
+the same on every node) changed by the `add_node` and `remove_node` commands in log order
+(`MetadataImage.nodes`). A node added this way is reached by every node without a restart
+(`server/cluster/membership.py` keeps the peer links and the `__cluster` quorum in step with it).
+Validation: `add_node` needs an id in [1, 2**31-1] and host:port addresses that no other
+member uses; a member added again at the same address changes nothing, at another address
+is NODE_ALREADY_EXISTS.
+`remove_node` needs a member (UNKNOWN_NODE) that hosts no replica, reassignment targets
+included (NODE_NOT_EMPTY: decommission it first), and not the last one.
+
+Reassignment (moving a partition's replicas to other nodes): `reassign_partition` records a
+partition's target replicas (preferred leader first) beside its assignment; while it is in
+force the partition is hosted by the nodes of both (`TopicMeta.hosts`; a cancelled target's
+nodes too, until the completion). The partition's leader drives its membership towards the
+target (`server/cluster/reassignment.py`) and, once the membership is the target, proposes
+`complete_reassignment`, which makes the target the assignment. A node of an earlier
+release stops at either command (an unknown kind), as below: upgrade every node first.
+A `reassign_partition` whose replicas are the current assignment cancels one in progress
+(the leader drives the membership back, then completes). Validation
+(`MetadataImage.reassign_partition`): the topic exists (with that `topic_id`), the partition
+is in range, the replicas are 1 or more distinct known node ids, and no other reassignment
+of the partition is in progress; the metadata leader also refuses a move that would make a
+node host more than `partitions_max` replicas (`Topics.reassign`, TOO_MANY_PARTITIONS).
+Applying either command to a topic that is gone or was created again (another
+`topic_id`), or a completion whose replicas are not the target in force, changes nothing.
+
+A topic's `format` ("raw": values are the producer's bytes; "envelope": `replog.records`)
+and `timestamp_type` ("create_time" or "log_append_time") are absent from version 1 (raw,
+create time). A topic that is not raw is written as version 2, so that a node of an older
+release stops ("upgrade this node") rather than lead it as raw (accepting values that are
+not envelopes, or keeping producers' timestamps): raw topics stay version 1, readable by
+every release.
+
+A producer id is 1 + the `__cluster` offset of the `init_producer` command that first
+made it: unique in the cluster, never reused. A named producer keeps its id; each further
+`init_producer` of its name raises its epoch by one (fencing the older instances).
+
+ACLs (`AclEntry`) allow a principal an operation on a resource: a topic or a consumer
+group (by name, or by prefix), or the cluster. `MetadataImage.allowed` is the authorizer's
+question; a cluster ACL of an operation covers every topic and group too. Principals are
+"User:<name>" ("User:*": any authenticated user) and "Node:<id>".
+
+Version 0 (read, never written) is the untyped format of earlier releases, with "op" in
+place of "kind" and no "version". A record whose kind or version this node does not know,
+or whose fields do not have the shape above, raises `UnknownCommandError`: the node stops
+with that error rather than skip a command the rest of the cluster applied.
+
+A topic's identity is its name plus `topic_id`, the `__cluster` offset of the command that
+created it: a topic deleted and created again under the same name is a new topic, and the
+reconciler never mistakes the old one's files for the new one's.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from replog.errors import (
+    InvalidArgumentError,
+    LimitExceededError,
+    NodeExistsError,
+    NodeNotEmptyError,
+    NotFoundError,
+    PartitionNotFoundError,
+    ReassignmentInProgressError,
+    TopicExistsError,
+    TopicNotFoundError,
+    UnknownNodeError,
+)
+from replog.storage import validate_topic_name
+from replog.storage.names import PARTITIONS_MAX
+
+METADATA_TOPIC = "__cluster"
+COMMAND_VERSION = 1
+KNOWN_VERSIONS = (0, 1, 2)
+RAW = "raw"
+ENVELOPE = "envelope"
+FORMATS = (RAW, ENVELOPE)
+CREATE_TIME = "create_time"
+LOG_APPEND_TIME = "log_append_time"
+TIMESTAMP_TYPES = (CREATE_TIME, LOG_APPEND_TIME)
+
+
+class UnknownCommandError(Exception):
+    """A metadata record this node cannot apply (newer kind or version, or malformed).
+    Not a `ReplogError`: it is not a request's outcome but a reason to stop the node."""
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopic:
+    name: str
+    partitions: int
+    assignment: tuple[tuple[int, ...], ...]  # partition -> its replicas, preferred leader first
+    format: str = RAW
+    timestamp_type: str = CREATE_TIME
+
+    KIND = "create_topic"
+
+
+@dataclass(frozen=True, slots=True)
+class _PartitionTarget:
+    name: str
+    topic_id: int
+    partition: int
+    replicas: tuple[int, ...]  # the target, preferred leader first
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignPartition(_PartitionTarget):
+    """Start moving the partition to `replicas` (or cancel: the current assignment)."""
+
+    KIND = "reassign_partition"
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteReassignment(_PartitionTarget):
+    """The partition's membership is `replicas`, its target: they become its assignment."""
+
+    KIND = "complete_reassignment"
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopic:
+    name: str
+
+    KIND = "delete_topic"
+
+
+OPERATIONS = ("read", "write", "create", "delete", "describe", "alter")
+RESOURCE_TYPES = ("topic", "cluster", "group")  # group: a consumer group (server/groups/)
+PRINCIPAL_BYTES_MAX = 255
+ANY_USER = "User:*"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class AclEntry:
+    principal: str
+    resource_type: str  # "topic", "group" or "cluster"
+    resource_name: str  # a topic or group name, or a prefix; "" for the cluster
+    prefix: bool
+    operation: str  # one of OPERATIONS, or "all"
+
+    @classmethod
+    def checked(
+        cls, principal: str, resource_type: str, resource_name: str, prefix: bool, operation: str
+    ) -> AclEntry:
+        """An entry, or InvalidArgumentError (for a client) when a field is out of shape."""
+        kind, sep, name = principal.partition(":")
+        if not (
+            sep and kind in ("User", "Node") and name and len(principal) <= PRINCIPAL_BYTES_MAX
+        ):
+            raise InvalidArgumentError("a principal is User:<name> or Node:<id>")
+        if resource_type not in RESOURCE_TYPES:
+            raise InvalidArgumentError(f"resource_type must be one of {list(RESOURCE_TYPES)}")
+        if operation not in (*OPERATIONS, "all"):
+            raise InvalidArgumentError(f"operation must be one of {[*OPERATIONS, 'all']}")
+        if resource_type == "cluster":
+            if resource_name or prefix:
+                raise InvalidArgumentError("a cluster ACL names no resource and no prefix")
+        elif prefix or resource_type == "group":
+            if not resource_name or len(resource_name) > PRINCIPAL_BYTES_MAX:
+                raise InvalidArgumentError(
+                    f"a {resource_type} name or prefix must be 1-255 characters"
+                )
+        else:
+            validate_topic_name(resource_name)
+        return cls(principal, resource_type, resource_name, prefix, operation)
+
+    def grants(self, principal: str, operation: str, resource_type: str, name: str) -> bool:
+        if self.principal != principal and not (
+            self.principal == ANY_USER and principal.startswith("User:")
+        ):
+            return False
+        if self.operation not in (operation, "all"):
+            return False
+        if self.resource_type == "cluster":
+            return True  # cluster rights cover every topic and group
+        if resource_type != self.resource_type:
+            return False
+        return name.startswith(self.resource_name) if self.prefix else name == self.resource_name
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "principal": self.principal,
+            "resource_type": self.resource_type,
+            "resource_name": self.resource_name,
+            "prefix": self.prefix,
+            "operation": self.operation,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class AddAcl:
+    acl: AclEntry
+
+    KIND = "add_acl"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveAcl:
+    acl: AclEntry
+
+    KIND = "remove_acl"
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducer:
+    name: str  # "": anonymous
+
+    KIND = "init_producer"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAddress:
+    """Where a member is reached: `address` (clients, and peers without a peer listener)
+    and `peer_address` ("": the same)."""
+
+    address: str
+    peer_address: str = ""
+
+    @property
+    def dial(self) -> str:
+        return self.peer_address or self.address
+
+
+NODE_ID_MAX = 2**31 - 1
+NODES_MAX = 256
+ADDRESS_BYTES_MAX = 255
+
+
+def is_address(value: str) -> bool:
+    """host:port, port in [0, 65535], at most ADDRESS_BYTES_MAX bytes."""
+    host, sep, port = value.rpartition(":")
+    return bool(
+        sep
+        and host
+        and port.isdigit()
+        and len(port) <= 5
+        and int(port) <= 65535
+        and len(value.encode()) <= ADDRESS_BYTES_MAX
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AddNode:
+    node_id: int
+    address: str
+    peer_address: str = ""
+
+    KIND = "add_node"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveNode:
+    node_id: int
+
+    KIND = "remove_node"
+
+
+PRODUCER_NAME_BYTES_MAX = 255
+PRODUCER_NAMES_MAX = 100_000
+PRODUCER_EPOCH_MAX = 2**31 - 1
+
+Command = (
+    CreateTopic
+    | DeleteTopic
+    | AddAcl
+    | RemoveAcl
+    | InitProducer
+    | ReassignPartition
+    | CompleteReassignment
+    | AddNode
+    | RemoveNode
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMeta:
+    name: str
+    partitions: int
+    assignment: tuple[tuple[int, ...], ...]
+    topic_id: int  # the __cluster offset of the CreateTopic that made it
+    format: str = RAW
+    timestamp_type: str = CREATE_TIME
+    # partition -> target replicas of a reassignment in progress (preferred leader first)
+    targets: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    # partition -> the nodes outside its assignment that any target of the reassignment in
+    # progress named (a cancelled target's too: they may hold a voter until it completes)
+    joining: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def hosts(self, partition: int) -> tuple[int, ...]:
+        """The nodes with a replica of `partition`: its assignment, then, while a
+        reassignment is in progress, the nodes its targets added."""
+        return self.assignment[partition] + tuple(self.joining.get(partition, ()))
+
+    def hosted_by(self, node_id: int) -> list[int]:
+        """The partitions with a replica on `node_id` (reassignment targets included)."""
+        return [p for p in range(self.partitions) if node_id in self.hosts(p)]
+
+
+# -- encoding -------------------------------------------------------------------------------
+
+
+def encode(command: Command) -> bytes:
+    body: dict[str, Any] = {"kind": command.KIND, "version": COMMAND_VERSION}
+    if isinstance(command, AddAcl | RemoveAcl):
+        body["acl"] = command.acl.as_dict()
+    elif isinstance(command, AddNode | RemoveNode):
+        body["node_id"] = command.node_id
+        if isinstance(command, AddNode):
+            body["address"] = command.address
+            body["peer_address"] = command.peer_address
+    else:
+        body["name"] = command.name
+    if isinstance(command, ReassignPartition | CompleteReassignment):
+        body["topic_id"] = command.topic_id
+        body["partition"] = command.partition
+        body["replicas"] = list(command.replicas)
+    if isinstance(command, CreateTopic):
+        body["partitions"] = command.partitions
+        body["assignment"] = [list(r) for r in command.assignment]
+        if (command.format, command.timestamp_type) != (RAW, CREATE_TIME):
+            body["version"] = 2
+            body["format"] = command.format
+            body["timestamp_type"] = command.timestamp_type
+    return json.dumps(body, sort_keys=True).encode()
+
+
+def decode(value: bytes) -> Command:
+    """The command a record holds; `UnknownCommandError` for anything else."""
+    try:
+        body = json.loads(value)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise UnknownCommandError(f"not a JSON metadata command: {exc}") from None
+    if not isinstance(body, dict):
+        raise UnknownCommandError("a metadata command must be a JSON object")
+    version = body.get("version", 0)
+    kind = body.get("kind") if version else body.get("op")
+    if version == 2 and kind != CreateTopic.KIND:
+        version = f"2 of {kind!r}"  # only create_topic has a version 2
+    if version not in KNOWN_VERSIONS or isinstance(version, bool):
+        raise UnknownCommandError(
+            f"metadata command version {version!r} (kind {kind!r}) is newer than this node "
+            f"understands (versions {list(KNOWN_VERSIONS)}): upgrade this node"
+        )
+    try:
+        if kind == CreateTopic.KIND:
+            return _shaped(
+                CreateTopic(
+                    _name(body["name"]),
+                    _int(body["partitions"]),
+                    tuple(tuple(_int(r) for r in reps) for reps in body["assignment"]),
+                    _choice(body.get("format", RAW), FORMATS),
+                    _choice(body.get("timestamp_type", CREATE_TIME), TIMESTAMP_TYPES),
+                )
+            )
+        if kind == DeleteTopic.KIND:
+            return DeleteTopic(_name(body["name"]))
+        if kind == InitProducer.KIND and version >= 1:
+            return InitProducer(_name(body["name"]))
+        if kind in (ReassignPartition.KIND, CompleteReassignment.KIND) and version >= 1:
+            cls = ReassignPartition if kind == ReassignPartition.KIND else CompleteReassignment
+            replicas = tuple(_int(r) for r in body["replicas"])
+            if not replicas or len(set(replicas)) != len(replicas) or min(replicas) < 0:
+                raise ValueError(f"replicas {list(replicas)} must be distinct and not empty")
+            partition = _int(body["partition"])
+            if not 0 <= partition < PARTITIONS_MAX:
+                raise ValueError(f"partition {partition} out of range")
+            return cls(_name(body["name"]), _int(body["topic_id"]), partition, replicas)
+        if kind in (AddNode.KIND, RemoveNode.KIND) and version >= 1:
+            node_id = _int(body["node_id"])
+            if not 1 <= node_id <= NODE_ID_MAX:
+                raise ValueError(f"node_id {node_id} out of range")
+            if kind == RemoveNode.KIND:
+                return RemoveNode(node_id)
+            address, peer_address = _name(body["address"]), _name(body["peer_address"])
+            if not is_address(address) or not (peer_address == "" or is_address(peer_address)):
+                raise ValueError(f"addresses {address!r}, {peer_address!r} are not host:port")
+            return AddNode(node_id, address, peer_address)
+        if kind in (AddAcl.KIND, RemoveAcl.KIND) and version >= 1:
+            acl = _acl(body["acl"])
+            return AddAcl(acl) if kind == AddAcl.KIND else RemoveAcl(acl)
+    except (KeyError, TypeError, ValueError, InvalidArgumentError) as exc:
+        raise UnknownCommandError(f"malformed {kind!r} metadata command: {exc!r}") from None
+    raise UnknownCommandError(
+        f"unknown metadata command kind {kind!r} (version {version}): upgrade this node"
+    )
+
+
+def _name(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"name must be a string, got {value!r}")
+    return value
+
+
+def _acl(value: object) -> AclEntry:
+    if not isinstance(value, dict):
+        raise TypeError("acl must be an object")
+    prefix = value["prefix"]
+    if not isinstance(prefix, bool):
+        raise TypeError("acl prefix must be a boolean")
+    fields = [value[k] for k in ("principal", "resource_type", "resource_name", "operation")]
+    if not all(isinstance(f, str) for f in fields):
+        raise TypeError("acl fields must be strings")
+    principal, resource_type, resource_name, operation = fields
+    return AclEntry.checked(principal, resource_type, resource_name, prefix, operation)
+
+
+def _choice(value: object, choices: tuple[str, ...]) -> str:
+    if value not in choices or not isinstance(value, str):
+        raise ValueError(f"{value!r} is not one of {list(choices)}")
+    return value
+
+
+def _int(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _shaped(command: CreateTopic) -> CreateTopic:
+    """Structural checks that make applying `command` total."""
+    if not 1 <= command.partitions <= PARTITIONS_MAX:
+        raise ValueError(f"partitions {command.partitions} out of range")
+    if len(command.assignment) != command.partitions:
+        raise ValueError("the assignment must list every partition")
+    for replicas in command.assignment:
+        if not replicas or len(set(replicas)) != len(replicas):
+            raise ValueError(f"replicas {list(replicas)} must be distinct and not empty")
+    return command
+
+
+def assign(
+    name: str,
+    partitions: int,
+    replication_factor: int,
+    nodes: Sequence[int],
+    racks: Mapping[int, str] | None = None,
+) -> tuple[tuple[int, ...], ...]:
+    """Spread replicas evenly: partition p starts at node (p + crc32(name)) % n.
+
+    With `racks` (node -> rack, "" unknown) naming two racks or more, the nodes are taken
+    in a ring that alternates racks (each rack's nodes by id, racks by name), and each
+    partition takes, from its start on the ring, first nodes of racks it has no replica in
+    yet, then any: its replicas span min(replication_factor, racks) racks."""
+    ordered = sorted(nodes)
+    n = len(ordered)
+    seed = zlib.crc32(name.encode())
+    rack_of = {node: (racks or {}).get(node, "") for node in ordered}
+    if len(set(rack_of.values())) < 2:
+        return tuple(
+            tuple(ordered[(p + seed + k) % n] for k in range(replication_factor))
+            for p in range(partitions)
+        )
+    by_rack: dict[str, list[int]] = {}
+    for node in ordered:
+        by_rack.setdefault(rack_of[node], []).append(node)
+    groups = [by_rack[r] for r in sorted(by_rack)]
+    ring = [g[i] for i in range(max(map(len, groups))) for g in groups if i < len(g)]
+    out = []
+    for p in range(partitions):
+        start = (p + seed) % n
+        around = [ring[(start + k) % n] for k in range(n)]
+        chosen: list[int] = []
+        used: set[str] = set()
+        for node in around:
+            if len(chosen) < replication_factor and rack_of[node] not in used:
+                chosen.append(node)
+                used.add(rack_of[node])
+        for node in around:
+            if len(chosen) < replication_factor and node not in chosen:
+                chosen.append(node)
+        out.append(tuple(chosen))
+    return tuple(out)
+
+
+# -- the image ------------------------------------------------------------------------------
+
+
+class MetadataImage:
+    """The cluster's topics as the committed commands up to `applied_offset` describe them."""
+
+    def __init__(self, bootstrap: Mapping[int, NodeAddress] | None = None) -> None:
+        """`bootstrap`: the nodes of the settings' `peers` (this node alone without)."""
+        # the cluster's members: the bootstrap nodes, as add_node/remove_node changed them
+        self.nodes: dict[int, NodeAddress] = dict(bootstrap or {})
+        self.topics: dict[str, TopicMeta] = {}
+        self.acls: set[AclEntry] = set()
+        self.producer_names: dict[str, tuple[int, int]] = {}  # name -> (id, epoch)
+        self.producers_made: dict[int, tuple[int, int]] = {}  # offset -> (id, epoch), recent
+        self.applied_offset = 0  # the next __cluster offset to apply
+
+    # -- validation (before proposing) -------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        nodes: Sequence[int],
+        format: str = RAW,
+        timestamp_type: str = CREATE_TIME,
+        racks: Mapping[int, str] | None = None,
+    ) -> CreateTopic:
+        """The command that creates `name`, or the typed error a client should get
+        (`racks`: see `assign`)."""
+        validate_topic_name(name)
+        if name == METADATA_TOPIC:
+            raise InvalidArgumentError(f"{METADATA_TOPIC} is reserved", topic=name)
+        if not 1 <= partitions <= PARTITIONS_MAX:
+            raise InvalidArgumentError(
+                f"partitions must be in [1, {PARTITIONS_MAX}], got {partitions}",
+                partitions=partitions,
+            )
+        if not 1 <= replication_factor <= len(nodes):
+            raise InvalidArgumentError(
+                f"replication_factor {replication_factor} must be in [1, {len(nodes)}] "
+                f"(the cluster has {len(nodes)} node(s))",
+                replication_factor=replication_factor,
+            )
+        if format not in FORMATS or timestamp_type not in TIMESTAMP_TYPES:
+            raise InvalidArgumentError(
+                f"format must be one of {list(FORMATS)} and timestamp_type one of "
+                f"{list(TIMESTAMP_TYPES)}"
+            )
+        if name in self.topics:
+            raise TopicExistsError(f"topic {name!r} already exists", topic=name)
+        assignment = assign(name, partitions, replication_factor, nodes, racks)
+        return CreateTopic(name, partitions, assignment, format, timestamp_type)
+
+    def delete_topic(self, name: str) -> DeleteTopic:
+        self.topic(name)
+        return DeleteTopic(name)
+
+    def add_acl(self, acl: AclEntry) -> AddAcl:
+        return AddAcl(acl)  # adding one that exists changes nothing: idempotent
+
+    def remove_acl(self, acl: AclEntry) -> RemoveAcl:
+        if acl not in self.acls:
+            raise NotFoundError("no such ACL")
+        return RemoveAcl(acl)
+
+    def init_producer(self, name: str) -> InitProducer:
+        if len(name.encode()) > PRODUCER_NAME_BYTES_MAX:
+            raise InvalidArgumentError(
+                f"a producer name has at most {PRODUCER_NAME_BYTES_MAX} bytes",
+                name=name[:64],
+            )
+        known = self.producer_names.get(name) if name else None
+        if name and known is None and len(self.producer_names) >= PRODUCER_NAMES_MAX:
+            raise LimitExceededError(
+                f"the cluster holds {PRODUCER_NAMES_MAX} named producers already",
+                limit="producer_names_max",
+                limit_value=PRODUCER_NAMES_MAX,
+            )
+        if known is not None and known[1] >= PRODUCER_EPOCH_MAX:
+            raise InvalidArgumentError(f"producer {name!r} has used every epoch")
+        return InitProducer(name)
+
+    def reassign_partition(
+        self, name: str, partition: int, replicas: Sequence[int], nodes: Sequence[int]
+    ) -> ReassignPartition:
+        """The command that moves `name`/`partition` to `replicas` (preferred leader first),
+        or the typed error a client should get. `nodes`: the cluster's node ids. Replicas
+        equal to the current assignment cancel a reassignment in progress."""
+        meta = self.topic(name)
+        if name == METADATA_TOPIC:
+            raise InvalidArgumentError(f"{METADATA_TOPIC} is not reassigned", topic=name)
+        if not 0 <= partition < meta.partitions:
+            raise PartitionNotFoundError(
+                f"partition {partition} does not exist (the topic has {meta.partitions})",
+                partition=partition,
+                partitions=meta.partitions,
+            )
+        target = tuple(replicas)
+        if not target or len(set(target)) != len(target):
+            raise InvalidArgumentError(
+                f"replicas {list(target)[:16]} must be one or more distinct node ids"
+            )
+        unknown = sorted(set(target) - set(nodes))
+        if unknown:
+            raise InvalidArgumentError(
+                f"replicas {unknown[:16]} are not nodes of the cluster (nodes {sorted(nodes)})"
+            )
+        current = meta.targets.get(partition)
+        cancel = target == meta.assignment[partition]
+        if current is not None and not cancel and current != target:
+            raise ReassignmentInProgressError(
+                f"{name}/{partition} is being reassigned to {list(current)}; wait for it, or "
+                f"cancel it by reassigning to {list(meta.assignment[partition])}",
+                topic=name,
+                partition=partition,
+            )
+        if current is None and cancel:
+            raise InvalidArgumentError(
+                f"{name}/{partition} already has replicas {list(target)}", topic=name
+            )
+        return ReassignPartition(name, meta.topic_id, partition, target)
+
+    def complete_reassignment(
+        self, name: str, topic_id: int, partition: int, replicas: Sequence[int]
+    ) -> CompleteReassignment:
+        """The command that ends the reassignment of `name`/`partition` to `replicas`
+        (its leader found the membership equal to them), or FAILED_PRECONDITION when that is
+        not the reassignment in force (completed already, cancelled, another incarnation)."""
+        meta = self.topics.get(name)
+        target = tuple(replicas)
+        if meta is None or meta.topic_id != topic_id or meta.targets.get(partition) != target:
+            raise ReassignmentInProgressError(
+                f"{name}/{partition} is not being reassigned to {list(target)[:16]}",
+                topic=name,
+                partition=partition,
+            )
+        return CompleteReassignment(name, topic_id, partition, target)
+
+    def add_node(self, node_id: int, address: str, peer_address: str = "") -> AddNode:
+        """The command that makes `node_id` a member reached at `address` (`peer_address`:
+        its peer listener, "" none), or the typed error a client should get."""
+        if not 1 <= node_id <= NODE_ID_MAX:
+            raise InvalidArgumentError(f"node_id must be in [1, {NODE_ID_MAX}], got {node_id}")
+        if not is_address(address) or not (peer_address == "" or is_address(peer_address)):
+            raise InvalidArgumentError(
+                f"address and peer_address must be host:port (at most {ADDRESS_BYTES_MAX} "
+                f"bytes), got {address[:64]!r}, {peer_address[:64]!r}"
+            )
+        wanted = NodeAddress(address, peer_address)
+        known = self.nodes.get(node_id)
+        if known is not None and known != wanted:
+            raise NodeExistsError(
+                f"node {node_id} is a member already, at {known.address}"
+                + (f" (peer {known.peer_address})" if known.peer_address else ""),
+                node_id=node_id,
+            )
+        taken = {
+            where: other
+            for other, member in self.nodes.items()
+            if other != node_id
+            for where in {member.address, member.dial}
+        }
+        clash = taken.get(address) or taken.get(wanted.dial)
+        if clash is not None:
+            raise InvalidArgumentError(
+                f"node {clash} is reached at {wanted.dial if wanted.dial in taken else address} "
+                "already: every member needs its own addresses",
+                node_id=node_id,
+            )
+        if known is None and len(self.nodes) >= NODES_MAX:
+            raise LimitExceededError(
+                f"the cluster has {NODES_MAX} nodes already",
+                limit="nodes_max",
+                limit_value=NODES_MAX,
+            )
+        return AddNode(node_id, address, peer_address)
+
+    def remove_node(self, node_id: int) -> RemoveNode:
+        """The command that ends `node_id`'s membership, or the typed error a client should
+        get: UNKNOWN_NODE, NODE_NOT_EMPTY while a partition has a replica there."""
+        if node_id not in self.nodes:
+            raise UnknownNodeError(
+                f"node {node_id} is not a member (members {sorted(self.nodes)[:32]})",
+                node_id=node_id,
+            )
+        if len(self.nodes) == 1:
+            raise InvalidArgumentError(f"node {node_id} is the cluster's last member")
+        hosted = self.replicas_on(node_id)
+        if hosted:
+            raise NodeNotEmptyError(
+                f"node {node_id} still hosts {hosted} replica(s): move them away first "
+                f"(replog node decommission {node_id}), then remove it",
+                node_id=node_id,
+                replicas=hosted,
+            )
+        return RemoveNode(node_id)
+
+    def replicas_on(self, node_id: int) -> int:
+        """How many partitions have a replica on `node_id` (reassignment targets included)."""
+        return sum(len(meta.hosted_by(node_id)) for meta in self.topics.values())
+
+    def allowed(self, principal: str, operation: str, resource_type: str, name: str = "") -> bool:
+        """Whether an ACL grants `principal` `operation` on the resource."""
+        return any(a.grants(principal, operation, resource_type, name) for a in self.acls)
+
+    def topic(self, name: str) -> TopicMeta:
+        meta = self.topics.get(name)
+        if meta is None:
+            validate_topic_name(name)
+            raise TopicNotFoundError(f"topic {name!r} does not exist", topic=name)
+        return meta
+
+    # -- applying (after commit) -------------------------------------------------------------
+
+    def apply(self, offset: int, command: Command | None) -> None:
+        """Apply the committed record at `offset` (None: a control record). Total: a command
+        that lost a race (a create of a name that exists, a delete of one that does not,
+        both possible across a leader change) changes nothing."""
+        assert offset >= self.applied_offset, (offset, self.applied_offset)
+        if isinstance(command, CreateTopic):
+            if command.name not in self.topics:
+                self.topics[command.name] = TopicMeta(
+                    command.name,
+                    command.partitions,
+                    command.assignment,
+                    offset,
+                    command.format,
+                    command.timestamp_type,
+                )
+        elif isinstance(command, DeleteTopic):
+            self.topics.pop(command.name, None)
+        elif isinstance(command, AddAcl):
+            self.acls.add(command.acl)
+        elif isinstance(command, RemoveAcl):
+            self.acls.discard(command.acl)
+        elif isinstance(command, InitProducer):
+            self._apply_init_producer(offset, command.name)
+        elif isinstance(command, ReassignPartition | CompleteReassignment):
+            self._apply_reassignment(command)
+        elif isinstance(command, AddNode):
+            self.nodes[command.node_id] = NodeAddress(command.address, command.peer_address)
+        elif isinstance(command, RemoveNode) and len(self.nodes) > 1:
+            # (validated; of two removals racing for the last two members, one stays)
+            self.nodes.pop(command.node_id, None)
+        self.applied_offset = offset + 1
+
+    def _apply_reassignment(self, command: ReassignPartition | CompleteReassignment) -> None:
+        meta = self.topics.get(command.name)
+        if meta is None or meta.topic_id != command.topic_id:
+            return  # the topic went (or is another incarnation) before this committed
+        if not 0 <= command.partition < meta.partitions:
+            return
+        p = command.partition
+        targets, joining = dict(meta.targets), dict(meta.joining)
+        assignment = meta.assignment
+        if isinstance(command, ReassignPartition):
+            targets[p] = command.replicas
+            before = joining.get(p, ())
+            added = (n for n in command.replicas if n not in assignment[p] and n not in before)
+            joining[p] = (*before, *added)
+        elif targets.get(p) == command.replicas:
+            del targets[p]
+            joining.pop(p, None)
+            assignment = tuple(
+                command.replicas if p == command.partition else replicas
+                for p, replicas in enumerate(assignment)
+            )
+        else:
+            return  # completes a target no longer in force
+        self.topics[command.name] = replace(
+            meta, assignment=assignment, targets=targets, joining=joining
+        )
+
+    def _apply_init_producer(self, offset: int, name: str) -> None:
+        known = self.producer_names.get(name) if name else None
+        if known is None:
+            made = (offset + 1, 0)
+            if name and len(self.producer_names) < PRODUCER_NAMES_MAX:
+                self.producer_names[name] = made
+        elif known[1] < PRODUCER_EPOCH_MAX:
+            made = self.producer_names[name] = (known[0], known[1] + 1)
+        else:
+            made = known
+        # The proposer reads its answer here once the command applied; only the newest
+        # answers are kept (a proposer waits for its own offset, then reads at once).
+        self.producers_made[offset] = made
+        while len(self.producers_made) > 1024:
+            del self.producers_made[next(iter(self.producers_made))]

@@ -1,0 +1,371 @@
+"""The reconciler: moves this node's replicas towards what the metadata image says.
+
+Desired state is the `MetadataImage` (which topics exist, which partitions this node holds a
+replica of, each topic's `topic_id`); local state is the topic directories on disk
+(`replica_dirs`) and the replicas running here. One supervised task (`run`) compares them
+whenever the image changes and performs, topic by topic:
+
+* a local topic the image no longer has, or has under another `topic_id` (deleted, perhaps
+  created again): mark its replicas deleted (every append, long poll and stream on them ends
+  with UNKNOWN_TOPIC from then on, never with an error of a closed file), stop them, close
+  their logs, move its directory to the trash;
+* a topic the image assigns here: make its directory (or adopt an unstamped one from an
+  earlier release), open each hosted partition's log, start its replica (a partition being
+  reassigned is hosted by its assignment's nodes and its target's: see `metadata`);
+* a partition of a topic still hosted here that the image no longer hosts here (a
+  completed reassignment moved it away): stop its replica, move its directory to the trash.
+
+A local failure (ENOSPC, EMFILE, a name too long for the file system, ...) is recorded for
+that topic or partition (`failures()`: logs, metrics, errors on the request path), and
+retried with exponential backoff; it never blocks the metadata log, other topics or other
+partitions. Only `ReplogError` and `OSError` count as local failures: anything else is a bug
+and ends the node (see `supervisor`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from replog.errors import ReplogError, TooManyPartitionsError
+from replog.server.logs import log
+from replog.server.meta import timestamps
+from replog.server.meta.metadata import MetadataImage, TopicMeta
+from replog.server.partitions import replica_dirs
+from replog.server.partitions.replica_dirs import LocalTopic
+from replog.server.partitions.replicated import ReplicatedPartition
+from replog.storage import PartitionLog, StorageConfig
+from replog.storage.names import partition_dir
+from replog.storage.open_files import FILES_PER_SEGMENT, OpenFiles, nofile_soft_limit
+from replog.storage.space import DiskSpace
+
+_log = logging.getLogger("replog.server.replicas")
+
+BACKOFF_S_MIN = 0.1
+BACKOFF_S_MAX = 30.0
+FILES_RESERVE = 32  # descriptors kept free for sockets and files opened briefly
+
+MakeReplica = Callable[[TopicMeta, int, PartitionLog], ReplicatedPartition]
+Key = tuple[str, int | None]  # (topic, partition); None: the topic's directory
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    topic: str
+    partition: int | None  # None: the topic as a whole (its directory)
+    action: str  # create | open | delete
+    error: str
+    attempts: int
+    retry_at: float  # on the manager's clock
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        node_id: int,
+        data_dir: Path,
+        config: StorageConfig,
+        image: MetadataImage,
+        make_replica: MakeReplica,
+        metadata_ready: Callable[[], bool],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        files: OpenFiles | None = None,
+        partitions_max: int = 1 << 30,
+    ) -> None:
+        self.node_id = node_id
+        self.data_dir = data_dir
+        self.config = config
+        self.image = image
+        self._make_replica = make_replica
+        self._metadata_ready = metadata_ready
+        self._clock = clock
+        self.files = files  # the open-files budget of every replica's log (open_files.py)
+        self.partitions_max = partitions_max
+        self.replicas: dict[tuple[str, int], ReplicatedPartition] = {}
+        self._local: dict[str, LocalTopic] = {}
+        self._failures: dict[Key, Failure] = {}
+        self._moved: set[tuple[str, int]] = set()  # partitions moved away, directory left
+        self._wake = asyncio.Event()
+        self._passes = 0
+        self._pass_done = asyncio.Event()
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Read local state: empty the trash, list topic directories."""
+        await asyncio.to_thread(replica_dirs.empty_trash, self.data_dir)
+        # a reserve of the disk for the writes that keep replication safe (storage.space)
+        await asyncio.to_thread(DiskSpace.of(self.data_dir).enable_reserve)
+        self._local = await asyncio.to_thread(replica_dirs.scan, self.data_dir)
+
+    def wake(self) -> None:
+        """The image changed (or a caller wants a pass now)."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Reconcile on every wake-up and at the earliest retry time; runs until cancelled."""
+        while True:
+            timeout = self._next_retry_s()
+            if timeout is None:
+                await self._wake.wait()
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+            self._wake.clear()
+            await self.reconcile()
+
+    async def reconcile(self) -> None:
+        """One pass over every topic that exists locally or in the image."""
+        topics = dict(self.image.topics)
+        now = self._clock()
+        for name in sorted(set(topics) | set(self._local) | {k[0] for k in self.replicas}):
+            if self._closed:
+                return
+            meta = topics.get(name)
+            if meta is not None and not meta.hosted_by(self.node_id):
+                meta = None
+            await self._reconcile_topic(name, meta, now)
+        self._passes += 1
+        done, self._pass_done = self._pass_done, asyncio.Event()
+        done.set()
+
+    async def wait_passes(self, count: int, timeout_s: float) -> bool:
+        """Wait until `count` more passes finished (True) or `timeout_s` passed (False)."""
+        target = self._passes + count
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self._passes < target:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            event = self._pass_done
+            self.wake()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), remaining)
+        return True
+
+    def begin_shutdown(self) -> None:
+        """Wake every long poll and stream of every replica; refuse new work."""
+        for part in self.replicas.values():
+            part.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        for key in list(self.replicas):
+            await self._stop(key)
+
+    # -- capacity ----------------------------------------------------------------------------
+
+    def check_capacity(self, assignment: Sequence[Sequence[int]]) -> None:
+        """Before a create of a topic with `assignment` (each partition's replicas), or a
+        reassignment that adds replicas (`assignment`: the nodes it adds), on the metadata
+        leader: RESOURCE_EXHAUSTED TOO_MANY_PARTITIONS if any node would host more than
+        `partitions_max` replicas, those that moves in progress add included (every node
+        is assumed to run this node's setting),
+        or if this node has so few descriptors left that opening its new logs (one at a
+        time, each at least one segment's files, parked afterwards) could fail with EMFILE."""
+        hosted: Counter[int] = Counter()
+        for meta in list(self.image.topics.values()):
+            for p in range(meta.partitions):
+                hosted.update(meta.hosts(p))
+        adding = Counter(n for replicas in assignment for n in replicas)
+        for node, count in sorted(adding.items()):
+            if hosted[node] + count > self.partitions_max:
+                raise TooManyPartitionsError(
+                    f"node {node} hosts {hosted[node]} partition replicas; {count} more would "
+                    f"exceed partitions_max={self.partitions_max}",
+                    limit="partitions_max",
+                    limit_value=self.partitions_max,
+                )
+        more = adding[self.node_id]
+        if more and self.files is not None:
+            free = nofile_soft_limit() - _open_descriptors()
+            need = FILES_PER_SEGMENT + FILES_RESERVE  # logs open one at a time, then park
+            if free < need:
+                raise TooManyPartitionsError(
+                    f"node {self.node_id} has {free} file descriptors left (RLIMIT_NOFILE)",
+                    limit="open_files",
+                    limit_value=nofile_soft_limit(),
+                )
+
+    # -- lookups ---------------------------------------------------------------------------
+
+    def replica(self, meta: TopicMeta, partition: int) -> ReplicatedPartition | None:
+        """The running replica of this very topic (not an older one of the same name)."""
+        part = self.replicas.get((meta.name, partition))
+        if part is None or part.topic_id != meta.topic_id:
+            return None
+        return part
+
+    def failure(self, topic: str, partition: int) -> Failure | None:
+        return self._failures.get((topic, partition)) or self._failures.get((topic, None))
+
+    def failures(self) -> list[Failure]:
+        return list(self._failures.values())
+
+    def logs(self) -> list[PartitionLog]:
+        return [part.log for part in list(self.replicas.values())]
+
+    # -- one topic -------------------------------------------------------------------------
+
+    async def _reconcile_topic(self, name: str, meta: TopicMeta | None, now: float) -> None:
+        local = self._local.get(name)
+        running = [k for k in self.replicas if k[0] == name]
+        if (local is not None or running) and self._stale(name, meta, local, running):
+            if not self._due((name, None), now):
+                return
+            for key in running:  # at once, before any await: requests end with NOT_FOUND
+                self.replicas[key].close(deleted=True)
+            try:
+                for key in running:
+                    await self._stop(key)
+                await asyncio.to_thread(replica_dirs.remove, self.data_dir, name)
+            except (ReplogError, OSError) as exc:
+                self._failed((name, None), "delete", exc, now)
+                return
+            self._local.pop(name, None)
+            self._moved = {k for k in self._moved if k[0] != name}
+            self._succeeded((name, None))
+            for stale_key in [k for k in self._failures if k[0] == name and k[1] is not None]:
+                del self._failures[stale_key]
+            log(_log, "topic.removed", topic=name)
+        if meta is None:
+            self._failures.pop((name, None), None)
+            return
+        local = self._local.get(name)
+        if local is not None and local.topic_id not in (None, meta.topic_id):
+            return  # a later incarnation on disk: the image has not caught up with it yet
+        if local is None or local.topic_id is None:
+            if not self._due((name, None), now):
+                return
+            try:
+                local = await asyncio.to_thread(
+                    replica_dirs.create, self.data_dir, name, meta.partitions, meta.topic_id
+                )
+            except (ReplogError, OSError) as exc:
+                self._failed((name, None), "create", exc, now)
+                return
+            self._local[name] = local
+            self._succeeded((name, None))
+        hosted = meta.hosted_by(self.node_id)
+        moved = {k for k in (*self.replicas, *self._moved) if k[0] == name}
+        for key in sorted(k for k in moved if k[1] not in hosted):
+            await self._remove_partition(key, now)  # reassigned to other nodes
+        for p in hosted:
+            if (name, p) in self.replicas or not self._due((name, p), now):
+                continue
+            try:
+                await self._start(meta, p)
+            except (ReplogError, OSError) as exc:
+                self._failed((name, p), "open", exc, now)
+                continue
+            self._succeeded((name, p))
+
+    def _stale(
+        self,
+        name: str,
+        meta: TopicMeta | None,
+        local: LocalTopic | None,
+        running: list[tuple[str, int]],
+    ) -> bool:
+        """Whether the local topic `name` is one the image deleted. A topic the image does not
+        know (yet) is deleted only once the image holds every command of the local metadata
+        log (a restarted node replays its log up to the HW it knows; the rest comes later),
+        and only if it was created before what the image has applied."""
+        if meta is not None:
+            ids = [self.replicas[k].topic_id for k in running]
+            if local is not None and local.topic_id is not None:
+                ids.append(local.topic_id)
+            return any(i < meta.topic_id for i in ids)
+        if not self._metadata_ready():
+            return False
+        return local is None or local.topic_id is None or local.topic_id < self.image.applied_offset
+
+    async def _start(self, meta: TopicMeta, p: int) -> None:
+        directory = partition_dir(self.data_dir, meta.name, p)
+        config = timestamps.topic_config(self.config, meta)  # how its records are dated
+        plog = await asyncio.to_thread(PartitionLog, directory, meta.name, p, config, self.files)
+        try:
+            part = self._make_replica(meta, p, plog)
+            await part.start()
+        except BaseException:
+            await asyncio.to_thread(plog.close)
+            raise
+        self.replicas[(meta.name, p)] = part
+
+    async def _remove_partition(self, key: tuple[str, int], now: float) -> None:
+        """Stop and delete the replica of a partition the image no longer hosts here (a
+        completed reassignment moved it away): requests on it end with UNKNOWN_TOPIC. A
+        directory that could not be removed is retried (`_moved`) with backoff."""
+        if not self._due(key, now):
+            return
+        self._moved.add(key)
+        part = self.replicas.get(key)
+        if part is not None:
+            part.close(deleted=True)
+        try:
+            if part is not None:
+                await self._stop(key)
+            await asyncio.to_thread(replica_dirs.remove_partition, self.data_dir, *key)
+        except (ReplogError, OSError) as exc:
+            self._failed(key, "delete", exc, now)
+            return
+        self._moved.discard(key)
+        self._succeeded(key)
+        log(_log, "partition.removed", topic=key[0], partition=key[1])
+
+    async def _stop(self, key: tuple[str, int]) -> None:
+        part = self.replicas.pop(key)
+        await part.stop()
+        await asyncio.to_thread(part.log.close)
+
+    # -- failures --------------------------------------------------------------------------
+
+    def _due(self, key: Key, now: float) -> bool:
+        failure = self._failures.get(key)
+        return failure is None or failure.retry_at <= now
+
+    def _failed(self, key: Key, action: str, exc: BaseException, now: float) -> None:
+        previous = self._failures.get(key)
+        attempts = 1 if previous is None else previous.attempts + 1
+        delay_s = min(BACKOFF_S_MAX, BACKOFF_S_MIN * 2 ** (attempts - 1))
+        self._failures[key] = Failure(key[0], key[1], action, repr(exc), attempts, now + delay_s)
+        log(
+            _log,
+            "replica.failed",
+            logging.WARNING,
+            topic=key[0],
+            partition=key[1],
+            action=action,
+            error=repr(exc),
+            attempts=attempts,
+            retry_in_ms=int(delay_s * 1000),
+        )
+
+    def _succeeded(self, key: Key) -> None:
+        failure = self._failures.pop(key, None)
+        if failure is not None:
+            log(_log, "replica.recovered", topic=key[0], partition=key[1], action=failure.action)
+
+    def _next_retry_s(self) -> float | None:
+        if not self._failures:
+            return None
+        soonest = min(f.retry_at for f in self._failures.values())
+        return max(0.0, soonest - self._clock())
+
+
+def _open_descriptors() -> int:
+    """How many descriptors the process has open (0 where /proc is not available)."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0

@@ -1,0 +1,345 @@
+"""The gRPC transport of replication: one outgoing `Exchange` stream per peer, and the
+`Replication` service that routes incoming envelopes to partition replicas.
+
+Outgoing (`PeerLinks`): `send(peer, envelope)` never blocks; each peer has a bounded queue
+drained by a task that keeps one client stream open (`Exchange`), reconnecting with backoff
+when it breaks. Messages queued while the peer is unreachable are dropped once the queue is
+full (best effort: the protocol's timers retry what matters). A peer that opens a stream to
+this node is up: `heard_from(peer)` ends the backoff of the link to it, which reconnects at
+once. Without that, a node that restarted got no answers (fetch responses, votes) from peers
+whose backoff had grown while it was down, for up to the longest backoff (1 s): measured,
+writers waited that long when such a node was needed for a quorum right after a leader's
+hand-over.
+
+Incoming (`ReplicationService`): envelopes of one stream are delivered in order to the
+replica of `(topic, partition)` found by the router; envelopes for replicas this node does
+not host (yet) are dropped. The node that opens a stream is reported to `on_peer` (the
+node passes `PeerLinks.heard_from`) as soon as the stream opens: the member its certificate
+names with TLS, else the id in the `replog-node-id` header every link sends (believed, as
+envelopes' senders are without TLS), else the sender of the stream's first envelope (a
+node of an older version).
+
+Trust. With TLS (`authenticate` given) the stream arrives on the peer listener, which
+requires a client certificate signed by the cluster's CA; the certificate must name a
+member (`security.peer_node_id`), and every envelope's `from_id` must be that member, or
+the stream ends with PERMISSION_DENIED before the envelope reaches any replica. The
+certificate is checked again at the first envelope `REAUTHENTICATE_INTERVAL_S` after the
+last check, so the stream of a node that has left the cluster since it opened it (out of
+the members and of the metadata quorum: `Node.sync_members`) ends with PERMISSION_DENIED
+too, rather than delivering for as long as keepalives hold it open. Without TLS (a
+laptop) the sender is believed. Either way every envelope is range-checked by the
+codec (`ImpossibleMessage`): an impossible one is dropped and logged (at most one line per
+sender every `DROP_LOG_INTERVAL_S`), never delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any
+
+import grpc
+
+from replog.errors import ReplogError, ShuttingDownError
+from replog.replication.messages import Message
+from replog.server.edge import status
+from replog.server.edge.security import describe_peer
+from replog.server.logs import log
+from replog.server.peering.replication_codec import ImpossibleMessage, from_envelope, to_envelope
+from replog.v1 import replication_pb2 as pb
+from replog.v1 import replication_pb2_grpc
+
+_log = logging.getLogger("replog.replication")
+
+QUEUE_ENVELOPES_MAX = 10_000
+RECONNECT_BACKOFF_S = (0.05, 1.0)
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 8 * 1024 * 1024),
+    ("grpc.max_send_message_length", 8 * 1024 * 1024),
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+]
+
+DROP_LOG_INTERVAL_S = 10.0
+REAUTHENTICATE_INTERVAL_S = 1.0  # a stream's certificate is checked again this often
+NODE_ID_HEADER = "replog-node-id"  # the sending node's id, on every outgoing stream
+
+# (topic, partition, topic_id) -> the replica's delivery, None when not hosted here
+Router = Callable[[str, int, int], Callable[[Message], Awaitable[None]] | None]
+
+
+def same_incarnation(sent_topic_id: int, local_topic_id: int) -> bool:
+    """A message is for this replica unless both sides know the topic's incarnation and
+    they differ (the message was sent for a deleted topic of the same name). 0: unknown
+    (a sender or a replica directory that predates topic ids)."""
+    return not sent_topic_id or not local_topic_id or sent_topic_id == local_topic_id
+
+
+Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
+# The member a call's channel authenticated (None: not a member); see security.py.
+Authenticate = Callable[[Any], int | None]
+Dial = Callable[[str], grpc.aio.Channel]
+
+
+def insecure_dial(address: str) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+
+class _Link:
+    def __init__(self, peer: int, address: str) -> None:
+        self.peer = peer
+        self.address = address
+        self.queue: asyncio.Queue[pb.Envelope] = asyncio.Queue(QUEUE_ENVELOPES_MAX)
+        self.task: asyncio.Task[None] | None = None
+        self.dropped = 0
+        self.heard = asyncio.Event()  # the peer opened a stream here: it is up again
+
+
+class PeerLinks:
+    """Outgoing streams to every peer (`peers`: node id -> host:port)."""
+
+    def __init__(self, node_id: int, peers: dict[int, str], dial: Dial = insecure_dial) -> None:
+        self.node_id = node_id
+        self._links = {p: _Link(p, a) for p, a in peers.items() if p != node_id}
+        self._closed = False
+        self._dial = dial  # a channel to a peer address (mutual TLS with TLS on)
+        self._spawn: Spawn | None = None
+        self._started = False
+
+    def start(self, spawn: Spawn | None = None) -> None:
+        """Start one sender task per peer through `spawn` (the node's supervisor; tests of
+        the transport alone may leave it out)."""
+        self._spawn, self._started = spawn, True
+        for link in self._links.values():
+            self._start_link(link)
+
+    def _start_link(self, link: _Link) -> None:
+        coro, name = self._run(link), f"peer-{link.peer}"
+        spawn = self._spawn
+        link.task = spawn(coro, name) if spawn else asyncio.create_task(coro, name=name)
+
+    def addresses(self) -> dict[int, str]:
+        """peer id -> the address its link dials."""
+        return {p: link.address for p, link in self._links.items()}
+
+    def add(self, peer: int, address: str) -> None:
+        """Reach `peer` at `address` from now on (a node added to the cluster, or one whose
+        address changed): its link starts at once when the links run."""
+        link = self._links.get(peer)
+        if peer == self.node_id or self._closed or (link and link.address == address):
+            return
+        if link is not None:
+            self.remove(peer)
+        link = self._links[peer] = _Link(peer, address)
+        if self._started:
+            self._start_link(link)
+
+    def remove(self, peer: int) -> None:
+        """Stop reaching `peer` (a node that left the cluster): its queued messages drop."""
+        link = self._links.pop(peer, None)
+        if link is not None and link.task is not None:
+            link.task.cancel()
+
+    def transport(self, topic: str, partition: int, topic_id: int = 0) -> PartitionTransport:
+        return PartitionTransport(self, topic, partition, topic_id)
+
+    def heard_from(self, peer: int) -> None:
+        """`peer` is up (it sent on a stream of its own): a link to it waiting out its
+        reconnect backoff reconnects now."""
+        link = self._links.get(peer)
+        if link is not None:
+            link.heard.set()
+
+    def send(self, peer: int, envelope: pb.Envelope) -> None:
+        link = self._links.get(peer)
+        if link is None or self._closed:
+            return
+        try:
+            link.queue.put_nowait(envelope)
+        except asyncio.QueueFull:
+            link.dropped += 1
+
+    async def _run(self, link: _Link) -> None:
+        backoff = RECONNECT_BACKOFF_S[0]
+        while not self._closed:
+            opened_at = time.monotonic()
+            link.heard.clear()  # only news after this attempt started cuts its backoff short
+            channel = self._dial(link.address)
+            stub = replication_pb2_grpc.ReplicationStub(channel)  # type: ignore[no-untyped-call]
+            readers: list[asyncio.Task[Any]] = []
+            try:
+                await stub.Exchange(
+                    self._drain(link, readers), metadata=((NODE_ID_HEADER, str(self.node_id)),)
+                )
+            except grpc.aio.AioRpcError as exc:
+                _log.debug("replication stream to %s broke: %s", link.address, exc.code())
+            except asyncio.CancelledError:
+                await channel.close(None)
+                raise
+            finally:
+                # grpc's task that reads `_drain` outlives a call that failed: left alone, it
+                # would take the next envelope off the queue and lose it on the dead call
+                # (the first message after every break, a BeginEpoch or a fetch answer)
+                for reader in readers:
+                    reader.cancel()
+                with contextlib.suppress(Exception):
+                    await channel.close(None)
+            if time.monotonic() - opened_at >= RECONNECT_BACKOFF_S[1]:
+                # The stream was up for a while: a fresh break (a peer restarting) reconnects
+                # at once again, not after the longest backoff earlier breaks reached.
+                backoff = RECONNECT_BACKOFF_S[0]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(link.heard.wait(), backoff)
+            if link.heard.is_set():  # the peer is back: connect now, from the shortest backoff
+                backoff = RECONNECT_BACKOFF_S[0]
+            else:
+                backoff = min(backoff * 2, RECONNECT_BACKOFF_S[1])
+
+    async def _drain(
+        self, link: _Link, readers: list[asyncio.Task[Any]]
+    ) -> AsyncIterator[pb.Envelope]:
+        """The link's queue as one stream's requests; `readers` gets the task reading them
+        (to be cancelled when the stream ends: `Queue.get` gives up without taking)."""
+        reader = asyncio.current_task()
+        if reader is not None:
+            readers.append(reader)
+        while True:
+            yield await link.queue.get()
+
+    async def close(self) -> None:
+        self._closed = True
+        tasks = [link.task for link in self._links.values() if link.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class PartitionTransport:
+    """The `Transport` one partition's driver sees."""
+
+    def __init__(self, links: PeerLinks, topic: str, partition: int, topic_id: int = 0) -> None:
+        self.links = links
+        self.topic = topic
+        self.partition = partition
+        self.topic_id = topic_id
+
+    def send(self, to: int, message: Message) -> None:
+        self.links.send(
+            to,
+            to_envelope(self.topic, self.partition, self.links.node_id, message, self.topic_id),
+        )
+
+
+class ReplicationService(replication_pb2_grpc.ReplicationServicer):
+    def __init__(
+        self,
+        router: Router,
+        authenticate: Authenticate | None = None,
+        on_peer: Callable[[int], None] | None = None,
+    ) -> None:
+        self.router = router
+        self.authenticate = authenticate  # None: plaintext, the envelope's sender is believed
+        self.on_peer = on_peer  # told the sender of each stream's first envelope
+        self.dropped = 0  # impossible envelopes (range checks), for tests and metrics
+        self.refused = 0  # streams ended with PERMISSION_DENIED
+        self._logged_at: dict[int, float] = {}
+        self._closed = False
+
+    def close(self) -> None:
+        """Refuse new streams (a stopping node): `UNAVAILABLE SHUTTING_DOWN`. Open ones end
+        at their next read, with the same status, through the node's `draining.Draining`
+        (cancelling their tasks would not do: grpc sends no status for a cancelled
+        handler, and the call would hold `server.stop` for the whole grace). A handler
+        stops waiting only; the replica's owner handles the message it took."""
+        self._closed = True
+
+    async def Exchange(
+        self,
+        request_iterator: AsyncIterator[pb.Envelope],
+        context: grpc.aio.ServicerContext[pb.Envelope, pb.ExchangeSummary],
+    ) -> pb.ExchangeSummary:
+        try:
+            if self._closed:
+                raise ShuttingDownError("the node is shutting down")
+            return await self._exchange(request_iterator, context)
+        except ReplogError as err:  # the node stops: SHUTTING_DOWN, with its ErrorInfo
+            await status.abort(context, err)
+            raise AssertionError("abort returned") from err
+
+    async def _exchange(
+        self,
+        request_iterator: AsyncIterator[pb.Envelope],
+        context: grpc.aio.ServicerContext[pb.Envelope, pb.ExchangeSummary],
+    ) -> pb.ExchangeSummary:
+        peer: int | None = None
+        authenticate = self.authenticate
+        if authenticate is not None:
+            peer = authenticate(context)
+            if peer is None:
+                await self._refuse(context, "the client certificate names no member")
+        checked_at = time.monotonic()
+        announced = peer if peer is not None else _announced_node(context)
+        if announced is not None and self.on_peer is not None:
+            self.on_peer(announced)  # it is up: before its first envelope, which may be late
+        count = 0
+        async for envelope in request_iterator:
+            count += 1
+            if peer is not None and envelope.from_id != peer:
+                await self._refuse(
+                    context, f"node {peer} sent an envelope as node {envelope.from_id}"
+                )
+            if authenticate is not None:
+                now = time.monotonic()
+                if now - checked_at >= REAUTHENTICATE_INTERVAL_S:
+                    checked_at = now
+                    if authenticate(context) != peer:
+                        await self._refuse(context, f"node {peer} is no longer a member")
+            if count == 1 and announced is None and self.on_peer is not None:
+                self.on_peer(envelope.from_id)
+            deliver = self.router(envelope.topic, envelope.partition, envelope.topic_id)
+            if deliver is None:
+                continue
+            try:
+                message = from_envelope(envelope)
+            except ImpossibleMessage as exc:
+                self._dropped(envelope, str(exc))
+                continue
+            await deliver(message)
+        return pb.ExchangeSummary(envelopes=count)
+
+    async def _refuse(self, context: Any, reason: str) -> None:
+        self.refused += 1
+        log(_log, "replication.refused", logging.WARNING, peer=describe_peer(context), why=reason)
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"replication refused: {reason}")
+
+    def _dropped(self, envelope: pb.Envelope, reason: str) -> None:
+        self.dropped += 1
+        now = time.monotonic()
+        sender = envelope.from_id
+        if now - self._logged_at.get(sender, -DROP_LOG_INTERVAL_S) >= DROP_LOG_INTERVAL_S:
+            if len(self._logged_at) > 1000:
+                self._logged_at.clear()
+            self._logged_at[sender] = now
+            log(
+                _log,
+                "replication.dropped",
+                logging.WARNING,
+                sender=sender,
+                topic=envelope.topic[:100],
+                partition=envelope.partition,
+                why=reason[:200],
+                dropped=self.dropped,
+            )
+
+
+def _announced_node(context: Any) -> int | None:
+    """The node id a stream's `replog-node-id` header gives (None: none, or not a number)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == NODE_ID_HEADER and isinstance(value, str) and value.isdigit() and len(value) < 10:
+            return int(value)
+    return None

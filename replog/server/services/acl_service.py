@@ -1,0 +1,81 @@
+"""`replog.v1.Acls`: add, remove and list the ACLs kept in the replicated cluster metadata.
+
+Changes are proposed by the `__cluster` leader (`MetadataLog.propose`, validated against
+its caught-up image); another node forwards the call to it once, on the peer listener.
+Listing answers from this node's applied image. Who may call what: auth.py (`alter` and
+`describe` on the cluster).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from replog.errors import LeaderUnknownError
+from replog.server.edge.rpc import Context, unary
+from replog.server.meta.metadata import AclEntry, MetadataImage
+from replog.server.meta.metadata_log import MetadataLog
+from replog.server.metrics import Metrics
+from replog.server.peering.peers import remote
+from replog.v1 import acl_pb2, acl_pb2_grpc
+
+Forward = Any  # a callable node id -> Acls stub (Peers.acls)
+
+
+def to_entry(acl: acl_pb2.Acl) -> AclEntry:
+    return AclEntry.checked(
+        acl.principal, acl.resource_type, acl.resource_name, acl.prefix, acl.operation
+    )
+
+
+def to_proto(entry: AclEntry) -> acl_pb2.Acl:
+    return acl_pb2.Acl(
+        principal=entry.principal,
+        resource_type=entry.resource_type,
+        resource_name=entry.resource_name,
+        prefix=entry.prefix,
+        operation=entry.operation,
+    )
+
+
+class AclService(acl_pb2_grpc.AclsServicer):
+    def __init__(
+        self, metadata: MetadataLog, node_id: int, stub: Forward, metrics: Metrics, timeout_s: float
+    ) -> None:
+        self.metadata = metadata
+        self.node_id = node_id
+        self.stub = stub
+        self.metrics = metrics
+        self.timeout_s = timeout_s
+
+    async def _change(self, request: acl_pb2.Acl, method: str, add: bool) -> None:
+        entry = to_entry(request)  # INVALID_ARGUMENT on any node, before forwarding
+        if not self.metadata.ready:
+            raise LeaderUnknownError("this node has not caught up with the cluster metadata")
+        leader = self.metadata.leader()
+        if leader != self.node_id:
+            call = getattr(self.stub(leader), method)
+            await remote(call(request, timeout=self.timeout_s))
+            return
+
+        def make(image: MetadataImage) -> Any:
+            return image.add_acl(entry) if add else image.remove_acl(entry)
+
+        await self.metadata.propose(make, self.timeout_s)
+
+    @unary("AddAcl")
+    async def AddAcl(self, request: acl_pb2.Acl, context: Context) -> acl_pb2.AclChangeResponse:
+        await self._change(request, "AddAcl", add=True)
+        return acl_pb2.AclChangeResponse()
+
+    @unary("RemoveAcl")
+    async def RemoveAcl(self, request: acl_pb2.Acl, context: Context) -> acl_pb2.AclChangeResponse:
+        await self._change(request, "RemoveAcl", add=False)
+        return acl_pb2.AclChangeResponse()
+
+    @unary("ListAcls")
+    async def ListAcls(
+        self, request: acl_pb2.ListAclsRequest, context: Context
+    ) -> acl_pb2.ListAclsResponse:
+        return acl_pb2.ListAclsResponse(
+            acls=[to_proto(e) for e in sorted(self.metadata.image.acls)]
+        )
