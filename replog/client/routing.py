@@ -37,6 +37,7 @@ from replog.errors import (
     DeadlineExceededError,
     LeaderUnknownError,
     NotLeaderError,
+    PartitionOfflineError,
     ReplogError,
     UnavailableError,
 )
@@ -165,6 +166,13 @@ class Routing:
             self.leaders.pop((topic, partition), None)
             self._rotate(self.current, now)
             return False
+        if isinstance(err, PartitionOfflineError) and topic is not None:
+            # This node's replica is offline (a disk error) and knows no leader: the others
+            # elect one. Off this node, even when it is the one metadata is asked of.
+            offline = self.address(topic, partition)
+            self.leaders.pop((topic, partition), None)
+            self._rotate(offline, now)
+            return len(self.known) > 1
         return unreachable_error(err) and len(self.known) > 1
 
     def not_leader(
