@@ -48,6 +48,13 @@ def test_the_image_adds_a_node_that_asks_to_join_with_no_admin_call_under_load(
                 )
             identity = json.loads((cluster.roots[4] / IDENTITY_FILE).read_text())
             assert identity["start"] == "joining", identity
+            # (the joining loop sees itself listed at its next poll, a moment after the
+            # quorum names it; the log line follows)
+            wait_until(
+                lambda: "join.done" in cluster.nodes[4].logs(chars=10_000_000) or None,
+                "node 4 logs join.done",
+                DEADLINE_S,
+            )
             logs = cluster.nodes[4].logs(chars=10_000_000)
             assert "join.asked" in logs and "join.done" in logs, logs[-2000:]
             cluster.members = [1, 2, 3, 4]

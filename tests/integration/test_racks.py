@@ -21,6 +21,13 @@ def test_every_partition_of_a_new_topic_has_replicas_in_both_racks(tmp_path: Pat
     for node_id, node in cluster.members.items():
         node.args += ["--rack", RACKS[node_id]]
     with cluster, Client(cluster.bootstrap, retry=RetryPolicy(deadline_ms=60_000)) as client:
+        # Racks are learnt from the peers' Identify answers; a CreateTopic in the first
+        # moments after start, before a busy peer answered, places without that rack (a
+        # known gap: the placement does not wait for racks it has not heard yet).
+        wait_until(
+            lambda: {n.id: n.rack for n in client.refresh_metadata().nodes} == RACKS,
+            "every node's rack is known",
+        )
         client.create_topic("spread", partitions=12, replication_factor=2)
         client.create_topic("three", partitions=8, replication_factor=3)
         meta = client.refresh_metadata(["spread", "three"])
