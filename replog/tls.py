@@ -46,19 +46,33 @@ class TlsFiles:
         return ClientTls(self.ca_file, self.cert_file, self.key_file)
 
 
-@dataclass(frozen=True, slots=True)
+StrPath = str | os.PathLike[str]
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class ClientTls:
     """A client's TLS: `ca_file` verifies the server; `cert_file` + `key_file` (optional)
-    authenticate the client; `server_name` (optional) overrides the name verified."""
+    authenticate the client; `server_name` (optional) overrides the name verified. Every path
+    takes a `str` or any `os.PathLike` (kept as a `Path`)."""
 
     ca_file: Path
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    server_name: str | None = None
+    cert_file: Path | None
+    key_file: Path | None
+    server_name: str | None
 
-    def __post_init__(self) -> None:
-        if (self.cert_file is None) != (self.key_file is None):
+    def __init__(
+        self,
+        ca_file: StrPath,
+        cert_file: StrPath | None = None,
+        key_file: StrPath | None = None,
+        server_name: str | None = None,
+    ) -> None:
+        if (cert_file is None) != (key_file is None):
             raise ValueError("a client certificate needs its key, and a key its certificate")
+        object.__setattr__(self, "ca_file", Path(ca_file))
+        object.__setattr__(self, "cert_file", None if cert_file is None else Path(cert_file))
+        object.__setattr__(self, "key_file", None if key_file is None else Path(key_file))
+        object.__setattr__(self, "server_name", server_name)
 
     def signature(self) -> tuple[tuple[int, int], ...]:
         return (_stat(self.ca_file), _stat(self.cert_file), _stat(self.key_file))
@@ -74,9 +88,9 @@ class ClientTls:
     @classmethod
     def from_options(
         cls,
-        ca_file: str | Path | None,
-        cert_file: str | Path | None = None,
-        key_file: str | Path | None = None,
+        ca_file: StrPath | None,
+        cert_file: StrPath | None = None,
+        key_file: StrPath | None = None,
         server_name: str | None = None,
     ) -> ClientTls | None:
         """From plain option values (CLI flags, env vars, Spark options); None without a CA."""
@@ -84,12 +98,7 @@ class ClientTls:
             if cert_file or key_file:
                 raise ValueError("a client certificate needs the CA bundle (tls ca) too")
             return None
-        return cls(
-            Path(ca_file),
-            Path(cert_file) if cert_file else None,
-            Path(key_file) if key_file else None,
-            server_name or None,
-        )
+        return cls(ca_file, cert_file or None, key_file or None, server_name or None)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ClientTls | None:
