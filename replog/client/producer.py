@@ -161,6 +161,14 @@ class Producer:
         headers: Sequence[Header] = (),
         timestamp_ms: int | None = None,
     ) -> OffsetFuture:
+        if not isinstance(value, bytes | bytearray | memoryview):
+            # Checked before anything is queued: a bad value must never reach the sender
+            # thread (it would end it, and every later send's future with it).
+            what = "None (a tombstone)" if value is None else type(value).__name__
+            raise InvalidArgumentError(
+                f"a record's value is bytes, not {what}: null values are not supported yet",
+                topic=self.topic,
+            )
         p = self._choose(key, partition)
         item: bytes | Record = value
         ts = 0

@@ -78,6 +78,18 @@ def test_the_producer_sends_keys_and_headers_and_stamps_each_send(idem: Client) 
     assert got[1].timestamp_ms == 42
 
 
+def test_a_null_value_is_refused_at_send_and_the_producer_keeps_working(idem: Client) -> None:
+    idem.create_topic("env-null", 1, format="envelope")
+    with idem.producer("env-null", linger_ms=1) as producer:
+        with pytest.raises(InvalidArgumentError, match="None"):
+            producer.send(None, key=b"k")  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="str"):
+            producer.send("text", key=b"k")  # type: ignore[arg-type]
+        offset = producer.send(b"after", key=b"k").result(30)  # the sender thread lives
+    got = _all(idem, "env-null", 1)
+    assert (got[0].offset, got[0].value) == (offset, b"after")
+
+
 @pytest.mark.parametrize("streaming", [True, False], ids=["stream", "unary"])
 def test_records_sent_one_by_one_keep_each_its_send_time_in_one_batch(
     idem: Client, streaming: bool
