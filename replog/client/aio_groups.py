@@ -25,6 +25,7 @@ from replog.client.group_consumer import (
     QUEUE_BATCHES_MAX,
     Callback,
     GroupRecord,
+    PollBuffer,
     bounds,
     check_reset,
     first_offsets,
@@ -227,7 +228,10 @@ class AsyncGroupConsumer:
         self.session_timeout_ms = session_timeout_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.client_id = client_id
+        if max_poll_records < 1:
+            raise ValueError("max_poll_records >= 1")
         self.max_poll_records = max_poll_records
+        self._held = PollBuffer()  # taken beyond max_poll_records, for the next calls
         self.fetch_bytes_max = fetch_bytes_max
         self.fetch_wait_ms = fetch_wait_ms
         self.on_assign = on_assign
@@ -342,8 +346,14 @@ class AsyncGroupConsumer:
                             self._restart(tp, held)
                     break
 
+    def _epoch_of(self, tp: TopicPartition) -> int | None:
+        state = self._partitions.get(tp)
+        return None if state is None or state.paused else state.epoch
+
     async def _records(self, timeout_s: float) -> list[GroupRecord]:
-        out: list[GroupRecord] = []
+        out = self._held.take(self.max_poll_records, self._epoch_of)
+        if self._held:
+            return out  # still more held than one call returns
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while len(out) < self.max_poll_records:
@@ -358,7 +368,7 @@ class AsyncGroupConsumer:
             out.extend(await self._accept(*item))
             if self._changed.is_set():
                 break
-        return out
+        return self._held.cut(out, self.max_poll_records, self._epoch_of)
 
     async def _accept(self, tp: TopicPartition, epoch: int, item: object) -> list[GroupRecord]:
         state = self._partitions.get(tp)

@@ -32,6 +32,7 @@ import contextlib
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -87,6 +88,47 @@ def first_offsets(undelivered: list[GroupRecord]) -> dict[TopicPartition, int]:
     for r in undelivered:
         first.setdefault((r.topic, r.partition), r.offset)
     return first
+
+
+class PollBuffer:
+    """Records taken from the fetchers beyond a call's `max_poll_records`, delivered by the
+    next calls (a fetch of 1 MiB holds thousands of records; none is fetched twice). Each
+    record is kept with its partition's fetch epoch at the time: one whose partition was
+    released, sought, paused or restarted since is dropped, like a stale queued batch."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held: deque[tuple[int, GroupRecord]] = deque()
+
+    def take(
+        self, count: int, epoch_of: Callable[[TopicPartition], int | None]
+    ) -> list[GroupRecord]:
+        """Up to `count` held records still current (`epoch_of` answers None for a partition
+        that is not fetching any more)."""
+        out: list[GroupRecord] = []
+        while self._held and len(out) < count:
+            epoch, record = self._held.popleft()
+            if epoch_of((record.topic, record.partition)) == epoch:
+                out.append(record)
+        return out
+
+    def cut(
+        self,
+        records: list[GroupRecord],
+        count: int,
+        epoch_of: Callable[[TopicPartition], int | None],
+    ) -> list[GroupRecord]:
+        """The first `count` of `records`; the rest is held (ahead of nothing: the buffer is
+        empty whenever a call takes from the fetchers)."""
+        for record in records[count:]:
+            epoch = epoch_of((record.topic, record.partition))
+            if epoch is not None:
+                self._held.append((epoch, record))
+        return records[:count]
+
+    def __len__(self) -> int:
+        return len(self._held)
 
 
 def bounds(found: FetchResult | OffsetOutOfRangeError) -> tuple[int, int]:
@@ -166,7 +208,10 @@ class GroupConsumer:
         self.session_timeout_ms = session_timeout_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.client_id = client_id
+        if max_poll_records < 1:
+            raise ValueError("max_poll_records >= 1")
         self.max_poll_records = max_poll_records
+        self._held = PollBuffer()  # taken beyond max_poll_records, for the next calls
         self.fetch_bytes_max = fetch_bytes_max
         self.fetch_wait_ms = fetch_wait_ms
         self.on_assign = on_assign
@@ -297,8 +342,14 @@ class GroupConsumer:
                     self._rewind(batch[i + 1 :])
                     break
 
+    def _epoch_of(self, tp: TopicPartition) -> int | None:
+        state = self._partitions.get(tp)
+        return None if state is None or state.paused else state.epoch
+
     def _records(self, timeout_s: float) -> list[GroupRecord]:
-        out: list[GroupRecord] = []
+        out = self._held.take(self.max_poll_records, self._epoch_of)
+        if self._held:
+            return out  # still more held than one call returns
         deadline = time.monotonic() + timeout_s
         while len(out) < self.max_poll_records:
             try:
@@ -311,7 +362,7 @@ class GroupConsumer:
             out.extend(self._accept(*item))
             if self._changed.is_set():
                 break  # reconcile before delivering more of partitions that may be moving
-        return out
+        return self._held.cut(out, self.max_poll_records, self._epoch_of)
 
     def _processed(self) -> None:
         for state in self._partitions.values():

@@ -241,3 +241,63 @@ def test_a_member_of_an_envelope_topic_gets_keys_headers_and_timestamps(client: 
         (("h", b"1"),),
         1234,
     )
+
+
+def test_poll_returns_at_most_max_poll_records_and_every_record_once_in_order(
+    client: Client,
+) -> None:
+    topic = fresh(client, 2, 3000)  # one 1 MiB fetch holds all of a partition's records
+    with client.consumer(topic, group="g-max", max_poll_records=200, **OPTIONS) as consumer:
+        got: list[GroupRecord] = []
+        sizes: list[int] = []
+
+        def poll() -> bool:
+            batch = consumer.poll(0.2)
+            sizes.append(len(batch))
+            got.extend(batch)
+            return len(got) >= 6000
+
+        wait_until(poll, "6000 records")
+        assert max(sizes) <= 200
+        for p in range(2):
+            offsets = [r.offset for r in got if r.partition == p]
+            assert offsets == sorted(set(offsets)) and len(offsets) == 3000
+
+
+def test_a_seek_drops_the_records_held_beyond_max_poll_records(client: Client) -> None:
+    topic = fresh(client, 1, 3000)
+    with client.consumer(topic, group="g-seek", max_poll_records=100, **OPTIONS) as consumer:
+        first: list[GroupRecord] = []
+        wait_until(lambda: bool(first.__iadd__(consumer.poll(0.2))), "a first poll")
+        assert [r.value for r in first] == [b"p0-%d" % i for i in range(len(first))]
+        assert len(first) <= 100
+        base = first[0].offset  # after the leader's epoch marker
+        consumer.seek(topic, 0, base + 2000)  # the rest of that fetch is held: it must not come
+        after = read(consumer, 1)
+        assert after[0].offset == base + 2000 and after[0].value == b"p0-2000"
+
+
+def test_the_asyncio_poll_returns_at_most_max_poll_records(
+    node: ServerProcess, client: Client
+) -> None:
+    topic = fresh(client, 1, 3000)
+
+    async def scenario() -> tuple[list[int], list[int]]:
+        sizes: list[int] = []
+        offsets: list[int] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        async with (
+            AsyncClient(node.address) as aclient,
+            aclient.consumer(topic, group="g-amax", max_poll_records=150, **OPTIONS) as consumer,
+        ):
+            while len(offsets) < 3000:
+                assert loop.time() < deadline, "timed out waiting for 3000 records"
+                batch = await consumer.poll(0.2)
+                sizes.append(len(batch))
+                offsets.extend(r.offset for r in batch)
+        return sizes, offsets
+
+    sizes, offsets = asyncio.run(asyncio.wait_for(scenario(), 120))
+    assert max(sizes) <= 150
+    assert offsets == sorted(set(offsets)) and len(offsets) == 3000
