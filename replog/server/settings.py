@@ -76,7 +76,9 @@ class Settings:
     flush_interval_ms: int = field(default=1000, metadata=_help("fsync period, flush=interval"))
     segment_bytes_max: int = field(default=1 * MIB, metadata=_help("segment roll size"))
     index_interval_bytes: int = field(default=4 * KIB, metadata=_help("bytes per index entry"))
-    record_bytes_max: int = field(default=1 * MIB, metadata=_help("largest record value"))
+    record_bytes_max: int = field(
+        default=1 * MIB, metadata=_help("largest record, envelope included")
+    )
     retention_bytes: int | None = field(
         default=None, metadata=_help("per-partition size limit (default: keep all)")
     )

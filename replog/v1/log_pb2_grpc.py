@@ -66,9 +66,12 @@ class LogServicer:
 
     def Append(self, request, context):
         """Appends a batch of records to one partition. Errors: INVALID_ARGUMENT (EMPTY_BATCH,
-        RECORD_TOO_LARGE), NOT_FOUND (UNKNOWN_TOPIC, UNKNOWN_PARTITION), FAILED_PRECONDITION
-        (NOT_LEADER, leader hint in ErrorInfo metadata), RESOURCE_EXHAUSTED (STORAGE_FULL),
-        DEADLINE_EXCEEDED (ACK_TIMEOUT: outcome unknown), UNAVAILABLE (SHUTTING_DOWN, NO_QUORUM).
+        RECORD_TOO_LARGE, INVALID_RECORD: a value of an envelope topic that is not a well-formed
+        envelope, metadata `index`), NOT_FOUND (UNKNOWN_TOPIC, UNKNOWN_PARTITION),
+        FAILED_PRECONDITION (NOT_LEADER, leader hint in ErrorInfo metadata), PERMISSION_DENIED
+        (no `write` on the topic, with authorization on), UNAUTHENTICATED, RESOURCE_EXHAUSTED
+        (STORAGE_FULL, TOO_MANY_BYTES_IN_FLIGHT), DEADLINE_EXCEEDED (ACK_TIMEOUT: outcome
+        unknown), UNAVAILABLE (SHUTTING_DOWN, NO_QUORUM).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
