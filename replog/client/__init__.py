@@ -12,7 +12,8 @@ from replog.client.aio import AsyncClient
 from replog.client.client import Client
 from replog.client.consumer import Consumer
 from replog.client.group_consumer import GroupConsumer, GroupRecord
-from replog.client.producer import OffsetFuture, Producer, partition_for_key
+from replog.client.partitioner import partition_for_key
+from replog.client.producer import OffsetFuture, Producer
 from replog.client.results import (
     AppendResult,
     CorruptRange,

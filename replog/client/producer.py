@@ -9,8 +9,10 @@ refused).
 `send_batch(values, partition)` sends a ready-made batch (no per-record work) and returns a
 `concurrent.futures.Future[AppendResult]`.
 
-Partitioning: an explicit `partition`; else `crc32(key) % partitions` (stable across
-processes and languages, unlike Python's salted `hash()`); else round-robin per batch.
+Partitioning: an explicit `partition`; else the key's partition by `partitioner`: Kafka's
+murmur2 by default (a key lands where Kafka's clients put it), or `"crc32"` (replog's choice
+before murmur2, for topics whose keyed data was written so; `replog.client.partitioner`);
+else round-robin per batch.
 Sending: with an idempotent client (the default) the batches travel over AppendStream
 (`append_stream.Pipeline`): up to `partition_in_flight_max` batches (5) per partition in
 flight, `in_flight_bytes_max` bytes in all, a partition's records landing in the order they
@@ -26,7 +28,6 @@ import contextlib
 import itertools
 import threading
 import time
-import zlib
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,17 +36,18 @@ from typing import Protocol
 from replog import records
 from replog.client import formats
 from replog.client.append_stream import Pipeline
+from replog.client.partitioner import (
+    DEFAULT_PARTITIONER,
+    Partitioner,
+    check_partitioner,
+    partition_for_key,
+)
 from replog.client.results import AppendResult
 from replog.errors import InvalidArgumentError, ReplogError, ShuttingDownError
 from replog.records import Header, Record
 from replog.v1 import log_pb2
 
 ACKS_WIRE = {"none": log_pb2.ACKS_NONE, "leader": log_pb2.ACKS_LEADER, "all": log_pb2.ACKS_ALL}
-
-
-def partition_for_key(key: bytes, partitions: int) -> int:
-    """The partition of `key`: crc32 (IEEE) of the key bytes modulo the partition count."""
-    return zlib.crc32(key) % partitions
 
 
 class ProducerClient(Protocol):
@@ -117,7 +119,12 @@ class Producer:
         streaming: bool = True,
         partition_in_flight_max: int = 5,
         in_flight_bytes_max: int = 64 * 1024 * 1024,
+        partitioner: Partitioner = DEFAULT_PARTITIONER,
     ) -> None:
+        try:
+            self.partitioner = check_partitioner(partitioner)
+        except ValueError as err:
+            raise InvalidArgumentError(str(err)) from None
         if linger_ms < 0 or batch_bytes_max < 1 or batch_records_max < 1 or in_flight_max < 1:
             raise InvalidArgumentError("linger_ms >= 0; batch and in-flight limits >= 1")
         if partition_in_flight_max < 1 or in_flight_bytes_max < 1:
@@ -276,7 +283,7 @@ class Producer:
                 )
             return partition
         if key is not None:
-            return partition_for_key(key, self.partitions)
+            return partition_for_key(key, self.partitions, self.partitioner)
         return next(self._round_robin)
 
     def _seal(self, p: int) -> None:

@@ -26,6 +26,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from replog.client.partitioner import DEFAULT_PARTITIONER, Partitioner, check_partitioner
 from replog.errors import InvalidArgumentError
 from replog.spark import offsets as off
 from replog.spark.clients import ATTEMPT_TIMEOUT_MS, NO_TLS, TlsOptions, tls_options
@@ -73,6 +74,7 @@ SINK_OPTIONS: dict[str, tuple[str, ...]] = {
     "exactlyOnce": (),
     "sinkId": (),
     "maxRecordsPerAppend": (),
+    "partitioner": (),  # murmur2 (Kafka's default) or crc32 (replog's before murmur2)
     "checkpointLocation": (),  # Spark passes it to streaming sinks
     "attemptTimeout": (),
     **{name: () for name in TLS_OPTIONS},
@@ -368,6 +370,7 @@ class SinkOptions:
     sink_id: str | None = None  # a batch write's identity (exactly-once)
     records_per_append: int = RECORDS_PER_APPEND_DEFAULT
     attempt_timeout_ms: int = ATTEMPT_TIMEOUT_MS
+    partitioner: Partitioner = DEFAULT_PARTITIONER
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -399,6 +402,10 @@ class SinkOptions:
         if sink_id is not None and exactly_once is False:
             raise InvalidArgumentError("option sinkId only serves exactlyOnce=true")
         per_append = _integer(opts, "maxRecordsPerAppend", 1) or RECORDS_PER_APPEND_DEFAULT
+        try:
+            partitioner = check_partitioner(opts.get("partitioner", DEFAULT_PARTITIONER).strip())
+        except ValueError as err:
+            raise InvalidArgumentError(f"option partitioner: {err}") from None
         return cls(
             bootstrap,
             topic,
@@ -408,6 +415,7 @@ class SinkOptions:
             sink_id,
             per_append,
             attempt_timeout_ms(opts),
+            partitioner,
         )
 
     def exactly_once_for(self, streaming: bool) -> bool:

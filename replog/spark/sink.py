@@ -6,12 +6,12 @@ string), `partition` (int), `headers`. Options: `kafka.bootstrap.servers` (alias
 `bootstrap`), `topic`, `kafka.acks` (alias `acks`: `all` (default), `1`/`leader`,
 `0`/`none`: in a streaming write only with `exactlyOnce=false`, see
 `SinkOptions.exactly_once_for`), TLS and `attemptTimeout` (`replog.spark.clients`); unknown
-options are rejected. Routing: the row's
-`partition` when set; else `crc32(key) % partitions` when it has a key; else round-robin per
-batch. On an envelope topic the key and headers are stored with the value (and the record
-gets the producer's clock as its create time); a raw topic holds values only: there the key
-only picks the partition, and a row with headers is refused rather than stored without
-them.
+options are rejected. Routing: the row's `partition` when set; else the key's partition by
+option `partitioner` (`murmur2`, Kafka's, by default; `crc32`) when it has a key; else
+round-robin per batch. On an envelope topic the key and headers are stored with the value
+(and the record gets the producer's clock as its create time); a raw topic holds values
+only: there the key only picks the partition, and a row with headers is refused rather than
+stored without them.
 
 Save modes: only `append`. `overwrite` is rejected (as Kafka's sink does); Spark itself
 rejects `ignore` and `errorifexists` for Python data sources. Streaming: the Complete output
@@ -50,7 +50,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from replog.client import Client, formats
-from replog.client.producer import OffsetFuture, Producer, partition_for_key
+from replog.client.partitioner import partition_for_key
+from replog.client.producer import OffsetFuture, Producer
 from replog.errors import DuplicateSequenceError, InvalidArgumentError
 from replog.records import Record
 from replog.spark.clients import client_for, resumed_producer_client
@@ -179,7 +180,7 @@ class _Writer:
                         )
                     partition = int(given)
                 elif key is not None:
-                    partition = partition_for_key(key, n)
+                    partition = partition_for_key(key, n, opts.partitioner)
                 else:
                     i = round_robin.get(topic, 0)
                     round_robin[topic] = i + 1
@@ -221,7 +222,7 @@ class _Writer:
                 producer = producers.get(topic)
                 if producer is None:
                     producer = producers[topic] = client.producer(
-                        topic, acks=opts.acks, linger_ms=20
+                        topic, acks=opts.acks, linger_ms=20, partitioner=opts.partitioner
                     )
                 partition = row["partition"] if self.has_partition else None
                 key = row["key"] if self.has_key else None

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from replog.client import Client
+from replog.client import Client, partition_for_key
 from tests.spark.helpers import QUERY_DEADLINE_S, new_topic, produce, reader, rows, stream
 from tests.spark.replog_cluster import ReplogCluster
 
@@ -115,6 +115,24 @@ def test_keys_and_headers_are_stored_in_an_envelope_topic(
     assert all(r.timestamp is not None and r.timestampType == 0 for r in got)
     by_key = {(bytes(r.key), r.partition) for r in got}
     assert len({p for k, p in by_key if k == b"k7"}) == 1, "a key always lands on one partition"
+
+
+@pytest.mark.parametrize("partitioner", [None, "murmur2", "crc32"])
+def test_keyed_rows_go_to_the_partition_kafkas_partitioner_picks(
+    spark: Any, server: ReplogCluster, client: Client, partitioner: str | None
+) -> None:
+    topic = new_topic(client, 5, format="envelope")
+    df = spark.createDataFrame([(f"user-{i}", "v") for i in range(50)], "key string, value string")
+    writer = df.write.format("replog").options(**server.options).option("topic", topic)
+    if partitioner is not None:
+        writer = writer.option("partitioner", partitioner)
+    writer.mode("append").save()
+    got = reader(spark, server, subscribe=topic).collect()
+    assert len(got) == 50
+    expected = partitioner or "murmur2"
+    assert {(bytes(r.key), r.partition) for r in got} == {
+        (b"user-%d" % i, partition_for_key(b"user-%d" % i, 5, expected)) for i in range(50)
+    }
 
 
 def test_a_stream_in_complete_mode_appends_each_triggers_whole_result_as_kafkas_sink_does(

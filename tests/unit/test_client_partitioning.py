@@ -7,11 +7,12 @@ from replog.client.retry import call_with_retry
 from replog.errors import InvalidArgumentError, UnavailableError
 
 
-def test_keys_map_to_partitions_by_crc32_stable_across_processes() -> None:
+def test_keys_map_to_partitions_stably_across_processes() -> None:
     import zlib
 
-    assert partition_for_key(b"user-42", 7) == zlib.crc32(b"user-42") % 7
-    assert partition_for_key(b"", 3) == 0
+    assert partition_for_key(b"user-42", 7, "crc32") == zlib.crc32(b"user-42") % 7
+    assert partition_for_key(b"user-42", 7) == partition_for_key(b"user-42", 7)  # no salt
+    assert partition_for_key(b"", 3, "crc32") == 0
     assert {partition_for_key(b"k%d" % i, 4) for i in range(100)} == {0, 1, 2, 3}
 
 
