@@ -51,9 +51,11 @@ from replog.server import logs
 from replog.server.cluster import identity as identities
 from replog.server.cluster.balancer import run_balancer
 from replog.server.cluster.identity import Identity, NodesService
-from replog.server.cluster.joins import Joins, ask_to_join
+from replog.server.cluster.joins import Joins
 from replog.server.cluster.membership import Members, QuorumKeeper
 from replog.server.cluster.reassignment import Reassigner
+from replog.server.cluster.roster import Roster
+from replog.server.cluster.roster_keeper import RosterKeeper, follow_links
 from replog.server.control.producer_ids import ProducerIds, peer_handler
 from replog.server.control.routing import Router
 from replog.server.control.topics import OFFSETS_TOPIC, Topics
@@ -72,12 +74,11 @@ from replog.server.edge.listeners import (
 )
 from replog.server.edge.readiness import READY_SERVICE, report_readiness
 from replog.server.edge.reflection import enable_reflection
-from replog.server.edge.security import peer_node_id
 from replog.server.groups import service as groups_service
 from replog.server.groups.coordinator import Coordinator
 from replog.server.groups.internal import InternalTopics
 from replog.server.logs import log
-from replog.server.meta.metadata import METADATA_TOPIC, NodeAddress, TopicMeta
+from replog.server.meta.metadata import METADATA_TOPIC, TopicMeta
 from replog.server.meta.metadata_log import MetadataLog, replica_config_members
 from replog.server.metrics import Metrics
 from replog.server.partitions.flusher import run_flusher
@@ -117,7 +118,6 @@ T = TypeVar("T")
 FAILED_CLOSE_TIMEOUT_S = 5.0
 OPEN_WAIT_S = 60.0
 CATCH_UP_POLL_S = 0.2
-DISCOVER_S = 1.0  # how often a node that cannot reach the metadata leader asks for members
 ReplicationTarget = Callable[[Message], Awaitable[None]]
 ANSWER_MARGIN_BYTES = 64 * 1024  # a fetch answer's envelope fields, under the message limit
 SERVICE_NAMES = (
@@ -136,32 +136,22 @@ class Node:
         self.supervisor = supervisor
         self.node_id = node_id = settings.node_id
         self.identity = identity or Identity(node_id, "", identities.EXISTING)
-        self._racks: dict[int, str] = {}  # peers' racks, once they told (`racks`)
-        self._racks_asking = False
         self.address = settings.advertised_address or settings.listen
         addresses = settings.peer_map() or {node_id: self.address}  # a cluster of one
         members = sorted(addresses)
         self.single = members == [node_id]
         self.limits = Limits(settings.limits_config())
-        dial = dict(settings.peer_dial_map() or addresses)
-        # The members whose certificates are peers' (security.peer_node_id): the metadata's
-        # members, and nodes removed but still in the metadata quorum (`sync_members`).
-        self.dial_addresses = dial
-        self._discovered: set[int] = set()  # members a peer told of (`discover_members`)
-        bootstrap = {
-            i: NodeAddress(a, "" if dial.get(i, a) == a else dial[i]) for i, a in addresses.items()
-        }
-        self.peers = Peers(node_id, addresses, dial, dialer(settings.tls))
-        self.links = PeerLinks(node_id, dial, dialer(settings.tls, CHANNEL_OPTIONS))
+        # The member set and the address book: one owner (roster_keeper.py), followed by the
+        # links (told of each change), forwarded calls and the TLS peer check (reading it).
+        self.roster = Roster(node_id, addresses, settings.peer_dial_map() or addresses)
+        self.peers = Peers(node_id, self.roster, dialer(settings.tls))
+        self.links = PeerLinks(
+            node_id, dict(self.roster.dial), dialer(settings.tls, CHANNEL_OPTIONS)
+        )
         data_dir, storage = settings.data_dir, settings.storage_config()
         data_dir.mkdir(parents=True, exist_ok=True)
         self.imported = import_legacy_topics(data_dir, node_id, members, storage)
-        voters, observers = replica_config_members(members)
-        if self.identity.voters:  # the log's quorum when this node started on an empty disk
-            voters, observers = self.identity.voters, self.identity.observers
-        elif self.identity.start == identities.JOINING:  # a node being added: no vote before
-            voters, observers = replica_config_members([m for m in members if m != node_id])
-            observers = (*observers, node_id)  # the log's membership records make it a voter
+        voters, observers = self.identity.metadata_quorum(members)
         if self.identity.catching_up:  # a lost disk: no vote before catching up (identity.py)
             identities.floor_replica(metadata_dir(data_dir))
         self.metadata = MetadataLog(
@@ -171,14 +161,22 @@ class Node:
             fetch_bytes_max=settings.fetch_bytes_max,
             spawn=supervisor.spawn,
             on_applied=self._metadata_applied,
-            bootstrap=bootstrap,
+            bootstrap=dict(self.roster.members),
         )
+        self.roster_keeper = RosterKeeper(
+            self.roster,
+            self.metadata,
+            self.peers.channel,
+            rack=settings.rack,
+            single=self.single,
+            spawn=supervisor.spawn,
+        )
+        self.roster_keeper.subscribe(follow_links(self.links))
         # Members added or removed at run time (`membership`): the metadata quorum follows.
-        self._removed = False  # this node's metadata removed it (logged once per change)
         self.members = Members(
             self.metadata,
             self.peers,
-            single=self.single,
+            self.roster_keeper,
             timeout_s=settings.ack_timeout_ms / 1000,
             peer_port=settings.peer_listen.rpartition(":")[2] if settings.peer_listen else "",
         )
@@ -186,7 +184,7 @@ class Node:
             self.metadata,
             lambda: self.metadata.image.nodes,
             timeout_s=settings.ack_timeout_ms / 1000,
-            on_change=self.sync_members,
+            on_change=self.roster_keeper.sync,
         )
         self.replicas = ReplicaManager(
             node_id,
@@ -206,7 +204,7 @@ class Node:
             self.peers,
             default_replication_factor=settings.default_replication_factor,
             timeout_s=settings.ack_timeout_ms / 1000,
-            racks=self.racks,
+            racks=self.roster_keeper.racks,
         )
         self.reassigner = Reassigner(  # moves replicas of partitions led here (issue 15)
             node_id,
@@ -238,17 +236,7 @@ class Node:
         self._tasks: list[asyncio.Task[None]] = []
 
     def _metadata_applied(self) -> None:
-        removed = self.members.removed()
-        if removed != self._removed:
-            self._removed = removed
-            level = logging.ERROR if removed else logging.INFO
-            log(
-                _log,
-                "node.removed" if removed else "node.member_again",
-                level,
-                node_id=self.node_id,
-            )
-        self.sync_members()
+        self.roster_keeper.sync()
         self.replicas.wake()
         self.reassigner.wake()
         self.quorum_keeper.wake()
@@ -259,33 +247,6 @@ class Node:
         pending = 1 if self.quorum_keeper.step else 0
         members = len(self.metadata.image.nodes)
         return members, len(quorum.voters), len(quorum.observers), driver.leader_id or 0, pending
-
-    def sync_members(self) -> None:
-        """Peers follow the metadata's members (`membership`): a member added is reached
-        (its link, its address for forwarded calls and placement, its certificate a peer's);
-        a member removed is no longer listed or placed on, and stops being a peer once it
-        is out of the metadata quorum too (until then it may still vote there)."""
-        nodes = self.metadata.image.nodes
-        me = self.node_id
-        for ident, where in nodes.items():
-            if ident == me:
-                continue  # (its own address may be a port it picked when it bound)
-            self.peers.addresses[ident] = where.address
-            self.peers.dial_addresses[ident] = self.dial_addresses[ident] = where.dial
-            self.links.add(ident, where.dial)
-        for ident in [i for i in self.peers.addresses if i not in nodes and i != me]:
-            del self.peers.addresses[ident]
-        self._discovered -= set(nodes)  # the metadata has them now: it decides from here
-        unknown_rack = any(i not in self._racks and i != me for i in nodes)
-        if self.settings.rack and unknown_rack and not self._racks_asking:
-            self._racks_asking = True  # (GetMetadata shows racks: `replog node add`'s spread)
-            self.supervisor.spawn(self._ask_racks(), "racks")
-        keep = set(nodes) | set(self.metadata.driver.membership.replicas) | self._discovered
-        for ident in [i for i in self.dial_addresses if i not in keep]:
-            if ident != me:
-                del self.dial_addresses[ident]
-                self.peers.dial_addresses.pop(ident, None)
-                self.links.remove(ident)
 
     async def _complete_reassignment(
         self, topic: str, topic_id: int, partition: int, replicas: tuple[int, ...]
@@ -322,7 +283,7 @@ class Node:
             plog,
             self.replica_config(assignment, joining),
             self.links.transport(meta.name, p, meta.topic_id),
-            self.peers.addresses,
+            self.roster.addresses,
             fetch_bytes_max=self.settings.fetch_bytes_max,
             answer_bytes_max=self.settings.message_bytes_max - ANSWER_MARGIN_BYTES,
             spawn=self.supervisor.spawn,
@@ -333,39 +294,6 @@ class Node:
 
     def _serving(self, _part: ReplicatedPartition) -> None:
         self.groups.wake()  # its group coordinator takes over the partition's groups now
-
-    async def racks(self) -> dict[int, str]:
-        """Every member's rack: this node's setting, the others' `Identify` answers (kept
-        once known; a node not heard from is asked again next time). Nobody is asked when
-        this node has no rack: racks are set on every node or on none."""
-        if not self.settings.rack:
-            return {}
-        unknown = [i for i, _ in self.peers.nodes() if i != self.node_id and i not in self._racks]
-        found = await identities.racks_of(self.peers.channel, self.node_id, unknown)
-        self._racks.update((node, rack) for node, rack in found.items() if rack)
-        return {**self._racks, self.node_id: self.settings.rack}
-
-    def known_racks(self) -> dict[int, str]:
-        """The racks known without asking: this node's and those peers told (GetMetadata).
-        A member not known yet is asked in the background (`sync_members`)."""
-        if not self.settings.rack:
-            return {}
-        return {**self._racks, self.node_id: self.settings.rack}
-
-    async def _ask_racks(self) -> None:
-        try:
-            await self.racks()
-        finally:
-            self._racks_asking = False
-
-    def member_addresses(self) -> list[tuple[int, str, str]]:
-        """(id, address, peer_address) of the members this node's metadata has."""
-        nodes = self.metadata.image.nodes
-        own = self.peers.addresses.get(self.node_id, "")
-        return [
-            (i, own if i == self.node_id else n.address, n.peer_address)
-            for i, n in sorted(nodes.items())
-        ]
 
     def identify(self) -> tuple[str, bool, int, int, bool]:
         """What `Nodes.Identify` answers: directory id, deciding (never, once running),
@@ -391,52 +319,12 @@ class Node:
                 return
             await asyncio.sleep(CATCH_UP_POLL_S)
 
-    async def ask_to_join(self) -> None:
-        """`join=auto` on a node started "joining": ask the peers to add it (`joins`)."""
-        me = self.node_id
-        dial = self.dial_addresses.get(me, "")
-
-        def address() -> str:
-            return self.peers.addresses.get(me) or self.address
-
-        await ask_to_join(
-            me,
-            address,
-            "" if dial == address() else dial,
-            lambda: [i for i in sorted(self.dial_addresses) if i != me],
-            self.peers.channel,
-            self._listed,
-        )
-
-    def _listed(self) -> bool:
+    def listed(self) -> bool:
         """Whether the metadata log's membership names this node (not only the quorum its
         identity started the replica with)."""
         driver = self.metadata.driver
         named = self.node_id in driver.membership.replicas
         return named and bool(driver.replica.membership_history)
-
-    async def discover_members(self) -> None:
-        """A node whose metadata lags may not know how to reach the node that leads it now
-        (one added while this node was down, or since the peer list it started with): while
-        the metadata leader is unknown, or known but not reachable from here, ask the
-        peers this node knows (`Nodes.Identify`) for the members, and reach those its
-        metadata lacks until it has caught up (`sync_members` keeps them meanwhile)."""
-        while True:
-            await asyncio.sleep(DISCOVER_S)
-            leader = self.metadata.driver.leader_id
-            if leader == self.node_id or (leader is not None and leader in self.dial_addresses):
-                continue
-            peers = [i for i in self.dial_addresses if i != self.node_id]
-            found = await identities.members_of(self.peers.channel, self.node_id, peers)
-            nodes = self.metadata.image.nodes
-            new = {i: p or a for i, a, p in found if i not in nodes and i != self.node_id}
-            added = sorted(i for i in new if i not in self.dial_addresses)
-            self._discovered = set(new)
-            for ident, dial in new.items():
-                self.dial_addresses[ident] = self.peers.dial_addresses[ident] = dial
-                self.links.add(ident, dial)
-            if added:
-                log(_log, "members.discovered", nodes=added, leader=leader)
 
     def logs(self) -> list[PartitionLog]:
         """Every log this node has open, the metadata log included (metrics, flusher)."""
@@ -447,10 +335,6 @@ class Node:
         out = [(t, p, part.driver) for (t, p), part in list(self.replicas.replicas.items())]
         out.append((METADATA_TOPIC, 0, self.metadata.driver))
         return out
-
-    def authenticate(self, context: object) -> int | None:
-        """The member a peer call's certificate names (None: none, or TLS is off)."""
-        return peer_node_id(context, self.dial_addresses)
 
     def route(self, topic: str, partition: int, topic_id: int = 0) -> ReplicationTarget | None:
         """The replica an incoming replication message is for (None: not hosted here, or
@@ -500,7 +384,7 @@ class Node:
             spawn(self.repairer.run(), "repair"),
         ]
         if not self.single:
-            self._tasks.append(spawn(self.discover_members(), "member-discovery"))
+            self._tasks.append(spawn(self.roster_keeper.discover(), "member-discovery"))
         self.groups.start(spawn)
         if self.settings.scrub_bytes_per_s:
             found = corrupt_found(asyncio.get_running_loop(), self.repairer)
@@ -606,9 +490,9 @@ async def _serve(settings: Settings) -> int:
         node.peers,
         node.metrics,
         node.reassigner.progress,
-        member=node.authenticate if settings.tls is not None else None,
+        member=node.roster_keeper.authenticate if settings.tls is not None else None,
         members=node.members,
-        racks=node.known_racks,
+        nodes=node.roster_keeper.nodes,
     )
     log_pb2_grpc.add_LogServicer_to_server(log_service, server)  # type: ignore[no-untyped-call]
     admin_pb2_grpc.add_AdminServicer_to_server(admin_service, server)  # type: ignore[no-untyped-call]
@@ -617,7 +501,7 @@ async def _serve(settings: Settings) -> int:
     )
     acl_pb2_grpc.add_AclsServicer_to_server(acl_service, server)  # type: ignore[no-untyped-call]
     tls = settings.tls
-    authenticate = node.authenticate if tls is not None else None
+    authenticate = node.roster_keeper.authenticate if tls is not None else None
     # a peer that opens a stream here is up: the link to it stops waiting out its backoff
     replication = ReplicationService(node.route, authenticate, node.links.heard_from)
     # Replication and forwarded calls on a peer listener of their own, if there is one.
@@ -643,7 +527,7 @@ async def _serve(settings: Settings) -> int:
         node.node_id,
         node.identify,
         settings.rack,
-        node.member_addresses,
+        node.roster_keeper.member_addresses,
         lambda: bool(node.metadata.driver.replica.membership_history),
         lambda: (node.metadata.driver.membership.voters, node.metadata.driver.membership.observers),
         Joins(node.members, node.metrics, accept=settings.join == "auto").join,
@@ -679,7 +563,7 @@ async def _serve(settings: Settings) -> int:
     if not settings.advertised_address:
         node.address = bound
         if node.single:
-            node.peers.set_own_address(bound)
+            node.roster.set_own_address(bound)
     servers = [s for s in (server, peer_server, health_server) if s is not None]
     for each in servers:
         await each.start()
@@ -697,7 +581,7 @@ async def _serve(settings: Settings) -> int:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     joining = node.identity.start == identities.JOINING and node.identity.catching_up
     if settings.join == "auto" and joining:  # (never again once caught up: see joins.py)
-        supervisor.spawn(node.ask_to_join(), "join")
+        supervisor.spawn(node.roster_keeper.ask_to_join(node.listed), "join")
     supervisor.spawn(
         report_readiness(
             lambda: [driver for _topic, _p, driver in node.drivers()],

@@ -75,6 +75,7 @@ from replog.replication.driver import QUORUM_STATE_FILE, encode_quorum_state
 from replog.replication.state import EPOCH_MAX, OFFSET_MAX, QuorumState
 from replog.server.logs import log
 from replog.server.meta.metadata import NODE_ID_MAX, NODES_MAX, is_address
+from replog.server.meta.metadata_log import replica_config_members
 from replog.server.settings import RACK_CHARS_MAX
 from replog.storage import checkpoint
 from replog.v1 import nodes_pb2, nodes_pb2_grpc
@@ -117,6 +118,19 @@ class Identity:
     @property
     def catching_up(self) -> bool:
         return self.start in CATCHING_UP_STARTS and self.caught_up_at is None
+
+    def metadata_quorum(self, members: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The `__cluster` voters and observers this node starts its metadata replica with
+        (`members`: the settings' peers): the quorum this identity recorded (a node started
+        on an empty disk learned it from its peers); for a node being added, the other
+        members' quorum with this node an observer, no vote before (the log's membership
+        records make it a voter); else the quorum `members` call for."""
+        if self.voters:
+            return self.voters, self.observers
+        if self.start == JOINING:
+            voters, observers = replica_config_members([m for m in members if m != self.node_id])
+            return voters, (*observers, self.node_id)
+        return replica_config_members(list(members))
 
 
 @dataclass(frozen=True, slots=True)
