@@ -3,9 +3,10 @@
 A single node is a cluster of one; every request takes the same path. Rooms, top to bottom
 (a room imports only the rooms below it; `lint-imports` checks it, pyproject.toml):
 
-    node        composition root: builds every part, the serve loop
+    node        composition root (`Node` builds every part) and the serve loop (`serve`)
     services    the gRPC services clients call: Log (and AppendStream), Admin, Acls
-    cluster     membership, node identity, joins, leader balance, reassignment
+    cluster     the members and address book (roster), identity, joins, leader balance,
+                reassignment
     settings    the one settings object (it holds the groups' and the limits' configs)
     groups      consumer groups: offsets in `__consumer_offsets`, membership, assignment
     control     routing (where a request is served), topics, producer ids

@@ -4,6 +4,8 @@ A node is always a member of a cluster (a single node is a cluster of one). `Nod
 the parts and hands each what it needs; none reaches back into the node:
 
     Supervisor      every background task (supervisor.py)
+    Roster          the members and the address book; RosterKeeper, its one owner, keeps
+                    it following the metadata and tells the links (cluster/roster_keeper.py)
     Peers, PeerLinks  the other nodes: forwarded admin calls; replication streams
     MetadataLog     the `__cluster` replica, its apply loop and MetadataImage (desired state)
     ReplicaManager  the reconciler: local replicas follow the image (local state)
@@ -12,10 +14,13 @@ the parts and hands each what it needs; none reaches back into the node:
     Repairer        scrubs the logs and repairs corrupt ranges from the replicas (repair.py)
     LogService, AdminService, ReplicationService   the gRPC services
 
-`serve(settings)` runs the gRPC server until SIGTERM/SIGINT, then shuts down gracefully:
+`serve(settings)` runs the serve loop (`_serve`): start-up (the data directory's identity,
+`Node`, `Node.open`, the listeners' servers with every service: `_servers`, then bound and
+started: `_start_serving`), serving until SIGTERM/SIGINT, then the graceful stop (`_stop`):
 health NOT_SERVING, long polls and streams ended (UNAVAILABLE SHUTTING_DOWN), in-flight
 calls finished (up to `shutdown_grace_ms`), every replica stopped, its log flushed, HW
-checkpointed, files closed. A background task that fails ends it with exit code 70.
+checkpointed, files closed. A background task that fails ends it with exit code 70
+(`_stop_failed`).
 
 Listeners (`listeners.py`): the client listener, and the peer listener (`peer_listen`)
 for replication and forwarded calls, mutual TLS with TLS on (`security.py`).
@@ -37,6 +42,7 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -51,9 +57,11 @@ from replog.server import logs
 from replog.server.cluster import identity as identities
 from replog.server.cluster.balancer import run_balancer
 from replog.server.cluster.identity import Identity, NodesService
-from replog.server.cluster.joins import Joins, ask_to_join
+from replog.server.cluster.joins import Joins
 from replog.server.cluster.membership import Members, QuorumKeeper
 from replog.server.cluster.reassignment import Reassigner
+from replog.server.cluster.roster import Roster
+from replog.server.cluster.roster_keeper import RosterKeeper, follow_links
 from replog.server.control.producer_ids import ProducerIds, peer_handler
 from replog.server.control.routing import Router
 from replog.server.control.topics import OFFSETS_TOPIC, Topics
@@ -72,13 +80,12 @@ from replog.server.edge.listeners import (
 )
 from replog.server.edge.readiness import READY_SERVICE, report_readiness
 from replog.server.edge.reflection import enable_reflection
-from replog.server.edge.security import peer_node_id
 from replog.server.groups import service as groups_service
 from replog.server.groups.coordinator import Coordinator
 from replog.server.groups.internal import InternalTopics
 from replog.server.logs import log
-from replog.server.meta.metadata import METADATA_TOPIC, NodeAddress, TopicMeta
-from replog.server.meta.metadata_log import MetadataLog, replica_config_members
+from replog.server.meta.metadata import METADATA_TOPIC, TopicMeta
+from replog.server.meta.metadata_log import MetadataLog
 from replog.server.metrics import Metrics
 from replog.server.partitions.flusher import run_flusher
 from replog.server.partitions.handover import hand_over
@@ -117,7 +124,6 @@ T = TypeVar("T")
 FAILED_CLOSE_TIMEOUT_S = 5.0
 OPEN_WAIT_S = 60.0
 CATCH_UP_POLL_S = 0.2
-DISCOVER_S = 1.0  # how often a node that cannot reach the metadata leader asks for members
 ReplicationTarget = Callable[[Message], Awaitable[None]]
 ANSWER_MARGIN_BYTES = 64 * 1024  # a fetch answer's envelope fields, under the message limit
 SERVICE_NAMES = (
@@ -131,37 +137,27 @@ class Node:
     def __init__(
         self, settings: Settings, supervisor: Supervisor, identity: Identity | None = None
     ) -> None:
-        """`identity`: from `establish_identity` (None: a directory adopted as it is)."""
+        """`identity`: from `identity.establish_for` (None: a directory adopted as it is)."""
         self.settings = settings
         self.supervisor = supervisor
         self.node_id = node_id = settings.node_id
         self.identity = identity or Identity(node_id, "", identities.EXISTING)
-        self._racks: dict[int, str] = {}  # peers' racks, once they told (`racks`)
-        self._racks_asking = False
         self.address = settings.advertised_address or settings.listen
         addresses = settings.peer_map() or {node_id: self.address}  # a cluster of one
         members = sorted(addresses)
         self.single = members == [node_id]
         self.limits = Limits(settings.limits_config())
-        dial = dict(settings.peer_dial_map() or addresses)
-        # The members whose certificates are peers' (security.peer_node_id): the metadata's
-        # members, and nodes removed but still in the metadata quorum (`sync_members`).
-        self.dial_addresses = dial
-        self._discovered: set[int] = set()  # members a peer told of (`discover_members`)
-        bootstrap = {
-            i: NodeAddress(a, "" if dial.get(i, a) == a else dial[i]) for i, a in addresses.items()
-        }
-        self.peers = Peers(node_id, addresses, dial, dialer(settings.tls))
-        self.links = PeerLinks(node_id, dial, dialer(settings.tls, CHANNEL_OPTIONS))
+        # The member set and the address book: one owner (roster_keeper.py), followed by the
+        # links (told of each change), forwarded calls and the TLS peer check (reading it).
+        self.roster = Roster(node_id, addresses, settings.peer_dial_map() or addresses)
+        self.peers = Peers(node_id, self.roster, dialer(settings.tls))
+        self.links = PeerLinks(
+            node_id, dict(self.roster.dial), dialer(settings.tls, CHANNEL_OPTIONS)
+        )
         data_dir, storage = settings.data_dir, settings.storage_config()
         data_dir.mkdir(parents=True, exist_ok=True)
         self.imported = import_legacy_topics(data_dir, node_id, members, storage)
-        voters, observers = replica_config_members(members)
-        if self.identity.voters:  # the log's quorum when this node started on an empty disk
-            voters, observers = self.identity.voters, self.identity.observers
-        elif self.identity.start == identities.JOINING:  # a node being added: no vote before
-            voters, observers = replica_config_members([m for m in members if m != node_id])
-            observers = (*observers, node_id)  # the log's membership records make it a voter
+        voters, observers = self.identity.metadata_quorum(members)
         if self.identity.catching_up:  # a lost disk: no vote before catching up (identity.py)
             identities.floor_replica(metadata_dir(data_dir))
         self.metadata = MetadataLog(
@@ -171,23 +167,9 @@ class Node:
             fetch_bytes_max=settings.fetch_bytes_max,
             spawn=supervisor.spawn,
             on_applied=self._metadata_applied,
-            bootstrap=bootstrap,
+            bootstrap=dict(self.roster.members),
         )
-        # Members added or removed at run time (`membership`): the metadata quorum follows.
-        self._removed = False  # this node's metadata removed it (logged once per change)
-        self.members = Members(
-            self.metadata,
-            self.peers,
-            single=self.single,
-            timeout_s=settings.ack_timeout_ms / 1000,
-            peer_port=settings.peer_listen.rpartition(":")[2] if settings.peer_listen else "",
-        )
-        self.quorum_keeper = QuorumKeeper(
-            self.metadata,
-            lambda: self.metadata.image.nodes,
-            timeout_s=settings.ack_timeout_ms / 1000,
-            on_change=self.sync_members,
-        )
+        self._wire_membership()
         self.replicas = ReplicaManager(
             node_id,
             data_dir,
@@ -206,7 +188,7 @@ class Node:
             self.peers,
             default_replication_factor=settings.default_replication_factor,
             timeout_s=settings.ack_timeout_ms / 1000,
-            racks=self.racks,
+            racks=self.roster_keeper.racks,
         )
         self.reassigner = Reassigner(  # moves replicas of partitions led here (issue 15)
             node_id,
@@ -227,6 +209,38 @@ class Node:
         )
         self.metrics = Metrics(self.logs)
         self.repairer = Repairer(self.drivers)
+        self._watch()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _wire_membership(self) -> None:
+        """The roster's one owner, the AddNode/RemoveNode path and the metadata quorum."""
+        settings = self.settings
+        self.roster_keeper = RosterKeeper(
+            self.roster,
+            self.metadata,
+            self.peers.channel,
+            rack=settings.rack,
+            single=self.single,
+            spawn=self.supervisor.spawn,
+        )
+        self.roster_keeper.subscribe(follow_links(self.links))
+        # Members added or removed at run time (`membership`): the metadata quorum follows.
+        self.members = Members(
+            self.metadata,
+            self.peers,
+            self.roster_keeper,
+            timeout_s=settings.ack_timeout_ms / 1000,
+            peer_port=settings.peer_listen.rpartition(":")[2] if settings.peer_listen else "",
+        )
+        self.quorum_keeper = QuorumKeeper(
+            self.metadata,
+            lambda: self.metadata.image.nodes,
+            timeout_s=settings.ack_timeout_ms / 1000,
+            on_change=self.roster_keeper.sync,
+        )
+
+    def _watch(self) -> None:
+        """What the metrics read of the node's parts."""
         self.metrics.watch_replicas(self.drivers)
         self.metrics.watch_repairs(lambda: list(self.repairer.blocked))
         self.metrics.watch_limits(self.limits.snapshot, lambda: self.limits.malformed)
@@ -235,20 +249,9 @@ class Node:
         self.metrics.watch_failures(
             lambda: [(f.topic, f.partition, f.action, f.attempts) for f in self.replicas.failures()]
         )
-        self._tasks: list[asyncio.Task[None]] = []
 
     def _metadata_applied(self) -> None:
-        removed = self.members.removed()
-        if removed != self._removed:
-            self._removed = removed
-            level = logging.ERROR if removed else logging.INFO
-            log(
-                _log,
-                "node.removed" if removed else "node.member_again",
-                level,
-                node_id=self.node_id,
-            )
-        self.sync_members()
+        self.roster_keeper.sync()
         self.replicas.wake()
         self.reassigner.wake()
         self.quorum_keeper.wake()
@@ -259,33 +262,6 @@ class Node:
         pending = 1 if self.quorum_keeper.step else 0
         members = len(self.metadata.image.nodes)
         return members, len(quorum.voters), len(quorum.observers), driver.leader_id or 0, pending
-
-    def sync_members(self) -> None:
-        """Peers follow the metadata's members (`membership`): a member added is reached
-        (its link, its address for forwarded calls and placement, its certificate a peer's);
-        a member removed is no longer listed or placed on, and stops being a peer once it
-        is out of the metadata quorum too (until then it may still vote there)."""
-        nodes = self.metadata.image.nodes
-        me = self.node_id
-        for ident, where in nodes.items():
-            if ident == me:
-                continue  # (its own address may be a port it picked when it bound)
-            self.peers.addresses[ident] = where.address
-            self.peers.dial_addresses[ident] = self.dial_addresses[ident] = where.dial
-            self.links.add(ident, where.dial)
-        for ident in [i for i in self.peers.addresses if i not in nodes and i != me]:
-            del self.peers.addresses[ident]
-        self._discovered -= set(nodes)  # the metadata has them now: it decides from here
-        unknown_rack = any(i not in self._racks and i != me for i in nodes)
-        if self.settings.rack and unknown_rack and not self._racks_asking:
-            self._racks_asking = True  # (GetMetadata shows racks: `replog node add`'s spread)
-            self.supervisor.spawn(self._ask_racks(), "racks")
-        keep = set(nodes) | set(self.metadata.driver.membership.replicas) | self._discovered
-        for ident in [i for i in self.dial_addresses if i not in keep]:
-            if ident != me:
-                del self.dial_addresses[ident]
-                self.peers.dial_addresses.pop(ident, None)
-                self.links.remove(ident)
 
     async def _complete_reassignment(
         self, topic: str, topic_id: int, partition: int, replicas: tuple[int, ...]
@@ -322,7 +298,7 @@ class Node:
             plog,
             self.replica_config(assignment, joining),
             self.links.transport(meta.name, p, meta.topic_id),
-            self.peers.addresses,
+            self.roster.addresses,
             fetch_bytes_max=self.settings.fetch_bytes_max,
             answer_bytes_max=self.settings.message_bytes_max - ANSWER_MARGIN_BYTES,
             spawn=self.supervisor.spawn,
@@ -333,39 +309,6 @@ class Node:
 
     def _serving(self, _part: ReplicatedPartition) -> None:
         self.groups.wake()  # its group coordinator takes over the partition's groups now
-
-    async def racks(self) -> dict[int, str]:
-        """Every member's rack: this node's setting, the others' `Identify` answers (kept
-        once known; a node not heard from is asked again next time). Nobody is asked when
-        this node has no rack: racks are set on every node or on none."""
-        if not self.settings.rack:
-            return {}
-        unknown = [i for i, _ in self.peers.nodes() if i != self.node_id and i not in self._racks]
-        found = await identities.racks_of(self.peers.channel, self.node_id, unknown)
-        self._racks.update((node, rack) for node, rack in found.items() if rack)
-        return {**self._racks, self.node_id: self.settings.rack}
-
-    def known_racks(self) -> dict[int, str]:
-        """The racks known without asking: this node's and those peers told (GetMetadata).
-        A member not known yet is asked in the background (`sync_members`)."""
-        if not self.settings.rack:
-            return {}
-        return {**self._racks, self.node_id: self.settings.rack}
-
-    async def _ask_racks(self) -> None:
-        try:
-            await self.racks()
-        finally:
-            self._racks_asking = False
-
-    def member_addresses(self) -> list[tuple[int, str, str]]:
-        """(id, address, peer_address) of the members this node's metadata has."""
-        nodes = self.metadata.image.nodes
-        own = self.peers.addresses.get(self.node_id, "")
-        return [
-            (i, own if i == self.node_id else n.address, n.peer_address)
-            for i, n in sorted(nodes.items())
-        ]
 
     def identify(self) -> tuple[str, bool, int, int, bool]:
         """What `Nodes.Identify` answers: directory id, deciding (never, once running),
@@ -391,52 +334,12 @@ class Node:
                 return
             await asyncio.sleep(CATCH_UP_POLL_S)
 
-    async def ask_to_join(self) -> None:
-        """`join=auto` on a node started "joining": ask the peers to add it (`joins`)."""
-        me = self.node_id
-        dial = self.dial_addresses.get(me, "")
-
-        def address() -> str:
-            return self.peers.addresses.get(me) or self.address
-
-        await ask_to_join(
-            me,
-            address,
-            "" if dial == address() else dial,
-            lambda: [i for i in sorted(self.dial_addresses) if i != me],
-            self.peers.channel,
-            self._listed,
-        )
-
-    def _listed(self) -> bool:
+    def listed(self) -> bool:
         """Whether the metadata log's membership names this node (not only the quorum its
         identity started the replica with)."""
         driver = self.metadata.driver
         named = self.node_id in driver.membership.replicas
         return named and bool(driver.replica.membership_history)
-
-    async def discover_members(self) -> None:
-        """A node whose metadata lags may not know how to reach the node that leads it now
-        (one added while this node was down, or since the peer list it started with): while
-        the metadata leader is unknown, or known but not reachable from here, ask the
-        peers this node knows (`Nodes.Identify`) for the members, and reach those its
-        metadata lacks until it has caught up (`sync_members` keeps them meanwhile)."""
-        while True:
-            await asyncio.sleep(DISCOVER_S)
-            leader = self.metadata.driver.leader_id
-            if leader == self.node_id or (leader is not None and leader in self.dial_addresses):
-                continue
-            peers = [i for i in self.dial_addresses if i != self.node_id]
-            found = await identities.members_of(self.peers.channel, self.node_id, peers)
-            nodes = self.metadata.image.nodes
-            new = {i: p or a for i, a, p in found if i not in nodes and i != self.node_id}
-            added = sorted(i for i in new if i not in self.dial_addresses)
-            self._discovered = set(new)
-            for ident, dial in new.items():
-                self.dial_addresses[ident] = self.peers.dial_addresses[ident] = dial
-                self.links.add(ident, dial)
-            if added:
-                log(_log, "members.discovered", nodes=added, leader=leader)
 
     def logs(self) -> list[PartitionLog]:
         """Every log this node has open, the metadata log included (metrics, flusher)."""
@@ -447,10 +350,6 @@ class Node:
         out = [(t, p, part.driver) for (t, p), part in list(self.replicas.replicas.items())]
         out.append((METADATA_TOPIC, 0, self.metadata.driver))
         return out
-
-    def authenticate(self, context: object) -> int | None:
-        """The member a peer call's certificate names (None: none, or TLS is off)."""
-        return peer_node_id(context, self.dial_addresses)
 
     def route(self, topic: str, partition: int, topic_id: int = 0) -> ReplicationTarget | None:
         """The replica an incoming replication message is for (None: not hosted here, or
@@ -500,7 +399,7 @@ class Node:
             spawn(self.repairer.run(), "repair"),
         ]
         if not self.single:
-            self._tasks.append(spawn(self.discover_members(), "member-discovery"))
+            self._tasks.append(spawn(self.roster_keeper.discover(), "member-discovery"))
         self.groups.start(spawn)
         if self.settings.scrub_bytes_per_s:
             found = corrupt_found(asyncio.get_running_loop(), self.repairer)
@@ -545,6 +444,9 @@ class Node:
                         log(_log, "retention.deleted", topic=part.topic, segments=deleted)
 
 
+# -- the serve loop ----------------------------------------------------------------------------
+
+
 def write_ready_file(
     path: Path, address: str, metrics_address: str | None, peer_address: str | None = None
 ) -> None:
@@ -566,6 +468,8 @@ def serve(settings: Settings) -> int:
 
 
 async def _serve(settings: Settings) -> int:
+    """Start-up (the node's identity, its parts, its listeners), serving until stopped, then
+    the graceful stop or, after a bug, the fast one."""
     # Handlers first: a SIGTERM that arrives while the node recovers its logs, or right after
     # the ready file appears, must drain and exit 0, not kill the process mid-write.
     stop = asyncio.Event()
@@ -574,11 +478,38 @@ async def _serve(settings: Settings) -> int:
         loop.add_signal_handler(sig, stop.set)
     # A background task that dies of a bug stops the node too, and the exit code says so.
     supervisor = Supervisor(on_fatal=lambda _exc: stop.set())
-    identity = await _until_stopped(establish_identity(settings), stop)
+    identity = await _until_stopped(identities.establish_for(settings), stop)
     if identity is None:
         return 0  # stopped while asking its peers: nothing was started
     node = Node(settings, supervisor, identity)
     await node.open()
+    servers = _servers(node, settings, supervisor)
+    await _start_serving(node, servers, settings, supervisor)
+
+    await stop.wait()
+
+    if supervisor.failure is not None:
+        return await _stop_failed(node, servers, supervisor)
+    return await _stop(node, servers, settings, supervisor)
+
+
+@dataclass(frozen=True)
+class Servers:
+    """A node's gRPC servers and what stopping them needs."""
+
+    client: grpc.aio.Server
+    peer: grpc.aio.Server | None  # replication and forwarded calls (`peer_listen`), if apart
+    health: grpc.aio.Server | None  # plaintext grpc.health.v1 (`health_listen`)
+    health_servicer: Health
+    draining: Draining
+    replication: ReplicationService
+
+    def all(self) -> list[grpc.aio.Server]:
+        return [s for s in (self.client, self.peer, self.health) if s is not None]
+
+
+def _servers(node: Node, settings: Settings, supervisor: Supervisor) -> Servers:
+    """The listeners' servers with every service on them (not bound yet)."""
     guard = Guard(node.limits)  # malformed bodies, limits (guard.py)
     # Who calls and what it may do (auth.py; none with --authorization off): after the guard,
     # so that it sees decoded requests.
@@ -596,6 +527,35 @@ async def _serve(settings: Settings) -> int:
     # Outermost: request streams end at the next read once the node stops (draining.py).
     draining = Draining()
     serve_through(server, [draining, guard, InternalTopics(), *authorizer])  # once per method
+    # Replication and forwarded calls on a peer listener of their own, if there is one.
+    peer_server = None
+    if settings.peer_listen:
+        peer_server = grpc.aio.server(options=server_options(settings.message_bytes_max))
+        generic_handlers_only(peer_server)
+        serve_through(peer_server, [draining, guard])  # peers' bodies decode safely too
+    replication = _add_services(node, settings, supervisor, server, peer_server)
+    health_servicer = Health()  # its Watch ends once the node stops
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    # Plaintext grpc.health.v1 only, for probes that cannot speak TLS (the kubelet's).
+    health_server = None
+    if settings.health_listen:
+        health_server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_server)
+    enable_reflection((*SERVICE_NAMES, health.SERVICE_NAME), server)
+    return Servers(server, peer_server, health_server, health_servicer, draining, replication)
+
+
+def _add_services(
+    node: Node,
+    settings: Settings,
+    supervisor: Supervisor,
+    server: grpc.aio.Server,
+    peer_server: grpc.aio.Server | None,
+) -> ReplicationService:
+    """Log, Admin, Acls, Groups on the client listener (Admin, Acls and forwarded calls on
+    the peer listener too); Replication and Nodes on the peer listener if there is one."""
+    # The member a peer call's certificate names (None: TLS is off, nothing is proven).
+    authenticate = node.roster_keeper.authenticate if settings.tls is not None else None
     producer_ids = ProducerIds(
         node.router, node.metadata, node.peers, timeout_s=settings.ack_timeout_ms / 1000
     )
@@ -606,9 +566,9 @@ async def _serve(settings: Settings) -> int:
         node.peers,
         node.metrics,
         node.reassigner.progress,
-        member=node.authenticate if settings.tls is not None else None,
+        member=authenticate,
         members=node.members,
-        racks=node.known_racks,
+        nodes=node.roster_keeper.nodes,
     )
     log_pb2_grpc.add_LogServicer_to_server(log_service, server)  # type: ignore[no-untyped-call]
     admin_pb2_grpc.add_AdminServicer_to_server(admin_service, server)  # type: ignore[no-untyped-call]
@@ -616,16 +576,9 @@ async def _serve(settings: Settings) -> int:
         node.metadata, node.node_id, node.peers.acls, node.metrics, settings.ack_timeout_ms / 1000
     )
     acl_pb2_grpc.add_AclsServicer_to_server(acl_service, server)  # type: ignore[no-untyped-call]
-    tls = settings.tls
-    authenticate = node.authenticate if tls is not None else None
     # a peer that opens a stream here is up: the link to it stops waiting out its backoff
     replication = ReplicationService(node.route, authenticate, node.links.heard_from)
-    # Replication and forwarded calls on a peer listener of their own, if there is one.
-    peer_server = None
-    if settings.peer_listen:
-        peer_server = grpc.aio.server(options=server_options(settings.message_bytes_max))
-        generic_handlers_only(peer_server)
-        serve_through(peer_server, [draining, guard])  # peers' bodies decode safely too
+    if peer_server is not None:
         peer_admin = (
             admin_service if authenticate is None else MembersOnly(admin_service, authenticate)
         )
@@ -643,7 +596,7 @@ async def _serve(settings: Settings) -> int:
         node.node_id,
         node.identify,
         settings.rack,
-        node.member_addresses,
+        node.roster_keeper.member_addresses,
         lambda: bool(node.metadata.driver.replica.membership_history),
         lambda: (node.metadata.driver.membership.voters, node.metadata.driver.membership.observers),
         Joins(node.members, node.metrics, accept=settings.join == "auto").join,
@@ -652,56 +605,60 @@ async def _serve(settings: Settings) -> int:
     groups_service.register(
         node.groups, node.metrics, server, peer_server, authenticate, supervisor.spawn
     )
-    health_servicer = Health()  # its Watch ends once the node stops
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    # Plaintext grpc.health.v1 only, for probes that cannot speak TLS (the kubelet's).
-    health_server = None
-    if settings.health_listen:
-        health_server = grpc.aio.server()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_server)
-    enable_reflection((*SERVICE_NAMES, health.SERVICE_NAME), server)
+    return replication
+
+
+async def _bind(node: Node, servers: Servers, settings: Settings) -> tuple[str, str | None]:
+    """Bind the listeners; returns the client and peer addresses bound (port 0: picked)."""
     peer_bound = None
     try:
         client_auth = settings.tls_client_auth == "require"
-        port, _ = add_port(server, settings.listen, tls, require_client_auth=client_auth)
-        if peer_server is not None:
+        tls = settings.tls
+        port, _ = add_port(servers.client, settings.listen, tls, require_client_auth=client_auth)
+        if servers.peer is not None:
             peer_port, _ = add_port(
-                peer_server, settings.peer_listen, tls, require_client_auth=True
+                servers.peer, settings.peer_listen, tls, require_client_auth=True
             )
             peer_bound = f"{settings.peer_listen.rpartition(':')[0]}:{peer_port}"
-        if health_server is not None:
-            health_server.add_insecure_port(settings.health_listen)
+        if servers.health is not None:
+            servers.health.add_insecure_port(settings.health_listen)
     except RuntimeError as exc:
         await node.close()
         raise UnavailableError(f"cannot listen on {settings.listen}: {exc}") from None
-    host = settings.listen.rpartition(":")[0]
-    bound = f"{host}:{port}"
+    return f"{settings.listen.rpartition(':')[0]}:{port}", peer_bound
+
+
+async def _start_serving(
+    node: Node, servers: Servers, settings: Settings, supervisor: Supervisor
+) -> None:
+    """Bind, start the servers and the metrics endpoint, report SERVING, write the ready
+    file; a node started to join asks its peers to add it."""
+    bound, peer_bound = await _bind(node, servers, settings)
     if not settings.advertised_address:
         node.address = bound
         if node.single:
-            node.peers.set_own_address(bound)
-    servers = [s for s in (server, peer_server, health_server) if s is not None]
-    for each in servers:
+            node.roster.set_own_address(bound)
+    for each in servers.all():
         await each.start()
     metrics_address = None
     if settings.metrics_listen:
         try:
             metrics_address = node.metrics.serve(settings.metrics_listen)
         except OSError as exc:
-            await stop_servers(servers, 0)
+            await stop_servers(servers.all(), 0)
             await node.close()
             raise UnavailableError(
                 f"cannot serve metrics on {settings.metrics_listen}: {exc}"
             ) from None
     for name in ("", *SERVICE_NAMES):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await servers.health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     joining = node.identity.start == identities.JOINING and node.identity.catching_up
     if settings.join == "auto" and joining:  # (never again once caught up: see joins.py)
-        supervisor.spawn(node.ask_to_join(), "join")
+        supervisor.spawn(node.roster_keeper.ask_to_join(node.listed), "join")
     supervisor.spawn(
         report_readiness(
             lambda: [driver for _topic, _p, driver in node.drivers()],
-            partial(_publish_ready, health_servicer),
+            partial(_publish_ready, servers.health_servicer),
         ),
         "readiness",
     )
@@ -712,7 +669,7 @@ async def _serve(settings: Settings) -> int:
         "server.serving",
         address=bound,
         peer_address=peer_bound,
-        tls=tls is not None,
+        tls=settings.tls is not None,
         metrics=metrics_address,
         data_dir=settings.data_dir,
         flush=settings.flush,
@@ -720,82 +677,38 @@ async def _serve(settings: Settings) -> int:
         topics=len(node.router.topics()),
     )
 
-    await stop.wait()
 
-    if supervisor.failure is not None:
-        # A bug: stop serving at once, keep what is on disk consistent if that still works,
-        # and exit non-zero (Kubernetes restarts the pod; recovery trusts only the disk).
-        log(_log, "server.failed", logging.CRITICAL, error=repr(supervisor.failure))
-        await health_servicer.enter_graceful_shutdown()
-        node.begin_shutdown()
-        await stop_servers(servers, 0)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(_close(node, supervisor), FAILED_CLOSE_TIMEOUT_S)
-        return EXIT_TASK_FAILED
+async def _stop_failed(node: Node, servers: Servers, supervisor: Supervisor) -> int:
+    """After a bug: stop serving at once, keep what is on disk consistent if that still
+    works, and exit non-zero (Kubernetes restarts the pod; recovery trusts only the disk)."""
+    log(_log, "server.failed", logging.CRITICAL, error=repr(supervisor.failure))
+    await servers.health_servicer.enter_graceful_shutdown()
+    node.begin_shutdown()
+    await stop_servers(servers.all(), 0)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(_close(node, supervisor), FAILED_CLOSE_TIMEOUT_S)
+    return EXIT_TASK_FAILED
 
+
+async def _stop(node: Node, servers: Servers, settings: Settings, supervisor: Supervisor) -> int:
+    """The graceful stop: leadership handed over, streams ended, in-flight calls finished
+    (up to the grace), every replica closed."""
     log(_log, "server.stopping", grace_ms=settings.shutdown_grace_ms)
     if settings.shutdown_handover_ms:
         # Still serving everything: each partition led here moves to a caught-up voter
         # (writers get one NOT_LEADER naming it, instead of waiting out an election).
         drivers = [driver for _topic, _p, driver in node.drivers()]
         await hand_over(drivers, settings.shutdown_handover_ms / 1000)
-    await health_servicer.enter_graceful_shutdown()
+    await servers.health_servicer.enter_graceful_shutdown()
     node.begin_shutdown()  # long polls and StreamFrom end: their partitions close
-    replication.close()  # no new incoming replication streams
-    draining.begin()  # every request stream ends at its next read (draining.py)
-    await stop_servers(servers, settings.shutdown_grace_ms / 1000)
+    servers.replication.close()  # no new incoming replication streams
+    servers.draining.begin()  # every request stream ends at its next read (draining.py)
+    await stop_servers(servers.all(), settings.shutdown_grace_ms / 1000)
     await _close(node, supervisor)
     if supervisor.failure is not None:  # a task failed during the drain
         return EXIT_TASK_FAILED
     log(_log, "server.stopped")
     return 0
-
-
-async def establish_identity(settings: Settings) -> Identity:
-    """The data directory's identity (`identity.py`). On an empty directory in a cluster of
-    several, this node answers `Nodes.Identify` (deciding) on its peer address while it asks
-    its peers, so that nodes started together on empty directories find each other."""
-    node_id, data_dir = settings.node_id, settings.data_dir
-    members = sorted(settings.peer_map() or {node_id: settings.listen})
-    voters, observers = replica_config_members(members)
-    if identities.load(data_dir) is not None or not identities.is_empty(data_dir):
-        return await identities.establish(data_dir, node_id, voters, [], _nobody)
-    if members == [node_id]:
-        return await identities.establish(data_dir, node_id, voters, [], _nobody)
-    temporary = grpc.aio.server(options=server_options(settings.message_bytes_max))
-    # (its starting voters too: a peer with other ones does not found a cluster with it)
-    deciding = NodesService(
-        node_id, lambda: ("", True, 0, 0, False), quorum=lambda: (voters, observers)
-    )
-    nodes_pb2_grpc.add_NodesServicer_to_server(deciding, temporary)  # type: ignore[no-untyped-call]
-    address = settings.peer_listen or settings.listen
-    client_auth = bool(settings.peer_listen) or settings.tls_client_auth == "require"
-    try:
-        add_port(temporary, address, settings.tls, require_client_auth=client_auth)
-    except RuntimeError as exc:
-        raise UnavailableError(f"cannot listen on {address}: {exc}") from None
-    await temporary.start()
-    dial_map = settings.peer_dial_map() or settings.peer_map()
-    dial = dialer(settings.tls)
-    channels: dict[int, grpc.aio.Channel] = {}
-
-    def channel_for(peer: int) -> grpc.aio.Channel:
-        if peer not in channels:
-            channels[peer] = dial(dial_map[peer])
-        return channels[peer]
-
-    try:
-        return await identities.establish(
-            data_dir, node_id, voters, members, identities.asker(channel_for, node_id)
-        )
-    finally:
-        await temporary.stop(0)
-        for channel in channels.values():
-            await channel.close(None)
-
-
-async def _nobody(_peer: int) -> identities.Answer | None:
-    return None
 
 
 async def _until_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:

@@ -238,15 +238,21 @@ def test_a_node_whose_applied_metadata_no_longer_lists_it_knows_it_was_removed()
     from types import SimpleNamespace
 
     from replog.server.cluster.membership import Members
+    from replog.server.cluster.roster import Roster
+    from replog.server.cluster.roster_keeper import RosterKeeper
+
+    def keeper(me: int, *, single: bool) -> RosterKeeper:
+        roster = Roster(me, {me: f"127.0.0.1:700{me}"}, {})
+        return RosterKeeper(roster, metadata, None, rack="", single=single, spawn=None)  # type: ignore[arg-type]
 
     image = _image()
     metadata = SimpleNamespace(image=image)
     peers = SimpleNamespace(node_id=3)
-    members = Members(metadata, peers, single=False, timeout_s=1.0)  # type: ignore[arg-type]
+    members = Members(metadata, peers, keeper(3, single=False), timeout_s=1.0)  # type: ignore[arg-type]
     assert not members.removed()
     _commit(image, image.remove_node(3))
     assert members.removed()
     _commit(image, image.add_node(3, "127.0.0.1:7003"))  # added again: a member again
     assert not members.removed()
-    alone = Members(metadata, SimpleNamespace(node_id=9), single=True, timeout_s=1.0)  # type: ignore[arg-type]
+    alone = Members(metadata, SimpleNamespace(node_id=9), keeper(9, single=True), timeout_s=1.0)  # type: ignore[arg-type]
     assert not alone.removed()  # a cluster of one is never "removed"

@@ -70,12 +70,14 @@ from typing import Any
 
 import grpc
 
-from replog.errors import CorruptDataError
+from replog.errors import CorruptDataError, UnavailableError
 from replog.replication.driver import QUORUM_STATE_FILE, encode_quorum_state
 from replog.replication.state import EPOCH_MAX, OFFSET_MAX, QuorumState
+from replog.server.edge.listeners import add_port, dialer, server_options
 from replog.server.logs import log
 from replog.server.meta.metadata import NODE_ID_MAX, NODES_MAX, is_address
-from replog.server.settings import RACK_CHARS_MAX
+from replog.server.meta.metadata_log import replica_config_members
+from replog.server.settings import RACK_CHARS_MAX, Settings
 from replog.storage import checkpoint
 from replog.v1 import nodes_pb2, nodes_pb2_grpc
 
@@ -117,6 +119,19 @@ class Identity:
     @property
     def catching_up(self) -> bool:
         return self.start in CATCHING_UP_STARTS and self.caught_up_at is None
+
+    def metadata_quorum(self, members: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The `__cluster` voters and observers this node starts its metadata replica with
+        (`members`: the settings' peers): the quorum this identity recorded (a node started
+        on an empty disk learned it from its peers); for a node being added, the other
+        members' quorum with this node an observer, no vote before (the log's membership
+        records make it a voter); else the quorum `members` call for."""
+        if self.voters:
+            return self.voters, self.observers
+        if self.start == JOINING:
+            voters, observers = replica_config_members([m for m in members if m != self.node_id])
+            return voters, (*observers, self.node_id)
+        return replica_config_members(list(members))
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,6 +448,52 @@ class NodesService:
             metadata_voters=voters,
             metadata_observers=observers,
         )
+
+
+async def establish_for(settings: Settings) -> Identity:
+    """The data directory's identity as a node starts (`establish`). On an empty directory
+    in a cluster of several, this node answers `Nodes.Identify` (deciding) on its peer
+    address while it asks its peers, so that nodes started together on empty directories
+    find each other."""
+    node_id, data_dir = settings.node_id, settings.data_dir
+    members = sorted(settings.peer_map() or {node_id: settings.listen})
+    voters, observers = replica_config_members(members)
+    if load(data_dir) is not None or not is_empty(data_dir):
+        return await establish(data_dir, node_id, voters, [], _nobody)
+    if members == [node_id]:
+        return await establish(data_dir, node_id, voters, [], _nobody)
+    temporary = grpc.aio.server(options=server_options(settings.message_bytes_max))
+    # (its starting voters too: a peer with other ones does not found a cluster with it)
+    deciding = NodesService(
+        node_id, lambda: ("", True, 0, 0, False), quorum=lambda: (voters, observers)
+    )
+    nodes_pb2_grpc.add_NodesServicer_to_server(deciding, temporary)  # type: ignore[no-untyped-call]
+    address = settings.peer_listen or settings.listen
+    client_auth = bool(settings.peer_listen) or settings.tls_client_auth == "require"
+    try:
+        add_port(temporary, address, settings.tls, require_client_auth=client_auth)
+    except RuntimeError as exc:
+        raise UnavailableError(f"cannot listen on {address}: {exc}") from None
+    await temporary.start()
+    dial_map = settings.peer_dial_map() or settings.peer_map()
+    dial = dialer(settings.tls)
+    channels: dict[int, grpc.aio.Channel] = {}
+
+    def channel_for(peer: int) -> grpc.aio.Channel:
+        if peer not in channels:
+            channels[peer] = dial(dial_map[peer])
+        return channels[peer]
+
+    try:
+        return await establish(data_dir, node_id, voters, members, asker(channel_for, node_id))
+    finally:
+        await temporary.stop(0)
+        for channel in channels.values():
+            await channel.close(None)
+
+
+async def _nobody(_peer: int) -> Answer | None:
+    return None
 
 
 async def racks_of(

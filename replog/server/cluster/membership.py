@@ -3,7 +3,7 @@
 The cluster's members are `MetadataImage.nodes` (the settings' `peers`, changed by the
 `add_node` / `remove_node` commands: `metadata`). Two things follow them on every node:
 
-- **Peer links** (`Node.sync_members`, after each applied batch): a member added is
+- **Peer links** (`RosterKeeper.sync`, after each applied batch): a member added is
   reached at once (its replication link starts, its certificate is accepted as a peer's,
   new topics may place replicas on it); a member removed stops being a peer once it is out
   of the `__cluster` membership too.
@@ -57,6 +57,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from replog.errors import MembershipChangeRefusedError, ReplogError
 from replog.replication import Role
@@ -201,6 +202,16 @@ class QuorumKeeper:
         return 0.0 if isinstance(step, Change) else BUSY_POLL_S
 
 
+class Roll(Protocol):
+    """The member set as this node knows it (`roster_keeper.RosterKeeper`, its one owner)."""
+
+    single: bool  # started without `peers`: a cluster of one that does not grow
+
+    def removed(self) -> bool: ...
+
+    def nodes(self) -> list[admin_pb2.Node]: ...
+
+
 class Members:
     """AddNode and RemoveNode: validated and proposed on the metadata leader (forwarded
     there from another node)."""
@@ -209,18 +220,18 @@ class Members:
         self,
         metadata: MetadataLog,
         peers: Peers,
+        roll: Roll,
         *,
-        single: bool,
         timeout_s: float,
         peer_port: str = "",
     ) -> None:
-        """`single`: this node was started without `peers` (a cluster of one that does not
-        grow: its address may be a port it picked, which others cannot be told).
+        """`roll`: the members as this node knows them (a cluster of one, `roll.single`, does
+        not grow: its address may be a port it picked, which others cannot be told).
         `peer_port`: the port of this node's peer listener ("": none): a node added without
         a peer address is dialed on the same port of its host, as in StatefulSet mode."""
         self.metadata = metadata
         self.peers = peers
-        self.single = single
+        self.roll = roll
         self.timeout_s = timeout_s
         self.peer_port = peer_port
 
@@ -229,7 +240,7 @@ class Members:
         host, sep, _port = address.rpartition(":")
         if not peer_address and self.peer_port and sep and host:
             peer_address = f"{host}:{self.peer_port}"  # nodes have a peer listener here
-        if self.single:
+        if self.roll.single:
             raise MembershipChangeRefusedError(
                 "this node was started without --peers: a cluster of one does not grow. "
                 "Restart it with --peers naming itself (1=host:port), then add nodes",
@@ -251,14 +262,12 @@ class Members:
         return self.nodes()
 
     def removed(self) -> bool:
-        """Whether the metadata this node applied removed it from the members (it is no
-        longer sent the metadata: what it knows ages from then on)."""
-        return not self.single and self.peers.node_id not in self.metadata.image.nodes
+        """Whether the metadata this node applied removed it from the members."""
+        return self.roll.removed()
 
     def nodes(self) -> list[admin_pb2.Node]:
-        """The members this node's metadata knows, by id."""
-        image = self.metadata.image.nodes
-        return [admin_pb2.Node(id=i, address=image[i].address) for i in sorted(image)]
+        """The members as this node knows them, by id (`RosterKeeper.nodes`)."""
+        return self.roll.nodes()
 
     async def remove(self, node_id: int) -> list[admin_pb2.Node]:
         """Returns the members as the metadata leader knows them once the node is not one."""

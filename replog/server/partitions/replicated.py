@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from replog.errors import (
     LeaderUnknownError,
@@ -51,7 +51,7 @@ class ReplicatedPartition(Partition):
         log: PartitionLog,
         config: ReplicaConfig,
         transport: Transport,
-        peers: dict[int, str],
+        peers: Mapping[int, str],
         *,
         fetch_bytes_max: int,
         spawn: Spawn,

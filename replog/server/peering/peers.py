@@ -2,15 +2,16 @@
 
 A forwarded call carries the metadata `x-replog-forwarded: 1` so that the receiving node
 answers for itself instead of forwarding it again. Calls go to a node's peer address (its
-peer listener, when nodes have one) over the channel `dial` makes (mutual TLS with TLS on);
-`addresses` stay the ones clients are told about. A peer's failure comes back as the typed
-`ReplogError` it sent (decoded by `replog.rpc_errors`, keyed by reason).
+peer listener, when nodes have one) over the channel `dial` makes (mutual TLS with TLS on),
+both read from the address book (`AddressBook`); client addresses stay the ones clients are
+told about. A peer's failure comes back as the typed `ReplogError` it sent (decoded by
+`replog.rpc_errors`, keyed by reason).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -22,31 +23,42 @@ FORWARDED = "x-replog-forwarded"
 FORWARD_METADATA = ((FORWARDED, "1"),)
 
 
+class AddressBook(Protocol):
+    """Where the cluster's nodes are (`cluster.roster.Roster`, the one owner: Peers keeps
+    no copy, so a member added or removed is reached or dropped at once)."""
+
+    def address(self, node_id: int | None) -> str | None:
+        """A member's client address (None: not a member)."""
+        ...
+
+    def dial_address(self, node_id: int) -> str:
+        """Where node `node_id` is dialed (KeyError: nowhere known)."""
+        ...
+
+    def nodes(self) -> list[tuple[int, str]]:
+        """The members (id, client address), by id."""
+        ...
+
+
 class Peers:
-    """The cluster's nodes (id -> address, this node included) and admin stubs to them."""
+    """Admin, Acls and Log stubs to the cluster's nodes, found in the address book."""
 
     def __init__(
         self,
         node_id: int,
-        addresses: dict[int, str],
-        dial_addresses: dict[int, str] | None = None,
+        book: AddressBook,
         dial: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel,
     ) -> None:
         self.node_id = node_id
-        self.addresses = dict(addresses)
-        self.dial_addresses = dict(dial_addresses or {})
+        self.book = book
         self._dial = dial
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def address(self, node_id: int | None) -> str | None:
-        return None if node_id is None else self.addresses.get(node_id)
+        return self.book.address(node_id)
 
     def nodes(self) -> list[tuple[int, str]]:
-        return sorted(self.addresses.items())
-
-    def set_own_address(self, address: str) -> None:
-        """A single node learns its address once bound (port 0)."""
-        self.addresses[self.node_id] = address
+        return self.book.nodes()
 
     def admin(self, node_id: int) -> Any:
         """An Admin stub of node `node_id`."""
@@ -65,7 +77,7 @@ class Peers:
         return self._channel(node_id)
 
     def _channel(self, node_id: int) -> grpc.aio.Channel:
-        address = self.dial_addresses.get(node_id) or self.addresses[node_id]
+        address = self.book.dial_address(node_id)
         channel = self._channels.get(address)
         if channel is None:
             channel = self._channels[address] = self._dial(address)

@@ -83,7 +83,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         reassignments: Mapping[tuple[str, int], Progress] | None = None,
         member: Callable[[Context], int | None] | None = None,
         members: Members | None = None,
-        racks: Callable[[], Mapping[int, str]] = dict,
+        nodes: Callable[[], list[admin_pb2.Node]] = list,
     ) -> None:
         """`reassignments`: the reassignment controller's progress of the partitions this
         node leads (`Reassigner.progress`), shown in DescribeTopic. `member`: the node id a
@@ -96,7 +96,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self.metrics = metrics
         self.node_id = peers.node_id
         self.members = members  # AddNode / RemoveNode (None: refused, e.g. in unit tests)
-        self.racks = racks  # node -> rack, as known here (GetMetadata)
+        self.nodes = nodes  # the members, with their racks as known here (GetMetadata)
 
     @unary("CreateTopic")
     async def CreateTopic(
@@ -257,7 +257,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         quorum = driver.membership
         out = admin_pb2.Metadata(
             node_id=self.node_id,
-            nodes=self._nodes(),
+            nodes=self.nodes(),
             metadata_voters=sorted(quorum.voters),
             metadata_observers=sorted(quorum.observers),
             metadata_leader_id=driver.leader_id or 0,
@@ -316,12 +316,6 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 request.topic, request.partition, replicas
             )
         return admin_pb2.ReassignPartitionResponse(replicas=assignment, target_replicas=target)
-
-    def _nodes(self) -> list[admin_pb2.Node]:
-        racks = self.racks()
-        return [
-            admin_pb2.Node(id=i, address=a, rack=racks.get(i, "")) for i, a in self.peers.nodes()
-        ]
 
     @unary("AddNode")
     async def AddNode(
