@@ -1,10 +1,10 @@
-"""`replog node decommission`'s plan and `replog node add`'s spread (cli_nodes, pure)."""
+"""`replog node decommission`'s plan and `replog node add`'s spread (replog.cli.nodes, pure)."""
 
 from __future__ import annotations
 
 import pytest
 
-from replog.cli_nodes import Move, plan, spread
+from replog.cli.nodes import Move, plan, spread
 from replog.v1 import admin_pb2
 
 
@@ -42,7 +42,7 @@ def test_a_partition_on_every_other_node_cannot_be_moved() -> None:
         plan(metadata({"t": [[1, 2, 3, 4]]}), 4)
 
 
-# -- `replog node add`'s spread (cli_nodes.spread, pure) ---------------------------------------
+# -- `replog node add`'s spread (nodes.spread, pure) ---------------------------------------
 
 
 def _loads(meta: admin_pb2.Metadata, moves: list[Move]) -> dict[int, int]:

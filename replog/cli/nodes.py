@@ -39,6 +39,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
+from replog.cli.common import (
+    Subparsers,
+    UsageError,
+    add_output_argument,
+    cli_client,
+    client_parser,
+    print_json,
+)
+
 if TYPE_CHECKING:
     from replog.client import Client
     from replog.v1 import admin_pb2
@@ -54,9 +63,6 @@ JSON_KEYS = {
 }
 WAIT_POLL_S = 0.5
 
-ClientParser = Callable[..., argparse.ArgumentParser]
-AddOutput = Callable[[argparse.ArgumentParser, str], None]
-
 
 @dataclass(frozen=True, slots=True)
 class Move:
@@ -66,17 +72,19 @@ class Move:
     target: tuple[int, ...]
 
 
-def add_parser(sub: Any, client_parser: ClientParser, add_output: AddOutput) -> None:
+def add_parser(sub: Subparsers) -> None:
     node = sub.add_parser(
         "node",
         help="the cluster's nodes: list, add, remove, decommission",
         description="The cluster's nodes (docs/operations.md, Scale).",
     )
+    node.set_defaults(run=cmd_node)
     nsub = node.add_subparsers(dest="node_command", required=True, metavar="ACTION")
-    add_output(
-        client_parser("list", "nodes, replicas hosted and partitions led", nsub), "node list"
+    add_output_argument(
+        client_parser(nsub, "list", "nodes, replicas hosted and partitions led"),
+        JSON_KEYS["node list"],
     )
-    add = client_parser("add", "make a node a member of the cluster (no restart)", nsub)
+    add = client_parser(nsub, "add", "make a node a member of the cluster (no restart)")
     add.add_argument("node_id", type=int)
     add.add_argument("node_address", metavar="ADDRESS", help="host:port clients connect to")
     add.add_argument(
@@ -86,18 +94,18 @@ def add_parser(sub: Any, client_parser: ClientParser, add_output: AddOutput) -> 
         "--no-spread", action="store_true", help="move no replicas onto it (see the module doc)"
     )
     _wait_arguments(add, "return once the replicas moved onto it are there")
-    add_output(add, "node add")
-    remove = client_parser("remove", "end a node's membership (it must host nothing)", nsub)
+    add_output_argument(add, JSON_KEYS["node add"])
+    remove = client_parser(nsub, "remove", "end a node's membership (it must host nothing)")
     remove.add_argument("node_id", type=int)
     _wait_arguments(remove, "return once it has left the metadata quorum")
-    add_output(remove, "node remove")
+    add_output_argument(remove, JSON_KEYS["node remove"])
     decommission = client_parser(
-        "decommission", "move every replica off a node (before it leaves the cluster)", nsub
+        nsub, "decommission", "move every replica off a node (before it leaves the cluster)"
     )
     decommission.add_argument("node_id", type=int)
     decommission.add_argument("--dry-run", action="store_true", help="print the plan only")
     _wait_arguments(decommission, "return once no partition lists the node")
-    add_output(decommission, "node decommission")
+    add_output_argument(decommission, JSON_KEYS["node decommission"])
 
 
 def _wait_arguments(parser: argparse.ArgumentParser, what: str) -> None:
@@ -176,8 +184,12 @@ def plan(meta: admin_pb2.Metadata, leaving: int) -> list[Move]:
     return moves
 
 
+def cmd_node(args: argparse.Namespace, out: TextIO) -> int:
+    with cli_client(args) as client:
+        return run(args, client, out)
+
+
 def run(args: argparse.Namespace, client: Client, out: TextIO) -> int:
-    from replog.cli import UsageError
 
     if args.node_command == "add":
         return _add(args, client, out)
@@ -205,7 +217,6 @@ def run(args: argparse.Namespace, client: Client, out: TextIO) -> int:
 
 
 def _list(args: argparse.Namespace, meta: admin_pb2.Metadata, out: TextIO) -> int:
-    from replog.cli import print_json
 
     replicas: Counter[int] = Counter()
     leaders: Counter[int] = Counter()
@@ -265,25 +276,14 @@ def _add(args: argparse.Namespace, client: Client, out: TextIO) -> int:
 
 
 def _remove(args: argparse.Namespace, client: Client, out: TextIO) -> int:
-    from replog.cli import print_json
-
     gone = args.node_id
     nodes = client.remove_node(gone)
     done = None
     if args.wait:
-        from replog.cli import client_tls
-        from replog.client import Client
-
         # Asked of the members only: the node removed never hears of the record that took
         # it out of the quorum (its leader stopped sending to it), so its view stays old.
         members = ",".join(a for _i, a in nodes)
-        with Client(
-            members,
-            timeout_s=args.timeout,
-            attempt_timeout_s=args.attempt_timeout,
-            tls=client_tls(args),
-            token=args.token,
-        ) as others:
+        with cli_client(args, members) as others:
             done = _wait_until(
                 others,
                 args.wait_s,
@@ -313,7 +313,6 @@ def _print_moves(
     out: TextIO,
     none: str,
 ) -> None:
-    from replog.cli import print_json
 
     dry = bool(getattr(args, "dry_run", False))
     if args.output == "json":
