@@ -39,6 +39,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from replog import __version__
 from replog.cli import (
@@ -80,8 +81,16 @@ EPILOG = (
 )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line error for a bad flag or value (the full usage is one
+    `--help` away), exit 2; subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="replog", description="replog: a replicated commit-log service.", epilog=EPILOG
     )
     parser.add_argument("--version", action="version", version=f"replog {__version__}")

@@ -1,7 +1,7 @@
 """`replog node`: the cluster's nodes from the command line (part of `replog.cli`).
 
     replog node list [-o json]                  id, address, replicas hosted, partitions led,
-                                                role in the metadata quorum
+                                                role in the metadata quorum, rack, state
     replog node add ID ADDRESS [--peer-address HOST:PORT] [--no-spread] [--wait] [-o json]
                                                 make node ID a member, then spread replicas
     replog node remove ID [--wait] [-o json]    end node ID's membership (hosting nothing)
@@ -36,6 +36,7 @@ import argparse
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -45,6 +46,7 @@ from replog.cli.common import (
     add_output_argument,
     cli_client,
     client_parser,
+    client_tls,
     print_json,
 )
 
@@ -54,7 +56,7 @@ if TYPE_CHECKING:
 
 JSON_KEYS = {
     "node list": '{"nodes": [{"id", "address", "replicas", "leaders", "metadata": "voter"|'
-    '"observer"|"", "rack"}]} sorted by id',
+    '"observer"|"", "rack", "state": "up"|"not-ready"|"down"|"unknown"}]} sorted by id',
     "node add": '{"node", "nodes": [{"id", "address"}], "moves": [{"topic", "partition", '
     '"replicas": [id], "target": [id]}], "done" (with --wait)}',
     "node remove": '{"node", "nodes": [{"id", "address"}], "done" (with --wait)}',
@@ -62,6 +64,7 @@ JSON_KEYS = {
     '[id], "target": [id]}], "done" (with --wait)}',
 }
 WAIT_POLL_S = 0.5
+PROBE_THREADS_MAX = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +200,7 @@ def run(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         return _remove(args, client, out)
     meta = client.refresh_metadata()
     if args.node_command == "list":
-        return _list(args, meta, out)
+        return _list(args, meta, out, node_states(args, meta))
     leaving = args.node_id
     if leaving not in {n.id for n in meta.nodes}:
         raise UsageError(f"node {leaving} is not a member of the cluster")
@@ -216,14 +219,36 @@ def run(args: argparse.Namespace, client: Client, out: TextIO) -> int:
     return 1 if done is False else 0
 
 
-def _list(args: argparse.Namespace, meta: admin_pb2.Metadata, out: TextIO) -> int:
+def node_states(args: argparse.Namespace, meta: admin_pb2.Metadata) -> dict[int, str]:
+    """Each node's state, asked of the node itself in parallel (the console's probe: its
+    readiness health check, within 2 s): `up` (serving, every replica caught up),
+    `not-ready` (answers, but catching up or shutting down), `down` (no answer), `unknown`
+    (no address known yet)."""
+    from replog.console.cluster import DOWN, READY, Prober
 
+    prober = Prober(client_tls(args), args.token)
+    names = {READY: "up", DOWN: "down"}
+    try:
+        with ThreadPoolExecutor(PROBE_THREADS_MAX) as pool:
+            known = [n for n in meta.nodes if n.address]
+            found = pool.map(lambda n: prober.probe(n.address)[0], known)
+            states = {
+                n.id: names.get(state, "not-ready") for n, state in zip(known, found, strict=True)
+            }
+    finally:
+        prober.close()
+    return {n.id: states.get(n.id, "unknown") for n in meta.nodes}
+
+
+def _list(
+    args: argparse.Namespace, meta: admin_pb2.Metadata, out: TextIO, states: dict[int, str]
+) -> int:
     replicas: Counter[int] = Counter()
     leaders: Counter[int] = Counter()
     for topic in meta.topics:
         for part in topic.partitions:
             replicas.update(part.replicas)
-            if part.leader_id > 0:
+            if part.leader_id >= 0:  # -1: no leader known (node ids start at 0)
                 leaders[part.leader_id] += 1
     voters, observers = set(meta.metadata_voters), set(meta.metadata_observers)
     rows = [
@@ -234,16 +259,17 @@ def _list(args: argparse.Namespace, meta: admin_pb2.Metadata, out: TextIO) -> in
             "leaders": leaders[n.id],
             "metadata": "voter" if n.id in voters else "observer" if n.id in observers else "",
             "rack": n.rack,
+            "state": states.get(n.id, "unknown"),
         }
         for n in sorted(meta.nodes, key=lambda n: n.id)
     ]
     if args.output == "json":
         print_json({"nodes": rows}, out)
         return 0
-    print("id\taddress\treplicas\tleaders\tmetadata\track", file=out)
+    print("id\taddress\treplicas\tleaders\tmetadata\track\tstate", file=out)
     for r in rows:
         role, rack = r["metadata"] or "-", r["rack"] or "-"
-        cells = (r["id"], r["address"], r["replicas"], r["leaders"], role, rack)
+        cells = (r["id"], r["address"], r["replicas"], r["leaders"], role, rack, r["state"])
         print("\t".join(map(str, cells)), file=out)
     return 0
 

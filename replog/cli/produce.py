@@ -7,11 +7,13 @@ or u32 big-endian length-prefixed values, read in 1 MiB chunks.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import stat
 import struct
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, BinaryIO, TextIO
@@ -64,6 +66,14 @@ def add_parser(sub: Subparsers) -> None:
         default="lines",
         help="lines: one record per line (newline removed); length-prefixed: u32 BE length + value",
     )
+    produce.add_argument(
+        "--key-delimiter",
+        "-K",
+        default=None,
+        metavar="DELIM",
+        help="each line is KEY DELIM VALUE: the record's key (envelope topics), which also "
+        "picks its partition; a line without DELIM has no key",
+    )
     produce.add_argument("--acks", choices=["none", "leader", "all"], default="all")
     produce.add_argument("--batch-records", type=int, default=1000, help="records per Append")
     add_progress_argument(produce)
@@ -114,10 +124,10 @@ def read_length_prefixed(stream: BinaryIO) -> Iterator[list[bytes]]:
 
 
 def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
-    from replog.client import partition_for_key
-
     if args.batch_records < 1:
         raise UsageError("--batch-records must be >= 1")
+    if args.key_delimiter is not None and (args.key is not None or not args.key_delimiter):
+        raise UsageError("-K takes a non-empty delimiter and excludes --key")
     reader = read_lines if args.format == "lines" else read_length_prefixed
     framing_bytes = 1 if args.format == "lines" else _LENGTH.size
     progress = Progress(
@@ -125,10 +135,7 @@ def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
     )
     with cli_client(args) as client:
         partitions = client.partition_count(args.topic)
-        partition = args.partition
-        if partition is None and args.key is not None:
-            partition = partition_for_key(args.key.encode(), partitions)
-        as_records = record_maker(args, client.topic_format(args.topic) == "envelope")
+        split = batcher(args, partitions, client.topic_format(args.topic) == "envelope")
         producer = client.producer(
             args.topic, acks=args.acks, partitions=partitions, batch_records_max=args.batch_records
         )
@@ -137,26 +144,18 @@ def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
         sent: list[tuple[int, Future[AppendResult]]] = []
         try:
             for values in reader(stdin):
-                for i in range(0, len(values), args.batch_records):
-                    batch = values[i : i + args.batch_records]
-                    p = partition if partition is not None else len(sent) % partitions
-                    sent.append((p, producer.send_batch(as_records(batch), p)))
-                    count += len(batch)
-                    progress.update(len(batch), sum(map(len, batch)) + framing_bytes * len(batch))
+                for p, batch in split(values):
+                    sent.append((p, producer.send_batch(batch, p)))
+                count += len(values)
+                progress.update(len(values), sum(map(len, values)) + framing_bytes * len(values))
             producer.flush()
         finally:
             producer.close()
-        ranges: dict[int, list[int]] = {}
-        for p, fut in sent:
-            res = fut.result()
-            if res.base_offset < 0:
-                continue
-            span = ranges.setdefault(p, [res.base_offset, res.last_offset])
-            span[0] = min(span[0], res.base_offset)
-            span[1] = max(span[1], res.last_offset)
         elapsed = time.perf_counter() - started
         progress.finish()
-        where = ", ".join(f"partition {p} offsets {a}..{b}" for p, (a, b) in sorted(ranges.items()))
+        where = ", ".join(
+            f"partition {p} offsets {a}..{b}" for p, (a, b) in sorted(offset_ranges(sent).items())
+        )
         rate = count / elapsed if elapsed > 0 else 0.0
         if not where:
             where = "no offsets (acks=none)" if count else "nothing to send"
@@ -167,11 +166,68 @@ def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
     return 0
 
 
-def record_maker(
-    args: argparse.Namespace, envelope: bool
-) -> Callable[[list[bytes]], Sequence[bytes | Record]]:
-    """What `produce` sends for a batch of input values: records with `--key` and
-    `--header`s on an envelope topic; the values on a raw topic (which holds no headers)."""
+def offset_ranges(sent: list[tuple[int, Future[AppendResult]]]) -> dict[int, list[int]]:
+    """Each partition's [first, last] offset written (raises a batch's error)."""
+    ranges: dict[int, list[int]] = {}
+    for p, fut in sent:
+        res = fut.result()
+        if res.base_offset < 0:
+            continue
+        span = ranges.setdefault(p, [res.base_offset, res.last_offset])
+        span[0] = min(span[0], res.base_offset)
+        span[1] = max(span[1], res.last_offset)
+    return ranges
+
+
+Batches = list[tuple[int, Sequence["bytes | Record"]]]
+
+
+def batcher(
+    args: argparse.Namespace, partitions: int, envelope: bool
+) -> Callable[[list[bytes]], Batches]:
+    """How a chunk of input values becomes (partition, records) batches of at most
+    `--batch-records`: to `--partition`, to `--key`'s partition, by each line's key with
+    `-K` (a line without the delimiter has no key), else round-robin batches."""
+    from replog.client import partition_for_key
+
+    size = args.batch_records
+    headers = parse_headers(args, envelope)
+    fixed = args.partition
+    if fixed is None and args.key is not None:
+        fixed = partition_for_key(args.key.encode(), partitions)
+    turn = itertools.count()
+    if args.key_delimiter is None:
+        as_records = record_maker(args, envelope, headers)
+
+        def slices(values: list[bytes]) -> Batches:
+            return [
+                (fixed if fixed is not None else next(turn) % partitions, as_records(part))
+                for part in (values[i : i + size] for i in range(0, len(values), size))
+            ]
+
+        return slices
+    if not envelope:
+        raise UsageError(f"topic {args.topic} is raw: -K (keys) needs an envelope topic")
+    from replog.records import Record
+
+    delimiter = args.key_delimiter.encode()
+
+    def keyed(values: list[bytes]) -> Batches:
+        keyless = fixed if fixed is not None else next(turn) % partitions
+        buckets: dict[int, list[bytes | Record]] = {}
+        for line in values:
+            key, sep, value = line.partition(delimiter)
+            if sep:
+                p = fixed if fixed is not None else zlib.crc32(key) % partitions
+                buckets.setdefault(p, []).append(Record(value, key=key, headers=headers))
+            else:
+                buckets.setdefault(keyless, []).append(Record(line, headers=headers))
+        return [(p, rs[i : i + size]) for p, rs in buckets.items() for i in range(0, len(rs), size)]
+
+    return keyed
+
+
+def parse_headers(args: argparse.Namespace, envelope: bool) -> tuple[tuple[str, bytes], ...]:
     headers = []
     for item in args.header:
         name, sep, value = item.partition("=")
@@ -180,6 +236,14 @@ def record_maker(
         headers.append((name, value.encode()))
     if headers and not envelope:
         raise UsageError(f"topic {args.topic} is raw: --header needs an envelope topic")
+    return tuple(headers)
+
+
+def record_maker(
+    args: argparse.Namespace, envelope: bool, headers: tuple[tuple[str, bytes], ...]
+) -> Callable[[list[bytes]], Sequence[bytes | Record]]:
+    """What `produce` sends for a batch of input values: records with `--key` and
+    `--header`s on an envelope topic; the values on a raw topic (which holds no headers)."""
     if not envelope or (args.key is None and not headers):
         return lambda values: values
     from replog.records import Record
