@@ -75,6 +75,11 @@ __all__ = [
     "run",
 ]
 
+# Commands that need neither the server's settings nor the console to parse their options.
+LEAN_COMMANDS = frozenset(
+    {"topic", "partition", "offsets", "produce", "consume", "group", "node", "acl", "token",
+     "certs", "verify", "dev-cluster"}
+)  # fmt: skip
 EPILOG = (
     "exit codes: 0 ok; 1 an error from the server or the connection (or corrupt data: "
     "verify); 2 bad usage or settings; 130 interrupted"
@@ -89,13 +94,16 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser; given the command line `argv`, the options of commands other than
+    the one it runs may be left out (`serve`'s and `console`'s: a quicker start)."""
+    lean = argv is not None and len(argv) > 0 and argv[0] in LEAN_COMMANDS
     parser = Parser(
         prog="replog", description="replog: a replicated commit-log service.", epilog=EPILOG
     )
     parser.add_argument("--version", action="version", version=f"replog {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    serve.add_parsers(sub)
+    serve.add_parsers(sub, full=not lean)
     topics.add_parsers(sub)
     produce.add_parser(sub)
     consume.add_parser(sub)
@@ -115,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     out = sys.stdout
     try:

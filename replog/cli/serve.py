@@ -14,16 +14,20 @@ from typing import TextIO
 from replog.cli.common import EXIT_ERROR, Subparsers, UsageError, client_parser
 
 
-def add_parsers(sub: Subparsers) -> None:
-    from replog.console.server import add_arguments as add_console_arguments
-    from replog.server.settings import Settings
-
+def add_parsers(sub: Subparsers, *, full: bool = True) -> None:
+    """`serve`, `console` and `dev-cluster`. Not `full` (another command runs): the first
+    two without their options, which would import the server's settings and the console
+    (a quicker start for `produce` and `consume`)."""
     serve = sub.add_parser("serve", help="run a node", description="Run a replog node.")
     serve.set_defaults(run=cmd_serve)
-    Settings.add_arguments(serve)
     console = client_parser(sub, "console", "run the web console for a cluster (docs/console.md)")
     console.set_defaults(run=cmd_console)
-    add_console_arguments(console)
+    if full:
+        from replog.console.server import add_arguments as add_console_arguments
+        from replog.server.settings import Settings
+
+        Settings.add_arguments(serve)
+        add_console_arguments(console)
     dev = sub.add_parser(
         "dev-cluster",
         help="run a local cluster of nodes (separate processes on 127.0.0.1)",
