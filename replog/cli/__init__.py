@@ -56,6 +56,7 @@ from replog.cli import (
 from replog.cli.common import (
     ATTEMPT_TIMEOUT_S,
     DEFAULT_ADDRESS,
+    EXIT_CODES,
     EXIT_ERROR,
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -80,10 +81,6 @@ LEAN_COMMANDS = frozenset(
     {"topic", "partition", "offsets", "produce", "consume", "group", "node", "acl", "token",
      "certs", "verify", "dev-cluster"}
 )  # fmt: skip
-EPILOG = (
-    "exit codes: 0 ok; 1 an error from the server or the connection (or corrupt data: "
-    "verify); 2 bad usage or settings; 130 interrupted"
-)
 
 
 class Parser(argparse.ArgumentParser):
@@ -99,7 +96,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     the one it runs may be left out (`serve`'s and `console`'s: a quicker start)."""
     lean = argv is not None and len(argv) > 0 and argv[0] in LEAN_COMMANDS
     parser = Parser(
-        prog="replog", description="replog: a replicated commit-log service.", epilog=EPILOG
+        prog="replog", description="replog: a replicated commit-log service.", epilog=EXIT_CODES
     )
     parser.add_argument("--version", action="version", version=f"replog {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

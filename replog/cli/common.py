@@ -26,6 +26,12 @@ EXIT_ERROR = 1  # an error reported by the server or the connection, or corrupt 
 EXIT_USAGE = 2  # bad usage or settings: a flag's value, a missing file
 EXIT_INTERRUPTED = 130  # Ctrl-C
 
+EXIT_CODES = (
+    "exit codes: 0 ok (consume: the records asked for were printed, or the end reached); "
+    "1 an error from the server or the connection (verify: corrupt data); 2 bad usage or "
+    "settings; 130 interrupted"
+)
+
 # The parent of subcommands: `sub.add_parser(...)` (argparse's private class, hence Any).
 Subparsers = Any
 
@@ -65,7 +71,9 @@ def progress_enabled(args: argparse.Namespace) -> bool:
 
 def client_parser(parent: Subparsers, name: str, help_text: str) -> argparse.ArgumentParser:
     """A subcommand that talks to a cluster: with the connection options."""
-    p: argparse.ArgumentParser = parent.add_parser(name, help=help_text, description=help_text)
+    p: argparse.ArgumentParser = parent.add_parser(
+        name, help=help_text, description=help_text, epilog=EXIT_CODES
+    )
     env = os.environ.get
     p.add_argument(
         "--address",

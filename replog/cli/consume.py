@@ -15,9 +15,11 @@ G` consumes as a member of group G (the partitions the group gives it, from its 
 offsets; what is printed is committed) until interrupted, or with `-e` once its partitions
 are read to their end. `-c N` (`--count`, `-n`, `--max-records`) stops after N records.
 
-A reader thread per partition reads (`StreamFrom`: the server pushes batches, no round
-trip per batch) into a bounded queue while the main thread prints each batch as one blob
-(render.py); one partition's records print in offset order, partitions interleave by batch.
+Each partition is read with `StreamFrom` (the server pushes batches: no round trip per
+batch) and each batch printed as one blob (render.py). Up to the ends, the partitions are
+read one after the other in the main thread; following (`--follow`), a reader thread per
+partition feeds a bounded queue and partitions interleave by batch. One partition's
+records always print in offset order.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import contextlib
 import queue
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
@@ -252,25 +254,28 @@ def rows_of(partition: int, batch: DecodedFrames | DecodedRecords) -> Rows:
 
 
 def read_all(client: Client, topic: str, the_plan: Plan) -> Iterator[Rows]:
-    """Every planned partition's records, from one reader thread per partition."""
-    inbox: queue.Queue[Rows | BaseException | None] = queue.Queue(
-        QUEUE_BATCHES_MAX * max(len(the_plan.starts), 1)
-    )
+    """Every planned partition's records: up to their ends, one partition after the other
+    in this thread (no hand-off between threads: on a busy machine each costs a wake-up);
+    following the tails, from one reader thread per partition."""
+    todo = {
+        p: offset
+        for p, offset in the_plan.starts.items()
+        if the_plan.ends[p] is None or offset < the_plan.ends[p]  # type: ignore[operator]
+    }
+    if len(todo) == 1 or all(the_plan.ends[p] is not None for p in todo):
+        for partition, offset in todo.items():
+            yield from partition_rows(client, topic, partition, offset, the_plan.ends[partition])
+        return
+    inbox: queue.Queue[Rows | BaseException | None] = queue.Queue(QUEUE_BATCHES_MAX * len(todo))
     stop = threading.Event()
-    readers = []
-    for partition, offset in the_plan.starts.items():
-        end = the_plan.ends[partition]
-        if end is not None and offset >= end:
-            continue
-        reader = threading.Thread(
+    for partition, offset in todo.items():
+        threading.Thread(
             target=_read_partition,
-            args=(client, topic, partition, offset, end, inbox, stop),
+            args=(client, topic, partition, offset, the_plan.ends[partition], inbox, stop),
             name=f"replog-consume-{partition}",
             daemon=True,
-        )
-        reader.start()
-        readers.append(reader)
-    running = len(readers)
+        ).start()
+    running = len(todo)
     try:
         while running:
             item = inbox.get()
@@ -282,6 +287,28 @@ def read_all(client: Client, topic: str, the_plan: Plan) -> Iterator[Rows]:
                 yield item
     finally:
         stop.set()
+
+
+def partition_rows(
+    client: Client, topic: str, partition: int, offset: int, end: int | None
+) -> Generator[Rows, None, None]:
+    """One partition's records from `offset` (StreamFrom: the server pushes batches), up to
+    `end` (None: following the tail, until the caller stops)."""
+    from replog.client.formats import ENVELOPE, decode
+
+    envelope = client.topic_format(topic) == ENVELOPE
+    stream = client.stream(topic, partition, offset, max_bytes=STREAM_REPLY_BYTES)
+    try:
+        for batch in stream:
+            rows = rows_of(partition, decode(batch.frames, envelope))
+            if end is not None:
+                rows = rows.head(bisect.bisect_left(rows.offsets, end))
+            if len(rows):
+                yield rows
+            if end is not None and batch.next_offset >= end:
+                return
+    finally:
+        stream.close()
 
 
 def _read_partition(
@@ -300,22 +327,14 @@ def _read_partition(
                 return True
         return False
 
-    from replog.client.formats import ENVELOPE, decode
-
     try:
-        envelope = client.topic_format(topic) == ENVELOPE
-        stream = client.stream(topic, partition, offset, max_bytes=STREAM_REPLY_BYTES)
+        rows = partition_rows(client, topic, partition, offset, end)
         try:
-            for batch in stream:
-                rows = rows_of(partition, decode(batch.frames, envelope))
-                if end is not None:
-                    rows = rows.head(bisect.bisect_left(rows.offsets, end))
-                if len(rows) and not put(rows):
+            for batch in rows:
+                if not put(batch) or stop.is_set():
                     return
-                if stop.is_set() or (end is not None and batch.next_offset >= end):
-                    break
         finally:
-            stream.close()
+            rows.close()
         put(None)
     except BaseException as err:  # handed to the main thread, which raises it
         put(err)
