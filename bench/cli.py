@@ -28,6 +28,7 @@ import os
 import resource
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -194,8 +195,17 @@ def docs_body(
             f"| {label} | {med:,.0f} | {low:,.0f} - {high:,.0f} | {a:,.0f} | {med / a:.2f} "
             f"| {cpu:,.0f} | {cpu_anchor:,.0f} |"
         )
+    verdicts = [
+        f"{what} {medians[name][0]:,.0f} lines/s against {target:,}: "
+        + ("met" if medians[name][0] >= target else "NOT met")
+        for what, name, target in (
+            ("consume", "cli_consume", 500_000),
+            ("produce", "cli_produce", 300_000),
+        )
+    ]
     lines += [
         "",
+        f"In this run (wall time, medians): {'; '.join(verdicts)}. "
         "Targets (issue 29): consume to stdout >= 500 k lines/s, produce >= 300 k lines/s. "
         "The machine is shared (2 cores, other jobs running: see the load average), so "
         "compare the CLI with its anchor of the same run rather than across runs. Lines per "
@@ -203,7 +213,7 @@ def docs_body(
         "client, its gRPC threads included; the server's not counted) is what each costs: "
         "the wall-time rate an idle core would give, less the server's share.",
     ]
-    return "\n".join(lines)
+    return "\n".join(textwrap.fill(x, 95) if x and x[0] not in "|" else x for x in lines)
 
 
 def main() -> None:

@@ -123,6 +123,8 @@ def _lit(data: bytes) -> bytes:
 
 def _text(rows: Rows) -> bytes:
     blob = b"\n".join(rows.values) + b"\n" if len(rows) else b""
+    if blob.isascii():  # the common case, checked without building a str
+        return blob
     try:
         blob.decode()
     except UnicodeDecodeError:
