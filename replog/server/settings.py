@@ -38,6 +38,7 @@ def _help(text: str) -> dict[str, Any]:
 
 
 RACK_CHARS_MAX = 64
+LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")  # --log-level, any case
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,6 +400,10 @@ class Settings:
             f"rack must be at most {RACK_CHARS_MAX} printable characters",
         )
         need(self.log_format in ("text", "json"), "log_format must be text or json")
+        need(
+            self.log_level.upper() in LOG_LEVELS,
+            f"log_level must be one of {'|'.join(LOG_LEVELS).lower()}, got {self.log_level!r}",
+        )
         need(_is_address(self.listen), f"listen must be host:port, got {self.listen!r}")
         need(
             self.metrics_listen == "" or _is_address(self.metrics_listen),

@@ -17,8 +17,10 @@ newest flushed position, damaged checksum or index entries, broken frames in flu
 gaps between segments); a node would refuse to serve the range, or rebuild its index.
 `warning`: what a crash leaves and the next open repairs without losing flushed data (a torn
 tail, bytes past the checksums, stale index entries past the end), and segments written
-before checksums existed (unverified). `info`: zero padding of an index after a crash.
-`main` prints one line per finding and a summary, and exits 1 if there is any error.
+before checksums existed (unverified). `info`: zero padding of a sealed segment's index
+after a crash (the active segment's index is pre-sized by design: not a finding).
+`main` prints one line per error or warning, one line counting the infos, and a summary,
+and exits 1 if there is any error.
 """
 
 from __future__ import annotations
@@ -121,7 +123,7 @@ def verify_segment(directory: Path, base: int, *, last: bool, report: VerifyRepo
     crc_path = directory / checksums.checksum_file_name(base)
     written = max(size, _covered_end(crc_path))  # the log's size before any torn tail
     index_path = directory / f"{base:020d}.idx"
-    index_last = _check_index(index_path, base, starts, size, written, report)
+    index_last = _check_index(index_path, base, starts, size, written, report, last=last)
     threshold = _check_checksums(crc_path, log, index_last, report)
     if frames_end < size:
         severity = ERROR if frames_end < threshold or not last else WARNING
@@ -157,9 +159,17 @@ def _covered_end(path: Path) -> int:
 
 
 def _check_index(
-    path: Path, base: int, starts: dict[int, int], size: int, written: int, report: VerifyReport
+    path: Path,
+    base: int,
+    starts: dict[int, int],
+    size: int,
+    written: int,
+    report: VerifyReport,
+    *,
+    last: bool,
 ) -> int:
-    """Check the index; return the position of its last valid entry (0 if none)."""
+    """Check the index; return the position of its last valid entry (0 if none). The
+    active (`last`) segment's index is pre-sized and zero padded by design: no finding."""
     if not path.exists():
         if size:
             report.add(WARNING, path, "missing: rebuilt from the log on open")
@@ -181,7 +191,7 @@ def _check_index(
         last_rel, last_pos, kept = rel, pos, i + 1
     rest = raw[kept * ENTRY_BYTES :]
     if not rest.strip(b"\0"):
-        if rest:
+        if rest and not last:
             report.add(INFO, path, f"{len(rest)} bytes of zero padding (a crash left it pre-sized)")
     else:
         tail = [rest[i : i + ENTRY_BYTES] for i in range(0, len(rest), ENTRY_BYTES)]
@@ -267,8 +277,16 @@ def main(argv: Sequence[str], out: TextIO = sys.stdout) -> int:
             print(f"replog: {data_dir} is not a directory", file=sys.stderr)
             return 2
         report = verify_data_dir(data_dir)
+        infos = [f for f in report.findings if f.severity == INFO]
         for finding in report.findings:
-            print(finding, file=out)
+            if finding.severity != INFO:
+                print(finding, file=out)
+        if infos:  # one line, not one per index: a crash (or a live node) leaves them padded
+            print(
+                f"{data_dir}: {len(infos)} sealed segment index(es) zero padded (pre-sized: a "
+                "crash, or a running node; trimmed on a clean close; --output json lists them)",
+                file=out,
+            )
         verdict = "OK" if report.ok else f"CORRUPT ({len(report.errors)} errors)"
         print(
             f"{data_dir}: {report.partitions} partitions, {report.segments} segments, "

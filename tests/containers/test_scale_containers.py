@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from replog.cli_nodes import plan
+from replog.cli.nodes import plan
 from replog.client import Client
 from replog.server.cluster.identity import IDENTITY_FILE
 from tests.containers.conftest import free_ports

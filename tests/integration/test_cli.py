@@ -80,7 +80,8 @@ def test_length_prefixed_records_keep_newlines_and_binary_bytes(
 def test_consume_follow_prints_records_as_they_arrive(shared_server: ServerProcess) -> None:
     addr = shared_server.address
     replog("topic", "create", "cli-follow", address=addr)
-    cmd = [sys.executable, "-m", "replog", "consume", "cli-follow", "-f", "-n", "5", "-a", addr]
+    cmd = [sys.executable, "-m", "replog", "consume", "cli-follow", "--follow", "-n", "5"]
+    cmd += ["-a", addr]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         replog("produce", "cli-follow", stdin=b"1\n2\n3\n4\n5\n6\n", address=addr)

@@ -159,6 +159,6 @@ def test_consume_until_latest_with_progress_prints_only_records_on_stdout(
 def test_follow_and_until_latest_together_are_a_usage_error(
     shared_server: ServerProcess,
 ) -> None:
-    done = replog("consume", "out-any", "-f", "--until-latest", address=shared_server.address)
+    done = replog("consume", "out-any", "--follow", "--until-latest", address=shared_server.address)
     assert done.returncode == 2
     assert b"exclude each other" in done.stderr

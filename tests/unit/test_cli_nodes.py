@@ -1,10 +1,14 @@
-"""`replog node decommission`'s plan and `replog node add`'s spread (cli_nodes, pure)."""
+"""`replog node decommission`'s plan and `replog node add`'s spread (replog.cli.nodes, pure),
+and `node list`'s state of a node that does not answer."""
 
 from __future__ import annotations
 
+import argparse
+import socket
+
 import pytest
 
-from replog.cli_nodes import Move, plan, spread
+from replog.cli.nodes import Move, node_states, plan, spread
 from replog.v1 import admin_pb2
 
 
@@ -42,7 +46,7 @@ def test_a_partition_on_every_other_node_cannot_be_moved() -> None:
         plan(metadata({"t": [[1, 2, 3, 4]]}), 4)
 
 
-# -- `replog node add`'s spread (cli_nodes.spread, pure) ---------------------------------------
+# -- `replog node add`'s spread (nodes.spread, pure) ---------------------------------------
 
 
 def _loads(meta: admin_pb2.Metadata, moves: list[Move]) -> dict[int, int]:
@@ -88,3 +92,17 @@ def test_with_racks_a_move_never_narrows_a_partitions_racks() -> None:
         node.rack = racks[node.id]
     moves = spread(meta, 5)
     assert len(moves) == 5 and narrowed(moves) == 0
+
+
+# -- `replog node list`'s state column (each node probed on 127.0.0.1) ---------------------------
+
+
+def test_a_node_that_does_not_answer_is_down_and_one_without_address_unknown() -> None:
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens on it
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    meta = admin_pb2.Metadata(
+        nodes=[admin_pb2.Node(id=1, address=f"127.0.0.1:{closed}"), admin_pb2.Node(id=2)]
+    )
+    no_tls = {k: None for k in ("tls_ca", "tls_cert", "tls_key", "tls_server_name", "token")}
+    assert node_states(argparse.Namespace(**no_tls), meta) == {1: "down", 2: "unknown"}

@@ -1,7 +1,7 @@
 """`replog node`: the cluster's nodes from the command line (part of `replog.cli`).
 
     replog node list [-o json]                  id, address, replicas hosted, partitions led,
-                                                role in the metadata quorum
+                                                role in the metadata quorum, rack, state
     replog node add ID ADDRESS [--peer-address HOST:PORT] [--no-spread] [--wait] [-o json]
                                                 make node ID a member, then spread replicas
     replog node remove ID [--wait] [-o json]    end node ID's membership (hosting nothing)
@@ -36,8 +36,19 @@ import argparse
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
+
+from replog.cli.common import (
+    Subparsers,
+    UsageError,
+    add_output_argument,
+    cli_client,
+    client_parser,
+    client_tls,
+    print_json,
+)
 
 if TYPE_CHECKING:
     from replog.client import Client
@@ -45,7 +56,7 @@ if TYPE_CHECKING:
 
 JSON_KEYS = {
     "node list": '{"nodes": [{"id", "address", "replicas", "leaders", "metadata": "voter"|'
-    '"observer"|"", "rack"}]} sorted by id',
+    '"observer"|"", "rack", "state": "up"|"not-ready"|"down"|"unknown"}]} sorted by id',
     "node add": '{"node", "nodes": [{"id", "address"}], "moves": [{"topic", "partition", '
     '"replicas": [id], "target": [id]}], "done" (with --wait)}',
     "node remove": '{"node", "nodes": [{"id", "address"}], "done" (with --wait)}',
@@ -53,9 +64,7 @@ JSON_KEYS = {
     '[id], "target": [id]}], "done" (with --wait)}',
 }
 WAIT_POLL_S = 0.5
-
-ClientParser = Callable[..., argparse.ArgumentParser]
-AddOutput = Callable[[argparse.ArgumentParser, str], None]
+PROBE_THREADS_MAX = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,17 +75,19 @@ class Move:
     target: tuple[int, ...]
 
 
-def add_parser(sub: Any, client_parser: ClientParser, add_output: AddOutput) -> None:
+def add_parser(sub: Subparsers) -> None:
     node = sub.add_parser(
         "node",
         help="the cluster's nodes: list, add, remove, decommission",
         description="The cluster's nodes (docs/operations.md, Scale).",
     )
+    node.set_defaults(run=cmd_node)
     nsub = node.add_subparsers(dest="node_command", required=True, metavar="ACTION")
-    add_output(
-        client_parser("list", "nodes, replicas hosted and partitions led", nsub), "node list"
+    add_output_argument(
+        client_parser(nsub, "list", "nodes, replicas hosted and partitions led"),
+        JSON_KEYS["node list"],
     )
-    add = client_parser("add", "make a node a member of the cluster (no restart)", nsub)
+    add = client_parser(nsub, "add", "make a node a member of the cluster (no restart)")
     add.add_argument("node_id", type=int)
     add.add_argument("node_address", metavar="ADDRESS", help="host:port clients connect to")
     add.add_argument(
@@ -86,18 +97,18 @@ def add_parser(sub: Any, client_parser: ClientParser, add_output: AddOutput) -> 
         "--no-spread", action="store_true", help="move no replicas onto it (see the module doc)"
     )
     _wait_arguments(add, "return once the replicas moved onto it are there")
-    add_output(add, "node add")
-    remove = client_parser("remove", "end a node's membership (it must host nothing)", nsub)
+    add_output_argument(add, JSON_KEYS["node add"])
+    remove = client_parser(nsub, "remove", "end a node's membership (it must host nothing)")
     remove.add_argument("node_id", type=int)
     _wait_arguments(remove, "return once it has left the metadata quorum")
-    add_output(remove, "node remove")
+    add_output_argument(remove, JSON_KEYS["node remove"])
     decommission = client_parser(
-        "decommission", "move every replica off a node (before it leaves the cluster)", nsub
+        nsub, "decommission", "move every replica off a node (before it leaves the cluster)"
     )
     decommission.add_argument("node_id", type=int)
     decommission.add_argument("--dry-run", action="store_true", help="print the plan only")
     _wait_arguments(decommission, "return once no partition lists the node")
-    add_output(decommission, "node decommission")
+    add_output_argument(decommission, JSON_KEYS["node decommission"])
 
 
 def _wait_arguments(parser: argparse.ArgumentParser, what: str) -> None:
@@ -176,8 +187,12 @@ def plan(meta: admin_pb2.Metadata, leaving: int) -> list[Move]:
     return moves
 
 
+def cmd_node(args: argparse.Namespace, out: TextIO) -> int:
+    with cli_client(args) as client:
+        return run(args, client, out)
+
+
 def run(args: argparse.Namespace, client: Client, out: TextIO) -> int:
-    from replog.cli import UsageError
 
     if args.node_command == "add":
         return _add(args, client, out)
@@ -185,7 +200,7 @@ def run(args: argparse.Namespace, client: Client, out: TextIO) -> int:
         return _remove(args, client, out)
     meta = client.refresh_metadata()
     if args.node_command == "list":
-        return _list(args, meta, out)
+        return _list(args, meta, out, node_states(args, meta))
     leaving = args.node_id
     if leaving not in {n.id for n in meta.nodes}:
         raise UsageError(f"node {leaving} is not a member of the cluster")
@@ -204,15 +219,36 @@ def run(args: argparse.Namespace, client: Client, out: TextIO) -> int:
     return 1 if done is False else 0
 
 
-def _list(args: argparse.Namespace, meta: admin_pb2.Metadata, out: TextIO) -> int:
-    from replog.cli import print_json
+def node_states(args: argparse.Namespace, meta: admin_pb2.Metadata) -> dict[int, str]:
+    """Each node's state, asked of the node itself in parallel (the console's probe: its
+    readiness health check, within 2 s): `up` (serving, every replica caught up),
+    `not-ready` (answers, but catching up or shutting down), `down` (no answer), `unknown`
+    (no address known yet)."""
+    from replog.console.cluster import DOWN, READY, Prober
 
+    prober = Prober(client_tls(args), args.token)
+    names = {READY: "up", DOWN: "down"}
+    try:
+        with ThreadPoolExecutor(PROBE_THREADS_MAX) as pool:
+            known = [n for n in meta.nodes if n.address]
+            found = pool.map(lambda n: prober.probe(n.address)[0], known)
+            states = {
+                n.id: names.get(state, "not-ready") for n, state in zip(known, found, strict=True)
+            }
+    finally:
+        prober.close()
+    return {n.id: states.get(n.id, "unknown") for n in meta.nodes}
+
+
+def _list(
+    args: argparse.Namespace, meta: admin_pb2.Metadata, out: TextIO, states: dict[int, str]
+) -> int:
     replicas: Counter[int] = Counter()
     leaders: Counter[int] = Counter()
     for topic in meta.topics:
         for part in topic.partitions:
             replicas.update(part.replicas)
-            if part.leader_id > 0:
+            if part.leader_id >= 0:  # -1: no leader known (node ids start at 0)
                 leaders[part.leader_id] += 1
     voters, observers = set(meta.metadata_voters), set(meta.metadata_observers)
     rows = [
@@ -223,16 +259,17 @@ def _list(args: argparse.Namespace, meta: admin_pb2.Metadata, out: TextIO) -> in
             "leaders": leaders[n.id],
             "metadata": "voter" if n.id in voters else "observer" if n.id in observers else "",
             "rack": n.rack,
+            "state": states.get(n.id, "unknown"),
         }
         for n in sorted(meta.nodes, key=lambda n: n.id)
     ]
     if args.output == "json":
         print_json({"nodes": rows}, out)
         return 0
-    print("id\taddress\treplicas\tleaders\tmetadata\track", file=out)
+    print("id\taddress\treplicas\tleaders\tmetadata\track\tstate", file=out)
     for r in rows:
         role, rack = r["metadata"] or "-", r["rack"] or "-"
-        cells = (r["id"], r["address"], r["replicas"], r["leaders"], role, rack)
+        cells = (r["id"], r["address"], r["replicas"], r["leaders"], role, rack, r["state"])
         print("\t".join(map(str, cells)), file=out)
     return 0
 
@@ -265,25 +302,14 @@ def _add(args: argparse.Namespace, client: Client, out: TextIO) -> int:
 
 
 def _remove(args: argparse.Namespace, client: Client, out: TextIO) -> int:
-    from replog.cli import print_json
-
     gone = args.node_id
     nodes = client.remove_node(gone)
     done = None
     if args.wait:
-        from replog.cli import client_tls
-        from replog.client import Client
-
         # Asked of the members only: the node removed never hears of the record that took
         # it out of the quorum (its leader stopped sending to it), so its view stays old.
         members = ",".join(a for _i, a in nodes)
-        with Client(
-            members,
-            timeout_s=args.timeout,
-            attempt_timeout_s=args.attempt_timeout,
-            tls=client_tls(args),
-            token=args.token,
-        ) as others:
+        with cli_client(args, members) as others:
             done = _wait_until(
                 others,
                 args.wait_s,
@@ -313,7 +339,6 @@ def _print_moves(
     out: TextIO,
     none: str,
 ) -> None:
-    from replog.cli import print_json
 
     dry = bool(getattr(args, "dry_run", False))
     if args.output == "json":

@@ -3,7 +3,8 @@
 `replog completion bash` prints a bash script (bash >= 4: associative arrays) that knows,
 for every command path (`"replog"`, `"replog topic"`, `"replog topic describe"`, ...),
 its subcommands (and the choices of a positional argument, e.g. `completion bash|zsh`), its
-option strings and the choices of options that have them; options that take a free value
+option strings and the choices of options that have them (or the `completions` an option
+offers while taking any value, e.g. `consume --format`); options that take a free value
 complete file names. `replog completion zsh` prints the same script behind zsh's
 `bashcompinit`, so both shells share one implementation.
 """
@@ -71,9 +72,10 @@ def _walk(
         options[path].extend(action.option_strings)
         if action.nargs == 0:
             continue
+        offered = getattr(action, "completions", None) or action.choices
         for opt in action.option_strings:
-            if action.choices is not None:
-                choices[f"{path} {opt}"] = [str(c) for c in action.choices]
+            if offered is not None:
+                choices[f"{path} {opt}"] = [str(c) for c in offered]
             else:
                 valued[path].append(opt)
 

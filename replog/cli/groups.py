@@ -17,8 +17,17 @@ whose record timestamp is >= it (ListOffsets by time; latest when none is). With
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
+
+from replog.cli.common import (
+    Subparsers,
+    UsageError,
+    add_output_argument,
+    cli_client,
+    client_parser,
+    print_json,
+    time_ms_arg,
+)
 
 if TYPE_CHECKING:
     from replog.client import Client
@@ -37,25 +46,25 @@ JSON_KEYS = {
     '"current_offset" (-1: none), "new_offset"}]}',
 }
 
-ClientParser = Callable[..., argparse.ArgumentParser]
-AddOutput = Callable[[argparse.ArgumentParser, str], None]
 
-
-def add_parser(sub: Any, client_parser: ClientParser, add_output: AddOutput) -> None:
+def add_parser(sub: Subparsers) -> None:
     group = sub.add_parser(
         "group",
         help="consumer groups: list, describe, reset offsets, delete",
         description="Consumer groups (docs/api.md, Consumer groups).",
     )
+    group.set_defaults(run=cmd_group)
     gsub = group.add_subparsers(dest="group_command", required=True, metavar="ACTION")
-    add_output(client_parser("list", "list the cluster's groups", gsub), "group list")
+    add_output_argument(
+        client_parser(gsub, "list", "list the cluster's groups"), JSON_KEYS["group list"]
+    )
     describe = client_parser(
-        "describe", "a group's members, assignment, committed offsets and lag", gsub
+        gsub, "describe", "a group's members, assignment, committed offsets and lag"
     )
     describe.add_argument("group")
-    add_output(describe, "group describe")
+    add_output_argument(describe, JSON_KEYS["group describe"])
     reset = client_parser(
-        "reset-offsets", "set a stopped group's committed offsets (it must have no members)", gsub
+        gsub, "reset-offsets", "set a stopped group's committed offsets (it must have no members)"
     )
     reset.add_argument("group")
     target = reset.add_mutually_exclusive_group(required=True)
@@ -76,13 +85,17 @@ def add_parser(sub: Any, client_parser: ClientParser, add_output: AddOutput) -> 
         "--partition", action="append", type=int, default=[], help="with one --topic: only these"
     )
     reset.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    add_output(reset, "group reset-offsets")
-    delete = client_parser("delete", "drop a stopped group's committed offsets", gsub)
+    add_output_argument(reset, JSON_KEYS["group reset-offsets"])
+    delete = client_parser(gsub, "delete", "drop a stopped group's committed offsets")
     delete.add_argument("group")
 
 
+def cmd_group(args: argparse.Namespace, out: TextIO) -> int:
+    with cli_client(args) as client:
+        return run(args, client, out)
+
+
 def run(args: argparse.Namespace, client: Client, out: TextIO) -> int:
-    from replog.cli import UsageError, print_json
 
     command = args.group_command
     if command == "list":
@@ -137,14 +150,13 @@ def run(args: argparse.Namespace, client: Client, out: TextIO) -> int:
 
 def reset_plan(client: Client, args: argparse.Namespace) -> list[tuple[str, int, int, int]]:
     """(topic, partition, current committed offset or -1, new offset) for each partition."""
-    from replog.cli import UsageError
 
     current = {(c.topic, c.partition): c.offset for c in client.committed_offsets(args.group)}
     topics = list(dict.fromkeys(args.topic)) or sorted({t for t, _p in current})
     if not topics:
         raise UsageError(f"group {args.group} has no offsets: name the topics with --topic")
     plan = []
-    at_ms = None if args.to_time is None else _time_ms(args.to_time)
+    at_ms = None if args.to_time is None else time_ms_arg(args.to_time, "--to-time")
     for topic in topics:
         wanted = set(args.partition)
         for o in client.list_offsets(topic, timestamp_ms=at_ms):
@@ -164,17 +176,6 @@ def reset_plan(client: Client, args: argparse.Namespace) -> list[tuple[str, int,
         if missing:
             raise UsageError(f"{topic} has no partition {sorted(missing)}")
     return plan
-
-
-def _time_ms(text: str) -> int:
-    from replog.cli import UsageError
-    from replog.client import formats
-    from replog.errors import ReplogError
-
-    try:
-        return formats.parse_time_ms(text)
-    except ReplogError as exc:
-        raise UsageError(f"--to-time: {exc.message}") from None
 
 
 def describe_document(d: GroupDescription) -> dict[str, object]:

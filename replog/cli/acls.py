@@ -1,0 +1,100 @@
+"""`replog acl` and `replog token`: who may do what (docs/api.md).
+
+replog acl add|remove --principal User:NAME --operation OP (--topic T | --group G |
+           --cluster) [--prefix]
+replog acl list [-o json]
+replog token hash --principal User:NAME < token     (a line of the server's token file)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+from replog.cli.common import (
+    Subparsers,
+    UsageError,
+    add_output_argument,
+    cli_client,
+    client_parser,
+    print_json,
+)
+
+JSON_KEYS = {
+    "acl list": '{"acls": [{"principal", "resource_type", "resource_name", "prefix", '
+    '"operation"}]}',
+}
+
+
+def add_parsers(sub: Subparsers) -> None:
+    acl = sub.add_parser(
+        "acl", help="manage ACLs (who may do what)", description="Manage ACLs (docs/api.md)."
+    )
+    acl.set_defaults(run=cmd_acl)
+    asub = acl.add_subparsers(dest="acl_command", required=True, metavar="ACTION")
+    for name, text in (("add", "allow an operation"), ("remove", "remove an ACL")):
+        p = client_parser(asub, name, text)
+        p.add_argument("--principal", required=True, help="User:<name>, User:* or Node:<id>")
+        p.add_argument(
+            "--operation",
+            required=True,
+            choices=["read", "write", "create", "delete", "describe", "alter", "all"],
+        )
+        target = p.add_mutually_exclusive_group(required=True)
+        target.add_argument("--topic", help="a topic name (or a prefix with --prefix)")
+        target.add_argument("--group", help="a consumer group (or a prefix with --prefix)")
+        target.add_argument("--cluster", action="store_true", help="the cluster")
+        p.add_argument("--prefix", action="store_true", help="--topic/--group is a prefix")
+    add_output_argument(client_parser(asub, "list", "list ACLs"), JSON_KEYS["acl list"])
+
+    token = sub.add_parser(
+        "token",
+        help="hash a bearer token for the server's token file",
+        description="Print the token file line for a token read from stdin: "
+        "`User:<name> sha256:<hex>` (the server stores hashes only).",
+    )
+    token.set_defaults(run=lambda args, out: cmd_token(args, sys.stdin, out))
+    token.add_argument("token_command", choices=["hash"])
+    token.add_argument("--principal", required=True, help="User:<name>")
+
+
+def cmd_acl(args: argparse.Namespace, out: TextIO) -> int:
+
+    with cli_client(args) as client:
+        if args.acl_command == "list":
+            acls = client.list_acls()
+            if args.output == "json":
+                print_json({"acls": acls}, out)
+            else:
+                print("principal\toperation\tresource", file=out)
+                for a in acls:
+                    if a["resource_type"] == "cluster":
+                        resource = "cluster"
+                    else:
+                        kind = str(a["resource_type"]) + ("-prefix" if a["prefix"] else "")
+                        resource = f"{kind}:{a['resource_name']}"
+                    print(f"{a['principal']}\t{a['operation']}\t{resource}", file=out)
+            return 0
+        call = client.add_acl if args.acl_command == "add" else client.remove_acl
+        call(
+            args.principal,
+            args.operation,
+            topic=args.topic or "",
+            prefix=args.prefix,
+            cluster=args.cluster,
+            group=args.group or "",
+        )
+    return 0
+
+
+def cmd_token(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
+    import hashlib
+
+    if not args.principal.startswith("User:") or len(args.principal) <= len("User:"):
+        raise UsageError("--principal must be User:<name>")
+    token = stdin.readline().strip()
+    if not token:
+        raise UsageError("give the token on stdin")
+    print(f"{args.principal} sha256:{hashlib.sha256(token.encode()).hexdigest()}", file=out)
+    return 0

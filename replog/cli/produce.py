@@ -1,0 +1,252 @@
+"""`replog produce TOPIC`: append records read from stdin.
+
+Input is lines (one record per line, the newline removed; a final line without one counts)
+or u32 big-endian length-prefixed values, read in 1 MiB chunks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import stat
+import struct
+import sys
+import time
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, BinaryIO, TextIO
+
+from replog.cli.common import (
+    Subparsers,
+    UsageError,
+    add_progress_argument,
+    cli_client,
+    client_parser,
+    progress_enabled,
+)
+from replog.cli.progress import Progress
+
+if TYPE_CHECKING:
+    from replog.client import AppendResult
+    from replog.records import Record
+
+CHUNK_BYTES = 1 << 20
+_LENGTH = struct.Struct(">I")
+
+
+def add_parser(sub: Subparsers) -> None:
+    produce = client_parser(sub, "produce", "append records read from stdin")
+    produce.set_defaults(run=lambda args, out: cmd_produce(args, sys.stdin.buffer, out))
+    produce.add_argument("topic")
+    produce.add_argument(
+        "--partition",
+        "-p",
+        type=int,
+        default=None,
+        help="default: by key, else round-robin batches",
+    )
+    produce.add_argument(
+        "--key",
+        default=None,
+        help="partition by crc32 of this key (and, on an envelope topic, "
+        "give each record this key)",
+    )
+    produce.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="envelope topics: a header on each record (repeat for more)",
+    )
+    produce.add_argument(
+        "--format",
+        choices=["lines", "length-prefixed"],
+        default="lines",
+        help="lines: one record per line (newline removed); length-prefixed: u32 BE length + value",
+    )
+    produce.add_argument(
+        "--key-delimiter",
+        "-K",
+        default=None,
+        metavar="DELIM",
+        help="each line is KEY DELIM VALUE: the record's key (envelope topics), which also "
+        "picks its partition; a line without DELIM has no key",
+    )
+    produce.add_argument("--acks", choices=["none", "leader", "all"], default="all")
+    produce.add_argument("--batch-records", type=int, default=1000, help="records per Append")
+    add_progress_argument(produce)
+
+
+def input_bytes_left(stream: BinaryIO) -> int | None:
+    """Bytes still to read when stdin is a regular file (for an ETA); None for a pipe."""
+    try:
+        fd = stream.fileno()
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return max(st.st_size - stream.tell(), 0)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def read_lines(stream: BinaryIO) -> Iterator[list[bytes]]:
+    """Chunks of records, one per line (a final line without newline counts)."""
+    rest = b""
+    while chunk := stream.read(CHUNK_BYTES):
+        lines = (rest + chunk).split(b"\n")
+        rest = lines.pop()
+        if lines:
+            yield lines
+    if rest:
+        yield [rest]
+
+
+def read_length_prefixed(stream: BinaryIO) -> Iterator[list[bytes]]:
+    """Chunks of records framed as u32 big-endian length + value."""
+    buf = b""
+    while chunk := stream.read(CHUNK_BYTES):
+        buf += chunk
+        pos = 0
+        values: list[bytes] = []
+        while pos + 4 <= len(buf):
+            (n,) = _LENGTH.unpack_from(buf, pos)
+            if pos + 4 + n > len(buf):
+                break
+            values.append(buf[pos + 4 : pos + 4 + n])
+            pos += 4 + n
+        buf = buf[pos:]
+        if values:
+            yield values
+    if buf:
+        raise UsageError(f"stdin ends inside a length-prefixed record ({len(buf)} bytes left)")
+
+
+def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
+    if args.batch_records < 1:
+        raise UsageError("--batch-records must be >= 1")
+    if args.key_delimiter is not None and (args.key is not None or not args.key_delimiter):
+        raise UsageError("-K takes a non-empty delimiter and excludes --key")
+    reader = read_lines if args.format == "lines" else read_length_prefixed
+    framing_bytes = 1 if args.format == "lines" else _LENGTH.size
+    progress = Progress(
+        sys.stderr, "produced", enabled=progress_enabled(args), total_bytes=input_bytes_left(stdin)
+    )
+    with cli_client(args) as client:
+        partitions = client.partition_count(args.topic)
+        split = batcher(args, partitions, client.topic_format(args.topic) == "envelope")
+        producer = client.producer(
+            args.topic, acks=args.acks, partitions=partitions, batch_records_max=args.batch_records
+        )
+        started = time.perf_counter()
+        count = 0
+        sent: list[tuple[int, Future[AppendResult]]] = []
+        try:
+            for values in reader(stdin):
+                for p, batch in split(values):
+                    sent.append((p, producer.send_batch(batch, p)))
+                count += len(values)
+                progress.update(len(values), sum(map(len, values)) + framing_bytes * len(values))
+            producer.flush()
+        finally:
+            producer.close()
+        elapsed = time.perf_counter() - started
+        progress.finish()
+        where = ", ".join(
+            f"partition {p} offsets {a}..{b}" for p, (a, b) in sorted(offset_ranges(sent).items())
+        )
+        rate = count / elapsed if elapsed > 0 else 0.0
+        if not where:
+            where = "no offsets (acks=none)" if count else "nothing to send"
+        print(
+            f"produced {count} records to {args.topic}: {where} ({rate:,.0f} records/s)",
+            file=out,
+        )
+    return 0
+
+
+def offset_ranges(sent: list[tuple[int, Future[AppendResult]]]) -> dict[int, list[int]]:
+    """Each partition's [first, last] offset written (raises a batch's error)."""
+    ranges: dict[int, list[int]] = {}
+    for p, fut in sent:
+        res = fut.result()
+        if res.base_offset < 0:
+            continue
+        span = ranges.setdefault(p, [res.base_offset, res.last_offset])
+        span[0] = min(span[0], res.base_offset)
+        span[1] = max(span[1], res.last_offset)
+    return ranges
+
+
+Batches = list[tuple[int, Sequence["bytes | Record"]]]
+
+
+def batcher(
+    args: argparse.Namespace, partitions: int, envelope: bool
+) -> Callable[[list[bytes]], Batches]:
+    """How a chunk of input values becomes (partition, records) batches of at most
+    `--batch-records`: to `--partition`, to `--key`'s partition, by each line's key with
+    `-K` (a line without the delimiter has no key), else round-robin batches."""
+    from replog.client import partition_for_key
+
+    size = args.batch_records
+    headers = parse_headers(args, envelope)
+    fixed = args.partition
+    if fixed is None and args.key is not None:
+        fixed = partition_for_key(args.key.encode(), partitions)
+    turn = itertools.count()
+    if args.key_delimiter is None:
+        as_records = record_maker(args, envelope, headers)
+
+        def slices(values: list[bytes]) -> Batches:
+            return [
+                (fixed if fixed is not None else next(turn) % partitions, as_records(part))
+                for part in (values[i : i + size] for i in range(0, len(values), size))
+            ]
+
+        return slices
+    if not envelope:
+        raise UsageError(f"topic {args.topic} is raw: -K (keys) needs an envelope topic")
+    from replog.records import Record
+
+    delimiter = args.key_delimiter.encode()
+
+    def keyed(values: list[bytes]) -> Batches:
+        keyless = fixed if fixed is not None else next(turn) % partitions
+        buckets: dict[int, list[bytes | Record]] = {}
+        for line in values:
+            key, sep, value = line.partition(delimiter)
+            if sep:
+                p = fixed if fixed is not None else zlib.crc32(key) % partitions
+                buckets.setdefault(p, []).append(Record(value, key=key, headers=headers))
+            else:
+                buckets.setdefault(keyless, []).append(Record(line, headers=headers))
+        return [(p, rs[i : i + size]) for p, rs in buckets.items() for i in range(0, len(rs), size)]
+
+    return keyed
+
+
+def parse_headers(args: argparse.Namespace, envelope: bool) -> tuple[tuple[str, bytes], ...]:
+    headers = []
+    for item in args.header:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--header wants NAME=VALUE, got {item!r}")
+        headers.append((name, value.encode()))
+    if headers and not envelope:
+        raise UsageError(f"topic {args.topic} is raw: --header needs an envelope topic")
+    return tuple(headers)
+
+
+def record_maker(
+    args: argparse.Namespace, envelope: bool, headers: tuple[tuple[str, bytes], ...]
+) -> Callable[[list[bytes]], Sequence[bytes | Record]]:
+    """What `produce` sends for a batch of input values: records with `--key` and
+    `--header`s on an envelope topic; the values on a raw topic (which holds no headers)."""
+    if not envelope or (args.key is None and not headers):
+        return lambda values: values
+    from replog.records import Record
+
+    key = None if args.key is None else args.key.encode()
+    return lambda values: [Record(v, key=key, headers=headers) for v in values]
