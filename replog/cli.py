@@ -644,18 +644,22 @@ def time_ms_arg(text: str) -> int:
 
 def format_record(
     offset: int,
-    value: bytes,
+    value: bytes | None,
     fmt: str,
     partition: int,
     meta: tuple[bytes | None, tuple[tuple[str, bytes], ...], int] | None = None,
 ) -> str:
     """One record as `consume` prints it; `meta` (key, headers, timestamp_ms) for an
-    envelope topic's records, shown by the json format."""
+    envelope topic's records, shown by the json format; a null value (a tombstone) is an
+    empty line, and `"value": null` in json."""
     if fmt == "hex":
-        return value.hex()
+        return "" if value is None else value.hex()
     if fmt == "json":
         body: dict[str, object] = {"partition": partition, "offset": offset}
-        _text_or_base64(body, "value", value)
+        if value is None:
+            body["value"] = None
+        else:
+            _text_or_base64(body, "value", value)
         if meta is not None:
             key, headers, timestamp_ms = meta
             if key is not None:
@@ -669,12 +673,14 @@ def format_record(
             if shown:
                 body["headers"] = shown
         return json.dumps(body)
-    return value.decode("utf-8", errors="replace")
+    return "" if value is None else value.decode("utf-8", errors="replace")
 
 
 def batch_rows(
     batch: DecodedFrames | DecodedRecords,
-) -> Iterator[tuple[int, bytes, tuple[bytes | None, tuple[tuple[str, bytes], ...], int] | None]]:
+) -> Iterator[
+    tuple[int, bytes | None, tuple[bytes | None, tuple[tuple[str, bytes], ...], int] | None]
+]:
     """(offset, value, (key, headers, timestamp_ms) or None on a raw topic) per record."""
     from replog.records import DecodedRecords
 
@@ -738,7 +744,7 @@ def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
                     print(format_record(o, v, args.format, args.partition, m), file=out)
                     shown += 1
                     batch_records += 1
-                    batch_bytes += len(v)
+                    batch_bytes += 0 if v is None else len(v)
                     if limit is not None and shown >= limit:
                         return 0
                 progress.update(batch_records, batch_bytes)
