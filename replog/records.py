@@ -5,7 +5,9 @@ value one envelope; a topic of format `raw` holds the user's bytes as they are. 
 envelope is, byte by byte (all integers big-endian, like the frame around it)::
 
     0    u8    version       1 (the only version; a reader refuses any other)
-    1    u8    attributes    bit 0: the record has a key; bits 1-7: 0 (reserved)
+    1    u8    attributes    bit 0: the record has a key; bit 1: the value is null (a
+                             tombstone: value_length is 0, and a reader gets None, not
+                             b""); bits 2-7: 0 (reserved)
     2    i64   timestamp_ms  milliseconds since the Unix epoch (create time from the
                              producer, or the leader's append time: see the topic)
     10   u32   key_length    0 when there is no key (bit 0 clear) or the key is empty
@@ -18,13 +20,15 @@ envelope is, byte by byte (all integers big-endian, like the frame around it)::
                value         value_length bytes: the envelope ends with them
 
 So an envelope without key and headers is 20 bytes followed by the value; a key present
-and empty (attribute bit 0 set, key_length 0) differs from no key. The value's position
-is `size - value_length` and the key's is 20, whatever the headers. The timestamp sits at a
-fixed position (bytes 2-9) so that a leader stamping log-append time overwrites 8 bytes
-per record (`stamp`), never re-encoding. Decoding checks every length against the bytes
-left, that the parts add up to the envelope's size exactly (a cut or padded envelope is
-refused), the version, the reserved bits and the names' UTF-8: anything else raises
-`InvalidRecordError` (INVALID_ARGUMENT, reason `INVALID_RECORD`), never another exception.
+and empty (attribute bit 0 set, key_length 0) differs from no key, and a null value
+(attribute bit 1 set, value_length 0: Kafka's tombstone) differs from an empty one. The
+value's position is `size - value_length` and the key's is 20, whatever the headers. The
+timestamp sits at a fixed position (bytes 2-9) so that a leader stamping log-append time
+overwrites 8 bytes per record (`stamp`), never re-encoding. Decoding checks every length
+against the bytes left, that the parts add up to the envelope's size exactly (a cut or
+padded envelope is refused), the version, the reserved bits, that a null value has no bytes
+and the names' UTF-8: anything else raises `InvalidRecordError` (INVALID_ARGUMENT, reason
+`INVALID_RECORD`), never another exception.
 
 Pure (no I/O), shared by the clients, the server (validation, log-append time, the time
 index) and the Spark source. The batch paths do their per-record work in C: the 20-byte
@@ -49,6 +53,8 @@ from replog.frames import _run_length as run_length  # runs of equal frames, gal
 
 VERSION: Final = 1
 ATTR_KEY: Final = 0x01
+ATTR_NULL_VALUE: Final = 0x02  # a tombstone: value_length 0, read as None
+_ATTRS_KNOWN: Final = ATTR_KEY | ATTR_NULL_VALUE
 FIXED = struct.Struct(">BBqIHI")
 FIXED_BYTES: Final = FIXED.size  # 20
 TIMESTAMP_POSITION: Final = 2  # bytes 2-9 of an envelope
@@ -80,9 +86,10 @@ Header = tuple[str, bytes]
 @dataclass(frozen=True, slots=True)
 class Record:
     """A record to produce to an envelope topic. `timestamp_ms=None`: the client's clock
-    when it is sent (a topic with log-append time replaces it with the leader's)."""
+    when it is sent (a topic with log-append time replaces it with the leader's);
+    `value=None`: a null value (a tombstone, distinct from an empty value)."""
 
-    value: bytes
+    value: bytes | None
     key: bytes | None = None
     headers: Sequence[Header] = ()
     timestamp_ms: int | None = None
@@ -92,22 +99,23 @@ class ConsumerRecord(NamedTuple):
     """A record read from an envelope topic (a named tuple: cheap to build per record)."""
 
     offset: int
-    value: bytes
+    value: bytes | None  # None: a null value (a tombstone)
     key: bytes | None
     headers: tuple[Header, ...]
     timestamp_ms: int
 
 
 class DecodedRecords:
-    """Columns of decoded envelopes: `offsets[i]`, `values[i]`, `keys[i]` (None: no key),
-    `timestamps[i]`, `headers[i]` (a tuple, empty for most records)."""
+    """Columns of decoded envelopes: `offsets[i]`, `values[i]` (None: a null value),
+    `keys[i]` (None: no key), `timestamps[i]`, `headers[i]` (a tuple, empty for most
+    records)."""
 
     __slots__ = ("headers", "keys", "offsets", "timestamps", "values")
 
     def __init__(
         self,
         offsets: list[int],
-        values: list[bytes],
+        values: list[bytes | None],
         keys: list[bytes | None],
         timestamps: list[int],
         headers: list[tuple[Header, ...]],
@@ -130,7 +138,7 @@ class DecodedRecords:
 
 
 def encode(
-    value: bytes,
+    value: bytes | None,
     *,
     key: bytes | None = None,
     headers: Iterable[Header] = (),
@@ -141,8 +149,9 @@ def encode(
     _check_timestamp(timestamp_ms)
     if len(head) > HEADER_COUNT_MAX:
         raise InvalidRecordError(f"a record has at most {HEADER_COUNT_MAX} headers")
-    attributes = ATTR_KEY if key is not None else 0
-    parts = [FIXED.pack(VERSION, attributes, timestamp_ms, len(key or b""), len(head), len(value))]
+    attributes = (ATTR_KEY if key is not None else 0) | (ATTR_NULL_VALUE if value is None else 0)
+    size = 0 if value is None else len(value)
+    parts = [FIXED.pack(VERSION, attributes, timestamp_ms, len(key or b""), len(head), size)]
     if key:
         parts.append(key)
     for name, hvalue in head:
@@ -150,7 +159,8 @@ def encode(
         if raw is None or len(raw) > HEADER_NAME_BYTES_MAX:
             raise InvalidRecordError("a header name is a str of at most 65535 UTF-8 bytes")
         parts += (_NAME_LEN.pack(len(raw)), raw, _VALUE_LEN.pack(len(hvalue)), hvalue)
-    parts.append(value)
+    if value is not None:
+        parts.append(value)
     return b"".join(parts)
 
 
@@ -181,7 +191,7 @@ def encode_batch(
         values, keys, stamps = [], [], []
         for i, r in enumerate(records):
             if isinstance(r, Record):
-                if r.headers:
+                if r.headers or r.value is None:  # rare: one envelope at a time
                     return _encode_each(records, timestamp_ms, times)
                 values.append(r.value)
                 keys.append(r.key)
@@ -392,7 +402,7 @@ def _decode_uniform_plain(buf: bytes, pos: int, count: int, length: int) -> Deco
         return None
     offsets: list[int] = []
     stamps: list[int] = []
-    values: list[bytes] = []
+    values: list[bytes | None] = []  # never None here: the attributes are all 0
     full, rest = divmod(count, _DECODE_CHUNK)
     step = _DECODE_CHUNK * frame
     chunks = [(pos + p, _DECODE_CHUNK) for p in range(0, full * step, step)]
@@ -439,7 +449,9 @@ def _decode_spans(
         except _Malformed as exc:
             raise _bad(offsets[i], exc.why) from None
     getter = buf.__getitem__
-    values = list(map(getter, map(slice, value_starts.tolist(), ends.tolist())))
+    values: list[bytes | None] = list(map(getter, map(slice, value_starts.tolist(), ends.tolist())))
+    for i in np.flatnonzero(fixed["attributes"] & ATTR_NULL_VALUE).tolist():
+        values[i] = None  # a tombstone (its value_length was checked to be 0)
     has_key = fixed["attributes"] & ATTR_KEY
     if not has_key.any():
         keys: list[bytes | None] = [None] * n
@@ -476,8 +488,9 @@ def _check_fixed(fixed: np.ndarray, lengths: np.ndarray | int) -> None:
     parts = FIXED_BYTES + fixed["key_length"].astype(np.int64) + fixed["value_length"]
     bad = (
         (fixed["version"] != VERSION)
-        | (fixed["attributes"] & ~np.uint8(ATTR_KEY)).astype(bool)
+        | (fixed["attributes"] & ~np.uint8(_ATTRS_KNOWN)).astype(bool)
         | ((fixed["attributes"] & ATTR_KEY) == 0) & (fixed["key_length"] != 0)
+        | ((fixed["attributes"] & ATTR_NULL_VALUE) != 0) & (fixed["value_length"] != 0)
         | (parts > lengths)
         | (fixed["count"] == 0) & (parts != lengths)
     )
@@ -488,10 +501,12 @@ def _check_fixed(fixed: np.ndarray, lengths: np.ndarray | int) -> None:
     version, attributes = int(row["version"]), int(row["attributes"])
     if version != VERSION:
         why = f"envelope version {version} (this reader knows {VERSION})"
-    elif attributes & ~ATTR_KEY:
+    elif attributes & ~_ATTRS_KNOWN:
         why = f"reserved attribute bits set ({attributes:#04x})"
     elif not attributes & ATTR_KEY and int(row["key_length"]):
         why = "a key length without the key attribute"
+    elif attributes & ATTR_NULL_VALUE and int(row["value_length"]):
+        why = "a null value with a value length"
     else:
         key, value = int(row["key_length"]), int(row["value_length"])
         size = lengths if isinstance(lengths, int) else int(lengths[i])

@@ -247,10 +247,14 @@ def consume_partitions(
 
 
 def rows_of(partition: int, batch: DecodedFrames | DecodedRecords) -> Rows:
-    keys = getattr(batch, "keys", None)
-    if keys is None:
+    from replog.records import DecodedRecords  # loaded by the client already
+
+    if not isinstance(batch, DecodedRecords):
         return Rows(partition, batch.offsets, batch.values)
-    return Rows(partition, batch.offsets, batch.values, keys, batch.headers, batch.timestamps)  # type: ignore[union-attr]
+    values, nulls = Rows.split_nulls(batch.values)
+    return Rows(
+        partition, batch.offsets, values, batch.keys, batch.headers, batch.timestamps, nulls
+    )
 
 
 def read_all(client: Client, topic: str, the_plan: Plan) -> Iterator[Rows]:
@@ -376,13 +380,15 @@ def _print_group_records(records: list[GroupRecord], render: Render, output: Out
         by_partition.setdefault(r.partition, []).append(r)
     for partition, rs in by_partition.items():
         envelope = rs[0].timestamp_ms is not None
+        values, nulls = Rows.split_nulls([r.value for r in rs])
         rows = Rows(
             partition,
             [r.offset for r in rs],
-            [r.value for r in rs],
+            values,
             [r.key for r in rs] if envelope else None,
             [r.headers for r in rs] if envelope else None,
             [r.timestamp_ms or 0 for r in rs] if envelope else None,
+            nulls,
         )
         output.write(render(rows))
 

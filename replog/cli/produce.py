@@ -7,13 +7,13 @@ or u32 big-endian length-prefixed values, read in 1 MiB chunks.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import os
 import stat
 import struct
 import sys
 import time
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, BinaryIO, TextIO
@@ -50,8 +50,14 @@ def add_parser(sub: Subparsers) -> None:
     produce.add_argument(
         "--key",
         default=None,
-        help="partition by crc32 of this key (and, on an envelope topic, "
-        "give each record this key)",
+        help="partition by this key (and, on an envelope topic, give each record this key)",
+    )
+    produce.add_argument(
+        "--partitioner",
+        choices=("murmur2", "crc32"),
+        default="murmur2",
+        help="how a key picks its partition: murmur2 (Kafka's default) or crc32 (replog's "
+        "before murmur2)",
     )
     produce.add_argument(
         "--header",
@@ -194,7 +200,7 @@ def batcher(
     headers = parse_headers(args, envelope)
     fixed = args.partition
     if fixed is None and args.key is not None:
-        fixed = partition_for_key(args.key.encode(), partitions)
+        fixed = partition_for_key(args.key.encode(), partitions, args.partitioner)
     turn = itertools.count()
     if args.key_delimiter is None:
         as_records = record_maker(args, envelope, headers)
@@ -211,6 +217,11 @@ def batcher(
     from replog.records import Record
 
     delimiter = args.key_delimiter.encode()
+    from replog.client import partition_for_key
+
+    @functools.lru_cache(maxsize=4096)  # keys repeat: one hash per distinct key
+    def partition_of(key: bytes) -> int:
+        return partition_for_key(key, partitions, args.partitioner)
 
     def keyed(values: list[bytes]) -> Batches:
         keyless = fixed if fixed is not None else next(turn) % partitions
@@ -218,7 +229,7 @@ def batcher(
         for line in values:
             key, sep, value = line.partition(delimiter)
             if sep:
-                p = fixed if fixed is not None else zlib.crc32(key) % partitions
+                p = fixed if fixed is not None else partition_of(key)
                 buckets.setdefault(p, []).append(Record(value, key=key, headers=headers))
             else:
                 buckets.setdefault(keyless, []).append(Record(line, headers=headers))

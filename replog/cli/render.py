@@ -39,7 +39,9 @@ class FormatError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Rows:
     """Columns of one partition's records; keys, headers and timestamps are None on a raw
-    topic's records."""
+    topic's records. A null value (a tombstone) is b"" in `values` and its index is in
+    `nulls` (so the usual batch, without any, joins its values as they are): text prints an
+    empty line, json `"value": null`, `%S` -1 (kcat's NULL length)."""
 
     partition: int
     offsets: Sequence[int]
@@ -47,6 +49,15 @@ class Rows:
     keys: Sequence[bytes | None] | None = None
     headers: Sequence[tuple[Header, ...]] | None = None
     timestamps: Sequence[int] | None = None
+    nulls: tuple[int, ...] = ()
+
+    @staticmethod
+    def split_nulls(values: Sequence[bytes | None]) -> tuple[Sequence[bytes], tuple[int, ...]]:
+        """(values with b"" for each None, the indices of the Nones)."""
+        if None not in values:
+            return values, ()  # type: ignore[return-value]
+        nulls = tuple(i for i, v in enumerate(values) if v is None)
+        return [b"" if v is None else v for v in values], nulls
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -63,6 +74,7 @@ class Rows:
             None if self.keys is None else self.keys[cut],
             None if self.headers is None else self.headers[cut],
             None if self.timestamps is None else self.timestamps[cut],
+            tuple(i for i in self.nulls if i < count),
         )
 
 
@@ -155,9 +167,13 @@ def _keyed_hex(delimiter: bytes) -> Render:
 def _json(rows: Rows) -> bytes:
     lines = []
     envelope = rows.keys is not None
+    nulls = set(rows.nulls)
     for i, (offset, value) in enumerate(zip(rows.offsets, rows.values, strict=True)):
         body: dict[str, object] = {"partition": rows.partition, "offset": offset}
-        _text_or_base64(body, "value", value)
+        if i in nulls:
+            body["value"] = None  # a tombstone
+        else:
+            _text_or_base64(body, "value", value)
         if envelope:
             assert rows.keys is not None and rows.headers is not None
             assert rows.timestamps is not None
@@ -196,7 +212,10 @@ def _column(letter: str, rows: Rows) -> Sequence[object]:
     if letter == "s":
         return rows.values
     if letter == "S":
-        return list(map(len, rows.values))
+        sizes = list(map(len, rows.values))
+        for i in rows.nulls:
+            sizes[i] = -1  # kcat's length of a NULL value
+        return sizes
     if letter == "k":
         return [b""] * n if rows.keys is None else [k or b"" for k in rows.keys]
     if letter == "K":

@@ -130,6 +130,12 @@ def to_values(topic: str, items: Values, envelope: bool) -> Sequence[bytes]:
                     "topic with format='envelope' for keys, headers and timestamps)",
                     topic=topic,
                 )
+            if item.value is None:
+                raise InvalidArgumentError(
+                    f"topic {topic!r} is raw: its records have no null values (tombstones "
+                    "need format='envelope')",
+                    topic=topic,
+                )
             out.append(item.value)
         else:
             out.append(bytes(item))

@@ -59,7 +59,7 @@ class GroupRecord:
     topic: str
     partition: int
     offset: int
-    value: bytes
+    value: bytes | None  # None: a null value (a tombstone, envelope topics only)
     key: bytes | None = None  # the envelope's (envelope topics; raw topics have none)
     headers: tuple[Header, ...] = ()
     timestamp_ms: int | None = None  # None: a raw topic's record

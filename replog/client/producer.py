@@ -161,33 +161,43 @@ class Producer:
 
     def send(
         self,
-        value: bytes,
+        value: bytes | None,
         *,
         key: bytes | None = None,
         partition: int | None = None,
         headers: Sequence[Header] = (),
         timestamp_ms: int | None = None,
     ) -> OffsetFuture:
-        if not isinstance(value, bytes | bytearray | memoryview):
-            # Checked before anything is queued: a bad value must never reach the sender
-            # thread (it would end it, and every later send's future with it).
-            what = "None (a tombstone)" if value is None else type(value).__name__
+        """Queue one record; `value=None` is a null value (a tombstone) on an envelope
+        topic. Every check happens here, before anything is queued: a bad record must never
+        reach the sender thread (it would end it, and every later send's future with it)."""
+        if value is not None and not isinstance(value, bytes | bytearray | memoryview):
             raise InvalidArgumentError(
-                f"a record's value is bytes, not {what}: null values are not supported yet",
+                f"a record's value is bytes or None, not {type(value).__name__}",
                 topic=self.topic,
             )
         p = self._choose(key, partition)
-        item: bytes | Record = value
+        item: bytes | Record
         ts = 0
         if self.envelope:
             ts = formats.now_ms() if timestamp_ms is None else timestamp_ms
-            if key is not None or headers:
-                item = Record(value, key, headers, ts)
+            if key is not None or headers or value is None:
+                item = Record(None if value is None else bytes(value), key, headers, ts)
+            else:
+                item = bytes(value)
+        elif value is None:
+            raise InvalidArgumentError(
+                f"topic {self.topic!r} is raw: its records have no null values (tombstones "
+                "need an envelope topic)",
+                topic=self.topic,
+            )
         elif headers or timestamp_ms is not None:
             raise InvalidArgumentError(
                 f"topic {self.topic!r} is raw: its records hold no headers or timestamps",
                 topic=self.topic,
             )
+        else:
+            item = bytes(value)
         with self._cond:
             if self._closing:
                 raise ShuttingDownError("the producer is closed")
@@ -199,7 +209,7 @@ class Producer:
             batch.values.append(item)
             if batch.times is not None:
                 batch.times.append(ts)
-            batch.bytes += len(value)
+            batch.bytes += 0 if value is None else len(value)
             if batch.bytes >= self.batch_bytes_max or index + 1 >= self.batch_records_max:
                 self._seal(p)
             return OffsetFuture(batch.future, index)

@@ -79,7 +79,7 @@ def shown_records(
     batch: frames.DecodedFrames | records.DecodedRecords, decoding: str, limit: int
 ) -> Iterator[ShownRecord]:
     """At most `limit` records of a decoded batch (control records already skipped)."""
-    rows: Iterator[tuple[int, bytes, Meta]]
+    rows: Iterator[tuple[int, bytes | None, Meta]]
     if isinstance(batch, records.DecodedRecords):
         meta = zip(batch.keys, batch.headers, batch.timestamps, strict=True)
         rows = zip(batch.offsets, batch.values, meta, strict=True)
@@ -88,7 +88,10 @@ def shown_records(
     for n, (offset, value, m) in enumerate(rows):
         if n >= limit:
             return
-        text, truncated, note = decode_value(bytes(value), decoding)
+        if value is None:  # a null value: a tombstone
+            text, truncated, note = "", False, "null value (a tombstone)"
+        else:
+            text, truncated, note = decode_value(bytes(value), decoding)
         key: str | None = None
         headers: tuple[tuple[str, str], ...] = ()
         when = ""
@@ -97,7 +100,8 @@ def shown_records(
             key = None if raw_key is None else text_or_hex(bytes(raw_key))
             headers = tuple((name, text_or_hex(bytes(v))) for name, v in raw_headers)
             when = timestamp(int(ts))
-        yield ShownRecord(int(offset), when, key, headers, text, len(value), truncated, note)
+        shown_size = 0 if value is None else len(value)
+        yield ShownRecord(int(offset), when, key, headers, text, shown_size, truncated, note)
 
 
 def size(n: int) -> str:

@@ -36,6 +36,7 @@ All decoding of a stored record into Spark's columns happens in one function,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -306,18 +307,12 @@ def _envelopes(buf: bytes, include_headers: bool) -> Envelopes:
         return headerless
     decoded = records.decode_frames(buf)
     count = len(decoded)
-    value = _binary_array(
-        np.fromiter(map(len, decoded.values), dtype=np.int64, count=count),
-        b"".join(decoded.values),
-    )
+    value = _nullable_binary(decoded.values, count)  # None: a tombstone's null value
     keys = decoded.keys
     if all(k is None for k in keys):
         key = pa.nulls(count, pa.binary())
     else:
-        valid = np.fromiter((k is not None for k in keys), dtype=bool, count=count)
-        present = [k if k is not None else b"" for k in keys]
-        lengths = np.fromiter(map(len, present), dtype=np.int64, count=count)
-        key = _binary_array(lengths, b"".join(present), valid)
+        key = _nullable_binary(keys, count)
     headers = None
     if include_headers:
         headers = pa.array(
@@ -326,6 +321,18 @@ def _envelopes(buf: bytes, include_headers: bool) -> Envelopes:
         )
     stamps = np.array(decoded.timestamps, dtype=np.int64)
     return np.array(decoded.offsets, dtype=np.int64), key, value, stamps, headers
+
+
+def _nullable_binary(items: list[bytes | None], count: int) -> pa.Array:
+    """A binary column of `items`, None as null (keys; values of tombstones)."""
+    if None not in items:
+        present = cast(list[bytes], items)
+        lengths = np.fromiter(map(len, present), dtype=np.int64, count=count)
+        return _binary_array(lengths, b"".join(present))
+    valid = np.fromiter((k is not None for k in items), dtype=bool, count=count)
+    filled = [k if k is not None else b"" for k in items]
+    lengths = np.fromiter(map(len, filled), dtype=np.int64, count=count)
+    return _binary_array(lengths, b"".join(filled), valid)
 
 
 def _uniform_envelopes(data: np.ndarray, runs: list[tuple[int, int, int, int]]) -> Envelopes | None:

@@ -185,17 +185,26 @@ class _Writer:
                     i = round_robin.get(topic, 0)
                     round_robin[topic] = i + 1
                     partition = (start + i) % n
-                value = _bytes(row["value"], "value")
+                raw_value = row["value"]
+                value = None if raw_value is None else _bytes(raw_value, "value")
                 headers = row["headers"] if self.has_headers else None
-                item: bytes | Record = value
+                item: bytes | Record
                 if envelope[topic]:
                     pairs = [(h["key"], _bytes(h["value"], "header")) for h in headers or ()]
-                    item = Record(value, key, pairs)
+                    item = Record(value, key, pairs)  # value None: a tombstone
                 elif headers:
                     raise InvalidArgumentError(
                         f"topic {topic!r} is raw: its records hold no headers or timestamps",
                         topic=topic,
                     )
+                elif value is None:
+                    raise InvalidArgumentError(
+                        f"topic {topic!r} is raw: a null value (a tombstone) needs an "
+                        "envelope topic",
+                        topic=topic,
+                    )
+                else:
+                    item = value
                 batch = pending.setdefault((topic, partition), [])
                 batch.append(item)
                 count += 1
@@ -227,9 +236,10 @@ class _Writer:
                 partition = row["partition"] if self.has_partition else None
                 key = row["key"] if self.has_key else None
                 headers = row["headers"] if self.has_headers else None
+                value = row["value"]
                 futures.append(
                     producer.send(
-                        _bytes(row["value"], "value"),
+                        None if value is None else _bytes(value, "value"),
                         key=None if key is None else _bytes(key, "key"),
                         partition=partition,
                         headers=[(h["key"], _bytes(h["value"], "header")) for h in headers or ()],

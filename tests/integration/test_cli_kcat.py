@@ -187,3 +187,22 @@ def test_node_list_shows_each_nodes_state(shared_server: ServerProcess) -> None:
     assert text[1].split(b"\t")[-1] == b"up"
     listed = json.loads(replog("node", "list", "-o", "json", address=addr).stdout)
     assert [n["state"] for n in listed["nodes"]] == ["up"]
+
+
+def test_a_tombstone_prints_as_an_empty_value_null_in_json_and_length_minus_one(
+    shared_server: ServerProcess,
+) -> None:
+    from replog.client import Client, Record
+
+    with Client(shared_server.address) as client:
+        client.create_topic("kc-tomb", 1)
+        client.append("kc-tomb", 0, [Record(b"v", key=b"k"), Record(None, key=b"k")])
+    addr = shared_server.address
+    sizes = lines_of(replog("consume", "kc-tomb", "-f", "%k %S\\n", address=addr))
+    assert sizes == [b"k 1", b"k -1"]
+    shown = [
+        json.loads(line)
+        for line in lines_of(replog("consume", "kc-tomb", "-f", "json", address=addr))
+    ]
+    assert [(r["key"], r["value"]) for r in shown] == [("k", "v"), ("k", None)]
+    assert lines_of(replog("consume", "kc-tomb", address=addr)) == [b"v", b""]

@@ -78,16 +78,34 @@ def test_the_producer_sends_keys_and_headers_and_stamps_each_send(idem: Client) 
     assert got[1].timestamp_ms == 42
 
 
-def test_a_null_value_is_refused_at_send_and_the_producer_keeps_working(idem: Client) -> None:
+def test_a_null_value_is_a_tombstone_on_an_envelope_topic_and_refused_on_a_raw_one(
+    idem: Client,
+) -> None:
     idem.create_topic("env-null", 1, format="envelope")
     with idem.producer("env-null", linger_ms=1) as producer:
-        with pytest.raises(InvalidArgumentError, match="None"):
-            producer.send(None, key=b"k")  # type: ignore[arg-type]
         with pytest.raises(InvalidArgumentError, match="str"):
             producer.send("text", key=b"k")  # type: ignore[arg-type]
-        offset = producer.send(b"after", key=b"k").result(30)  # the sender thread lives
-    got = _all(idem, "env-null", 1)
-    assert (got[0].offset, got[0].value) == (offset, b"after")
+        offsets = [
+            producer.send(None, key=b"k").result(30),  # Kafka's tombstone idiom
+            producer.send(b"", key=b"k").result(30),  # an empty value is not a null one
+            producer.send(None).result(30),
+        ]
+    idem.append("env-null", 0, [Record(None, key=b"j")])
+    got = _all(idem, "env-null", 4)
+    assert [r.offset for r in got[:3]] == offsets
+    assert [(r.key, r.value) for r in got] == [
+        (b"k", None),
+        (b"k", b""),
+        (None, None),
+        (b"j", None),
+    ]
+    idem.create_topic("raw-null", 1, format="raw")
+    with idem.producer("raw-null", linger_ms=1) as producer:
+        with pytest.raises(InvalidArgumentError, match="null values"):
+            producer.send(None, key=b"k")
+        assert producer.send(b"after").result(30) >= 0  # the sender thread lives on
+    with pytest.raises(InvalidArgumentError, match="null values"):
+        idem.append("raw-null", 0, [Record(None)])
 
 
 @pytest.mark.parametrize("streaming", [True, False], ids=["stream", "unary"])

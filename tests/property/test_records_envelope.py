@@ -14,8 +14,9 @@ values = st.binary(max_size=300)
 keys = st.none() | st.binary(max_size=40)
 headers = st.lists(st.tuples(st.text(max_size=12), st.binary(max_size=20)), max_size=4)
 stamps = st.integers(min_value=records.TIMESTAMP_MIN, max_value=records.TIMESTAMP_MAX)
-record_args = st.tuples(values, keys, headers, stamps)
-Args = tuple[bytes, bytes | None, list[tuple[str, bytes]], int]
+nullable_values = st.none() | values  # None: a null value (a tombstone)
+record_args = st.tuples(nullable_values, keys, headers, stamps)
+Args = tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int]
 
 
 def _encode(args: Args) -> bytes:
@@ -111,7 +112,7 @@ def test_frame_timestamps_skip_control_records(batch: list[tuple[bool, Args]]) -
     st.lists(
         st.one_of(
             st.tuples(st.just("control"), st.binary(max_size=40)),
-            st.tuples(st.just("run"), st.integers(1, 40), values, keys),  # equal records
+            st.tuples(st.just("run"), st.integers(1, 40), nullable_values, keys),  # equal records
             st.tuples(st.just("one"), record_args),
         ),
         max_size=12,

@@ -36,10 +36,16 @@ def produce(
     return offsets
 
 
-def rows(df: Any) -> list[tuple[str, int, int, bytes]]:
-    """(topic, partition, offset, value) of every row, sorted."""
+def value_of(value: Any) -> bytes | None:
+    """A row's value column as bytes (None: a null value, a tombstone's)."""
+    return None if value is None else bytes(value)
+
+
+def rows(df: Any) -> list[tuple[str, int, int, bytes | None]]:
+    """(topic, partition, offset, value) of every row, sorted (by offset: values of one
+    partition are never compared)."""
     return sorted(
-        (r["topic"], r["partition"], r["offset"], bytes(r["value"])) for r in df.collect()
+        (r["topic"], r["partition"], r["offset"], value_of(r["value"])) for r in df.collect()
     )
 
 
@@ -57,13 +63,13 @@ class Batches:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.batches: list[list[tuple[str, int, int, bytes]]] = []
+        self.batches: list[list[tuple[str, int, int, bytes | None]]] = []
         self.tasks: list[int] = []
         self.raw: list[Any] = []  # every Row, all columns
 
     def __call__(self, df: Any, batch_id: int) -> None:
         collected = df.collect()
-        got = sorted((r.topic, r.partition, r.offset, bytes(r.value)) for r in collected)
+        got = sorted((r.topic, r.partition, r.offset, value_of(r.value)) for r in collected)
         tasks = df.rdd.getNumPartitions()
         with self.lock:
             self.batches.append(got)

@@ -93,7 +93,10 @@ def test_an_envelope_topics_key_timestamp_and_headers_fill_kafkas_columns(
     items = [
         Record(b"v%d" % i, key=b"k%d" % i if i % 2 else None, timestamp_ms=1_700_000_000_000 + i)
         for i in range(30)
-    ] + [Record(b"with-headers", headers=[("trace", b"t1"), ("n", b"")], timestamp_ms=5)]
+    ] + [
+        Record(b"with-headers", headers=[("trace", b"t1"), ("n", b"")], timestamp_ms=5),
+        Record(None, key=b"k1", timestamp_ms=6),  # a tombstone: a null value column
+    ]
     offsets = {t: produce(client, t, 0, items) for t in (created, appended)}
     want = [
         (created, o, r.key, r.value, r.timestamp_ms, [tuple(h) for h in r.headers] or None)
@@ -106,7 +109,7 @@ def test_an_envelope_topics_key_timestamp_and_headers_fill_kafkas_columns(
                 r.topic,
                 r.offset,
                 None if r.key is None else bytes(r.key),
-                bytes(r.value),
+                None if r.value is None else bytes(r.value),
                 round(r.timestamp.timestamp() * 1000),
                 None if r.headers is None else [(h.key, bytes(h.value)) for h in r.headers],
             )

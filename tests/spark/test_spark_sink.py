@@ -117,6 +117,25 @@ def test_keys_and_headers_are_stored_in_an_envelope_topic(
     assert len({p for k, p in by_key if k == b"k7"}) == 1, "a key always lands on one partition"
 
 
+def test_a_null_value_is_written_as_a_tombstone_and_refused_by_a_raw_topic(
+    spark: Any, server: ReplogCluster, client: Client
+) -> None:
+    topic = new_topic(client, 1, format="envelope")
+    df = spark.createDataFrame([("k", "v"), ("k", None)], "key string, value string")
+    df.write.format("replog").options(**server.options).option("topic", topic).mode("append").save()
+    got = reader(spark, server, subscribe=topic).collect()  # two tasks: any order
+    assert len(got) == 2
+    assert {(bytes(r.key), None if r.value is None else bytes(r.value)) for r in got} == {
+        (b"k", b"v"),
+        (b"k", None),
+    }
+    raw = new_topic(client, 1, format="raw")
+    with pytest.raises(Exception, match="tombstone"):
+        df.write.format("replog").options(**server.options).option("topic", raw).mode(
+            "append"
+        ).save()
+
+
 @pytest.mark.parametrize("partitioner", [None, "murmur2", "crc32"])
 def test_keyed_rows_go_to_the_partition_kafkas_partitioner_picks(
     spark: Any, server: ReplogCluster, client: Client, partitioner: str | None

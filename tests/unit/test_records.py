@@ -22,7 +22,7 @@ def _golden() -> list[dict[str, object]]:
 
 @pytest.mark.parametrize("case", _golden(), ids=lambda c: str(c["description"]))
 def test_golden_envelopes_encode_and_decode_byte_for_byte(case: dict[str, object]) -> None:
-    value = bytes.fromhex(str(case["value_hex"]))
+    value = None if case["value_hex"] is None else bytes.fromhex(str(case["value_hex"]))
     key = None if case["key_hex"] is None else bytes.fromhex(str(case["key_hex"]))
     head = [(str(n), bytes.fromhex(v)) for n, v in case["headers"]]  # type: ignore[attr-defined]
     ts = int(case["timestamp_ms"])  # type: ignore[call-overload]
@@ -52,6 +52,17 @@ def test_an_envelope_built_from_the_documented_layout_decodes() -> None:
     assert struct.unpack_from(">q", envelope, records.TIMESTAMP_POSITION)[0] == 1_764_064_800_000
 
 
+def test_a_null_value_is_not_an_empty_value() -> None:
+    tombstone = records.encode(None, key=b"k", timestamp_ms=3)
+    assert tombstone[1] == records.ATTR_KEY | records.ATTR_NULL_VALUE
+    assert len(tombstone) == records.FIXED_BYTES + 1  # the key, no value bytes
+    assert records.decode(tombstone, 9) == records.ConsumerRecord(9, None, b"k", (), 3)
+    assert records.decode(records.encode(b"", key=b"k", timestamp_ms=3)).value == b""
+    batch = records.encode_batch([records.Record(None, key=b"a"), b"x"], 5)
+    assert records.decode_values(batch).values == [None, b"x"]
+    assert records.validate(batch) == sum(map(len, batch))
+
+
 def test_an_empty_key_is_not_an_absent_key() -> None:
     assert records.decode(records.encode(b"v", key=b"", timestamp_ms=0)).key == b""
     assert records.decode(records.encode(b"v", timestamp_ms=0)).key is None
@@ -61,7 +72,8 @@ def test_an_empty_key_is_not_an_absent_key() -> None:
     ("damage", "why"),
     [
         (lambda e: b"\x02" + e[1:], "envelope version 2"),
-        (lambda e: e[:1] + b"\x03" + e[2:], "reserved attribute bits"),
+        (lambda e: e[:1] + b"\x04" + e[2:], "reserved attribute bits"),
+        (lambda e: e[:1] + b"\x02" + e[2:], "a null value with a value length"),
         (lambda e: e[:10] + struct.pack(">I", 1) + e[14:], "without the key attribute"),
         (lambda e: e[:16] + struct.pack(">I", 99) + e[20:], "a value of 99 bytes"),
         (lambda e: e[:5], "shorter than the 20-byte envelope head"),
