@@ -311,7 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument(
         "--plaintext",
         action="store_true",
-        help="no TLS (default: a throwaway CA in DATA_DIR/tls, TLS and mutual TLS between nodes)",
+        help="no TLS, no ACLs: the nodes run --insecure (default: a throwaway CA in "
+        "DATA_DIR/tls, TLS, mutual TLS between nodes, client certificates and ACLs, the "
+        "operator User:admin a super-user)",
     )
 
     acl = sub.add_parser(
@@ -324,13 +326,19 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--operation",
             required=True,
-            choices=["read", "write", "create", "delete", "describe", "alter", "all"],
+            choices=[
+                *("read", "write", "create", "delete", "describe", "alter"),
+                *("idempotent_write", "all"),
+            ],
         )
         target = p.add_mutually_exclusive_group(required=True)
         target.add_argument("--topic", help="a topic name (or a prefix with --prefix)")
         target.add_argument("--group", help="a consumer group (or a prefix with --prefix)")
+        target.add_argument("--producer", help="a producer name (or a prefix with --prefix)")
         target.add_argument("--cluster", action="store_true", help="the cluster")
-        p.add_argument("--prefix", action="store_true", help="--topic/--group is a prefix")
+        p.add_argument(
+            "--prefix", action="store_true", help="--topic/--group/--producer is a prefix"
+        )
     add_output_argument(client_parser("list", "list ACLs", asub), "acl list")
 
     token = sub.add_parser(
@@ -863,6 +871,7 @@ def cmd_dev_cluster(args: argparse.Namespace, out: TextIO) -> int:
         args.nodes,
         extra_args=["--flush", args.flush],
         tls=not args.plaintext,
+        acl=not args.plaintext,  # users and ACLs too; the printed certificate: the operator's
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -878,7 +887,8 @@ def cmd_dev_cluster(args: argparse.Namespace, out: TextIO) -> int:
         if cluster.client_tls is not None:
             t = cluster.client_tls
             say(
-                f"TLS on; for clients: export REPLOG_TLS_CA={t.ca_file} "
+                "TLS and ACLs on; for clients, the operator's certificate (super-user "
+                f"User:admin): export REPLOG_TLS_CA={t.ca_file} "
                 f"REPLOG_TLS_CERT={t.cert_file} REPLOG_TLS_KEY={t.key_file}"
             )
         say(f"bootstrap: {cluster.bootstrap}   (Ctrl-C stops the cluster)")
@@ -921,6 +931,7 @@ def cmd_acl(args: argparse.Namespace, out: TextIO) -> int:
             prefix=args.prefix,
             cluster=args.cluster,
             group=args.group or "",
+            producer=args.producer or "",
         )
     return 0
 

@@ -57,13 +57,14 @@ from replog.server.cluster.reassignment import Reassigner
 from replog.server.control.producer_ids import ProducerIds, peer_handler
 from replog.server.control.routing import Router
 from replog.server.control.topics import OFFSETS_TOPIC, Topics
-from replog.server.edge import auth
+from replog.server.edge import auth, exposure
 from replog.server.edge.draining import Draining, Health, stop_servers
 from replog.server.edge.guard import Guard, maximum_concurrent_rpcs
 from replog.server.edge.guard import server_options as guard_options
 from replog.server.edge.handler_chain import serve_through
 from replog.server.edge.limits import Limits
 from replog.server.edge.listeners import (
+    IdentifyGuard,
     MembersOnly,
     add_port,
     dialer,
@@ -595,7 +596,7 @@ async def _serve(settings: Settings) -> int:
     generic_handlers_only(server)  # a call's cost stays flat in the methods served
     # Outermost: request streams end at the next read once the node stops (draining.py).
     draining = Draining()
-    serve_through(server, [draining, guard, InternalTopics(), *authorizer])  # once per method
+    serve_through(server, [draining, guard, exposure.PeerOnly(), InternalTopics(), *authorizer])
     producer_ids = ProducerIds(
         node.router, node.metadata, node.peers, timeout_s=settings.ack_timeout_ms / 1000
     )
@@ -648,7 +649,8 @@ async def _serve(settings: Settings) -> int:
         lambda: (node.metadata.driver.membership.voters, node.metadata.driver.membership.observers),
         Joins(node.members, node.metrics, accept=settings.join == "auto").join,
     )
-    nodes_pb2_grpc.add_NodesServicer_to_server(nodes, peer_server or server)  # type: ignore[no-untyped-call]
+    peer_nodes = IdentifyGuard(nodes, authenticate)  # Identify: members, proven nodes
+    nodes_pb2_grpc.add_NodesServicer_to_server(peer_nodes, peer_server or server)  # type: ignore[no-untyped-call]
     groups_service.register(
         node.groups, node.metrics, server, peer_server, authenticate, supervisor.spawn
     )
@@ -720,6 +722,9 @@ async def _serve(settings: Settings) -> int:
         topics=len(node.router.topics()),
     )
 
+    exposure.announce(
+        settings.insecure and tls is None, bound, node.metrics.registry, supervisor.spawn
+    )
     await stop.wait()
 
     if supervisor.failure is not None:
