@@ -159,10 +159,8 @@ class DeleteTopic:
     KIND = "delete_topic"
 
 
-# idempotent_write (on the cluster): InitProducer without a name (edge/acl_table.py)
 OPERATIONS = ("read", "write", "create", "delete", "describe", "alter", "idempotent_write")
-# group: a consumer group (server/groups/); producer: a producer name (InitProducer)
-RESOURCE_TYPES = ("topic", "cluster", "group", "producer")
+RESOURCE_TYPES = ("topic", "cluster", "group", "producer")  # what each guards: acl_table.py
 PRINCIPAL_BYTES_MAX = 255
 ANY_USER = "User:*"
 
