@@ -11,7 +11,8 @@ silence it by name). One line per event, with the fields `principal`, `operation
                            peer call from a certificate that names no member, or a peer
                            call sent to the client listener (UNIMPLEMENTED)
     audit.change           a call that changes topics, ACLs, groups, replica placement or
-                           membership (`CHANGES`), once it has run: outcome OK or the
+                           membership (`CHANGES`; a node's `Nodes.Join` on the peer
+                           listener: listeners.py), once it has run: outcome OK or the
                            status code it ended with; logged by the node the client called
                            (a forwarded change is not logged again by the node it was
                            forwarded to)
@@ -127,7 +128,7 @@ CHANGES: dict[str, tuple[str, Callable[[Any], str]]] = {
 }
 
 
-def _outcome(context: Any, exc: BaseException | None) -> str:
+def outcome(context: Any, exc: BaseException | None) -> str:
     """The status a call ended with: the code its handler set (an abort), else OK, or
     CANCELLED/ERROR for a handler that did not finish."""
     try:
@@ -175,7 +176,7 @@ class Audit:
                     principal=self.principal(context),
                     operation=operation,
                     resource=resource,
-                    outcome=_outcome(context, failure),
+                    outcome=outcome(context, failure),
                     method=method,
                     context=context,
                 )

@@ -118,7 +118,8 @@ class IdentifyGuard:
     """The Nodes servicer on the peer listener: `Identify` answers a member, or a node whose
     certificate proves the id its request names (a node that joins is no member yet: its
     URI SAN `replog://node/<id>`); any other certificate of the CA (a client's, a node
-    certificate naming another id) is PERMISSION_DENIED. `Join` checks its caller itself."""
+    certificate naming another id) is PERMISSION_DENIED. `Join` checks its caller itself;
+    each one is in the audit log (`audit.change`, operation join)."""
 
     def __init__(self, servicer: object, authenticate: Authenticate | None) -> None:
         self._servicer = servicer
@@ -128,6 +129,8 @@ class IdentifyGuard:
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._servicer, name)
         authenticate = self._authenticate
+        if name == "Join":
+            return _audited_join(method)
         if name != "Identify" or authenticate is None:
             return method  # (plaintext: nobody proves anything; --insecure said so)
 
@@ -151,3 +154,26 @@ class IdentifyGuard:
             return await method(request, context)
 
         return guarded
+
+
+def _audited_join(join: Callable[..., Any]) -> Callable[..., Any]:
+    """`Nodes.Join`, logged once it has run (a membership change, or its refusal)."""
+
+    async def audited(request: Any, context: Any) -> Any:
+        failure: BaseException | None = None
+        try:
+            return await join(request, context)
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            audit.change(
+                principal=describe_peer(context),
+                operation="join",
+                resource=f"node:{int(request.node_id)}",
+                outcome=audit.outcome(context, failure),
+                method="/replog.v1.Nodes/Join",
+                context=context,
+            )
+
+    return audited
