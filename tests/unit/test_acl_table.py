@@ -117,7 +117,7 @@ def test_committed_offsets_of_unreadable_topics_are_left_out_of_the_reply() -> N
         ]
     )
     rule = TABLE["/replog.v1.Groups/FetchCommittedOffsets"]
-    shown = filter_reply(acls.allowed, "User:alice", rule, reply)
+    shown = filter_reply(acls.entries, "User:alice", rule, reply)
     assert [o.topic for o in shown.offsets] == ["a"]
     assert len(reply.offsets) == 2  # the handler's reply itself is never changed
 
@@ -128,13 +128,13 @@ def test_metadata_lists_only_topics_the_caller_may_describe_read_or_write() -> N
         topics=[admin_pb2.TopicMetadata(name=n) for n in ("d", "w", "hidden")]
     )
     rule = TABLE["/replog.v1.Admin/GetMetadata"]
-    assert [t.name for t in filter_reply(acls.allowed, "User:alice", rule, reply).topics] == [
+    assert [t.name for t in filter_reply(acls.entries, "User:alice", rule, reply).topics] == [
         "d",
         "w",
     ]
-    assert filter_reply(acls.allowed, "User:bob", rule, reply).topics == []
+    assert filter_reply(acls.entries, "User:bob", rule, reply).topics == []
     everything = Acls(("User:alice", "describe", "cluster", ""))
-    assert filter_reply(everything.allowed, "User:alice", rule, reply) is reply
+    assert filter_reply(everything.entries, "User:alice", rule, reply) is reply
 
 
 def test_describe_topic_is_implied_by_read_but_not_by_nothing() -> None:
@@ -169,3 +169,27 @@ def test_an_anonymous_idempotent_producer_needs_write_somewhere_or_a_cluster_gra
 
 def test_peer_calls_are_not_acl_decisions() -> None:
     assert Acls().denial("/replog.v1.Replication/Exchange", object()) is None
+
+
+def test_metadata_filter_follows_prefixes_any_user_and_other_principals() -> None:
+    acls = [
+        AclEntry.checked("User:alice", "topic", "orders.", True, "read"),
+        AclEntry.checked("User:*", "topic", "public", False, "describe"),
+        AclEntry.checked("User:bob", "topic", "bobs", False, "all"),
+        AclEntry.checked("User:alice", "topic", "logs", False, "create"),  # no describe
+    ]
+    reply = admin_pb2.Metadata(
+        topics=[
+            admin_pb2.TopicMetadata(name=n)
+            for n in ("orders.eu", "orders", "public", "bobs", "logs")
+        ]
+    )
+    rule = TABLE["/replog.v1.Admin/GetMetadata"]
+    assert [t.name for t in filter_reply(acls, "User:alice", rule, reply).topics] == [
+        "orders.eu",
+        "public",
+    ]
+    assert [t.name for t in filter_reply(acls, "User:bob", rule, reply).topics] == [
+        "public",
+        "bobs",
+    ]

@@ -166,19 +166,38 @@ def denial(
     return None
 
 
-def filter_reply(allowed: Allowed, principal: str, rule: Rule, reply: Any) -> Any:
+def topic_matcher(
+    acls: Iterable[Any], principal: str, operations: tuple[str, ...]
+) -> Callable[[str], bool]:
+    """Whether `principal` has one of `operations` on a topic, decided from `acls`
+    (`AclEntry`s) gathered once: a set of names and a tuple of prefixes, so that a reply of
+    many topics costs a lookup per topic, not a scan of the ACLs per topic."""
+    exact: set[str] = set()
+    prefixes: list[str] = []
+    for a in acls:
+        if a.operation not in (*operations, "all"):
+            continue
+        if not a.grants(principal, a.operation, a.resource_type, a.resource_name):
+            continue  # another principal's (a grant always covers its own resource)
+        if a.resource_type == "cluster":
+            return lambda _name: True
+        if a.resource_type == "topic":
+            (prefixes.append if a.prefix else exact.add)(a.resource_name)
+    starts = tuple(prefixes)
+    return lambda name: name in exact or (bool(starts) and name.startswith(starts))
+
+
+def filter_reply(acls: Iterable[Any], principal: str, rule: Rule, reply: Any) -> Any:
     """`reply`, or a copy without what `principal` may not see (the reply itself is never
-    changed: a handler may keep and reuse it). A cluster grant that covers the check (one
-    lookup) keeps the reply whole without a check per topic."""
-    op = "describe" if rule.reply_filter == "metadata" else "read"
-    if rule.reply_filter and may(allowed, principal, op, "cluster", ""):
-        return reply
+    changed: a handler may keep and reuse it); `acls`: the `AclEntry`s in force."""
     if rule.reply_filter == "metadata":
-        field, op = "topics", "describe"
-        keep = [t for t in reply.topics if may(allowed, principal, op, "topic", t.name)]
+        field = "topics"
+        sees = topic_matcher(acls, principal, ("describe", *IMPLYING_DESCRIBE))
+        keep = [t for t in reply.topics if sees(t.name)]
     elif rule.reply_filter == "committed_offsets":
-        field, op = "offsets", "read"
-        keep = [o for o in reply.offsets if may(allowed, principal, op, "topic", o.topic)]
+        field = "offsets"
+        sees = topic_matcher(acls, principal, ("read",))
+        keep = [o for o in reply.offsets if sees(o.topic)]
     else:
         return reply
     if len(keep) == len(getattr(reply, field)):

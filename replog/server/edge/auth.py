@@ -305,7 +305,7 @@ class Authorizer:
                 reply = await inner(request, context)
                 if principal is None or principal in self.super_users:
                     return reply
-                return filter_reply(self.image().allowed, principal, rule, reply)
+                return filter_reply(self.image().acls, principal, rule, reply)
 
             return filtered
 
