@@ -489,6 +489,9 @@ class Settings:
             self.join == "manual" or self.tls is not None,
             "join=auto needs TLS: a joining node's certificate proves its id",
         )
+        for name in ("peer_listen", "health_listen"):
+            value = getattr(self, name)
+            need(value == "" or _is_address(value), f"{name} must be host:port or empty")
         refused = exposure.refusal(
             listen=self.listen,
             peer_listen=self.peer_listen,
@@ -497,9 +500,6 @@ class Settings:
             insecure=self.insecure,
         )
         need(refused is None, str(refused))
-        for name in ("peer_listen", "health_listen"):
-            value = getattr(self, name)
-            need(value == "" or _is_address(value), f"{name} must be host:port or empty")
         if len(peers) > 1:
             need(
                 self.tls is None or bool(self.peer_listen),
