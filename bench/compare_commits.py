@@ -116,6 +116,13 @@ def like_with_like_args(tree: Tree) -> list[str]:
     return [x for opt, v in LIKE_WITH_LIKE.items() if opt in help_text for x in (opt, v)]
 
 
+@functools.cache
+def refuses_plaintext_clusters(tree: Tree) -> bool:
+    """Whether `tree`'s nodes need `--insecure` and a peer listener for a plaintext cluster
+    of several nodes (issue 28); older trees share the client listener."""
+    return "--insecure" in tree.python("-m", "replog", "serve", "--help")
+
+
 @dataclass
 class Cluster:
     """`nodes` servers of one tree on 127.0.0.1 (nodes=1: a single node, no --peers)."""
@@ -131,10 +138,16 @@ class Cluster:
 
     def start(self) -> Cluster:
         self.data_dir.mkdir(parents=True)
-        ports = free_ports(self.nodes)
-        addresses = {i + 1: f"127.0.0.1:{port}" for i, port in enumerate(ports)}
-        peers = ",".join(f"{i}={a}" for i, a in addresses.items()) if self.nodes > 1 else ""
+        ports = free_ports(self.nodes * 2)
+        addresses = {i + 1: f"127.0.0.1:{port}" for i, port in enumerate(ports[: self.nodes])}
+        listeners = {i + 1: f"127.0.0.1:{port}" for i, port in enumerate(ports[self.nodes :])}
+        separate = self.nodes > 1 and refuses_plaintext_clusters(self.tree)
+        peers = ",".join(
+            f"{i}={a}/{listeners[i]}" if separate else f"{i}={a}" for i, a in addresses.items()
+        )
+        peers = peers if self.nodes > 1 else ""
         for i, address in addresses.items():
+            plaintext = ["--peer-listen", listeners[i], "--insecure"] if separate else []
             ready = self.data_dir / f"node{i}.ready"
             profiled: list[str] = []
             if self.cprofile is not None:  # written when the server exits (SIGTERM)
@@ -144,7 +157,7 @@ class Cluster:
                 *self.tree.command(), *profiled, "-m", "replog", "serve",
                 "--node-id", str(i), "--listen", address, "--peers", peers,
                 "--data-dir", str(self.data_dir / f"node{i}"), "--ready-file", str(ready),
-                "--metrics-listen", "", "--log-level", "WARNING",
+                "--metrics-listen", "", "--log-level", "WARNING", *plaintext,
                 *self.common_args, *self.tree.like_with_like_args(),
             ]  # fmt: skip
             self.servers.append(ServerProcess(cmd, self.data_dir / f"node{i}.log").start())

@@ -90,8 +90,11 @@ def stop_console(proc: subprocess.Popen[bytes] | None) -> None:
 def main() -> None:
     keep = "--keep" in sys.argv[1:]
     with tempfile.TemporaryDirectory(prefix="replog-demo-") as tmp:
-        cluster = DevCluster(Path(tmp), 3, tls=True)
-        print("starting 3 nodes (flush=always) over TLS, with a throwaway CA ...")
+        cluster = DevCluster(Path(tmp), 3, tls=True, acl=True)
+        print(
+            "starting 3 nodes (flush=always) over TLS with ACLs, with a throwaway CA "
+            "(the CLI and the console use the operator's certificate, User:admin) ..."
+        )
         cluster.start()
         console = None
         try:

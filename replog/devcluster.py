@@ -7,10 +7,14 @@ chosen up front (the peers list needs every address before the first node starts
 ready-file, and a log file (`{data_dir}/node{id}.log`). Only processes started here are
 ever signalled, by their pid.
 
-With `tls=True` (the default of `replog dev-cluster` and `make run`) it makes a throwaway
-CA in `{data_dir}/tls/` (`replog.certs`), a certificate per node (URI SAN
-`replog://node/<id>`, IP SAN 127.0.0.1) and a client certificate `admin`; each node gets a
-second port for its peer listener (mutual TLS), and `client_tls` is what a client needs.
+Each node has a second port for its peer listener (replication and forwarded calls; with
+TLS, mutual). Without TLS the nodes run with `--insecure` (plaintext on purpose, warned).
+With `tls=True` it makes a throwaway CA in `{data_dir}/tls/` (`replog.certs`), a
+certificate per node (URI SAN `replog://node/<id>`, IP SAN 127.0.0.1) and a client
+certificate `admin`; `client_tls` is what a client needs. With `acl=True` too (the default
+of `replog dev-cluster` and `make run`), clients must present a certificate
+(`--tls-client-auth require`), `--authorization acl` decides, and `admin` (`OPERATOR`) is
+the super-user.
 
 `Supervisor` keeps a started cluster's nodes running (`replog dev-cluster` uses it): a node
 that exits is restarted with the same data dir and ports, so that `kill -9 <pid>` of one
@@ -33,6 +37,7 @@ from pathlib import Path
 
 from replog.tls import ClientTls
 
+OPERATOR = "User:admin"  # the super-user of a cluster with acl=True (client_tls is its)
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
 
@@ -125,48 +130,51 @@ class DevCluster:
     peer_address: Callable[[int, int, str], str] | None = None
     members: dict[int, NodeProcess] = field(default_factory=dict)
     tls: bool = False
+    # With TLS: clients authenticate with a certificate, ACLs decide; the operator
+    # super-user's certificate is `client_tls` (needs tls=True).
+    acl: bool = False
     client_tls: ClientTls | None = None
 
     def __post_init__(self) -> None:
+        assert self.tls or not self.acl, "acl=True needs tls=True"
         self.data_dir = Path(self.data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # Hold every node's ports until the nodes start, so that nothing else picking a free
         # port meanwhile (e.g. a test's proxies, built by `peer_address`) can take it.
         self._reserved: list[socket.socket] = []
-        for _ in range(self.nodes * (2 if self.tls else 1)):
+        for _ in range(self.nodes * 2):
             s = socket.socket()
             s.bind((self.host, 0))
             self._reserved.append(s)
         bound = [int(s.getsockname()[1]) for s in self._reserved]
         ports = {i + 1: bound[i] for i in range(self.nodes)}
-        # With TLS, node i also has a peer listener: the address its peers dial.
-        peer_ports = {i + 1: bound[self.nodes + i] for i in range(self.nodes)} if self.tls else {}
+        # Node i also has a peer listener: the address its peers dial (peer messages are
+        # never served on the client listener).
+        peer_ports = {i + 1: bound[self.nodes + i] for i in range(self.nodes)}
         real = {i: f"{self.host}:{port}" for i, port in ports.items()}
-        dialed = {i: f"{self.host}:{port}" for i, port in (peer_ports or ports).items()}
-        tls_args: dict[int, list[str]] = {i: [] for i in ports}
+        dialed = {i: f"{self.host}:{port}" for i, port in peer_ports.items()}
+        # Plaintext only on purpose (`--insecure`); with TLS, optionally users and ACLs.
+        tls_args: dict[int, list[str]] = {i: ["--insecure"] for i in ports}
         if self.tls:
             tls_args = self._make_certificates(list(ports))
         route = self.peer_address or (lambda _src, _dst, address: address)
         for i, port in ports.items():
             dials = {j: dialed[j] if j == i else route(i, j, dialed[j]) for j in real}
-            peers = ",".join(
-                f"{j}={real[j]}/{dials[j]}" if self.tls else f"{j}={dials[j]}" for j in real
-            )
+            peers = ",".join(f"{j}={real[j]}/{dials[j]}" for j in real)
             data = self.data_dir / f"node{i}"
             args = [
                 "--node-id", str(i),
                 "--listen", f"{self.host}:{port}",
                 "--peers", peers,
+                "--peer-listen", dialed[i],
                 "--data-dir", str(data),
                 "--metrics-listen", f"{self.host}:0",
                 "--ready-file", str(self.data_dir / f"node{i}.ready"),
                 *tls_args[i],
                 *self.extra_args,
             ]  # fmt: skip
-            if self.tls:
-                args += ["--peer-listen", dialed[i]]
             node = NodeProcess(i, f"{self.host}:{port}", data, self.data_dir, args)
-            node.peer_address = dialed[i] if self.tls else ""
+            node.peer_address = dialed[i]
             self.members[i] = node
 
     @property
@@ -185,7 +193,13 @@ class DevCluster:
                 "--tls-key-file", str(issued.key_file),
                 "--tls-ca-file", str(ca.cert_file),
             ]  # fmt: skip
-        admin = certs.issue_client(ca, self.tls_dir, "admin")
+            if self.acl:
+                out[i] += [
+                    "--tls-client-auth", "require",
+                    "--authorization", "acl",
+                    "--super-users", OPERATOR,
+                ]  # fmt: skip
+        admin = certs.issue_client(ca, self.tls_dir, OPERATOR.removeprefix("User:"))
         self.client_tls = ClientTls(ca.cert_file, admin.cert_file, admin.key_file)
         return out
 

@@ -1,6 +1,6 @@
 """`replog acl` and `replog token`: who may do what (docs/api.md).
 
-replog acl add|remove --principal User:NAME --operation OP (--topic T | --group G |
+replog acl add|remove --principal User:NAME --operation OP (--topic T | --group G | --producer P |
            --cluster) [--prefix]
 replog acl list [-o json]
 replog token hash --principal User:NAME < token     (a line of the server's token file)
@@ -39,13 +39,19 @@ def add_parsers(sub: Subparsers) -> None:
         p.add_argument(
             "--operation",
             required=True,
-            choices=["read", "write", "create", "delete", "describe", "alter", "all"],
+            choices=[
+                *("read", "write", "create", "delete", "describe", "alter"),
+                *("idempotent_write", "all"),
+            ],
         )
         target = p.add_mutually_exclusive_group(required=True)
         target.add_argument("--topic", help="a topic name (or a prefix with --prefix)")
         target.add_argument("--group", help="a consumer group (or a prefix with --prefix)")
+        target.add_argument("--producer", help="a producer name (or a prefix with --prefix)")
         target.add_argument("--cluster", action="store_true", help="the cluster")
-        p.add_argument("--prefix", action="store_true", help="--topic/--group is a prefix")
+        p.add_argument(
+            "--prefix", action="store_true", help="--topic/--group/--producer is a prefix"
+        )
     add_output_argument(client_parser(asub, "list", "list ACLs"), JSON_KEYS["acl list"])
 
     token = sub.add_parser(
@@ -84,6 +90,7 @@ def cmd_acl(args: argparse.Namespace, out: TextIO) -> int:
             prefix=args.prefix,
             cluster=args.cluster,
             group=args.group or "",
+            producer=args.producer or "",
         )
     return 0
 

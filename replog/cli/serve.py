@@ -40,7 +40,9 @@ def add_parsers(sub: Subparsers, *, full: bool = True) -> None:
     dev.add_argument(
         "--plaintext",
         action="store_true",
-        help="no TLS (default: a throwaway CA in DATA_DIR/tls, TLS and mutual TLS between nodes)",
+        help="no TLS, no ACLs: the nodes run --insecure (default: a throwaway CA in "
+        "DATA_DIR/tls, TLS, mutual TLS between nodes, client certificates and ACLs, the "
+        "operator User:admin a super-user)",
     )
 
 
@@ -75,6 +77,7 @@ def cmd_dev_cluster(args: argparse.Namespace, out: TextIO) -> int:
         args.nodes,
         extra_args=["--flush", args.flush],
         tls=not args.plaintext,
+        acl=not args.plaintext,  # users and ACLs too; the printed certificate: the operator's
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -90,7 +93,8 @@ def cmd_dev_cluster(args: argparse.Namespace, out: TextIO) -> int:
         if cluster.client_tls is not None:
             t = cluster.client_tls
             say(
-                f"TLS on; for clients: export REPLOG_TLS_CA={t.ca_file} "
+                "TLS and ACLs on; for clients, the operator's certificate (super-user "
+                f"User:admin): export REPLOG_TLS_CA={t.ca_file} "
                 f"REPLOG_TLS_CERT={t.cert_file} REPLOG_TLS_KEY={t.key_file}"
             )
         say(f"bootstrap: {cluster.bootstrap}   (Ctrl-C stops the cluster)")

@@ -348,10 +348,11 @@ class Client:
         prefix: bool = False,
         cluster: bool = False,
         group: str = "",
+        producer: str = "",
     ) -> None:
-        """Allow `principal` ("User:alice") `operation` on `topic` or consumer `group` (a
-        prefix with `prefix`), or on the cluster."""
-        acl = _acl(principal, operation, topic, prefix, cluster, group)
+        """Allow `principal` ("User:alice") `operation` on `topic`, consumer `group` or
+        `producer` name (a prefix with `prefix`), or on the cluster."""
+        acl = _acl(principal, operation, topic, prefix, cluster, group, producer)
         self._call(lambda node: node.acls.AddAcl(acl, timeout=self.commit_timeout_s))
 
     def remove_acl(
@@ -363,8 +364,9 @@ class Client:
         prefix: bool = False,
         cluster: bool = False,
         group: str = "",
+        producer: str = "",
     ) -> None:
-        acl = _acl(principal, operation, topic, prefix, cluster, group)
+        acl = _acl(principal, operation, topic, prefix, cluster, group, producer)
         self._call(lambda node: node.acls.RemoveAcl(acl, timeout=self.commit_timeout_s))
 
     def list_acls(self) -> list[dict[str, object]]:

@@ -9,17 +9,24 @@ from replog.v1 import acl_pb2, admin_pb2
 
 
 def acl(
-    principal: str, operation: str, topic: str, prefix: bool, cluster: bool, group: str = ""
+    principal: str,
+    operation: str,
+    topic: str,
+    prefix: bool,
+    cluster: bool,
+    group: str = "",
+    producer: str = "",
 ) -> Any:
-    if bool(topic) + bool(group) + bool(cluster) != 1:
+    if bool(topic) + bool(group) + bool(cluster) + bool(producer) != 1:
         raise ValueError(
-            "an ACL is for a topic (topic=...), a consumer group (group=...) or the cluster "
-            "(cluster=True)"
+            "an ACL is for a topic (topic=...), a consumer group (group=...), a producer name "
+            "(producer=...) or the cluster (cluster=True)"
         )
+    kind = "cluster" if cluster else "group" if group else "producer" if producer else "topic"
     return acl_pb2.Acl(
         principal=principal,
-        resource_type="cluster" if cluster else "group" if group else "topic",
-        resource_name=topic or group,
+        resource_type=kind,
+        resource_name=topic or group or producer,
         prefix=prefix,
         operation=operation,
     )

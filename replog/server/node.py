@@ -65,13 +65,14 @@ from replog.server.cluster.roster_keeper import RosterKeeper, follow_links
 from replog.server.control.producer_ids import ProducerIds, peer_handler
 from replog.server.control.routing import Router
 from replog.server.control.topics import OFFSETS_TOPIC, Topics
-from replog.server.edge import auth
+from replog.server.edge import auth, exposure
 from replog.server.edge.draining import Draining, Health, stop_servers
 from replog.server.edge.guard import Guard, maximum_concurrent_rpcs
 from replog.server.edge.guard import server_options as guard_options
 from replog.server.edge.handler_chain import serve_through
 from replog.server.edge.limits import Limits
 from replog.server.edge.listeners import (
+    IdentifyGuard,
     MembersOnly,
     add_port,
     dialer,
@@ -526,7 +527,9 @@ def _servers(node: Node, settings: Settings, supervisor: Supervisor) -> Servers:
     generic_handlers_only(server)  # a call's cost stays flat in the methods served
     # Outermost: request streams end at the next read once the node stops (draining.py).
     draining = Draining()
-    serve_through(server, [draining, guard, InternalTopics(), *authorizer])  # once per method
+    serve_through(  # once per method
+        server, [draining, guard, exposure.PeerOnly(), InternalTopics(), *authorizer]
+    )
     # Replication and forwarded calls on a peer listener of their own, if there is one.
     peer_server = None
     if settings.peer_listen:
@@ -601,7 +604,8 @@ def _add_services(
         lambda: (node.metadata.driver.membership.voters, node.metadata.driver.membership.observers),
         Joins(node.members, node.metrics, accept=settings.join == "auto").join,
     )
-    nodes_pb2_grpc.add_NodesServicer_to_server(nodes, peer_server or server)  # type: ignore[no-untyped-call]
+    peer_nodes = IdentifyGuard(nodes, authenticate)  # Identify: members, proven nodes
+    nodes_pb2_grpc.add_NodesServicer_to_server(peer_nodes, peer_server or server)  # type: ignore[no-untyped-call]
     groups_service.register(
         node.groups, node.metrics, server, peer_server, authenticate, supervisor.spawn
     )
@@ -675,6 +679,9 @@ async def _start_serving(
         flush=settings.flush,
         node_id=settings.node_id,
         topics=len(node.router.topics()),
+    )
+    exposure.announce(
+        settings.insecure and settings.tls is None, bound, node.metrics.registry, supervisor.spawn
     )
 
 

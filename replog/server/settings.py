@@ -20,6 +20,7 @@ from typing import Any
 
 from replog.errors import InvalidConfigError
 from replog.frames import HEADER_BYTES
+from replog.server.edge import exposure
 from replog.server.edge.limits import LimitsConfig
 from replog.server.groups.config import GroupsConfig
 from replog.storage import FlushPolicy, StorageConfig
@@ -231,8 +232,9 @@ class Settings:
     peer_listen: str = field(
         default="",
         metadata=_help(
-            "peer listener host:port for replication and forwarded calls (empty: they share "
-            "the client listener; required with TLS in a cluster of several nodes)"
+            "peer listener host:port for replication and forwarded calls (empty: none; "
+            "required in a cluster of several nodes: peer calls are never served on the "
+            "client listener)"
         ),
     )
     health_listen: str = field(
@@ -240,6 +242,14 @@ class Settings:
         metadata=_help(
             "plaintext grpc.health.v1 listener host:port for probes that cannot speak TLS "
             "(empty: off; Health is always served on the client listener too)"
+        ),
+    )
+    insecure: bool = field(
+        default=False,
+        metadata=_help(
+            "run without TLS although the node listens beyond loopback or has peers "
+            "(refused otherwise): on purpose, e.g. on a private test network; the node warns "
+            "every few minutes and exports replog_insecure 1"
         ),
     )
     tls_client_auth: str = field(
@@ -361,12 +371,14 @@ class Settings:
         for f in dataclasses.fields(cls):
             flag = "--" + f.name.replace("_", "-")
             default = f.default
+            switch = {"nargs": "?", "const": "true"} if f.type in (bool, "bool") else {}
             parser.add_argument(
                 flag,
                 dest=f.name,
                 default=None,
                 metavar=f.name.upper(),
                 help=f"{f.metadata['help']} (env {ENV_PREFIX}{f.name.upper()}; default {default})",
+                **switch,  # type: ignore[arg-type]
             )
 
     @classmethod
@@ -487,6 +499,14 @@ class Settings:
         for name in ("peer_listen", "health_listen"):
             value = getattr(self, name)
             need(value == "" or _is_address(value), f"{name} must be host:port or empty")
+        refused = exposure.refusal(
+            listen=self.listen,
+            peer_listen=self.peer_listen,
+            peers=len(peers),
+            tls=self.tls is not None,
+            insecure=self.insecure,
+        )
+        need(refused is None, str(refused))
         if len(peers) > 1:
             need(
                 self.tls is None or bool(self.peer_listen),
@@ -654,6 +674,12 @@ def _is_address(value: str) -> bool:
 
 def _convert(name: str, type_name: str, raw: object) -> object:
     text = str(raw)
+    if type_name == "bool":
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off", ""):
+            return False
+        raise InvalidConfigError(f"invalid settings: {name} must be true or false, got {text!r}")
     try:
         if "Path" in type_name:
             return Path(text) if text else None

@@ -26,6 +26,7 @@ class ServerProcess:
     proc: subprocess.Popen[bytes] | None = None
     address: str = ""
     metrics_address: str = ""
+    peer_address: str = ""  # the peer listener's, when started with --peer-listen
     module: str = "replog"  # what `python -m` runs; tests may run a wrapper with a fault
 
     @property
@@ -71,6 +72,7 @@ class ServerProcess:
         self.address = lines[0]
         fields = dict(line.split("=", 1) for line in lines[1:])
         self.metrics_address = fields.get("metrics", "")
+        self.peer_address = fields.get("peer", "")
         assert int(fields["pid"]) == self.proc.pid
         return self
 

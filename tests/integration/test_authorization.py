@@ -24,7 +24,12 @@ from replog.devcluster import DevCluster
 from replog.errors import PermissionDeniedError, ReplogError, UnauthenticatedError
 from replog.server.edge.auth import hash_token
 
-TOKENS = {"User:admin": "admin-secret-token", "User:alice": "alice-secret-token"}
+TOKENS = {
+    "User:admin": "admin-secret-token",
+    "User:alice": "alice-secret-token",
+    "User:mallory": "mallory-secret-token",
+    "User:carol": "carol-secret-token",  # never granted a write
+}
 ONCE = RetryPolicy(attempts_max=1)
 PATIENT = RetryPolicy(attempts_max=100, deadline_ms=60_000)
 _names = itertools.count()
@@ -243,7 +248,7 @@ def test_a_required_client_certificate_authenticates_its_principal(
             c.create_topic("secured", 1)
         with (
             Client(server.address, tls=as_erin, retry=ONCE) as c,
-            pytest.raises(PermissionDeniedError, match="User:erin may not write"),
+            pytest.raises(PermissionDeniedError, match=r"User:erin may not (idempotent_)?write"),
         ):
             c.append("secured", 0, [b"x"])
         with Client(server.address, tls=as_admin, retry=PATIENT) as c:
@@ -293,3 +298,167 @@ def test_a_consumer_group_member_needs_read_on_its_group_and_its_topic(secured: 
         acls = admin.list_acls()
         assert {"principal": "User:alice", "resource_type": "group", "resource_name": group,
                 "prefix": False, "operation": "delete"} in acls  # fmt: skip
+
+
+# -- the gaps of issue 28 -------------------------------------------------------------------
+
+
+def test_a_commit_or_join_naming_an_unreadable_topic_is_denied_and_nothing_is_stored(
+    secured: Secured,
+) -> None:
+    readable, secret = new_topic(secured), new_topic(secured)
+    group = f"g-{readable}"
+    with (
+        secured.client("User:admin", PATIENT) as admin,
+        secured.client("User:alice", PATIENT) as alice,
+    ):
+        admin.add_acl("User:alice", "read", group=group)
+        admin.add_acl("User:alice", "read", topic=readable)
+        eventually_allowed(lambda: alice.groups.commit(group, {(readable, 0): 1}))
+        with pytest.raises(PermissionDeniedError, match=secret):
+            alice.groups.commit(group, {(secret, 0): 1})
+        with pytest.raises(PermissionDeniedError, match=secret):
+            alice.groups.commit(group, {(readable, 0): 1, (secret, 0): 1})
+        stored = {(o.topic, o.offset) for o in admin.groups.committed(group)}
+        assert stored == {(readable, 1)}, "nothing of the denied commits was stored"
+        # Offsets of a topic alice cannot read are left out of what she is shown.
+        admin.groups.commit(group, {(secret, 0): 7})
+        assert {o.topic for o in admin.groups.committed(group)} == {readable, secret}
+        assert {o.topic for o in alice.groups.committed(group)} == {readable}
+        with pytest.raises(PermissionDeniedError, match=secret):
+            alice.groups.committed(group, [(secret, 0)])
+        # A join naming an unreadable topic is refused: no member, no assignment.
+        with pytest.raises(PermissionDeniedError, match=secret):
+            alice.groups.join(group, [readable, secret])
+        assert not admin.groups.describe(group).members
+        first, _session = alice.groups.join(group, [readable])
+        alice.groups.leave(group, first.member_id)
+
+
+def test_another_users_producer_name_is_denied_and_the_owner_is_not_fenced(
+    secured: Secured,
+) -> None:
+    topic = new_topic(secured)
+    name = f"writer-{topic}"
+    with secured.client("User:admin", PATIENT) as admin:
+        for user in ("User:alice", "User:mallory"):
+            admin.add_acl(user, "write", topic=topic)
+        admin.add_acl("User:alice", "write", producer=name)
+
+    def named(principal: str) -> Client:
+        return Client(
+            secured.cluster.bootstrap,
+            tls=secured.ca,
+            token=TOKENS[principal],
+            retry=PATIENT,
+            producer_name=name,
+        )
+
+    with named("User:alice") as owner, named("User:mallory") as thief:
+        eventually_allowed(lambda: owner.append(topic, 0, [b"mine-1"], acks="all"))
+        with pytest.raises(PermissionDeniedError, match="producer"):
+            thief.append(topic, 0, [b"stolen"], acks="all")
+        owner.append(topic, 0, [b"mine-2"], acks="all")  # not PRODUCER_FENCED
+    with secured.client("User:admin", PATIENT) as admin:
+        values = admin.fetch(topic, 0, 0).records.values
+    assert b"stolen" not in values and values[-2:] == [b"mine-1", b"mine-2"]
+
+
+def test_an_anonymous_idempotent_producer_needs_write_on_some_topic_or_a_grant(
+    secured: Secured,
+) -> None:
+    with (
+        secured.client("User:admin", PATIENT) as admin,
+        secured.client("User:carol", PATIENT) as carol,
+    ):
+        with pytest.raises(PermissionDeniedError, match="idempotent_write"):
+            carol.producer_identity()  # InitProducer without a name
+        admin.add_acl("User:carol", "idempotent_write", cluster=True)
+        assert eventually_allowed(carol.producer_identity).producer_epoch == 0
+
+
+def test_metadata_lists_only_the_topics_the_caller_may_describe(secured: Secured) -> None:
+    visible, hidden = new_topic(secured), new_topic(secured)
+    with (
+        secured.client("User:admin", PATIENT) as admin,
+        secured.client("User:alice", PATIENT) as alice,
+    ):
+        admin.add_acl("User:alice", "write", topic=visible)
+        eventually_allowed(lambda: alice.describe_topic(visible))
+        names = {t.name for t in alice.refresh_metadata().topics}
+        assert visible in names and hidden not in names
+        assert hidden not in {t.name for t in alice.refresh_metadata([hidden]).topics}
+        with pytest.raises(PermissionDeniedError):
+            alice.describe_topic(hidden)
+        assert {visible, hidden} <= {t.name for t in admin.refresh_metadata().topics}
+
+
+def test_identify_answers_members_and_nodes_proving_their_id_only(
+    secured: Secured, tmp_path: Any
+) -> None:
+    import grpc
+
+    from replog.v1 import nodes_pb2, nodes_pb2_grpc
+
+    cluster = secured.cluster
+    ca = certs.Issued(cluster.tls_dir / "ca.pem", cluster.tls_dir / "ca-key.pem")
+    member = certs.Issued(cluster.tls_dir / "node1.pem", cluster.tls_dir / "node1-key.pem")
+    mallory = certs.issue_client(ca, tmp_path, "mallory")
+    joining = certs.issue_node(ca, tmp_path / "n9", 9)
+
+    def identify(who: certs.Issued, asking_as: int) -> str:
+        creds = grpc.ssl_channel_credentials(
+            ca.cert_file.read_bytes(), who.key_file.read_bytes(), who.cert_file.read_bytes()
+        )
+        with grpc.secure_channel(cluster.members[2].peer_address, creds) as channel:
+            try:
+                stub = nodes_pb2_grpc.NodesStub(channel)
+                stub.Identify(nodes_pb2.IdentifyRequest(node_id=asking_as), timeout=10)
+            except grpc.RpcError as err:
+                return str(err.code().name)
+        return "OK"
+
+    assert identify(member, 1) == "OK"
+    assert identify(joining, 9) == "OK"  # a node that joins: its certificate proves id 9
+    assert identify(joining, 3) == "PERMISSION_DENIED"  # ... but not id 3
+    assert identify(mallory, 0) == "PERMISSION_DENIED"  # a client certificate
+    assert identify(mallory, 9) == "PERMISSION_DENIED"
+
+
+def test_refusals_and_changes_are_in_the_audit_log(secured: Secured) -> None:
+    topic = new_topic(secured)
+    with secured.client("User:alice") as alice, pytest.raises(PermissionDeniedError):
+        alice.delete_topic(topic)
+    with (
+        Client(secured.cluster.bootstrap, tls=secured.ca, token="guess", retry=ONCE) as c,
+        pytest.raises(UnauthenticatedError),
+    ):
+        c.list_topics()
+    with secured.client("User:admin", PATIENT) as admin:
+        admin.add_acl("User:alice", "describe", topic=topic)
+        admin.delete_topic(topic)
+
+    def audit_lines() -> list[str]:
+        nodes = secured.cluster.members.values()
+        return [
+            line
+            for node in nodes
+            for line in node.log_tail(10**8).splitlines()
+            if "replog.audit" in line
+        ]
+
+    expected = [
+        ("audit.denied", "principal=User:alice", "operation=delete", f"resource=topic:{topic}"),
+        ("audit.unauthenticated", "outcome=UNAUTHENTICATED"),
+        ("audit.change", "principal=User:admin", "operation=add_acl", f"topic:{topic}"),
+        ("audit.change", "operation=delete", f"resource=topic:{topic}", "outcome=OK"),
+    ]
+    deadline = time.monotonic() + 30  # (log lines reach the files as they are written)
+    while True:
+        lines = audit_lines()
+        missing = [e for e in expected if not any(all(p in ln for p in e) for ln in lines)]
+        if not missing:
+            break
+        assert time.monotonic() < deadline, f"not in the audit log: {missing}\n{lines[-20:]}"
+        time.sleep(0.1)
+    assert not any("secret-token" in ln or "guess" in ln for ln in lines)  # no token logged

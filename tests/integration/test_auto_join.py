@@ -188,6 +188,11 @@ def test_a_node_started_with_join_auto_becomes_a_voter_without_an_admin_call(
             assert "event=join.asked" in log4, log4[-4000:]
             accepted = [nodes[i].log_tail(1_000_000) for i in (1, 2, 3)]
             assert any("join.accepted" in text and "node_id=4" in text for text in accepted)
+            audited = [ln for text in accepted for ln in text.splitlines() if "audit.change" in ln]
+            assert any(
+                "operation=join" in ln and "resource=node:4" in ln and "outcome=OK" in ln
+                for ln in audited
+            ), audited[-10:]
             producer.wait_acked(len(producer.acked) + 200)
             # Caught up once, node 4 never asks again: restarted, it is a voter at once.
             asks = log4.count("join.asked"), log4.count("join.done")
@@ -249,6 +254,8 @@ def test_join_refuses_callers_whose_certificate_does_not_prove_the_id(
     for i in (1, 2, 3):
         lines = auto.members[i].log_tail(1_000_000).splitlines()
         assert not [x for x in lines if "join.accepted" in x and "node_id=5" in x]
+        refusals = [x for x in lines if "audit.change" in x and "resource=node:5" in x]
+        assert any("outcome=PERMISSION_DENIED" in x for x in refusals), refusals[-5:]
 
 
 def test_a_cluster_with_join_manual_refuses_joins(tmp_path: Path) -> None:

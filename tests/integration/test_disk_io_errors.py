@@ -89,8 +89,10 @@ def free_ports(count: int) -> list[int]:
 def test_the_other_replicas_elect_a_leader_when_the_leaders_disk_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ports = dict(zip((1, 2, 3), free_ports(3), strict=True))
-    peers = ",".join(f"{i}=127.0.0.1:{port}" for i, port in ports.items())
+    free = free_ports(6)
+    ports = dict(zip((1, 2, 3), free[:3], strict=True))
+    peer_ports = dict(zip((1, 2, 3), free[3:], strict=True))
+    peers = ",".join(f"{i}=127.0.0.1:{port}/127.0.0.1:{peer_ports[i]}" for i, port in ports.items())
     monkeypatch.setenv("FAULTY_SERVE_TASK", "eio")
     monkeypatch.setenv("FAULTY_SERVE_FLAG", "eio-on")  # beside each node's data directory
     nodes: dict[int, ServerProcess] = {}
@@ -98,6 +100,7 @@ def test_the_other_replicas_elect_a_leader_when_the_leaders_disk_fails(
         workdir = tmp_path / f"node{i}"
         workdir.mkdir()
         args = ["--node-id", str(i), "--listen", f"127.0.0.1:{port}", "--peers", peers]
+        args += ["--peer-listen", f"127.0.0.1:{peer_ports[i]}", "--insecure"]
         nodes[i] = ServerProcess(
             workdir / "data", workdir, args, module="tests.integration.faulty_serve"
         )

@@ -44,7 +44,7 @@ METHODS = {
     "/replog.v1.Log/StreamFrom": "stream",
     "/replog.v1.Admin/CreateTopic": "unary",
     "/replog.v1.Admin/DescribeTopic": "unary",
-    "/replog.v1.Replication/Exchange": "client-stream",  # peers' stream, same listener here
+    "/replog.v1.Replication/Exchange": "client-stream",  # peers' stream: the peer listener
     "/grpc.health.v1.Health/Watch": "stream",
 }
 FLOOD_CALLS = 300
@@ -54,7 +54,8 @@ LOG_LINES_MAX = 30  # the guard logs at most 10 per 10 s; a slow run may see a f
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     work = tmp_path_factory.mktemp("hostile")
-    server = ServerProcess(work / "data", work).start()
+    # (a peer listener: where Replication is served; never on the client listener)
+    server = ServerProcess(work / "data", work, ["--peer-listen", "127.0.0.1:0"]).start()
     yield server
     server.kill()
 
@@ -88,7 +89,9 @@ def error_info(err: grpc.RpcError) -> error_details_pb2.ErrorInfo:
 def test_a_malformed_request_body_answers_invalid_argument_malformed_request(
     server: ServerProcess, method: str, body: bytes
 ) -> None:
-    with grpc.insecure_channel(server.address) as channel:
+    peer_call = method.startswith("/replog.v1.Replication/")
+    assert server.peer_address
+    with grpc.insecure_channel(server.peer_address if peer_call else server.address) as channel:
         err = call_raw(channel, method, body)
     assert err.code() is grpc.StatusCode.INVALID_ARGUMENT, (err.code(), err.details())
     assert error_info(err).reason == "MALFORMED_REQUEST"

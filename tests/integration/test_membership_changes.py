@@ -98,7 +98,10 @@ def test_a_cluster_grows_to_five_nodes_and_back_to_three_without_restarts_under_
                 # -- grow: 3 -> 5, nobody restarts ---------------------------------------
                 for new in (4, 5):
                     nodes[new].start()
-                    added = _replog("node", "add", str(new), nodes[new].address, "--wait", *cli)
+                    added = _replog(
+                        "node", "add", str(new), nodes[new].address,
+                        "--peer-address", nodes[new].peer_address, "--wait", *cli,
+                    )  # fmt: skip
                     assert added["done"] is True and new in {n["id"] for n in added["nodes"]}
                     assert added["moves"], "replicas spread onto the new node"
                     producer.wait_acked(len(producer.acked) + 200)
@@ -126,7 +129,8 @@ def test_a_cluster_grows_to_five_nodes_and_back_to_three_without_restarts_under_
                     client.remove_node(99)
                 with pytest.raises(InvalidArgumentError):
                     client.add_node(6, "no-port")
-                assert client.add_node(4, nodes[4].address)  # the same again: accepted
+                # the same again: accepted
+                assert client.add_node(4, nodes[4].address, nodes[4].peer_address)
                 # -- shrink: 5 -> 3. Node 5 dies for good (SIGKILL) and is removed dead;
                 # node 1 is removed alive, then stopped.
                 nodes[5].kill()
@@ -222,7 +226,10 @@ def test_a_node_that_missed_the_additions_reaches_a_metadata_leader_it_was_never
         assert nodes[3].stop() == 0
         for new in (4, 5):
             nodes[new].start()
-            _replog("node", "add", str(new), nodes[new].address, "--no-spread", "--wait", *cli)
+            _replog(
+                "node", "add", str(new), nodes[new].address,
+                "--peer-address", nodes[new].peer_address, "--no-spread", "--wait", *cli,
+            )  # fmt: skip
 
         def metadata_leader() -> int | None:
             for i in (1, 2, 4, 5):

@@ -165,8 +165,9 @@ def test_the_metadata_leader_dies_in_the_middle_of_adding_and_of_removing_a_node
                 # -- add node 4; its metadata leader dies as soon as node 4 shows -------------
                 nodes[4].start()
                 adding = _start_cli(
-                    "node", "add", "4", nodes[4].address, "--no-spread", "--wait", *cli
-                )
+                    "node", "add", "4", nodes[4].address,
+                    "--peer-address", nodes[4].peer_address, "--no-spread", "--wait", *cli,
+                )  # fmt: skip
 
                 first, view = watch.catch(
                     lambda m: 4 in {n.id for n in m.nodes} | set(m.metadata_observers),

@@ -32,7 +32,8 @@ pytestmark = pytest.mark.slow
 
 
 def _peers(cluster: DevCluster, ids: list[int]) -> str:
-    return ",".join(f"{i}={cluster.members[i].address}" for i in ids)
+    nodes = cluster.members
+    return ",".join(f"{i}={nodes[i].address}/{nodes[i].peer_address}" for i in ids)
 
 
 def _set_peers(cluster: DevCluster, node_id: int, ids: list[int]) -> None:

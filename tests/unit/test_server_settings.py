@@ -65,6 +65,8 @@ STATEFULSET_ENV = {
     "REPLOG_CLUSTER_SIZE": "3",
     "REPLOG_PEER_ADDRESS_TEMPLATE": "replog-{ordinal}.replog-headless.prod.svc.cluster.local:7070",
     "REPLOG_LISTEN": "0.0.0.0:7070",
+    "REPLOG_PEER_LISTEN": "0.0.0.0:7071",
+    "REPLOG_INSECURE": "true",  # (deploy/k8s gives TLS files; none exist here)
 }
 
 

@@ -30,7 +30,13 @@ def test_plaintext_is_the_default() -> None:
 
 def test_peers_name_a_client_address_and_a_peer_address() -> None:
     settings = Settings.from_sources(
-        {"node_id": "1", "peers": "1=a:7070/a:7071,2=b:7070/b:7071"}, env={}
+        {
+            "node_id": "1",
+            "peers": "1=a:7070/a:7071,2=b:7070/b:7071",
+            "peer_listen": "a:7071",
+            "insecure": "true",
+        },
+        env={},
     )
     assert settings.peer_map() == {1: "a:7070", 2: "b:7070"}
     assert settings.peer_dial_map() == {1: "a:7071", 2: "b:7071"}
@@ -44,7 +50,7 @@ def test_tls_files_go_together(tls_files: dict[str, str]) -> None:
 
 def test_tls_in_a_cluster_needs_a_peer_listener(tls_files: dict[str, str]) -> None:
     peers = "1=a:7070,2=b:7070"
-    with pytest.raises(InvalidConfigError, match="needs peer_listen"):
+    with pytest.raises(InvalidConfigError, match="needs --peer-listen"):
         Settings.from_sources({**tls_files, "node_id": "1", "peers": peers}, env={})
     with pytest.raises(InvalidConfigError, match="host:peer_port"):
         Settings.from_sources(
@@ -58,6 +64,7 @@ def test_statefulset_mode_dials_each_pod_on_the_peer_port() -> None:
             "cluster_size": "3",
             "peer_address_template": "replog-{ordinal}.h:7070",
             "peer_listen": "0.0.0.0:7071",
+            "insecure": "true",
         },
         env={"HOSTNAME": "replog-1"},
     )

@@ -7,6 +7,7 @@
     auth           client authentication and authorization (ACLs) on the client listener
     security       server-side TLS: credentials that follow the files, who a peer is
     listeners      the node's listeners and the channels it dials its peers with
+    exposure       no plaintext cluster by accident; no peer call on the client listener
     limits         what clients may hold on a node at once: calls, streams, acks=none bytes
     memory         giving memory back to the operating system after streams end
     draining       how every stream ends when the node stops (UNAVAILABLE SHUTTING_DOWN)

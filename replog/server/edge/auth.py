@@ -17,10 +17,11 @@ Token file, one entry a line (`#` comments), reloaded when it changes (mtime, si
 
 What it may do (`Authorizer`, a handler wrapper of `handler_chain.py`, with
 `--authorization acl`): every Log, Admin, Acls and Groups call names an operation on a
-resource (`REQUIRED` below); a principal in `--super-users` may do everything, anyone else
-needs an ACL of the replicated metadata (`MetadataImage.allowed`), else PERMISSION_DENIED
-(reason PERMISSION_DENIED) naming the operation and resource. GetMetadata needs only an
-authenticated caller (clients route with it). Health and reflection are open. Calls
+resource (the one table: acl_table.py); a principal in `--super-users` may do everything,
+anyone else needs an ACL of the replicated metadata (`MetadataImage.allowed`), else
+PERMISSION_DENIED (reason PERMISSION_DENIED) naming the operation and resource.
+GetMetadata needs only an authenticated caller (clients route with it) and lists only the
+topics the caller may describe. Health and reflection are open. Calls
 forwarded between nodes arrive on the peer listener, where mutual TLS authenticates the
 node (security.py); the node that took the client's call authorized it.
 """
@@ -41,6 +42,16 @@ import grpc
 
 from replog.certs import CLIENT_URI_PREFIX
 from replog.errors import InvalidConfigError, PermissionDeniedError, UnauthenticatedError
+from replog.server.edge import audit
+from replog.server.edge.acl_table import (
+    GUARDED_SERVICES,
+    NAME_CHARS_MAX,
+    Rule,
+    denial,
+    filter_reply,
+    rule_for,
+)
+from replog.server.edge.audit import Audit
 from replog.server.edge.security import peer_sans
 from replog.server.edge.status import Refused, abort
 from replog.server.meta.metadata import MetadataImage
@@ -121,6 +132,13 @@ class Authenticator:
     def __init__(self, tokens: TokenFile | None) -> None:
         self.tokens = tokens
 
+    def audited_principal(self, context: Any) -> str:
+        """The principal, for the audit log (never raises: "?" for a bad token)."""
+        try:
+            return self.principal(context)
+        except UnauthenticatedError:
+            return "?"
+
     def principal(self, context: Any) -> str:
         """The caller's principal (ANONYMOUS without credentials); UnauthenticatedError for
         a bearer token that matches no entry."""
@@ -143,44 +161,9 @@ class Authenticator:
         return ANONYMOUS
 
 
-# method -> (operation, resource type, the request field naming the resource or None)
-REQUIRED: dict[str, tuple[str, str, str | None] | None] = {
-    "/replog.v1.Log/Append": ("write", "topic", "topic"),
-    "/replog.v1.Log/AppendStream": ("write", "topic", "topic"),  # each request's topic
-    "/replog.v1.Log/Fetch": ("read", "topic", "topic"),
-    "/replog.v1.Log/StreamFrom": ("read", "topic", "topic"),
-    "/replog.v1.Log/InitProducer": None,  # any authenticated caller (appends are checked)
-    "/replog.v1.Admin/CreateTopic": ("create", "topic", "name"),
-    "/replog.v1.Admin/DeleteTopic": ("delete", "topic", "name"),
-    "/replog.v1.Admin/DescribeTopic": ("describe", "topic", "name"),
-    "/replog.v1.Admin/ListOffsets": ("describe", "topic", "topic"),
-    "/replog.v1.Admin/ListTopics": ("describe", "cluster", None),
-    "/replog.v1.Admin/GetMetadata": None,  # any authenticated caller
-    "/replog.v1.Acls/AddAcl": ("alter", "cluster", None),
-    "/replog.v1.Acls/RemoveAcl": ("alter", "cluster", None),
-    "/replog.v1.Acls/ListAcls": ("describe", "cluster", None),
-    # Consumer groups: the group's ACLs (a member reads its partitions with topic ACLs).
-    "/replog.v1.Groups/FindCoordinator": ("describe", "group", "group"),
-    "/replog.v1.Groups/JoinGroup": ("read", "group", "group"),
-    "/replog.v1.Groups/Heartbeat": ("read", "group", "group"),
-    "/replog.v1.Groups/LeaveGroup": ("read", "group", "group"),
-    "/replog.v1.Groups/CommitOffsets": ("read", "group", "group"),
-    "/replog.v1.Groups/FetchCommittedOffsets": ("read", "group", "group"),
-    "/replog.v1.Groups/DescribeGroup": ("describe", "group", "group"),
-    "/replog.v1.Groups/DeleteGroup": ("delete", "group", "group"),
-    "/replog.v1.Groups/ListGroups": ("describe", "cluster", None),
-}
-GUARDED_SERVICES = (
-    "/replog.v1.Log/",
-    "/replog.v1.Admin/",
-    "/replog.v1.Acls/",
-    "/replog.v1.Groups/",
-)
-NAME_CHARS_MAX = 100
-
-
 class Authorizer:
-    """Checks every Log, Admin and Acls call against the ACLs before its handler runs."""
+    """Checks every Log, Admin, Acls and Groups call against the ACLs before its handler
+    runs (what each needs: acl_table.py), and filters the replies that list resources."""
 
     def __init__(
         self,
@@ -196,107 +179,153 @@ class Authorizer:
     def wrap(self, method: str, handler: Handler) -> Handler:
         if not method.startswith(GUARDED_SERVICES):
             return handler
-        required = REQUIRED.get(method, ("alter", "cluster", None))  # unknown: the strictest
+        rule = rule_for(method)
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
-                self._wrap(handler.unary_unary, required),
+                self._wrap(handler.unary_unary, rule, method),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                self._wrap(handler.unary_stream, required),
+                self._wrap(handler.unary_stream, rule, method),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.stream_stream is not None:
             return grpc.stream_stream_rpc_method_handler(
-                self._wrap_streamed(handler.stream_stream, required),
+                self._wrap_streamed(handler.stream_stream, rule, method),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         return handler  # no other client-streaming calls in these services
 
     def _wrap_streamed(
-        self, inner: Callable[..., Any], required: tuple[str, str, str | None] | None
+        self, inner: Callable[..., Any], rule: Rule, method: str
     ) -> Callable[..., Any]:
         """A stream of requests (AppendStream): the caller is authenticated when the stream
         opens (else the stream ends UNAUTHENTICATED); each request is authorized as it is
         read, and a denied one reaches the handler as `Refused` (answered PERMISSION_DENIED
         in its place; the stream goes on)."""
 
-        async def authorized(requests: AsyncIterator[Any], principal: str) -> AsyncIterator[Any]:
+        async def authorized(
+            requests: AsyncIterator[Any], principal: str, context: Any
+        ) -> AsyncIterator[Any]:
             async for request in requests:
                 if isinstance(request, Refused):
                     yield request
                     continue
-                denied = self._denial(principal, request, required)
+                denied = self._denial(principal, request, rule, context, method)
                 yield request if denied is None else Refused(request, denied)
 
         async def handle(requests: AsyncIterator[Any], context: Any) -> Any:
             try:
-                principal = self._principal(context)
+                principal = self._principal(context, method)
             except UnauthenticatedError as err:
                 await abort(context, err)
                 raise AssertionError("abort returned") from err
-            return await inner(authorized(requests, principal), context)
+            return await inner(authorized(requests, principal, context), context)
 
         return handle
 
-    def _principal(self, context: Any) -> str:
-        principal = self.authenticator.principal(context)
+    def _principal(self, context: Any, method: str = "") -> str:
+        try:
+            principal = self.authenticator.principal(context)
+        except UnauthenticatedError:
+            self._unauthenticated("?", context, method)
+            raise
         if principal == ANONYMOUS:
+            self._unauthenticated(ANONYMOUS, context, method)
             raise UnauthenticatedError(
                 "this node requires credentials: a bearer token or a client certificate"
             )
         return principal
 
-    def _denial(
-        self, principal: str, request: Any, required: tuple[str, str, str | None] | None
-    ) -> PermissionDeniedError | None:
-        """Why `principal` may not make `request` (None: it may)."""
-        if required is None or principal in self.super_users:
-            return None
-        operation, resource_type, field = required
-        name = str(getattr(request, field, "")) if field else ""
-        if self.image().allowed(principal, operation, resource_type, name):
-            return None
-        self.denied += 1
-        what = f"{resource_type} {name[:NAME_CHARS_MAX]!r}" if field else "the cluster"
-        return PermissionDeniedError(
-            f"{principal[:NAME_CHARS_MAX]} may not {operation} {what}",
-            principal=principal[:NAME_CHARS_MAX],
-            operation=operation,
-            resource_type=resource_type,
+    @staticmethod
+    def _unauthenticated(principal: str, context: Any, method: str) -> None:
+        audit.refused(
+            "audit.unauthenticated",
+            principal=principal,
+            operation="call",
+            resource=method,
+            outcome="UNAUTHENTICATED",
+            context=context,
+            method=method,
         )
 
-    def _wrap(
-        self, inner: Callable[..., Any], required: tuple[str, str, str | None] | None
-    ) -> Callable[..., Any]:
+    def _writes_some_topic(self, principal: str) -> bool:
+        image = self.image()
+        return any(
+            a.operation in ("write", "all")
+            and a.resource_type in ("topic", "cluster")
+            and a.grants(principal, a.operation, a.resource_type, a.resource_name)
+            for a in image.acls
+        )
+
+    def _denial(
+        self, principal: str, request: Any, rule: Rule, context: Any, method: str
+    ) -> PermissionDeniedError | None:
+        """Why `principal` may not make `request` (None: it may)."""
+        if principal in self.super_users:
+            return None
+        denied = denial(self.image().allowed, self._writes_some_topic, principal, rule, request)
+        if denied is None:
+            return None
+        self.denied += 1
+        audit.refused(
+            "audit.denied",
+            principal=principal,
+            operation=denied.operation,
+            resource=f"{denied.resource_type}:{denied.name}",
+            outcome="PERMISSION_DENIED",
+            context=context,
+            method=method,
+        )
+        return PermissionDeniedError(
+            denied.describe(principal),
+            principal=principal[:NAME_CHARS_MAX],
+            operation=denied.operation,
+            resource_type=denied.resource_type,
+        )
+
+    def _wrap(self, inner: Callable[..., Any], rule: Rule, method: str) -> Callable[..., Any]:
         if inspect.isasyncgenfunction(inner):
 
             async def generate(request: Any, context: Any) -> AsyncIterator[Any]:
-                await self.check(request, context, required)
+                await self.check(request, context, rule, method)
                 async for reply in inner(request, context):
                     yield reply
 
             return generate
 
+        if rule.reply_filter:
+
+            async def filtered(request: Any, context: Any) -> Any:
+                principal = await self.check(request, context, rule, method)
+                reply = await inner(request, context)
+                if principal is None or principal in self.super_users:
+                    return reply
+                return filter_reply(self.image().acls, principal, rule, reply)
+
+            return filtered
+
         async def handle(request: Any, context: Any) -> Any:
-            await self.check(request, context, required)
+            await self.check(request, context, rule, method)
             return await inner(request, context)
 
         return handle
 
-    async def check(
-        self, request: Any, context: Any, required: tuple[str, str, str | None] | None
-    ) -> None:
+    async def check(self, request: Any, context: Any, rule: Rule, method: str) -> str | None:
+        """The authorized caller's principal; the call is aborted otherwise."""
         try:
-            denied = self._denial(self._principal(context), request, required)
+            principal = self._principal(context, method)
+            denied = self._denial(principal, request, rule, context, method)
             if denied is not None:
                 raise denied
+            return principal
         except (UnauthenticatedError, PermissionDeniedError) as err:
             await abort(context, err)
+        return None
 
 
 def authorizers(
@@ -304,10 +333,13 @@ def authorizers(
     token_file: Path | None,
     super_users: str,
     image: Callable[[], MetadataImage],
-) -> list[Authorizer]:
-    """The client listener's authorization wrapper (none with authorization off)."""
-    if authorization != "acl":
-        return []
+) -> list[Authorizer | Audit]:
+    """The client listener's authorization wrapper (none with authorization off), then the
+    audit of the calls that change the cluster (audit.py; always)."""
     tokens = TokenFile(token_file) if token_file is not None else None
+    authenticator = Authenticator(tokens)
+    changes = Audit(authenticator.audited_principal)  # innermost: calls that were allowed
+    if authorization != "acl":
+        return [changes]
     supers = frozenset(p.strip() for p in super_users.split(",") if p.strip())
-    return [Authorizer(Authenticator(tokens), image, supers)]
+    return [Authorizer(authenticator, image, supers), changes]

@@ -1,9 +1,9 @@
 """The node's listeners and the channels it dials its peers with.
 
-    client listener (`listen`)       Log, Admin, Health, reflection; TLS when configured
-                                     (server authentication only; clients need no
-                                     certificate); Replication too when there is no peer
-                                     listener (plaintext, a laptop)
+    client listener (`listen`)       Log, Admin, Groups, Acls, Health, reflection; TLS when
+                                     configured; never Replication or Nodes (a single
+                                     node without a peer listener serves them nowhere:
+                                     exposure.py `PeerOnly`)
     peer listener (`peer_listen`)    Replication and forwarded Admin, Acls and InitProducer calls;
                                      with TLS, mutual: a client certificate signed by the CA
                                      is required and must name a member (security.py)
@@ -22,7 +22,8 @@ from typing import Any
 
 import grpc
 
-from replog.server.edge.security import ReloadingCredentials
+from replog.server.edge import audit
+from replog.server.edge.security import ReloadingCredentials, describe_peer, proves_node
 from replog.tls import TlsFiles
 
 Dial = Callable[[str], grpc.aio.Channel]
@@ -95,6 +96,15 @@ class MembersOnly:
 
         async def guarded(request: Any, context: Any) -> Any:
             if self._authenticate(context) is None:
+                audit.refused(
+                    "audit.denied",
+                    principal=describe_peer(context),
+                    operation="peer_call",
+                    resource=name,
+                    outcome="PERMISSION_DENIED",
+                    context=context,
+                    method=name,
+                )
                 await context.abort(
                     grpc.StatusCode.PERMISSION_DENIED,
                     "peer calls need the certificate of a cluster member",
@@ -102,3 +112,68 @@ class MembersOnly:
             return await method(request, context)
 
         return guarded
+
+
+class IdentifyGuard:
+    """The Nodes servicer on the peer listener: `Identify` answers a member, or a node whose
+    certificate proves the id its request names (a node that joins is no member yet: its
+    URI SAN `replog://node/<id>`); any other certificate of the CA (a client's, a node
+    certificate naming another id) is PERMISSION_DENIED. `Join` checks its caller itself;
+    each one is in the audit log (`audit.change`, operation join)."""
+
+    def __init__(self, servicer: object, authenticate: Authenticate | None) -> None:
+        self._servicer = servicer
+        self._authenticate = authenticate
+        self.refused = 0
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._servicer, name)
+        authenticate = self._authenticate
+        if name == "Join":
+            return _audited_join(method)
+        if name != "Identify" or authenticate is None:
+            return method  # (plaintext: nobody proves anything; --insecure said so)
+
+        async def guarded(request: Any, context: Any) -> Any:
+            claimed = int(request.node_id)
+            if authenticate(context) is None and not (claimed and proves_node(context, claimed)):
+                self.refused += 1
+                audit.refused(
+                    "audit.denied",
+                    principal=describe_peer(context),
+                    operation="identify",
+                    resource=f"node:{claimed}",
+                    outcome="PERMISSION_DENIED",
+                    context=context,
+                    method="Identify",
+                )
+                await context.abort(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    "Identify answers members, and nodes whose certificate proves their id",
+                )
+            return await method(request, context)
+
+        return guarded
+
+
+def _audited_join(join: Callable[..., Any]) -> Callable[..., Any]:
+    """`Nodes.Join`, logged once it has run (a membership change, or its refusal)."""
+
+    async def audited(request: Any, context: Any) -> Any:
+        failure: BaseException | None = None
+        try:
+            return await join(request, context)
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            audit.change(
+                principal=describe_peer(context),
+                operation="join",
+                resource=f"node:{int(request.node_id)}",
+                outcome=audit.outcome(context, failure),
+                method="/replog.v1.Nodes/Join",
+                context=context,
+            )
+
+    return audited

@@ -111,7 +111,7 @@ def peer_node_id(context: Any, dial: Mapping[int, str]) -> int | None:
     return None
 
 
-def proves_node(context: Any, node_id: int, addresses: Sequence[str]) -> bool:
+def proves_node(context: Any, node_id: int, addresses: Sequence[str] = ()) -> bool:
     """Whether the caller's verified certificate proves it is node `node_id`, reached at
     `addresses` (host:port): its node URI SAN names that id (the first node URI decides,
     as in `peer_node_id`), or, without a node URI, a DNS or IP SAN equals the host of one

@@ -159,8 +159,8 @@ class DeleteTopic:
     KIND = "delete_topic"
 
 
-OPERATIONS = ("read", "write", "create", "delete", "describe", "alter")
-RESOURCE_TYPES = ("topic", "cluster", "group")  # group: a consumer group (server/groups/)
+OPERATIONS = ("read", "write", "create", "delete", "describe", "alter", "idempotent_write")
+RESOURCE_TYPES = ("topic", "cluster", "group", "producer")  # what each guards: acl_table.py
 PRINCIPAL_BYTES_MAX = 255
 ANY_USER = "User:*"
 
@@ -168,7 +168,7 @@ ANY_USER = "User:*"
 @dataclass(frozen=True, slots=True, order=True)
 class AclEntry:
     principal: str
-    resource_type: str  # "topic", "group" or "cluster"
+    resource_type: str  # "topic", "group", "producer" or "cluster"
     resource_name: str  # a topic or group name, or a prefix; "" for the cluster
     prefix: bool
     operation: str  # one of OPERATIONS, or "all"
@@ -190,7 +190,7 @@ class AclEntry:
         if resource_type == "cluster":
             if resource_name or prefix:
                 raise InvalidArgumentError("a cluster ACL names no resource and no prefix")
-        elif prefix or resource_type == "group":
+        elif prefix or resource_type in ("group", "producer"):
             if not resource_name or len(resource_name) > PRINCIPAL_BYTES_MAX:
                 raise InvalidArgumentError(
                     f"a {resource_type} name or prefix must be 1-255 characters"
