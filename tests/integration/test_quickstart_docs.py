@@ -31,7 +31,7 @@ import pytest
 
 from replog.devcluster import DevCluster
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = "<!-- tested: tests/integration/test_quickstart_docs.py"
