@@ -16,6 +16,9 @@ of `replog dev-cluster` and `make run`), clients must present a certificate
 (`--tls-client-auth require`), `--authorization acl` decides, and `admin` (`OPERATOR`) is
 the super-user.
 
+`client_env()` is what its clients need (`REPLOG_ADDRESS`, `REPLOG_TLS_*`);
+`env_file_text` makes it a file a shell sources (`replog dev-cluster --env-file F`).
+
 `Supervisor` keeps a started cluster's nodes running (`replog dev-cluster` uses it): a node
 that exits is restarted with the same data dir and ports, so that `kill -9 <pid>` of one
 node is a failover to watch locally; a node that died `RestartBudget.deaths_max` times
@@ -25,6 +28,7 @@ within `window_s` is left down (the rest keep running).
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -211,6 +215,19 @@ class DevCluster:
     def bootstrap(self) -> str:
         return ",".join(self.addresses.values())
 
+    def client_env(self) -> dict[str, str]:
+        """What a client of this cluster needs, as the CLI's and `Client.from_env()`'s
+        variables: `REPLOG_ADDRESS` (every node) and, with TLS, the operator's
+        `REPLOG_TLS_CA`/`_CERT`/`_KEY` (absolute paths: a client may run elsewhere)."""
+        env = {"REPLOG_ADDRESS": self.bootstrap}
+        if self.client_tls is not None:
+            t = self.client_tls
+            assert t.cert_file is not None and t.key_file is not None
+            env["REPLOG_TLS_CA"] = str(t.ca_file.resolve())
+            env["REPLOG_TLS_CERT"] = str(t.cert_file.resolve())
+            env["REPLOG_TLS_KEY"] = str(t.key_file.resolve())
+        return env
+
     def release_ports(self) -> None:
         """Let go of the reserved ports, so that nodes can bind them (`start` does it; a
         test that starts some nodes itself calls it first)."""
@@ -245,6 +262,40 @@ class DevCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.kill_all()
+
+
+# Variables a stale shell may hold that would point a client elsewhere, or add to what
+# `client_env` says: an env file unsets those it does not set.
+CLIENT_ENV_NAMES = (
+    "REPLOG_ADDRESS",
+    "REPLOG_TLS_CA",
+    "REPLOG_TLS_CERT",
+    "REPLOG_TLS_KEY",
+    "REPLOG_TLS_SERVER_NAME",
+    "REPLOG_TOKEN",
+)
+
+
+def env_file_text(env: dict[str, str], pid: int) -> str:
+    """A shell file that exports `env` (and unsets the other `CLIENT_ENV_NAMES`), headed by
+    a comment naming the dev-cluster's `pid`."""
+    lines = [
+        f"# replog dev-cluster (pid {pid}): source this file to point replog and "
+        f"replog.Client.from_env() at the cluster; `kill {pid}` stops it",
+        *(f"export {name}={shlex.quote(value)}" for name, value in env.items()),
+    ]
+    unset = [name for name in CLIENT_ENV_NAMES if name not in env]
+    if unset:
+        lines.append(f"unset {' '.join(unset)}")
+    return "\n".join(lines) + "\n"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """`text` to `path` so that a reader sees no file or all of it (a temporary file in the
+    same directory, renamed)."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def describe_exit(code: int) -> str:

@@ -1,7 +1,7 @@
 """`replog serve`, `replog dev-cluster` and `replog console`: run nodes and the console.
 
 replog serve --data-dir DIR --listen 127.0.0.1:7070 [--ready-file F] [...]
-replog dev-cluster [--nodes N] [--data-dir DIR] [--plaintext]
+replog dev-cluster [--nodes N] [--data-dir DIR] [--plaintext] [--env-file F]
 replog console [--listen 127.0.0.1:8080]   (the web console: replog/console/)
 """
 
@@ -44,6 +44,15 @@ def add_parsers(sub: Subparsers, *, full: bool = True) -> None:
         "DATA_DIR/tls, TLS, mutual TLS between nodes, client certificates and ACLs, the "
         "operator User:admin a super-user)",
     )
+    dev.add_argument(
+        "--env-file",
+        default=None,
+        metavar="FILE",
+        help="once every node serves, write FILE (atomically; removed when the cluster "
+        "stops): the exports its clients need, REPLOG_ADDRESS and the operator's "
+        "REPLOG_TLS_CA/_CERT/_KEY, for `. FILE` (replog and replog.Client.from_env() "
+        "read them)",
+    )
 
 
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
@@ -65,10 +74,12 @@ def cmd_console(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_dev_cluster(args: argparse.Namespace, out: TextIO) -> int:
+    import os
+    import shlex
     import signal
     import threading
 
-    from replog.devcluster import DevCluster, Supervisor
+    from replog.devcluster import DevCluster, Supervisor, env_file_text, write_atomically
 
     if not 1 <= args.nodes <= 5:
         raise UsageError("--nodes must be in [1, 5]")
@@ -85,20 +96,26 @@ def cmd_dev_cluster(args: argparse.Namespace, out: TextIO) -> int:
     def say(line: str) -> None:
         print(line, file=out, flush=True)
 
+    env_file = None if args.env_file is None else Path(args.env_file)
+    if env_file is not None:
+        if not env_file.parent.is_dir():
+            raise UsageError(f"--env-file: no directory {str(env_file.parent)[:200]!r}")
+        env_file.unlink(missing_ok=True)  # a stale one must not pass for this cluster's
     try:
         cluster.start()
         for node_id, node in cluster.members.items():
             assert node.proc is not None
             say(f"node {node_id}: {node.address}  pid {node.proc.pid}  (log: {node.log_file})")
         if cluster.client_tls is not None:
-            t = cluster.client_tls
-            say(
-                "TLS and ACLs on; for clients, the operator's certificate (super-user "
-                f"User:admin): export REPLOG_TLS_CA={t.ca_file} "
-                f"REPLOG_TLS_CERT={t.cert_file} REPLOG_TLS_KEY={t.key_file}"
-            )
+            say("TLS and ACLs on; clients use the operator's certificate (super-user User:admin)")
+        env = cluster.client_env()
+        say("for clients: export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()))
         say(f"bootstrap: {cluster.bootstrap}   (Ctrl-C stops the cluster)")
         say("kill -9 a node's pid to try a failover: it is restarted (same data dir and ports)")
+        if env_file is not None:
+            shown = shlex.quote(str(env_file) if "/" in str(env_file) else f"./{env_file}")
+            say(f"{env_file} has them: `. {shown}`")
+            write_atomically(env_file, env_file_text(env, os.getpid()))
         supervisor = Supervisor(cluster, say)
         while not stop.wait(0.5):
             supervisor.check()
@@ -108,5 +125,7 @@ def cmd_dev_cluster(args: argparse.Namespace, out: TextIO) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        if env_file is not None:
+            env_file.unlink(missing_ok=True)
         cluster.stop()
     return 0

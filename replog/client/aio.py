@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from replog.client import connect, formats
+from replog.client import connect, environment, formats
 from replog.client.aio_append_stream import AsyncAppendStreams
 from replog.client.aio_groups import AsyncGroupCalls, AsyncGroupConsumer
 from replog.client.aio_pipeline import Answered, AsyncPipeline
@@ -107,6 +107,15 @@ class AsyncClient:
             in_flight_bytes_max=in_flight_bytes_max,
         )
         self._node(self.routing.current)  # bad TLS files fail here, not at the first call
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **options: Any) -> AsyncClient:
+        """As `Client.from_env`: `REPLOG_ADDRESS`, `REPLOG_TLS_*`, `REPLOG_TOKEN`,
+        `REPLOG_ATTEMPT_TIMEOUT`; `options` (the constructor's keywords) win over the env."""
+        conn = environment.from_env(env)
+        given: dict[str, Any] = {"tls": conn.tls, "token": conn.token}
+        given["attempt_timeout_s"] = conn.attempt_timeout_s
+        return cls(conn.address, **{**given, **options})
 
     # -- plumbing ---------------------------------------------------------------------------
 

@@ -52,7 +52,7 @@ from typing import Any, TypeVar, overload
 
 import grpc
 
-from replog.client import connect, formats
+from replog.client import connect, environment, formats
 from replog.client.append_stream import AppendStreams, Pipeline
 from replog.client.channels import (
     ATTEMPT_TIMEOUT_S,
@@ -168,6 +168,17 @@ class Client:
         self._streams: AppendStreams | None = None
         self._pipeline: Pipeline | None = None
         self._node(self.routing.current)  # bad TLS files fail here, not at the first call
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **options: Any) -> Client:
+        """A client configured as the `replog` CLI is: `REPLOG_ADDRESS` (default
+        127.0.0.1:7070), `REPLOG_TLS_CA`/`_CERT`/`_KEY`/`_SERVER_NAME`, `REPLOG_TOKEN`,
+        `REPLOG_ATTEMPT_TIMEOUT` (`environment.from_env`; `replog dev-cluster --env-file`
+        writes them). `options` are the constructor's keywords and win over the env."""
+        conn = environment.from_env(env)
+        given: dict[str, Any] = {"tls": conn.tls, "token": conn.token}
+        given["attempt_timeout_s"] = conn.attempt_timeout_s
+        return cls(conn.address, **{**given, **options})
 
     # -- plumbing ---------------------------------------------------------------------------
 
