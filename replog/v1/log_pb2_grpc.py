@@ -68,7 +68,7 @@ class LogServicer:
         """Appends a batch of records to one partition. Errors: INVALID_ARGUMENT (EMPTY_BATCH,
         RECORD_TOO_LARGE), NOT_FOUND (UNKNOWN_TOPIC, UNKNOWN_PARTITION), FAILED_PRECONDITION
         (NOT_LEADER, leader hint in ErrorInfo metadata), RESOURCE_EXHAUSTED (STORAGE_FULL),
-        DEADLINE_EXCEEDED (ACK_TIMEOUT: outcome unknown), UNAVAILABLE (SHUTTING_DOWN, NO_QUORUM).
+        DEADLINE_EXCEEDED (ACK_TIMEOUT: outcome unknown), UNAVAILABLE (SHUTTING_DOWN, LEADER_UNKNOWN).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -114,7 +114,7 @@ class LogServicer:
         answers (it forwards to the cluster metadata leader). With a `name`, the same name gets
         the same id and a higher epoch each time: appends from older epochs of that producer are
         refused from then on (PRODUCER_FENCED). Errors: INVALID_ARGUMENT (name too long),
-        UNAVAILABLE (LEADER_UNKNOWN, NO_QUORUM), DEADLINE_EXCEEDED.
+        UNAVAILABLE (LEADER_UNKNOWN), DEADLINE_EXCEEDED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
