@@ -25,7 +25,6 @@ from replog.errors import (
     LeaderUnknownError,
     NotLeaderError,
     PartitionOfflineError,
-    RecordTooLargeError,
     ReplogError,
     ShuttingDownError,
 )
@@ -192,16 +191,10 @@ class ReplicatedPartition(Partition):
         self.check_leader()
         # Checked before the driver sees the batch: a write the log refuses would make the
         # driver rebuild its core from disk (and a lone voter hold a new election).
-        limit = self.log.config.record_bytes_max
+        config = self.log.config
         # no record can be larger than the whole batch: measured one by one only past it
-        whole_fits = values_bytes is not None and values_bytes <= limit
-        biggest = 0 if whole_fits else max(map(len, values))
-        if biggest > limit:
-            raise RecordTooLargeError(
-                f"a record of {biggest} bytes exceeds record_bytes_max={limit}",
-                record_bytes=biggest,
-                record_bytes_max=limit,
-            )
+        if values_bytes is None or values_bytes > config.record_bytes_max:
+            config.check_record_bytes(max(map(len, values)))
         if acks is Acks.NONE:  # nobody hears about later failures
             size_bytes = sum(map(len, values)) if values_bytes is None else values_bytes
             self.limits.take_acks_none(size_bytes)  # TOO_MANY_BYTES_IN_FLIGHT past the limit
