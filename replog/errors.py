@@ -177,18 +177,6 @@ class NotLeaderError(ReplogError):
         return self.metadata.get("leader_address")
 
 
-class FencedEpochError(ReplogError):
-    """A request carried an epoch older than this replica's."""
-
-    code = "FAILED_PRECONDITION"
-    reason = "FENCED_EPOCH"
-    retriable = True
-
-    @property
-    def epoch(self) -> int | None:
-        return self._int("epoch")
-
-
 class ProducerFencedError(ReplogError):
     """An idempotent producer's epoch is older than one this partition has seen for its
     producer id: a newer instance of the same producer took over (InitProducer with the
@@ -291,10 +279,6 @@ class NodeRemovedError(UnavailableError):
     (clients move on by themselves); stop this one."""
 
     reason = "NODE_REMOVED"
-
-
-class NoQuorumError(UnavailableError):
-    reason = "NO_QUORUM"
 
 
 class LeaderUnknownError(UnavailableError):

@@ -50,81 +50,39 @@ counts only voters toward HW and check-quorum.
 
 The core owns the epoch history and a view of the log (LEO, flushed offset, HW); the records
 themselves stay with the driver. Randomness comes only from the injected `rng`.
+
+**Layout** (`roles/`, as etcd's raft): `Replica` is the public face over a `roles.core.Core`
+(the state); messages are dispatched by a table per role (`roles/steps.py`: follower,
+pre-candidate, candidate, leader), with the handlers in `roles/voting.py`,
+`roles/following.py` and `roles/leading.py`, and the role changes in
+`roles/transitions.py`.
 """
 
 from __future__ import annotations
 
-import enum
 import random
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from replog.replication.config import ReplicaConfig
 from replog.replication.epochs import EpochHistory, EpochStart
 from replog.replication.membership import Membership, MembershipEntry, MembershipHistory
-from replog.replication.messages import (
-    BeginEpoch,
-    Diverging,
-    Fenced,
-    FetchRequest,
-    FetchResponse,
-    Message,
-    Records,
-    StartAt,
-    TimeoutNow,
-    VoteRequest,
-    VoteResponse,
-)
+from replog.replication.messages import Message
 from replog.replication.outputs import (
-    AckCompleted,
-    AckFailed,
-    AckFailure,
     Acks,
-    AppendControl,
-    AppendFrames,
-    AppendRecords,
-    LeaderEpochMarker,
-    MembershipChange,
     Output,
     PersistEpochHistory,
     PersistMembershipHistory,
-    PersistQuorumState,
-    ResetLog,
-    Send,
-    SetHighWatermark,
-    TruncateTo,
 )
-from replog.replication.producers import BatchHeader, Check, ProducerBatch, ProducerTable, Verdict
-from replog.replication.quorum import next_high_watermark
-from replog.replication.stale import Stale, divergence_offset, result_problem
+from replog.replication.producers import ProducerBatch, ProducerTable
+from replog.replication.roles import leading, steps
+from replog.replication.roles.core import Core, Role, Step
+from replog.replication.roles.following import send_fetch
+from replog.replication.roles.transitions import start_election
+from replog.replication.stale import Stale
 from replog.replication.state import QuorumState
 
-
-class Role(enum.Enum):
-    FOLLOWER = "follower"
-    CANDIDATE = "candidate"
-    LEADER = "leader"
-
-
-@dataclass(slots=True)
-class _Progress:
-    """The leader's view of one other replica (voter or observer) in its epoch."""
-
-    voter: bool = True
-    match: int = 0
-    last_fetch_ms: int | None = None
-    hw_sent: int = -1
-    parked: FetchRequest | None = None
-    parked_since_ms: int = 0
-    begin_sent_ms: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _PendingAck:
-    request_id: int
-    base_offset: int
-    last_offset: int
+__all__ = ["Replica", "Role", "Step"]
 
 
 class Replica:
@@ -145,49 +103,44 @@ class Replica:
         memberships: Iterable[MembershipEntry] = (),
     ) -> None:
         self.config = config
-        # Idempotent producers' last batches, a function of the log (`producers`): updated
-        # here as offsets are assigned (leader) or fetched records appended (follower).
-        self.producers = producers if producers is not None else ProducerTable()
-        self._rng = rng
-        self._out: list[Output] = []
-        # messages ignored as late, duplicate or stale, by reason (see `stale.py`)
-        self.stale_messages: Counter[Stale] = Counter()
-        self._state = state or QuorumState()
-        self._history = EpochHistory(history)
-        self._members = MembershipHistory(Membership(config.voters, config.observers), memberships)
-        self._leo = log_end_offset
-        self._flushed = log_end_offset  # what recovery found is on disk
-        assert 0 <= log_start_offset <= log_end_offset, (log_start_offset, log_end_offset)
-        # retention deletes committed records only: everything below the log start is
-        self._hw = max(min(high_watermark, log_end_offset), log_start_offset)
-        self._log_start = log_start_offset
-        self._role = Role.FOLLOWER
-        self._votes: set[int] = set()
-        self._prevotes: set[int] | None = None  # a pre-vote round is under way
-        self._leader_contact_ms: int | None = None  # last word from this epoch's leader
-        self._election_deadline_ms = 0
-        # follower
-        self._fetch_sent_ms: int | None = None
-        # leader
-        self._progress: dict[int, _Progress] = {}
-        self._control_offset = -1
-        self._leader_since_ms = 0
-        self._transfer: tuple[int, int] | None = None  # (target, give up at ms)
-        self._leader_hw_seen = 0  # follower: the HW in the last records answer
-        self._records_epoch = 0  # follower: the epoch of that answer
-        self._timeout_now_sent = False
-        self._pending_leader: deque[_PendingAck] = deque()
-        self._pending_all: deque[_PendingAck] = deque()
+        starting = Membership(config.voters, config.observers)
+        c = self._core = Core(
+            config,
+            rng,
+            state=state or QuorumState(),
+            history=EpochHistory(history),
+            members=MembershipHistory(starting, memberships),
+            log_end_offset=log_end_offset,
+            high_watermark=high_watermark,
+            log_start_offset=log_start_offset,
+            producers=producers if producers is not None else ProducerTable(),
+        )
         # Repairs of the durable state: the log may have lost an unflushed tail that the
         # epoch history still describes; a restarted leader is no longer the leader.
-        if self._history.truncate_to(log_end_offset):
-            self._out.append(PersistEpochHistory(self._history.entries))
-        if self._members.truncate_to(log_end_offset):
-            self._out.append(PersistMembershipHistory(self._members.entries))
-        if self._state.leader_id == config.replica_id:
-            self._set_state(QuorumState(self._state.epoch, self._state.voted_for, None))
-        self._reset_election_timer(now_ms)
-        self._send_fetch(now_ms)
+        if c.history.truncate_to(log_end_offset):
+            c.out.append(PersistEpochHistory(c.history.entries))
+        if c.members.truncate_to(log_end_offset):
+            c.out.append(PersistMembershipHistory(c.members.entries))
+        if c.state.leader_id == config.replica_id:
+            c.set_state(QuorumState(c.state.epoch, c.state.voted_for, None))
+        c.reset_election_timer(now_ms)
+        send_fetch(c, now_ms)
+
+    @property
+    def producers(self) -> ProducerTable:
+        """Idempotent producers' last batches, a function of the log (`producers.py`):
+        updated here as offsets are assigned (leader) or fetched records appended
+        (follower); the driver replaces the table after it rebuilt it from the log."""
+        return self._core.producers
+
+    @producers.setter
+    def producers(self, table: ProducerTable) -> None:
+        self._core.producers = table
+
+    @property
+    def stale_messages(self) -> Counter[Stale]:
+        """Messages ignored as late, duplicate or stale, by reason (see `stale.py`)."""
+        return self._core.stale_messages
 
     # -- read-only view ------------------------------------------------------------------
 
@@ -197,83 +150,62 @@ class Replica:
 
     @property
     def role(self) -> Role:
-        return self._role
+        return self._core.role
+
+    @property
+    def step(self) -> Step:
+        """The role this replica steps messages in: `role`, with the pre-candidate explicit
+        (`roles/core.py`)."""
+        return self._core.step
 
     @property
     def epoch(self) -> int:
-        return self._state.epoch
+        return self._core.epoch
 
     @property
     def leader_id(self) -> int | None:
-        return self._state.leader_id
+        return self._core.leader_id
 
     @property
     def quorum_state(self) -> QuorumState:
-        return self._state
+        return self._core.state
 
     @property
     def log_end_offset(self) -> int:
-        return self._leo
+        return self._core.leo
 
     @property
     def flushed_offset(self) -> int:
-        return self._flushed
+        return self._core.flushed
 
     @property
     def high_watermark(self) -> int:
-        return self._hw
+        return self._core.hw
 
     @property
     def last_epoch(self) -> int:
         """The epoch of the last record of the log (0: empty)."""
-        return self._history.last_epoch(self._leo)
+        return self._core.last_epoch()
 
     @property
     def below_vote_floor(self) -> bool:
         """This replica's log was discarded and has not caught up yet: no votes."""
-        return self._leo < self._state.vote_floor
+        return self._core.below_vote_floor
 
     def caught_up(self, now_ms: int) -> bool:
         """The leader, or a follower that heard from its leader within the election timeout
         and whose log reached the HW of that leader's latest records answer in this epoch:
         what a rolling restart waits for before it stops the next node. A replica in an
         election, or cut off from its leader, is not (it cannot know what it lacks)."""
-        if self.role is Role.LEADER:
+        c = self._core
+        if c.role is Role.LEADER:
             return True
-        contact = self._leader_contact_ms
-        if self.role is not Role.FOLLOWER or self.leader_id is None or contact is None:
+        contact = c.leader_contact_ms
+        if c.role is not Role.FOLLOWER or c.leader_id is None or contact is None:
             return False
         if now_ms - contact >= self.config.election_timeout_ms_min:
             return False
-        return self._records_epoch == self.epoch and self._leo >= self._leader_hw_seen
-
-    def _caught_up_after_repair(self) -> bool:
-        """Durably back at what it held before its log was discarded, or durably holding
-        everything its leader has committed once that leader's HW covers its own epoch (it
-        then covers every record committed before, this replica's acknowledgements
-        included). Durably: a power loss must not take the refetched records again."""
-        end = self._flushed if self.config.flush_always else self._leo
-        if end >= self._state.vote_floor:
-            return True
-        entries = self._history.entries
-        epoch_start = (
-            entries[-1].start_offset if entries and entries[-1].epoch == self.epoch else None
-        )
-        return epoch_start is not None and epoch_start < self._leader_hw_seen <= end
-
-    def _clear_vote_floor(self) -> None:
-        s = self._state
-        if s.vote_floor:
-            self._state = QuorumState(s.epoch, s.voted_for, s.leader_id)
-            self._out.append(PersistQuorumState(self._state))
-
-    def _log_for_votes(self) -> tuple[int, int]:
-        """(last epoch, end) a candidate's log must be at least as up to date as: this
-        log's, or the former log's while the vote floor is set."""
-        mine = (self._history.last_epoch(self._leo), self._leo)
-        if self.below_vote_floor:
-            return max(mine, (self._state.vote_floor_epoch, self._state.vote_floor))
-        return mine
+        return c.records_epoch == c.epoch and c.leo >= c.leader_hw_seen
 
     @property
     def serving(self) -> bool:
@@ -281,27 +213,27 @@ class Replica:
         Only then does its HW cover every record an earlier leader acknowledged: before, a
         new leader's HW may still be below its predecessor's, and a `latest` or a reply's
         HW taken from it could go backwards (Kafka's KIP-207 class of bug)."""
-        return (
-            self._role is Role.LEADER and self._hw > self._control_offset and self._transfer is None
-        )
+        return leading.serving(self._core)
 
     @property
     def timers_idle(self) -> bool:
         """`tick` has nothing to do until the next input: a leader with no other replica (a
         replica set of one: no election, fetch, long-poll, BeginEpoch or check-quorum
         timer) and no append waiting for a flush or a commit. Its driver may tick rarely."""
+        c = self._core
         return (
-            self._role is Role.LEADER
-            and not self._progress
-            and not self._pending_leader
-            and not self._pending_all
-            and self._transfer is None
+            c.step is Step.LEADER
+            and not c.progress
+            and not c.pending_leader
+            and not c.pending_all
+            and c.transfer is None
         )
 
     @property
     def transferring_to(self) -> int | None:
         """The voter a leadership transfer under way hands the partition to."""
-        return self._transfer[0] if self._transfer is not None else None
+        transfer = self._core.transfer
+        return transfer[0] if transfer is not None else None
 
     @property
     def leader_serving(self) -> bool:
@@ -309,100 +241,79 @@ class Replica:
         (the leader's epoch marker) is below this replica's HW, so the leader's own epoch
         is committed and no longer needs this replica's acknowledgement. What a node that
         handed its partitions over waits for before it stops (`server.handover`)."""
-        entries = self._history.entries
+        c = self._core
+        entries = c.history.entries
         return (
-            self._role is Role.FOLLOWER
-            and self.leader_id is not None
+            c.role is Role.FOLLOWER
+            and c.leader_id is not None
             and bool(entries)
-            and entries[-1].epoch == self.epoch
-            and self._hw > entries[-1].start_offset
+            and entries[-1].epoch == c.epoch
+            and c.hw > entries[-1].start_offset
         )
 
     @property
     def epoch_history(self) -> tuple[EpochStart, ...]:
-        return self._history.entries
+        return self._core.history.entries
 
     @property
     def is_voter(self) -> bool:
         """Whether this replica votes in its current membership (else it is an observer, or
         in neither set: never a candidate or leader)."""
-        return self.replica_id in self.membership.voters
+        return self._core.is_voter
 
     @property
     def membership(self) -> Membership:
         """The latest membership of this replica's log, committed or not."""
-        return self._members.current
+        return self._core.membership
 
     @property
     def membership_history(self) -> tuple[MembershipEntry, ...]:
-        return self._members.entries
+        return self._core.members.entries
 
     def followers(self) -> dict[int, tuple[int, int | None]]:
         """Leader only (else empty): replica (voters, then observers) -> (match offset, time
         of its last fetch in ms)."""
-        return {v: (p.match, p.last_fetch_ms) for v, p in self._progress.items()}
+        return {v: (p.match, p.last_fetch_ms) for v, p in self._core.progress.items()}
 
     def epoch_of(self, offset: int) -> int:
-        assert 0 <= offset < self._leo, (offset, self._leo)
-        return self._history.epoch_of(offset)
+        c = self._core
+        assert 0 <= offset < c.leo, (offset, c.leo)
+        return c.history.epoch_of(offset)
 
     # -- inputs --------------------------------------------------------------------------
 
     def start(self) -> list[Output]:
         """Outputs of construction (repairs of the durable state, a first fetch)."""
-        return self._take()
+        return self._core.take()
 
     def tick(self, now_ms: int) -> list[Output]:
-        if self._role is Role.LEADER:
-            self._tick_leader(now_ms)
-        else:
-            if now_ms >= self._election_deadline_ms:
-                if self.is_voter:
-                    self._start_prevote(now_ms)
-                else:
-                    self._lose_leader(now_ms)
-            elif (
-                self._role is Role.FOLLOWER
-                and self._fetch_sent_ms is not None
-                and now_ms - self._fetch_sent_ms >= self.config.fetch_retry_ms
-            ):
-                self._fetch_sent_ms = None
-                self._send_fetch(now_ms)
-        return self._take()
+        steps.tick(self._core, now_ms)
+        return self._core.take()
 
     def campaign(self, now_ms: int) -> list[Output]:
         """Start an election now (no-op on a leader, an observer, and a replica whose
         discarded log has not caught up: see `QuorumState.vote_floor`)."""
-        if self._role is not Role.LEADER and self.is_voter and not self.below_vote_floor:
-            self._start_election(now_ms)
-        return self._take()
+        c = self._core
+        if c.step is not Step.LEADER and c.is_voter and not c.below_vote_floor:
+            start_election(c, now_ms)
+        return c.take()
 
     def transfer_leadership(self, target: int, now_ms: int) -> list[Output]:
         """Hand leadership to voter `target` (no-op unless leader, or unless `target` is
         another voter of the current membership). See the module docstring."""
         assert target != self.replica_id, target
+        c = self._core
         # (a target that is no voter of the current membership, e.g. just removed: no-op)
-        if self._role is Role.LEADER and target in self.membership.voters:
-            self._transfer = (target, now_ms + self.config.election_timeout_ms_max)
-            self._timeout_now_sent = False
-            self._maybe_timeout_now()
-        return self._take()
+        if c.step is Step.LEADER and target in c.membership.voters:
+            c.transfer = (target, now_ms + self.config.election_timeout_ms_max)
+            c.timeout_now_sent = False
+            leading.maybe_timeout_now(c)
+        return c.take()
 
     def receive(self, message: Message, now_ms: int) -> list[Output]:
-        if isinstance(message, TimeoutNow):
-            self._on_timeout_now(message, now_ms)
-            return self._take()
-        if isinstance(message, FetchRequest):
-            self._on_fetch_request(message, now_ms)
-        elif isinstance(message, FetchResponse):
-            self._on_fetch_response(message, now_ms)
-        elif isinstance(message, VoteRequest):
-            self._on_vote_request(message, now_ms)
-        elif isinstance(message, VoteResponse):
-            self._on_vote_response(message, now_ms)
-        else:
-            self._on_begin_epoch(message, now_ms)
-        return self._take()
+        """A message from another replica, stepped by this replica's role (`steps.py`)."""
+        steps.receive(self._core, message, now_ms)
+        return self._core.take()
 
     def append(
         self,
@@ -420,36 +331,8 @@ class Replica:
         stale epoch or a sequence gap fails with nothing appended. `timestamp_ms` (the
         leader's wall clock) goes into the batch header."""
         assert values, "an append needs at least one record"
-        if self._role is not Role.LEADER:
-            self._out.append(AckFailed(request_id, AckFailure.NOT_LEADER, self.leader_id))
-            return self._take()
-        if self._transfer is not None:  # handing over: the target leads next
-            self._out.append(AckFailed(request_id, AckFailure.NOT_LEADER, self._transfer[0]))
-            return self._take()
-        header = None
-        if producer is not None:
-            check = self.producers.check(producer, len(values))
-            if check.verdict is Verdict.DUPLICATE:
-                ack = _PendingAck(request_id, check.base_offset, check.last_offset)
-                self._await_ack(ack, acks, now_ms)
-                return self._take()
-            if check.verdict is not Verdict.APPEND:
-                self._out.append(_refusal(request_id, check))
-                return self._take()
-            header = BatchHeader(
-                producer.producer_id,
-                producer.producer_epoch,
-                producer.base_sequence,
-                len(values),
-                timestamp_ms,
-            )
-            self.producers.record(self._leo, header)
-        frame_offset = self._leo
-        self._out.append(AppendRecords(frame_offset, tuple(values), header))
-        base = frame_offset + (header is not None)
-        self._leo = base + len(values)
-        self._await_ack(_PendingAck(request_id, base, self._leo - 1), acks, now_ms)
-        return self._take()
+        leading.append(self._core, request_id, values, acks, now_ms, producer, timestamp_ms)
+        return self._core.take()
 
     def change_membership(
         self, request_id: int, voters: Sequence[int], observers: Sequence[int], now_ms: int
@@ -481,641 +364,31 @@ class Replica:
           not stall behind it.
         """
         wanted = Membership(tuple(voters), tuple(observers))
-        refusal = self._membership_refusal(wanted)
-        if refusal is not None:
-            leader = self._transfer[0] if self._transfer is not None else self.leader_id
-            self._out.append(AckFailed(request_id, refusal, leader))
-            return self._take()
-        latest = self._members.latest_offset
-        if latest >= 0 and wanted.same_as(self.membership):  # wait for the record of it
-            self._await_ack(_PendingAck(request_id, latest, latest), Acks.ALL, now_ms)
-            return self._take()
-        offset = self._leo
-        self._members.append(MembershipEntry(offset, wanted))
-        self._out.append(PersistMembershipHistory(self._members.entries))
-        self._out.append(AppendControl(offset, MembershipChange(wanted.voters, wanted.observers)))
-        self._leo += 1
-        self._sync_progress(now_ms)
-        self._await_ack(_PendingAck(request_id, offset, offset), Acks.ALL, now_ms)
-        return self._take()
-
-    def _membership_refusal(self, wanted: Membership) -> AckFailure | None:
-        if self._role is not Role.LEADER or self._transfer is not None:
-            return AckFailure.NOT_LEADER
-        if not self.serving:  # (see the docstring: Ongaro's fix)
-            return AckFailure.EPOCH_NOT_COMMITTED
-        if wanted.problem() is not None:
-            return AckFailure.INVALID_MEMBERSHIP
-        current = self.membership
-        if wanted.same_as(current):
-            return None
-        if self._members.latest_offset >= self._hw:
-            return AckFailure.MEMBERSHIP_CHANGE_IN_PROGRESS
-        added = set(wanted.voters) - set(current.voters)
-        removed = set(current.voters) - set(wanted.voters)
-        if len(added) + len(removed) > 1:
-            return AckFailure.TOO_MANY_VOTER_CHANGES
-        if self.replica_id in removed:
-            return AckFailure.LEADER_REMOVAL
-        for replica in added:
-            progress = self._progress.get(replica)
-            if (
-                replica not in current.observers
-                or progress is None
-                or progress.last_fetch_ms is None
-                or progress.match < self._hw
-            ):
-                return AckFailure.NOT_CAUGHT_UP
-        return None
-
-    def _sync_progress(self, now_ms: int) -> None:
-        """Leader: track the replicas of the current membership (a new one is told who
-        leads at once; a removed one is sent nothing more) and recount the HW."""
-        me = self.replica_id
-        members = self.membership
-        wanted = {v: True for v in members.voters if v != me}
-        wanted.update(dict.fromkeys(members.observers, False))
-        for replica in [r for r in self._progress if r not in wanted]:
-            del self._progress[replica]
-        for replica, voter in wanted.items():
-            progress = self._progress.get(replica)
-            if progress is None:
-                self._progress[replica] = _Progress(voter=voter, begin_sent_ms=now_ms)
-                self._out.append(Send(replica, BeginEpoch(self.epoch, me)))
-            else:
-                progress.voter = voter
-
-    def _await_ack(self, ack: _PendingAck, acks: Acks, now_ms: int) -> None:
-        """Answer `ack` now or once its records are flushed (acks=leader under flush=always)
-        or committed (acks=all)."""
-        if acks is Acks.NONE or (acks is Acks.LEADER and not self.config.flush_always):
-            self._out.append(AckCompleted(ack.request_id, ack.base_offset, ack.last_offset))
-        elif acks is Acks.LEADER:
-            if self._flushed > ack.last_offset:
-                self._out.append(AckCompleted(ack.request_id, ack.base_offset, ack.last_offset))
-            else:
-                self._pending_leader.append(ack)
-        elif self._hw > ack.last_offset:  # a retry of a committed batch
-            self._out.append(AckCompleted(ack.request_id, ack.base_offset, ack.last_offset))
-        else:  # (a retry may queue behind newer batches: they commit first anyway)
-            self._pending_all.append(ack)
-        self._update_high_watermark(now_ms)
-        self._answer_parked(now_ms, force=False)
+        leading.change_membership(self._core, request_id, wanted, now_ms)
+        return self._core.take()
 
     def flushed(self, offset: int, now_ms: int) -> list[Output]:
         """Log fact: every offset below `offset` is durable."""
-        assert offset <= self._leo, (offset, self._leo)
-        self._flushed = max(self._flushed, offset)
-        if self._role is Role.LEADER:
-            while self._pending_leader and self._pending_leader[0].last_offset < self._flushed:
-                ack = self._pending_leader.popleft()
-                self._out.append(AckCompleted(ack.request_id, ack.base_offset, ack.last_offset))
-            self._update_high_watermark(now_ms)
-            self._maybe_timeout_now()
+        c = self._core
+        assert offset <= c.leo, (offset, c.leo)
+        c.flushed = max(c.flushed, offset)
+        if c.step is Step.LEADER:
+            leading.flushed(c, now_ms)
         else:
-            if self._state.vote_floor and self._caught_up_after_repair():
-                self._clear_vote_floor()
-            if self._role is Role.FOLLOWER and self._fetch_sent_ms is None:
-                self._send_fetch(now_ms)
-        return self._take()
+            if c.state.vote_floor and c.caught_up_after_repair():
+                c.clear_vote_floor()
+            if c.fetch_sent_ms is None:
+                send_fetch(c, now_ms)
+        return c.take()
 
     def log_start_advanced(self, offset: int, now_ms: int) -> list[Output]:
         """Log fact: retention deleted every offset below `offset` (never above the HW). A
         follower that asks this leader for one of them is told to start at `offset`. The
         membership history forgets the changes before the one in force at `offset` (their
         records are gone and, committed, never truncated), so its file stays small."""
-        assert self._log_start <= offset <= self._hw, (offset, self._log_start, self._hw)
-        self._log_start = offset
-        if self._members.forget_before(offset):
-            self._out.append(PersistMembershipHistory(self._members.entries))
-        return self._take()
-
-    # -- state changes -------------------------------------------------------------------
-
-    def _stale(self, reason: Stale) -> None:
-        self.stale_messages[reason] += 1
-
-    def _take(self) -> list[Output]:
-        out, self._out = self._out, []
-        return out
-
-    def _maybe_timeout_now(self) -> None:
-        """Transfer under way: once the target holds the whole log and every append is
-        committed (so none is left waiting), tell it to campaign."""
-        if self._transfer is None or self._timeout_now_sent:
-            return
-        target = self._transfer[0]
-        progress = self._progress.get(target)
-        if progress is not None and progress.match >= self._leo and self._hw >= self._leo:
-            self._timeout_now_sent = True
-            self._out.append(Send(target, TimeoutNow(self.epoch, self.replica_id)))
-
-    def _on_timeout_now(self, message: TimeoutNow, now_ms: int) -> None:
-        if (
-            message.epoch == self.epoch
-            and message.leader_id == self.leader_id
-            and self._role is Role.FOLLOWER
-            and self.is_voter
-            and not self.below_vote_floor
-        ):
-            self._start_election(now_ms)
-        else:
-            self._stale(Stale.TIMEOUT_NOW)
-
-    def _set_state(self, state: QuorumState) -> None:
-        assert state.epoch >= self._state.epoch, (state, self._state)
-        if state.vote_floor != self._state.vote_floor and state.vote_floor == 0:
-            # the callers build states without the floor: it stays until it is cleared
-            s = self._state
-            state = QuorumState(
-                state.epoch, state.voted_for, state.leader_id, s.vote_floor, s.vote_floor_epoch
-            )
-        if state != self._state:
-            self._state = state
-            self._out.append(PersistQuorumState(state))
-
-    def _reset_election_timer(self, now_ms: int) -> None:
-        cfg = self.config
-        timeout = self._rng.randint(cfg.election_timeout_ms_min, cfg.election_timeout_ms_max)
-        self._election_deadline_ms = now_ms + timeout
-
-    def _become_follower(self, epoch: int, leader_id: int | None, now_ms: int) -> None:
-        """Follow `leader_id` (None: unknown) in `epoch` (>= the current one)."""
-        if self._role is Role.LEADER:
-            self._fail_pending_acks()
-        self._transfer = None
-        voted_for = self._state.voted_for if epoch == self._state.epoch else None
-        self._set_state(QuorumState(epoch, voted_for, leader_id))
-        self._role = Role.FOLLOWER
-        self._votes = set()
-        self._prevotes = None
-        self._leader_contact_ms = now_ms if leader_id is not None else None
-        self._progress = {}
-        self._fetch_sent_ms = None
-        self._reset_election_timer(now_ms)
-        self._send_fetch(now_ms)
-
-    def _lose_leader(self, now_ms: int) -> None:
-        """Observer: nothing valid came from the leader within the election timeout. Forget
-        it and wait for a BeginEpoch (or a Fenced answer) instead of campaigning."""
-        assert not self.is_voter and self._role is Role.FOLLOWER
-        if self.leader_id is not None:
-            self._become_follower(self.epoch, None, now_ms)
-        else:
-            self._reset_election_timer(now_ms)
-
-    def _fail_pending_acks(self) -> None:
-        for ack in (*self._pending_leader, *self._pending_all):
-            self._out.append(AckFailed(ack.request_id, AckFailure.OUTCOME_UNKNOWN, None))
-        self._pending_leader.clear()
-        self._pending_all.clear()
-
-    def _start_prevote(self, now_ms: int) -> None:
-        """Ask the voters whether they would vote for this replica in the next epoch."""
-        me = self.replica_id
-        self._reset_election_timer(now_ms)
-        self._prevotes = {me}
-        # Below its vote floor it never starts the election, but it still asks: a pre-vote
-        # in a newer epoch moves the others there, so that it learns who leads.
-        if len(self._prevotes) >= self.membership.majority and not self.below_vote_floor:
-            self._start_election(now_ms)
-            return
-        last_epoch = self._history.last_epoch(self._leo)
-        members = self._members.latest_offset
-        request = VoteRequest(self.epoch + 1, me, last_epoch, self._leo, True, members)
-        for voter in self.membership.voters:
-            if voter != me:
-                self._out.append(Send(voter, request))
-
-    def _start_election(self, now_ms: int) -> None:
-        me = self.replica_id
-        assert self.is_voter, "an observer never campaigns"
-        self._prevotes = None
-        self._role = Role.CANDIDATE
-        self._set_state(QuorumState(self._state.epoch + 1, me, None))
-        self._votes = {me}
-        self._fetch_sent_ms = None
-        self._reset_election_timer(now_ms)
-        if len(self._votes) >= self.membership.majority:
-            self._become_leader(now_ms)
-            return
-        last_epoch = self._history.last_epoch(self._leo)
-        members = self._members.latest_offset
-        request = VoteRequest(self.epoch, me, last_epoch, self._leo, False, members)
-        for voter in self.membership.voters:
-            if voter != me:
-                self._out.append(Send(voter, request))
-
-    def _become_leader(self, now_ms: int) -> None:
-        me = self.replica_id
-        epoch = self.epoch
-        assert self._role is Role.CANDIDATE and self._state.voted_for == me
-        self._role = Role.LEADER
-        # A candidate whose election timed out asks for pre-votes for the next epoch while
-        # its votes may still come in: a late vote that elects it ends that round too.
-        self._prevotes = None
-        self._transfer = None
-        self.producers.drop_partial()  # a batch not whole in this log never will be
-        self._set_state(QuorumState(epoch, me, me))
-        self._history.append(epoch, self._leo)
-        self._out.append(PersistEpochHistory(self._history.entries))
-        self._control_offset = self._leo
-        marker = LeaderEpochMarker(epoch, me, self.membership.voters)
-        self._out.append(AppendControl(self._control_offset, marker))
-        self._leo += 1
-        self._leader_since_ms = now_ms
-        self._progress = {v: _Progress() for v in self.membership.voters if v != me}
-        self._progress.update((o, _Progress(voter=False)) for o in self.membership.observers)
-        for replica, progress in self._progress.items():
-            progress.begin_sent_ms = now_ms
-            self._out.append(Send(replica, BeginEpoch(epoch, me)))
-        self._update_high_watermark(now_ms)
-
-    # -- leader ----------------------------------------------------------------------------
-
-    def _tick_leader(self, now_ms: int) -> None:
-        cfg = self.config
-        if self._transfer is not None and now_ms >= self._transfer[1]:
-            self._transfer = None  # the target did not take over in time: lead on
-        self._maybe_timeout_now()
-        alive = 1
-        for replica, progress in self._progress.items():
-            parked = progress.parked
-            if parked is not None and now_ms - progress.parked_since_ms >= cfg.fetch_wait_ms_max:
-                self._send_records(replica, parked)
-            last = progress.last_fetch_ms
-            # Tell the leader again to a replica that has not fetched in this epoch, and to an
-            # observer that went quiet: it forgets a silent leader and does not campaign. So
-            # does a voter that may not know it is one (it has not fetched the latest
-            # membership record: it may still think it is an observer).
-            unaware = not progress.voter or progress.match <= self._members.latest_offset
-            if last is None or (unaware and now_ms - last >= cfg.election_timeout_ms_min):
-                sent = progress.begin_sent_ms
-                if sent is None or now_ms - sent >= cfg.begin_epoch_retry_ms:
-                    progress.begin_sent_ms = now_ms
-                    self._out.append(Send(replica, BeginEpoch(self.epoch, self.replica_id)))
-            if progress.voter and last is not None and now_ms - last < cfg.election_timeout_ms_max:
-                alive += 1
-        if (
-            now_ms - self._leader_since_ms >= cfg.election_timeout_ms_max
-            and alive < self.membership.majority
-        ):
-            # check quorum: a leader that cannot reach a majority stops taking writes
-            self._become_follower(self.epoch, None, now_ms)
-
-    def _own_match(self) -> int:
-        return self._flushed if self.config.flush_always else self._leo
-
-    def _update_high_watermark(self, now_ms: int) -> None:
-        matches = [self._own_match(), *(p.match for p in self._progress.values() if p.voter)]
-        hw = next_high_watermark(self._hw, matches, self.membership.majority, self._control_offset)
-        assert hw >= self._hw, (hw, self._hw)
-        if hw == self._hw:
-            return
-        assert hw <= self._leo, (hw, self._leo)
-        self._hw = hw
-        self._out.append(SetHighWatermark(hw))
-        while self._pending_all and self._pending_all[0].last_offset < hw:
-            ack = self._pending_all.popleft()
-            self._out.append(AckCompleted(ack.request_id, ack.base_offset, ack.last_offset))
-        self._answer_parked(now_ms, force=False)
-
-    def _answer_parked(self, now_ms: int, *, force: bool) -> None:
-        for replica, progress in self._progress.items():
-            parked = progress.parked
-            if parked is not None and (
-                force or parked.fetch_offset < self._leo or progress.hw_sent != self._hw
-            ):
-                self._send_records(replica, parked)
-
-    def _send_records(self, replica: int, request: FetchRequest) -> None:
-        progress = self._progress[replica]
-        progress.parked = None
-        progress.hw_sent = self._hw
-        start, end = request.fetch_offset, self._leo
-        records = Records(
-            start,
-            end,
-            self._history.boundaries(start, end),
-            self._hw,
-            memberships=self._members.between(start, end),
-        )
-        response = FetchResponse(
-            self.epoch, self.replica_id, start, request.last_fetched_epoch, records
-        )
-        self._out.append(Send(replica, response))
-
-    def _on_fetch_request(self, request: FetchRequest, now_ms: int) -> None:
-        sender = request.replica_id
-        if request.epoch < self.epoch:
-            fenced = Fenced(self.epoch, self.leader_id)
-            response = FetchResponse(
-                self.epoch,
-                self.replica_id,
-                request.fetch_offset,
-                request.last_fetched_epoch,
-                fenced,
-            )
-            self._out.append(Send(sender, response))
-            return
-        if request.epoch > self.epoch:
-            # the sender follows a newer leader than any this replica knows of
-            self._become_follower(request.epoch, None, now_ms)
-            return
-        if self._role is not Role.LEADER or sender not in self._progress:
-            # (a removed replica may go on asking: it is told nothing)
-            leads = self._role is Role.LEADER
-            self._stale(Stale.FETCH_NOT_MEMBER if leads else Stale.FETCH_NOT_LEADER)
-            return
-        if request.fetch_offset < self._log_start:
-            self._send_start_at(sender, request, now_ms)
-            return
-        epoch, end = self._history.end_offset_for(request.last_fetched_epoch, self._leo)
-        if epoch != request.last_fetched_epoch or request.fetch_offset > end:
-            response = FetchResponse(
-                self.epoch,
-                self.replica_id,
-                request.fetch_offset,
-                request.last_fetched_epoch,
-                Diverging(epoch, end),
-            )
-            self._out.append(Send(sender, response))
-            return
-        progress = self._progress[sender]
-        progress.last_fetch_ms = now_ms
-        # Offsets below fetch_offset are on the follower (flushed, under flush_always) and
-        # agree with this log. The latest fetch wins, even when it is lower: a follower that
-        # discarded its log to repair corrupt data no longer holds what it acknowledged (a
-        # stale, reordered fetch only delays the HW; the HW itself never goes back).
-        progress.match = request.fetch_offset
-        progress.parked = None
-        self._update_high_watermark(now_ms)
-        self._maybe_timeout_now()
-        if request.fetch_offset < self._leo or progress.hw_sent != self._hw:
-            self._send_records(sender, request)
-        else:
-            progress.parked = request  # long poll: answered on new data, new HW or expiry
-            progress.parked_since_ms = now_ms
-
-    def _send_start_at(self, sender: int, request: FetchRequest, now_ms: int) -> None:
-        """Retention deleted what `sender` would fetch next: every offset below the log start
-        is committed, so it may start an empty log there (with the epochs before it) rather
-        than fetch records that are gone. Whatever its log holds (a divergent tail
-        included) lies below the log start, so no divergence check is needed first."""
-        progress = self._progress[sender]
-        progress.last_fetch_ms = now_ms  # it is alive (check-quorum), but matches nothing yet
-        progress.parked = None
-        before = EpochHistory(self._history.entries)
-        before.truncate_to(self._log_start)
-        start_at = StartAt(
-            self._log_start, before.entries, self._members.in_force_at(self._log_start)
-        )
-        response = FetchResponse(
-            self.epoch, self.replica_id, request.fetch_offset, request.last_fetched_epoch, start_at
-        )
-        self._out.append(Send(sender, response))
-
-    # -- follower --------------------------------------------------------------------------
-
-    def _send_fetch(self, now_ms: int) -> None:
-        leader = self.leader_id
-        if (
-            self._role is not Role.FOLLOWER
-            or leader is None
-            or leader == self.replica_id
-            or self._fetch_sent_ms is not None
-            or (self.config.flush_always and self._flushed < self._leo)
-        ):
-            return
-        last_epoch = self._history.last_epoch(self._leo)
-        request = FetchRequest(self.epoch, self.replica_id, self._leo, last_epoch)
-        self._out.append(Send(leader, request))
-        self._fetch_sent_ms = now_ms
-
-    def _on_fetch_response(self, response: FetchResponse, now_ms: int) -> None:
-        result = response.result
-        if isinstance(result, Fenced):
-            if result.leader_id == self.replica_id and self._role is not Role.LEADER:
-                self._stale(Stale.OWN_LEADERSHIP)  # an echo of an earlier leadership of its own
-                result = Fenced(result.epoch, None)
-            if result.epoch > self.epoch or (
-                result.epoch == self.epoch
-                and self.leader_id is None
-                and result.leader_id is not None
-                and self._role is not Role.LEADER
-            ):
-                self._become_follower(result.epoch, result.leader_id, now_ms)
-            return
-        if response.epoch != self.epoch or self._role is not Role.FOLLOWER:
-            self._stale(Stale.FETCH_ANSWER)
-            return
-        if self.leader_id != response.leader_id:
-            # Only the leader this replica fetches from answers it with records. Another
-            # leader of this epoch is a message of an older incarnation of the partition or
-            # from a replica that lost its state: stale, never followed.
-            self._stale(Stale.FETCH_ANSWER if self.leader_id is None else Stale.OTHER_LEADER)
-            return
-        if (
-            self._fetch_sent_ms is None
-            or response.fetch_offset != self._leo
-            or response.last_fetched_epoch != self._history.last_epoch(self._leo)
-        ):
-            self._stale(Stale.FETCH_ANSWER)  # a duplicate or an answer to an older log state
-            return
-        problem = result_problem(result, self._leo, self._hw, self._history)
-        if problem is not None:  # (not what it claims to be: an older incarnation's...)
-            self._stale(problem)
-            return
-        self._fetch_sent_ms = None
-        self._reset_election_timer(now_ms)
-        self._leader_contact_ms = now_ms
-        self._prevotes = None
-        if isinstance(result, Diverging):
-            self._truncate_diverging(result)
-        elif isinstance(result, StartAt):
-            self._start_at(result)
-        else:
-            self._append_records(result)
-        self._send_fetch(now_ms)
-
-    def _truncate_diverging(self, diverging: Diverging) -> None:
-        offset = divergence_offset(diverging, self._leo, self._history)
-        assert self._hw <= offset < self._leo, (offset, self._hw, self._leo)  # checked
-        self._out.append(TruncateTo(offset))  # the log first: the history must cover it
-        self.producers.truncate(offset)
-        self._leo = offset
-        self._flushed = min(self._flushed, offset)
-        if self._history.truncate_to(offset):
-            self._out.append(PersistEpochHistory(self._history.entries))
-        if self._members.truncate_to(offset):  # back to the membership before
-            self._out.append(PersistMembershipHistory(self._members.entries))
-
-    def _start_at(self, start_at: StartAt) -> None:
-        """Discard the log and start empty at the leader's log start (see `_send_start_at`).
-        The history goes first: after a crash between the two, the old log plus the new
-        history still fetch below the leader's log start and get the same answer again."""
-        offset = start_at.offset  # (`start_at_problem` checked it moves forward)
-        self._history = EpochHistory(start_at.history)
-        self._out.append(PersistEpochHistory(self._history.entries))
-        # the leader's membership in force at `offset` (this replica's own history may
-        # hold entries of a divergent tail it no longer has)
-        members = MembershipHistory(self._members.starting, start_at.memberships)
-        if members.entries != self._members.entries:
-            self._members = members
-            self._out.append(PersistMembershipHistory(members.entries))
-        self._out.append(ResetLog(offset))
-        self.producers.clear()
-        self._leo = self._flushed = self._log_start = offset
-        if offset > self._hw:  # every offset below the leader's log start is committed
-            self._hw = offset
-            self._out.append(SetHighWatermark(offset))
-
-    def _append_records(self, records: Records) -> None:
-        start, end = records.start_offset, records.end_offset  # (`records_problem` checked)
-        if end > start:
-            changed = False
-            for boundary in records.boundaries:
-                if boundary.epoch == self._history.latest_epoch:
-                    continue
-                self._history.append(boundary.epoch, boundary.start_offset)
-                changed = True
-            if changed:  # the history before the records it describes
-                self._out.append(PersistEpochHistory(self._history.entries))
-            if records.memberships:  # so is the membership history
-                for entry in records.memberships:
-                    self._members.append(entry)
-                self._out.append(PersistMembershipHistory(self._members.entries))
-            self.producers.apply_frames(records.frames, end)
-            self._out.append(AppendFrames(records))
-            self._leo = end
-        self._leader_hw_seen = records.high_watermark
-        self._records_epoch = self.epoch
-        if self._state.vote_floor and self._caught_up_after_repair():
-            self._clear_vote_floor()
-        hw = max(self._hw, min(records.high_watermark, self._leo))
-        if hw != self._hw:
-            self._hw = hw
-            self._out.append(SetHighWatermark(hw))
-
-    # -- votes -----------------------------------------------------------------------------
-
-    def _on_pre_vote_request(self, request: VoteRequest, now_ms: int) -> None:
-        """Would this replica vote for the asker in `request.epoch`? Changes nothing, except
-        that an asker already in a newer epoch than this one's (it is at `epoch - 1`) shows
-        that this replica is behind: it adopts that epoch first, as on any newer epoch."""
-        me = self.replica_id
-        if request.epoch - 1 > self.epoch:
-            self._become_follower(request.epoch - 1, None, now_ms)
-        leader_alive = self._role is Role.LEADER or (
-            self._leader_contact_ms is not None
-            and now_ms - self._leader_contact_ms < self.config.election_timeout_ms_min
-        )
-        mine = self._log_for_votes()
-        theirs = (request.last_epoch, request.log_end_offset)
-        granted = (
-            self._votes_for(request)
-            and request.epoch > self.epoch
-            and not leader_alive
-            and theirs >= mine
-        )
-        epoch = request.epoch if granted else self.epoch
-        self._out.append(Send(request.candidate_id, VoteResponse(epoch, me, granted, True)))
-        if self._role is Role.LEADER and request.candidate_id in self._progress:
-            # one of this leader's replicas lost track of it (restarted without its state,
-            # or cut off for a while): tell it who leads
-            self._out.append(Send(request.candidate_id, BeginEpoch(self.epoch, me)))
-
-    def _votes_for(self, request: VoteRequest) -> bool:
-        """Whether this replica may vote on `request`: as a voter of its own membership, or
-        when the candidate's membership is newer than its own (a candidate asks only its
-        own voters: this replica was made a voter by a record it has not fetched yet). Raft
-        (thesis 4.1) and KIP-853 let a replica vote without consulting its membership, and
-        a single-server change can need that vote: a replica added as voter that missed
-        its record may be part of every majority of the new voters. Votes only count from
-        the candidate's own voters (`_on_vote_response`), so either way a replica outside
-        the winner's voters never helps to elect it; one vote per epoch per replica holds
-        as always (`voted_for`)."""
-        return self.is_voter or request.membership_offset > self._members.latest_offset
-
-    def _on_vote_request(self, request: VoteRequest, now_ms: int) -> None:
-        if request.pre_vote:
-            self._on_pre_vote_request(request, now_ms)
-            return
-        me = self.replica_id
-        if request.epoch > self.epoch:
-            self._become_follower(request.epoch, None, now_ms)
-        granted = False  # an observer answers, but never grants
-        if request.epoch == self.epoch and self._role is Role.FOLLOWER and self._votes_for(request):
-            mine = self._log_for_votes()
-            theirs = (request.last_epoch, request.log_end_offset)
-            if (
-                self.leader_id is None
-                and self._state.voted_for in (None, request.candidate_id)
-                and theirs >= mine
-            ):
-                granted = True
-                self._set_state(QuorumState(self.epoch, request.candidate_id, None))
-                self._reset_election_timer(now_ms)
-        # PersistQuorumState (if any) is already in the outputs, before this answer
-        self._out.append(Send(request.candidate_id, VoteResponse(self.epoch, me, granted)))
-
-    def _on_vote_response(self, response: VoteResponse, now_ms: int) -> None:
-        if response.pre_vote:
-            if not response.granted:
-                if response.epoch > self.epoch:
-                    self._become_follower(response.epoch, None, now_ms)
-                return
-            if (
-                self._prevotes is None
-                or response.epoch != self.epoch + 1
-                or self._role is Role.LEADER
-                or not self.is_voter
-            ):
-                self._stale(Stale.PRE_VOTE_ANSWER)  # a round that ended, or another epoch's
-                return
-            if response.voter_id in self.membership.voters:
-                self._prevotes.add(response.voter_id)
-            if len(self._prevotes) >= self.membership.majority and not self.below_vote_floor:
-                self._start_election(now_ms)
-            return
-        if response.epoch > self.epoch:
-            self._become_follower(response.epoch, None, now_ms)
-            return
-        if self._role is not Role.CANDIDATE or response.epoch != self.epoch:
-            self._stale(Stale.VOTE_ANSWER)
-            return
-        if response.granted and response.voter_id in self.membership.voters:
-            # (a vote only counts from a voter of this candidate's membership)
-            self._votes.add(response.voter_id)
-            if len(self._votes) >= self.membership.majority:
-                self._become_leader(now_ms)
-
-    def _on_begin_epoch(self, message: BeginEpoch, now_ms: int) -> None:
-        leader: int | None = message.leader_id
-        if leader == self.replica_id and self._role is not Role.LEADER:
-            self._stale(Stale.OWN_LEADERSHIP)  # an echo of an earlier leadership of its own
-            leader = None
-        if message.epoch > self.epoch:
-            self._become_follower(message.epoch, leader, now_ms)
-        elif message.epoch == self.epoch:
-            if self.leader_id is None and self._role is not Role.LEADER:
-                if leader is not None:
-                    self._become_follower(message.epoch, leader, now_ms)
-            elif self.leader_id != leader:
-                # another leader of this epoch: an older incarnation's message, or one of a
-                # replica that lost its state (its vote) -- never followed
-                self._stale(Stale.OTHER_LEADER)
-        else:
-            self._stale(Stale.BEGIN_EPOCH)
-
-
-_REFUSALS = {
-    Verdict.FENCED: AckFailure.PRODUCER_FENCED,
-    Verdict.OUT_OF_ORDER: AckFailure.OUT_OF_ORDER_SEQUENCE,
-    Verdict.DUPLICATE_OLD: AckFailure.DUPLICATE_SEQUENCE,
-}
-
-
-def _refusal(request_id: int, check: Check) -> AckFailed:
-    detail = check.epoch if check.verdict is Verdict.FENCED else check.expected_sequence
-    return AckFailed(request_id, _REFUSALS[check.verdict], None, detail)
+        c = self._core
+        assert c.log_start <= offset <= c.hw, (offset, c.log_start, c.hw)
+        c.log_start = offset
+        if c.members.forget_before(offset):
+            c.out.append(PersistMembershipHistory(c.members.entries))
+        return c.take()

@@ -51,7 +51,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from replog.errors import ReplogError, UnavailableError
-from replog.replication import FetchRequest, Message, ReplicaConfig
+from replog.replication import FetchRequest, Message
 from replog.replication.driver import ReplicaDriver
 from replog.server import logs
 from replog.server.cluster import identity as identities
@@ -106,7 +106,7 @@ from replog.server.services.admin_service import AdminService
 from replog.server.services.log_service import LogService
 from replog.server.settings import Settings
 from replog.server.supervisor import EXIT_TASK_FAILED, Supervisor
-from replog.storage import FlushPolicy, PartitionLog
+from replog.storage import PartitionLog
 from replog.storage.open_files import OpenFiles
 from replog.v1 import (
     acl_pb2_grpc,
@@ -163,7 +163,7 @@ class Node:
             identities.floor_replica(metadata_dir(data_dir))
         self.metadata = MetadataLog(
             PartitionLog(metadata_dir(data_dir), METADATA_TOPIC, 0, storage),
-            self.replica_config(voters, observers),
+            self.settings.replica_config(voters, observers),
             self.links.transport(METADATA_TOPIC, 0),
             fetch_bytes_max=settings.fetch_bytes_max,
             spawn=supervisor.spawn,
@@ -269,22 +269,6 @@ class Node:
     ) -> None:
         await self.topics.complete_reassignment(topic, topic_id, partition, replicas)
 
-    def replica_config(
-        self, voters: tuple[int, ...], observers: tuple[int, ...] = ()
-    ) -> ReplicaConfig:
-        s = self.settings
-        return ReplicaConfig(
-            self.node_id,
-            voters,
-            observers,
-            election_timeout_ms_min=s.election_timeout_ms,
-            election_timeout_ms_max=2 * s.election_timeout_ms,
-            fetch_wait_ms_max=s.replica_fetch_wait_ms,
-            fetch_retry_ms=min(s.election_timeout_ms - 1, s.replica_fetch_wait_ms * 2),
-            begin_epoch_retry_ms=max(10, s.election_timeout_ms // 5),
-            flush_always=s.flush == FlushPolicy.ALWAYS.value,
-        )
-
     def _make_replica(self, meta: TopicMeta, p: int, plog: PartitionLog) -> ReplicatedPartition:
         assignment = meta.assignment[p]
         # A replica a reassignment adds starts with the partition's starting membership plus
@@ -297,7 +281,7 @@ class Node:
             identities.floor_replica(plog.directory)
         return ReplicatedPartition(
             plog,
-            self.replica_config(assignment, joining),
+            self.settings.replica_config(assignment, joining),
             self.links.transport(meta.name, p, meta.topic_id),
             self.roster.addresses,
             fetch_bytes_max=self.settings.fetch_bytes_max,

@@ -1,25 +1,29 @@
 """The server's one settings object: defaults, env vars `REPLOG_*`, CLI flags, validation.
 
 Every setting is a field of `Settings` below with its default and help text in one place.
-Precedence: command-line flag > environment variable `REPLOG_<NAME>` > default. Relations
-between values are checked once at start-up (`Settings.validate`), then fanned out into the
-per-layer frozen configs (`storage_config()`).
+Precedence: command-line flag > environment variable `REPLOG_<NAME>` > default. A field
+typed with an enum (`FlushPolicy`, `LogFormat`, ...) accepts exactly its values. Relations
+between values are checked once at start-up (`Settings.validate`: one method per concern,
+and `_AT_LEAST` for plain lower bounds), then fanned out into the per-layer frozen configs
+(`storage_config()`, `replica_config()`, `limits_config()`, `groups_config()`).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import enum
 import os
 import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 from replog.errors import InvalidConfigError
 from replog.frames import HEADER_BYTES
+from replog.replication import ReplicaConfig
 from replog.server.edge import exposure
 from replog.server.edge.limits import LimitsConfig
 from replog.server.groups.config import GroupsConfig
@@ -40,6 +44,28 @@ def _help(text: str) -> dict[str, Any]:
 
 RACK_CHARS_MAX = 64
 LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")  # --log-level, any case
+
+
+class LogFormat(enum.StrEnum):
+    TEXT = "text"  # key=value
+    JSON = "json"
+
+
+class JoinMode(enum.StrEnum):
+    MANUAL = "manual"
+    AUTO = "auto"  # a new node asks to be added; nodes add those whose certificate proves it
+
+
+class ClientAuth(enum.StrEnum):
+    """Client certificates on the client listener."""
+
+    NONE = "none"
+    REQUIRE = "require"  # mutual TLS
+
+
+class Authorization(enum.StrEnum):
+    OFF = "off"  # anyone may do anything
+    ACL = "acl"  # callers authenticate; the cluster metadata's ACLs decide
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +93,12 @@ class Settings:
             "racks (empty: unknown)"
         ),
     )
-    log_format: str = field(default="text", metadata=_help("log format: text (key=value), json"))
+    log_format: LogFormat = field(
+        default=LogFormat.TEXT, metadata=_help("log format: text (key=value), json")
+    )
     log_level: str = field(default="INFO", metadata=_help("log level"))
-    flush: str = field(
-        default="always",
+    flush: FlushPolicy = field(
+        default=FlushPolicy.ALWAYS,
         metadata=_help(
             "fsync policy: always (acks wait for a majority's fsync; the default)|interval|never"
         ),
@@ -221,8 +249,8 @@ class Settings:
             "node that leads everything); with a peer listener id=host:port/host:peer_port"
         ),
     )
-    join: str = field(
-        default="manual",
+    join: JoinMode = field(
+        default=JoinMode.MANUAL,
         metadata=_help(
             "manual | auto: with auto, a node on an empty data directory that the cluster "
             "does not list asks its peers to add it (a StatefulSet scaled up), and this node "
@@ -252,15 +280,15 @@ class Settings:
             "every few minutes and exports replog_insecure 1"
         ),
     )
-    tls_client_auth: str = field(
-        default="none",
+    tls_client_auth: ClientAuth = field(
+        default=ClientAuth.NONE,
         metadata=_help(
             "client certificates on the client listener: none | require (mutual TLS; the "
             "certificate's URI SAN replog://client/<name> is the principal User:<name>)"
         ),
     )
-    authorization: str = field(
-        default="off",
+    authorization: Authorization = field(
+        default=Authorization.OFF,
         metadata=_help(
             "off (anyone may do anything) | acl (callers must authenticate; ACLs in the "
             "cluster metadata decide; see docs/api.md, Authentication)"
@@ -389,156 +417,132 @@ class Settings:
         args = args or {}
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
+        types = get_type_hints(cls)
         for f in dataclasses.fields(cls):
             raw = args.get(f.name)
             if raw is None:
                 raw = env.get(ENV_PREFIX + f.name.upper())
             if raw is None:
                 continue
-            values[f.name] = _convert(f.name, str(f.type), raw)
+            values[f.name] = _convert(f.name, str(f.type), types[f.name], raw)
         _derive_cluster(values, env)
         settings = cls(**values)
         settings.validate()
         return settings
 
     def validate(self) -> None:
-        def need(ok: bool, what: str) -> None:
-            if not ok:
-                raise InvalidConfigError(f"invalid settings: {what}")
+        """Relations between values (InvalidConfigError naming the first one broken). A new
+        plain lower bound goes into `_AT_LEAST`; anything else into the method of its
+        concern."""
+        for name, minimum in _AT_LEAST.items():
+            _need(getattr(self, name) >= minimum, f"{name} must be >= {minimum}")
+        self._validate_identity()
+        self._validate_sizes()
+        self._validate_timers()
+        self._validate_security()
+        self._validate_cluster()
+        self._validate_groups()
+        self.storage_config()  # the storage layer validates its own ranges
 
-        need(self.flush in {p.value for p in FlushPolicy}, "flush must be always|interval|never")
-        need(
+    def _validate_identity(self) -> None:
+        _need(
             len(self.rack) <= RACK_CHARS_MAX and self.rack.isprintable(),
             f"rack must be at most {RACK_CHARS_MAX} printable characters",
         )
-        need(self.log_format in ("text", "json"), "log_format must be text or json")
-        need(
+        _need(
             self.log_level.upper() in LOG_LEVELS,
             f"log_level must be one of {'|'.join(LOG_LEVELS).lower()}, got {self.log_level!r}",
         )
-        need(_is_address(self.listen), f"listen must be host:port, got {self.listen!r}")
-        need(
-            self.metrics_listen == "" or _is_address(self.metrics_listen),
-            f"metrics_listen must be host:port or empty, got {self.metrics_listen!r}",
-        )
-        need(self.node_id >= 0, "node_id must be >= 0")
-        need(
+        _need(_is_address(self.listen), f"listen must be host:port, got {self.listen!r}")
+        for name in ("metrics_listen", "peer_listen", "health_listen"):
+            value = getattr(self, name)
+            _need(value == "" or _is_address(value), f"{name} must be host:port or empty")
+        _need(
             self.open_files_max == 0 or self.open_files_max >= FILES_MAX_MIN,
             f"open_files_max must be 0 (derived) or >= {FILES_MAX_MIN}",
         )
-        need(self.partitions_max >= 1, "partitions_max must be >= 1")
-        need(self.message_bytes_max >= 64 * KIB, "message_bytes_max must be >= 64 KiB")
-        need(self.fetch_bytes_max >= HEADER_BYTES, "fetch_bytes_max must be >= 12")
+
+    def _validate_sizes(self) -> None:
+        _need(self.message_bytes_max >= 64 * KIB, "message_bytes_max must be >= 64 KiB")
+        _need(self.fetch_bytes_max >= HEADER_BYTES, "fetch_bytes_max must be >= 12")
         # A reply holds up to fetch_bytes_max of frames, or one whole frame if it is larger.
         reply = max(self.fetch_bytes_max, self.record_bytes_max + HEADER_BYTES)
-        need(
+        _need(
             reply + REPLY_OVERHEAD_BYTES <= self.message_bytes_max,
             "fetch_bytes_max and record_bytes_max + 12 must leave 4 KiB under message_bytes_max",
         )
-        need(self.fetch_wait_ms_max >= 0, "fetch_wait_ms_max must be >= 0")
-        need(self.stream_bytes_max >= HEADER_BYTES, "stream_bytes_max must be >= 12")
-        need(self.stream_bytes_pool_max >= 0, "stream_bytes_pool_max must be >= 0")
-        need(self.rpcs_max >= 1, "rpcs_max must be >= 1")
-        need(self.streams_max >= 1, "streams_max must be >= 1")
-        need(self.streams_per_connection_max >= 1, "streams_per_connection_max must be >= 1")
-        need(self.acks_none_bytes_max >= 1, "acks_none_bytes_max must be >= 1")
-        need(self.append_stream_requests_max >= 1, "append_stream_requests_max must be >= 1")
-        need(self.append_stream_bytes_max >= 1, "append_stream_bytes_max must be >= 1")
-        need(self.append_stream_bytes_pool_max >= 1, "append_stream_bytes_pool_max must be >= 1")
-        need(self.request_bytes_pool_max >= 1, "request_bytes_pool_max must be >= 1")
-        need(
+        _need(self.stream_bytes_max >= HEADER_BYTES, "stream_bytes_max must be >= 12")
+        _need(
             self.streams_max <= self.rpcs_max,
             "streams_max must be <= rpcs_max (a stream is a call)",
         )
-        need(
+        _need(
             self.streams_per_connection_max <= self.streams_max,
             "streams_per_connection_max must be <= streams_max",
         )
-        need(self.ack_timeout_ms >= 1, "ack_timeout_ms must be >= 1")
-        need(self.shutdown_grace_ms >= 0, "shutdown_grace_ms must be >= 0")
-        need(self.shutdown_handover_ms >= 0, "shutdown_handover_ms must be >= 0")
-        need(self.leader_balance_interval_ms >= 0, "leader_balance_interval_ms must be >= 0")
-        need(self.retention_check_interval_ms >= 1, "retention_check_interval_ms must be >= 1")
-        need(self.scrub_bytes_per_s >= 0, "scrub_bytes_per_s must be >= 0")
-        need(
-            self.reassignment_fetch_bytes_per_s >= 0, "reassignment_fetch_bytes_per_s must be >= 0"
-        )
-        need(self.election_timeout_ms >= 50, "election_timeout_ms must be >= 50")
-        need(
+
+    def _validate_timers(self) -> None:
+        _need(self.election_timeout_ms >= 50, "election_timeout_ms must be >= 50")
+        _need(
             0 < self.replica_fetch_wait_ms < self.election_timeout_ms // 2,
             "replica_fetch_wait_ms must be in (0, election_timeout_ms / 2)",
         )
-        need(self.default_replication_factor >= 1, "default_replication_factor must be >= 1")
-        peers = self.peer_map()
-        if peers:
-            need(self.node_id in peers, f"node_id {self.node_id} is not in peers {self.peers!r}")
+
+    def _validate_security(self) -> None:
         tls_files = (self.tls_cert_file, self.tls_key_file, self.tls_ca_file)
-        need(
+        _need(
             all(f is None for f in tls_files) or all(f is not None for f in tls_files),
             "tls_cert_file, tls_key_file and tls_ca_file go together",
         )
-        need(self.tls_client_auth in ("none", "require"), "tls_client_auth must be none|require")
-        need(self.authorization in ("off", "acl"), "authorization must be off|acl")
-        need(
-            self.tls_client_auth == "none" or self.tls is not None,
+        _need(
+            self.tls_client_auth is ClientAuth.NONE or self.tls is not None,
             "tls_client_auth=require needs TLS (tls_cert_file, tls_key_file, tls_ca_file)",
         )
-        need(
-            self.authorization == "off" or self.tls is not None,
+        _need(
+            self.authorization is Authorization.OFF or self.tls is not None,
             "authorization=acl needs TLS: credentials never cross the network in the clear",
         )
-        need(
+        _need(
             self.token_file is None or self.tls is not None,
             "bearer tokens need TLS: without it they cross the network in the clear",
         )
-        need(self.join in ("manual", "auto"), "join must be manual|auto")
-        need(
-            self.join == "manual" or self.tls is not None,
+        _need(
+            self.join is JoinMode.MANUAL or self.tls is not None,
             "join=auto needs TLS: a joining node's certificate proves its id",
         )
-        for name in ("peer_listen", "health_listen"):
-            value = getattr(self, name)
-            need(value == "" or _is_address(value), f"{name} must be host:port or empty")
-        refused = exposure.refusal(
+
+    def _validate_cluster(self) -> None:
+        peers = self.peer_map()
+        if peers:
+            _need(self.node_id in peers, f"node_id {self.node_id} is not in peers {self.peers!r}")
+        refused = exposure.refusal(  # after the addresses were checked (_validate_identity)
             listen=self.listen,
             peer_listen=self.peer_listen,
             peers=len(peers),
             tls=self.tls is not None,
             insecure=self.insecure,
         )
-        need(refused is None, str(refused))
+        _need(refused is None, str(refused))
         if len(peers) > 1:
-            need(
+            _need(
                 self.tls is None or bool(self.peer_listen),
                 "TLS in a cluster of several nodes needs peer_listen (mutual TLS between nodes)",
             )
             if self.peer_listen:
                 dial = self.peer_dial_map()
-                need(
+                _need(
                     all(dial[i] != peers[i] for i in peers),
                     "with peer_listen every peers entry is id=host:port/host:peer_port",
                 )
-        need(self.group_offsets_partitions >= 1, "group_offsets_partitions must be >= 1")
-        need(
-            self.group_offsets_replication_factor >= 1,
-            "group_offsets_replication_factor must be >= 1",
-        )
-        need(self.group_offsets_retention_ms >= 1, "group_offsets_retention_ms must be >= 1")
-        need(
-            self.group_offsets_snapshot_records >= 1, "group_offsets_snapshot_records must be >= 1"
-        )
-        need(
+
+    def _validate_groups(self) -> None:
+        _need(
             1
             <= self.group_session_timeout_ms_min
             <= self.group_session_timeout_ms_default
             <= self.group_session_timeout_ms_max,
             "group session timeouts must be 1 <= min <= default <= max",
         )
-        need(self.group_heartbeat_interval_ms >= 1, "group_heartbeat_interval_ms must be >= 1")
-        need(self.groups_max >= 1, "groups_max must be >= 1")
-        need(self.group_members_max >= 1, "group_members_max must be >= 1")
-        need(self.group_metadata_bytes_max >= 0, "group_metadata_bytes_max must be >= 0")
-        self.storage_config()  # the storage layer validates its own ranges
 
     def peer_map(self) -> dict[int, str]:
         """`peers` parsed: node id -> the host:port clients use (empty for a single node)."""
@@ -577,6 +581,23 @@ class Settings:
 
     # -- fan-out ----------------------------------------------------------------------------
 
+    def replica_config(
+        self, voters: tuple[int, ...], observers: tuple[int, ...] = ()
+    ) -> ReplicaConfig:
+        """The replication core's config of one replica of this node (`voters`, `observers`:
+        the partition's starting membership; the log's membership records govern after)."""
+        return ReplicaConfig(
+            self.node_id,
+            voters,
+            observers,
+            election_timeout_ms_min=self.election_timeout_ms,
+            election_timeout_ms_max=2 * self.election_timeout_ms,
+            fetch_wait_ms_max=self.replica_fetch_wait_ms,
+            fetch_retry_ms=min(self.election_timeout_ms - 1, self.replica_fetch_wait_ms * 2),
+            begin_epoch_retry_ms=max(10, self.election_timeout_ms // 5),
+            flush_always=self.flush is FlushPolicy.ALWAYS,
+        )
+
     def storage_config(self) -> StorageConfig:
         return StorageConfig(
             segment_bytes_max=self.segment_bytes_max,
@@ -584,7 +605,7 @@ class Settings:
             record_bytes_max=self.record_bytes_max,
             retention_bytes=self.retention_bytes,
             retention_ms=self.retention_ms,
-            flush=FlushPolicy(self.flush),
+            flush=self.flush,
             flush_interval_ms=self.flush_interval_ms,
             # Client reads are capped at fetch_bytes_max by the services; a leader's fetch
             # answer may read up to a message to carry one batch whole (replication).
@@ -627,9 +648,43 @@ class Settings:
             timeout_s=self.ack_timeout_ms / 1000,
         )
 
-    @property
-    def flush_policy(self) -> FlushPolicy:
-        return FlushPolicy(self.flush)
+
+# Plain lower bounds, checked first by `Settings.validate` ("<name> must be >= <minimum>").
+_AT_LEAST: dict[str, int] = {
+    "node_id": 0,
+    "partitions_max": 1,
+    "fetch_wait_ms_max": 0,
+    "stream_bytes_pool_max": 0,
+    "rpcs_max": 1,
+    "streams_max": 1,
+    "streams_per_connection_max": 1,
+    "acks_none_bytes_max": 1,
+    "append_stream_requests_max": 1,
+    "append_stream_bytes_max": 1,
+    "append_stream_bytes_pool_max": 1,
+    "request_bytes_pool_max": 1,
+    "ack_timeout_ms": 1,
+    "shutdown_grace_ms": 0,
+    "shutdown_handover_ms": 0,
+    "leader_balance_interval_ms": 0,
+    "retention_check_interval_ms": 1,
+    "scrub_bytes_per_s": 0,
+    "reassignment_fetch_bytes_per_s": 0,
+    "default_replication_factor": 1,
+    "group_offsets_partitions": 1,
+    "group_offsets_replication_factor": 1,
+    "group_offsets_retention_ms": 1,
+    "group_offsets_snapshot_records": 1,
+    "group_heartbeat_interval_ms": 1,
+    "groups_max": 1,
+    "group_members_max": 1,
+    "group_metadata_bytes_max": 0,
+}
+
+
+def _need(ok: bool, what: str) -> None:
+    if not ok:
+        raise InvalidConfigError(f"invalid settings: {what}")
 
 
 def _derive_cluster(values: dict[str, Any], env: Mapping[str, str]) -> None:
@@ -672,7 +727,9 @@ def _is_address(value: str) -> bool:
     return bool(sep and host and port.isdigit() and 0 <= int(port) <= 65535)
 
 
-def _convert(name: str, type_name: str, raw: object) -> object:
+def _convert(name: str, type_name: str, kind: object, raw: object) -> object:
+    """`raw` (a flag's or env var's text) as the field's type: an enum's value, a path, an
+    integer, or the text itself."""
     text = str(raw)
     if type_name == "bool":
         if text.lower() in ("1", "true", "yes", "on"):
@@ -680,6 +737,14 @@ def _convert(name: str, type_name: str, raw: object) -> object:
         if text.lower() in ("0", "false", "no", "off", ""):
             return False
         raise InvalidConfigError(f"invalid settings: {name} must be true or false, got {text!r}")
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        try:
+            return kind(text)
+        except ValueError:
+            accepted = "|".join(str(member.value) for member in kind)
+            raise InvalidConfigError(
+                f"invalid settings: {name} must be {accepted}, got {text!r}"
+            ) from None
     try:
         if "Path" in type_name:
             return Path(text) if text else None

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from replog.errors import InvalidConfigError
+from replog.errors import InvalidConfigError, RecordTooLargeError
 from replog.frames import HEADER_BYTES, LENGTH_MASK
 
 KIB = 1024
@@ -62,3 +62,15 @@ class StorageConfig:
         need(self.read_bytes_max >= HEADER_BYTES, "read_bytes_max must be >= 12")
         need(isinstance(self.flush, FlushPolicy), "flush must be a FlushPolicy")
         need(1 <= self.checksum_chunk_bytes <= 2**31, "checksum_chunk_bytes must be in [1, 2^31]")
+
+    def check_record_bytes(self, record_bytes: int) -> None:
+        """RECORD_TOO_LARGE when one record's value of `record_bytes` exceeds
+        `record_bytes_max`: the one check of that limit (the leader before its driver sees a
+        batch, the log on every append and on every replicated frame)."""
+        limit = self.record_bytes_max
+        if record_bytes > limit:
+            raise RecordTooLargeError(
+                f"a record of {record_bytes} bytes exceeds record_bytes_max={limit}",
+                record_bytes=record_bytes,
+                record_bytes_max=limit,
+            )

@@ -43,7 +43,6 @@ from replog.errors import (
     InvalidFramesError,
     LogClosedError,
     OffsetOutOfRangeError,
-    RecordTooLargeError,
     ReplogError,
     StorageError,
     StorageFullError,
@@ -277,7 +276,7 @@ class PartitionLog:
         """Append records, assigning the next offsets. Blocks for fsync under flush=always."""
         if not values:
             raise EmptyBatchError("an append needs at least one record")
-        self._check_record_size(max(map(len, values)))
+        self.config.check_record_bytes(max(map(len, values)))
         return self._write(partial(frames.encode_with_ends, values=values, control=control))
 
     def append_pieces(self, pieces: Sequence[tuple[bytes | None, Sequence[bytes]]]) -> AppendResult:
@@ -286,7 +285,7 @@ class PartitionLog:
         The result spans every frame written, control records included."""
         if not pieces or not all(values for _, values in pieces):
             raise EmptyBatchError("an append needs at least one record")
-        self._check_record_size(max(max(map(len, values)) for _, values in pieces))
+        self.config.check_record_bytes(max(max(map(len, values)) for _, values in pieces))
         return self._write(partial(_encode_pieces, pieces=pieces))
 
     def append_frames(self, raw: bytes) -> AppendResult:
@@ -336,22 +335,9 @@ class PartitionLog:
             self._files.park(self._files.others(self))
             log.append(buf, ends)
 
-    def _check_record_size(self, biggest: int) -> None:
-        limit = self.config.record_bytes_max
-        if biggest > limit:
-            raise RecordTooLargeError(
-                f"a record of {biggest} bytes exceeds record_bytes_max={limit}",
-                record_bytes=biggest,
-                record_bytes_max=limit,
-            )
-
     def _check_frame_sizes(self, ends: list[int]) -> None:
         widest = max(ends[0], max(map(sub, ends[1:], ends), default=0))
-        if widest - frames.HEADER_BYTES > self.config.record_bytes_max:
-            raise RecordTooLargeError(
-                f"a frame of {widest} bytes exceeds record_bytes_max",
-                record_bytes_max=self.config.record_bytes_max,
-            )
+        self.config.check_record_bytes(widest - frames.HEADER_BYTES)
 
     # -- flush, truncation, retention ------------------------------------------------------
 

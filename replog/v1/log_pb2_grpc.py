@@ -71,7 +71,7 @@ class LogServicer:
         FAILED_PRECONDITION (NOT_LEADER, leader hint in ErrorInfo metadata), PERMISSION_DENIED
         (no `write` on the topic, with authorization on), UNAUTHENTICATED, RESOURCE_EXHAUSTED
         (STORAGE_FULL, TOO_MANY_BYTES_IN_FLIGHT), DEADLINE_EXCEEDED (ACK_TIMEOUT: outcome
-        unknown), UNAVAILABLE (SHUTTING_DOWN, NO_QUORUM).
+        unknown), UNAVAILABLE (SHUTTING_DOWN, LEADER_UNKNOWN).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -117,7 +117,7 @@ class LogServicer:
         answers (it forwards to the cluster metadata leader). With a `name`, the same name gets
         the same id and a higher epoch each time: appends from older epochs of that producer are
         refused from then on (PRODUCER_FENCED). Errors: INVALID_ARGUMENT (name too long),
-        UNAVAILABLE (LEADER_UNKNOWN, NO_QUORUM), DEADLINE_EXCEEDED.
+        UNAVAILABLE (LEADER_UNKNOWN), DEADLINE_EXCEEDED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

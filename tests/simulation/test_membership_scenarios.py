@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from replog.replication import AckFailure, Acks, Membership, Replica, Role
+from replog.replication import AckFailure, Acks, Membership, Role
+from replog.replication.roles import leading
+from replog.replication.roles.core import Core
 from tests.simulation.checker import InvariantViolation
 from tests.simulation.sim import MembershipRequest, Simulation
 from tests.simulation.test_scenarios import calm, elect, wait_replicated
@@ -233,16 +235,16 @@ def test_without_the_serving_rule_the_checker_catches_two_disjoint_majorities(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # the checker's sanity check: drop the rule and the scenario loses committed records
-    refusal = Replica._membership_refusal
+    refusal = leading.membership_refusal
 
-    def no_serving_rule(self: Replica, wanted: Membership) -> AckFailure | None:
-        control, self._control_offset = self._control_offset, -1  # "serving" at once
+    def no_serving_rule(c: Core, wanted: Membership) -> AckFailure | None:
+        control, c.control_offset = c.control_offset, -1  # "serving" at once
         try:
-            return refusal(self, wanted)
+            return refusal(c, wanted)
         finally:
-            self._control_offset = control
+            c.control_offset = control
 
-    monkeypatch.setattr(Replica, "_membership_refusal", no_serving_rule)
+    monkeypatch.setattr(leading, "membership_refusal", no_serving_rule)
     sim = calm(4, spares=1)
     removal = _ongaro(sim)
     assert settle_request(sim, removal) == "acked", removal  # by 2 and 3, majority of 1-3

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 import argparse
+import enum
 from pathlib import Path
 
 import pytest
 
 from replog.errors import InvalidConfigError
-from replog.server.settings import Settings
+from replog.server.settings import Authorization, ClientAuth, JoinMode, LogFormat, Settings
 from replog.storage import FlushPolicy
 
 
@@ -101,3 +102,54 @@ def test_an_explicit_node_id_wins_over_the_host_name() -> None:
 def test_inconsistent_statefulset_identities_are_refused_at_start(env: dict[str, str]) -> None:
     with pytest.raises(InvalidConfigError):
         parse([], env)
+
+
+TLS_ENV = {
+    "REPLOG_TLS_CERT_FILE": "/c.pem",
+    "REPLOG_TLS_KEY_FILE": "/k.pem",
+    "REPLOG_TLS_CA_FILE": "/ca.pem",
+}
+
+
+@pytest.mark.parametrize(
+    ("flag", "text", "value"),
+    [
+        ("--flush", "interval", FlushPolicy.INTERVAL),
+        ("--log-format", "json", LogFormat.JSON),
+        ("--join", "auto", JoinMode.AUTO),
+        ("--tls-client-auth", "require", ClientAuth.REQUIRE),
+        ("--authorization", "acl", Authorization.ACL),
+    ],
+)
+def test_options_with_a_fixed_set_of_values_become_their_enum(
+    flag: str, text: str, value: enum.StrEnum
+) -> None:
+    name = flag.removeprefix("--").replace("-", "_")
+    s = parse([flag, text], TLS_ENV)  # (join=auto, require and acl need TLS)
+    assert getattr(s, name) is value
+    assert getattr(s, name) == text  # (a StrEnum: equal to its text, as the docs name it)
+
+
+@pytest.mark.parametrize(
+    ("env", "accepted"),
+    [
+        ({"REPLOG_FLUSH": "Always"}, "always|interval|never"),
+        ({"REPLOG_JOIN": "automatic"}, "manual|auto"),
+        ({"REPLOG_AUTHORIZATION": "on"}, "off|acl"),
+    ],
+)
+def test_a_value_outside_an_options_set_is_refused_naming_the_accepted_ones(
+    env: dict[str, str], accepted: str
+) -> None:
+    with pytest.raises(InvalidConfigError, match=accepted):
+        parse([], env)
+
+
+def test_the_replica_config_follows_the_election_timeout_and_the_flush_policy() -> None:
+    s = parse(["--node-id", "2", "--election-timeout-ms", "500", "--replica-fetch-wait-ms", "100"])
+    config = s.replica_config((1, 2, 3), (4,))
+    assert (config.replica_id, config.voters, config.observers) == (2, (1, 2, 3), (4,))
+    assert (config.election_timeout_ms_min, config.election_timeout_ms_max) == (500, 1000)
+    assert (config.fetch_wait_ms_max, config.fetch_retry_ms) == (100, 200)
+    assert config.flush_always
+    assert not parse(["--flush", "never"]).replica_config((0,)).flush_always

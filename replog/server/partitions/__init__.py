@@ -1,7 +1,7 @@
 """This node's partition replicas: the partition role, their directories and lifecycle.
 
-    partition        a partition replica as the services see it: log, leader, HW notifications
-    replicated       the partition role: writes and HW go through replication
+    replicated       a partition replica as the services see it: writes and HW go through
+                     replication, its leader, HW notifications
     replica_manager  the reconciler: this node's replicas follow the metadata image
     replica_dirs     the directories of the replicas a node hosts
     legacy_import    one-time import of single-node data directories of earlier releases

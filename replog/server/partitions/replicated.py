@@ -1,9 +1,14 @@
-"""The partition role: a `Partition` whose writes and HW go through replication.
+"""A partition replica as the services see it: its log, its leader, its HW notifications.
 
-The replica's driver (`replog.replication.driver`) runs the protocol core; this role maps
+The services never write the storage log; they call a `ReplicatedPartition`, whose writes
+and HW go through replication. The replica's driver (`replog.replication.driver`) runs the
+protocol core and is the only writer of the high watermark (HW, exclusive); this role maps
 the server's calls onto it: `append`, `check_leader` (NOT_LEADER with the leader's id and
 address, or LEADER_UNKNOWN during an election), and HW notifications for long polls and
 streams. A single node is a cluster of one: its replicas have one voter and lead at once.
+
+Waiting is event-driven: every HW change replaces an `asyncio.Event`, so long polls and
+streams wake at once on new committed data (no polling loops).
 
 `append` is the one place that decides when an Append is answered, for each `Acks` (the
 core's enum, the server's only representation of acks): `NONE` answers once the batch is
@@ -20,21 +25,21 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from replog.errors import (
     LeaderUnknownError,
     NotLeaderError,
     PartitionOfflineError,
-    RecordTooLargeError,
     ReplogError,
     ShuttingDownError,
+    TopicNotFoundError,
 )
 from replog.replication import Acks, ReplicaConfig, Role
 from replog.replication.driver import ReplicaDriver, Spawn, Transport
 from replog.replication.producers import ProducerBatch
 from replog.server.edge.limits import Limits, LimitsConfig
 from replog.server.logs import log
-from replog.server.partitions.partition import LeaderInfo, Partition
 from replog.storage import AppendResult, PartitionLog
 
 _log = logging.getLogger("replog.server.log")
@@ -45,7 +50,14 @@ LEADERSHIP_WAIT_S = 0.5
 LEADERSHIP_POLL_S = 0.005
 
 
-class ReplicatedPartition(Partition):
+@dataclass(frozen=True, slots=True)
+class LeaderInfo:
+    leader_id: int | None  # None: unknown
+    epoch: int
+    replicas: tuple[int, ...]
+
+
+class ReplicatedPartition:
     def __init__(
         self,
         log: PartitionLog,
@@ -64,7 +76,13 @@ class ReplicatedPartition(Partition):
         """`on_serving(self)` is called when this replica starts serving as leader (its own
         epoch committed: seen when its HW moves), so that what follows leadership (group
         coordinators) need not poll for it."""
-        super().__init__(log, config.replica_id)
+        self.log = log
+        self.node_id = config.replica_id
+        self.topic = log.topic
+        self.partition = log.partition
+        self._hw_changed = asyncio.Event()
+        self._closed = False
+        self._deleted = False
         self._on_serving = on_serving
         self._serving_seen = False
         self.limits = limits if limits is not None else Limits(LimitsConfig())
@@ -192,16 +210,10 @@ class ReplicatedPartition(Partition):
         self.check_leader()
         # Checked before the driver sees the batch: a write the log refuses would make the
         # driver rebuild its core from disk (and a lone voter hold a new election).
-        limit = self.log.config.record_bytes_max
+        config = self.log.config
         # no record can be larger than the whole batch: measured one by one only past it
-        whole_fits = values_bytes is not None and values_bytes <= limit
-        biggest = 0 if whole_fits else max(map(len, values))
-        if biggest > limit:
-            raise RecordTooLargeError(
-                f"a record of {biggest} bytes exceeds record_bytes_max={limit}",
-                record_bytes=biggest,
-                record_bytes_max=limit,
-            )
+        if values_bytes is None or values_bytes > config.record_bytes_max:
+            config.check_record_bytes(max(map(len, values)))
         if acks is Acks.NONE:  # nobody hears about later failures
             size_bytes = sum(map(len, values)) if values_bytes is None else values_bytes
             self.limits.take_acks_none(size_bytes)  # TOO_MANY_BYTES_IN_FLIGHT past the limit
@@ -235,3 +247,56 @@ class ReplicatedPartition(Partition):
             log(_log, "append.dropped", logging.WARNING, topic=self.topic, error=repr(exc))
         finally:
             self.limits.release_acks_none(size_bytes)
+
+    # -- the log's HW, its waiters, closing --------------------------------------------------
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    def hw_changed(self) -> asyncio.Event:
+        """An event set at the next HW change (or shutdown); take it BEFORE checking the HW."""
+        return self._hw_changed
+
+    def _notify(self) -> None:
+        event, self._hw_changed = self._hw_changed, asyncio.Event()
+        event.set()
+
+    async def wait_high_watermark(self, offset: int, timeout_s: float) -> bool:
+        """Wait until HW > offset; False on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.log.high_watermark <= offset:
+            if self._closed:
+                raise self.closed_error()
+            event = self._hw_changed
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except TimeoutError:
+                return self.log.high_watermark > offset
+        return True
+
+    def close(self, *, deleted: bool = False) -> None:
+        """Wake every waiter; they see `closed` and end (with UNKNOWN_TOPIC if `deleted`:
+        the topic was deleted, perhaps created again, and this replica is never used again)."""
+        self._deleted = self._deleted or deleted
+        self._closed = True
+        self._notify()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def deleted(self) -> bool:
+        return self._deleted
+
+    def closed_error(self) -> ReplogError:
+        """What a request on this replica gets once it is closed: UNKNOWN_TOPIC (NOT_FOUND) if
+        its topic was deleted, SHUTTING_DOWN (retriable) if the node is stopping."""
+        if self._deleted:
+            return TopicNotFoundError(f"topic {self.topic!r} was deleted", topic=self.topic)
+        return ShuttingDownError("the server is shutting down")

@@ -41,7 +41,6 @@ from replog.server.edge.limits import Limits
 from replog.server.edge.rpc import Context, streaming, unary
 from replog.server.meta.metadata import ENVELOPE, LOG_APPEND_TIME, TopicMeta
 from replog.server.metrics import Metrics
-from replog.server.partitions.partition import Partition
 from replog.server.partitions.replicated import ReplicatedPartition
 from replog.server.peering.peers import FORWARDED
 from replog.server.services import append_stream
@@ -262,14 +261,14 @@ def _as_topic_stores(meta: TopicMeta, values: list[bytes]) -> tuple[list[bytes],
     return values, values_bytes
 
 
-def _not_committed_yet(part: Partition, offset: int) -> bool:
+def _not_committed_yet(part: ReplicatedPartition, offset: int) -> bool:
     """`offset` is at or past the HW but inside the log: its record may still commit. A
     newly elected leader's HW reaches what its predecessor acknowledged only once its own
     epoch commits, so a reader may briefly be ahead of it: it waits instead of failing."""
     return part.high_watermark <= offset <= part.log.log_end_offset
 
 
-async def _read_committed(part: Partition, offset: int, max_bytes: int) -> bytes:
+async def _read_committed(part: ReplicatedPartition, offset: int, max_bytes: int) -> bytes:
     """Committed frames from `offset`; b"" while it is not committed yet; OUT_OF_RANGE
     below the log start or past the LEO."""
     if _not_committed_yet(part, offset):
@@ -277,7 +276,7 @@ async def _read_committed(part: Partition, offset: int, max_bytes: int) -> bytes
     return await _read(part, offset, max_bytes)
 
 
-async def _read(part: Partition, offset: int, max_bytes: int) -> bytes:
+async def _read(part: ReplicatedPartition, offset: int, max_bytes: int) -> bytes:
     """Committed frames from `offset`; a log closed under the read (its topic deleted, or
     the node stopping) ends the request as the replica's closing says."""
     try:
