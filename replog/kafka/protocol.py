@@ -261,9 +261,14 @@ def encode_request(header: RequestHeader, body: Mapping[str, Any]) -> bytes:
     return frame(w.buf)
 
 
-def encode_response(header: RequestHeader, body: Mapping[str, Any]) -> bytes:
-    """The response frame to `header`'s request, size prefix included."""
+def encode_response(
+    header: RequestHeader, body: Mapping[str, Any], *, any_version: bool = False
+) -> bytes:
+    """The response frame to `header`'s request, size prefix included. `any_version`:
+    `body` may hold fields of other versions, which are left out (`codec.carried`)."""
     _, response_spec = _specs(header.api_key, header.api_version, header.correlation_id)
+    if any_version:
+        body = codec.carried(response_spec, header.api_version, body)
     w = Writer()
     w.int32(header.correlation_id)
     if response_header_version(header.api_key, header.api_version) == 1:

@@ -76,6 +76,7 @@ from replog.server.edge.security import peer_node_id
 from replog.server.groups import service as groups_service
 from replog.server.groups.coordinator import Coordinator
 from replog.server.groups.internal import InternalTopics
+from replog.server.kafka_edge import listener as kafka_edge
 from replog.server.logs import log
 from replog.server.meta.metadata import METADATA_TOPIC, NodeAddress, TopicMeta
 from replog.server.meta.metadata_log import MetadataLog, replica_config_members
@@ -600,6 +601,7 @@ async def _serve(settings: Settings) -> int:
         node.router, node.metadata, node.peers, timeout_s=settings.ack_timeout_ms / 1000
     )
     log_service = LogService(node.router, node.metrics, settings, node.limits, producer_ids)
+    kafka = kafka_edge.build(settings, node, log_service, producer_ids)  # None: no --kafka-listen
     admin_service = AdminService(
         node.router,
         node.topics,
@@ -647,6 +649,7 @@ async def _serve(settings: Settings) -> int:
         lambda: bool(node.metadata.driver.replica.membership_history),
         lambda: (node.metadata.driver.membership.voters, node.metadata.driver.membership.observers),
         Joins(node.members, node.metrics, accept=settings.join == "auto").join,
+        kafka_address=lambda: kafka.advertised if kafka is not None else "",
     )
     nodes_pb2_grpc.add_NodesServicer_to_server(nodes, peer_server or server)  # type: ignore[no-untyped-call]
     groups_service.register(
@@ -683,6 +686,8 @@ async def _serve(settings: Settings) -> int:
     servers = [s for s in (server, peer_server, health_server) if s is not None]
     for each in servers:
         await each.start()
+    if kafka is not None:
+        await kafka.start()
     metrics_address = None
     if settings.metrics_listen:
         try:
@@ -728,6 +733,8 @@ async def _serve(settings: Settings) -> int:
         log(_log, "server.failed", logging.CRITICAL, error=repr(supervisor.failure))
         await health_servicer.enter_graceful_shutdown()
         node.begin_shutdown()
+        if kafka is not None:
+            await kafka.close()
         await stop_servers(servers, 0)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(_close(node, supervisor), FAILED_CLOSE_TIMEOUT_S)
@@ -743,6 +750,8 @@ async def _serve(settings: Settings) -> int:
     node.begin_shutdown()  # long polls and StreamFrom end: their partitions close
     replication.close()  # no new incoming replication streams
     draining.begin()  # every request stream ends at its next read (draining.py)
+    if kafka is not None:
+        await kafka.close()
     await stop_servers(servers, settings.shutdown_grace_ms / 1000)
     await _close(node, supervisor)
     if supervisor.failure is not None:  # a task failed during the drain

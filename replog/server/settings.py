@@ -239,6 +239,16 @@ class Settings:
             "(empty: off; Health is always served on the client listener too)"
         ),
     )
+    kafka_listen: str = field(
+        default="",
+        metadata=_help(
+            "Kafka protocol listener host:port (port 0: any free; empty: off; docs/kafka.md)"
+        ),
+    )
+    kafka_advertise: str = field(
+        default="",
+        metadata=_help("address Kafka clients are told to use (default: the bound Kafka one)"),
+    )
     tls_client_auth: str = field(
         default="none",
         metadata=_help(
@@ -476,6 +486,13 @@ class Settings:
         need(
             self.join == "manual" or self.tls is not None,
             "join=auto needs TLS: a joining node's certificate proves its id",
+        )
+        for name in ("kafka_listen", "kafka_advertise"):
+            value = getattr(self, name)
+            need(value == "" or _is_address(value), f"{name} must be host:port or empty")
+        need(
+            not self.kafka_listen or (self.tls is None and self.authorization == "off"),
+            "the Kafka listener has no TLS or SASL yet: it needs --authorization off and no TLS",
         )
         for name in ("peer_listen", "health_listen"):
             value = getattr(self, name)
