@@ -225,11 +225,17 @@ def _skip_tagged(r: Reader) -> None:
 
 
 def decode_request(
-    payload: bytes | bytearray | memoryview, elements_max: int = ELEMENTS_MAX_DEFAULT
+    payload: bytes | bytearray | memoryview,
+    elements_max: int = ELEMENTS_MAX_DEFAULT,
+    *,
+    trailing_ok: bool = False,
 ) -> Request:
     """A request frame's header and body. An unknown API key or a version outside its spec
     raises `UnsupportedVersionError` (with the header's fields in its metadata); more than
-    `elements_max` array elements in all is a `KafkaDecodeError`."""
+    `elements_max` array elements in all is a `KafkaDecodeError`. Bytes after the body are
+    refused unless `trailing_ok`: Kafka's brokers ignore them, and librdkafka 2.x relies on
+    it (its flexible Metadata request for all topics leaves the 4-byte placeholder of the
+    topics array: a varint 0, null, then 3 zero bytes that shift its last fields)."""
     api_key, api_version, correlation_id = peek_header(payload)
     request_spec, _ = _specs(api_key, api_version, correlation_id)
     r = Reader(payload, 8, elements_max=elements_max)
@@ -239,7 +245,7 @@ def decode_request(
         _skip_tagged(r)
     header = RequestHeader(api_key, api_version, correlation_id, client_id)
     body = codec.decode(request_spec, api_version, r)
-    if r.remaining:
+    if r.remaining and not trailing_ok:
         raise KafkaDecodeError(
             f"{r.remaining} trailing bytes after {request_spec.name} v{api_version}",
             position=r.pos,

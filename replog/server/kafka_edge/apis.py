@@ -19,9 +19,16 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
-from replog.errors import InvalidArgumentError, InvalidRecordError, ReplogError, TopicExistsError
+from replog.errors import (
+    InvalidArgumentError,
+    InvalidRecordError,
+    LeaderUnknownError,
+    ReplogError,
+    TopicExistsError,
+)
 from replog.kafka.errors import ErrorCode
 from replog.kafka.protocol import ApiKey, RequestHeader
 from replog.kafka.records import decode_batches
@@ -55,6 +62,8 @@ EARLIEST, LATEST = -2, -1
 NO_LEADER = -1
 CLUSTER_ID = "replog"
 DECOMPRESSED_BYTES_MAX = 8 * 1024 * 1024
+CONTROLLER_WAIT_S = 10.0  # within clients' request timeouts (librdkafka: 30 s)
+BACKOFF_S_MIN, BACKOFF_S_MAX = 0.05, 0.5
 TOPIC_CONFIGS: Final = {"message.timestamp.type": {"CreateTime", "LogAppendTime"}}
 
 Body = dict[str, Any]
@@ -73,7 +82,7 @@ class Node:
     log_service: LogService
     producer_ids: ProducerIds
     topics: Topics
-    brokers: Callable[[], dict[int, tuple[str, int]]]  # Kafka node id -> advertised address
+    brokers: Callable[[], Awaitable[dict[int, tuple[str, int]]]]  # Kafka id -> advertised
     fetch_wait_ms_max: int
 
 
@@ -107,7 +116,7 @@ class Apis:
         return {"error_code": 0, "api_keys": keys}
 
     async def metadata(self, header: RequestHeader, body: Body) -> Body:
-        brokers = self.node.brokers()
+        brokers = await self.node.brokers()
         image = self.router.metadata.image
         asked = body["topics"]
         if asked is None or (header.api_version == 0 and not asked):
@@ -115,17 +124,20 @@ class Apis:
         else:
             names = [t["name"] for t in asked if t["name"] is not None]
         topics = [await self._topic_metadata(name, brokers) for name in names]
+        # The controller is the metadata leader; while it is unknown (an election) or its
+        # Kafka address is, this node: every node takes CreateTopics / DeleteTopics and
+        # forwards them to the metadata leader (Topics), so a client never waits for one.
         try:
             controller = self.router.metadata_leader()
         except ReplogError:
-            controller = NO_LEADER
+            controller = self.node.node_id
         return {
             "brokers": [
                 {"node_id": i, "host": host, "port": port, "rack": None}
                 for i, (host, port) in sorted(brokers.items())
             ],
             "cluster_id": CLUSTER_ID,
-            "controller_id": controller if controller in brokers else NO_LEADER,
+            "controller_id": controller if controller in brokers else self.node.node_id,
             "topics": topics,
         }
 
@@ -357,12 +369,19 @@ class Apis:
                     if name in self.router.metadata.image.topics:
                         raise TopicExistsError(f"topic {name!r} already exists", topic=name)
                 else:
-                    await self.node.topics.create(
-                        name, partitions, rf, format=ENVELOPE, timestamp_type=timestamp_type
+                    create = partial(
+                        self.node.topics.create,
+                        name,
+                        partitions,
+                        rf,
+                        format=ENVELOPE,
+                        timestamp_type=timestamp_type,
                     )
+                    await _once_elected(create)
                 results.append(out | {"error_code": 0, "num_partitions": partitions})
             except ReplogError as exc:
-                results.append(out | {"error_code": code_of(exc), "error_message": str(exc)[:200]})
+                code = code_of(exc, controller=True)
+                results.append(out | {"error_code": code, "error_message": str(exc)[:200]})
         return {"topics": results}
 
     async def delete_topics(self, header: RequestHeader, body: Body) -> Body:
@@ -371,13 +390,30 @@ class Apis:
             try:
                 if name.startswith("__"):
                     raise InvalidArgumentError(f"{name} is internal")
-                await self.node.topics.delete(name)
+                await _once_elected(partial(self.node.topics.delete, name))
                 results.append({"name": name, "error_code": 0})
             except ReplogError as exc:
-                results.append(
-                    {"name": name, "error_code": code_of(exc), "error_message": str(exc)[:200]}
-                )
+                code = code_of(exc, controller=True)
+                results.append({"name": name, "error_code": code, "error_message": str(exc)[:200]})
         return {"responses": results}
+
+
+async def _once_elected(call: Callable[[], Awaitable[None]]) -> None:
+    """`call()`, tried again for up to CONTROLLER_WAIT_S while the cluster metadata has no
+    leader (a cluster that just started, an election): clients such as librdkafka do not
+    retry NOT_CONTROLLER for CreateTopics, and their `timeout_ms` (0 by default) is how
+    long to wait for the creation to complete, not for a controller."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + CONTROLLER_WAIT_S
+    backoff_s = BACKOFF_S_MIN
+    while True:
+        try:
+            return await call()
+        except LeaderUnknownError:
+            if loop.time() + backoff_s > deadline:
+                raise
+            await asyncio.sleep(backoff_s)
+            backoff_s = min(2 * backoff_s, BACKOFF_S_MAX)
 
 
 def _timestamp_type(configs: list[Body]) -> str:

@@ -71,8 +71,18 @@ REASON_CODES: Final[dict[str, ErrorCode]] = {
 }
 
 
-def code_of(exc: ReplogError) -> ErrorCode:
-    """The Kafka error code a client gets for `exc`."""
+# Controller APIs (CreateTopics, DeleteTopics): a metadata leader that cannot be reached is
+# NOT_CONTROLLER, on which clients refresh their metadata and send the request again.
+CONTROLLER_CODES: Final[dict[ErrorCode, ErrorCode]] = {
+    E.NOT_LEADER_OR_FOLLOWER: E.NOT_CONTROLLER,
+    E.LEADER_NOT_AVAILABLE: E.NOT_CONTROLLER,
+    E.NOT_ENOUGH_REPLICAS: E.NOT_CONTROLLER,
+}
+
+
+def code_of(exc: ReplogError, *, controller: bool = False) -> ErrorCode:
+    """The Kafka error code a client gets for `exc` (`controller`: in a controller API)."""
     if isinstance(exc, KafkaDecodeError):
         return exc.kafka_error_code
-    return REASON_CODES.get(exc.reason, E.UNKNOWN_SERVER_ERROR)
+    code = REASON_CODES.get(exc.reason, E.UNKNOWN_SERVER_ERROR)
+    return CONTROLLER_CODES.get(code, code) if controller else code

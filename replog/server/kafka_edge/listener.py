@@ -53,6 +53,7 @@ _log = logging.getLogger("replog.server.kafka")
 
 ASK_TIMEOUT_S = 2.0
 ASK_INTERVAL_S = 1.0
+ANSWER_WAIT_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,36 +79,51 @@ def split_address(address: str) -> tuple[str, int]:
 
 class Brokers:
     """Kafka node id -> (host, port) of every node whose Kafka address is known: this one,
-    and the peers that published theirs (`Nodes.Identify`'s kafka_address), asked in the
-    background, one round at a time, when a member is not known yet."""
+    and the peers that published theirs (`Nodes.Identify`'s kafka_address), asked one round
+    at a time when a member is not known yet (a Metadata request waits briefly for it)."""
 
     def __init__(
         self,
         node_id: int,
         members: Callable[[], Sequence[int]],
         channel_for: Callable[[int], grpc.aio.Channel],
-        spawn: Callable[[Any, str], Any],
     ) -> None:
         self.node_id = node_id
         self.members = members
         self.channel_for = channel_for
-        self.spawn = spawn
         self.own: tuple[str, int] | None = None
         self.known: dict[int, tuple[str, int]] = {}
-        self._asking = False
+        self._asking: asyncio.Future[None] | None = None
         self._last_ask = -ASK_INTERVAL_S
 
     def __call__(self) -> dict[int, tuple[str, int]]:
+        """The brokers known now; starts asking the members not known yet (at most one
+        round per ASK_INTERVAL_S)."""
         members = set(self.members()) | {self.node_id}
         out = {i: a for i, a in self.known.items() if i in members}
         if self.own is not None:
             out[self.node_id] = self.own
         unknown = [i for i in members if i not in out]
         now = asyncio.get_running_loop().time()
-        if unknown and not self._asking and now - self._last_ask >= ASK_INTERVAL_S:
-            self._asking, self._last_ask = True, now
-            self.spawn(self._ask(unknown), "kafka-brokers")
+        if unknown and self._asking is None and now - self._last_ask >= ASK_INTERVAL_S:
+            self._last_ask = now
+            self._asking = asyncio.ensure_future(self._ask(unknown))
         return out
+
+    async def current(self) -> dict[int, tuple[str, int]]:
+        """The brokers, after waiting (up to ANSWER_WAIT_S) for a round of asking that is
+        under way: a client's first Metadata then lists every live node, controller too."""
+        self()
+        asking = self._asking
+        if asking is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(asking), ANSWER_WAIT_S)
+        return self()
+
+    async def close(self) -> None:
+        if self._asking is not None:
+            self._asking.cancel()
+            await asyncio.gather(self._asking, return_exceptions=True)
 
     async def _ask(self, peers: list[int]) -> None:
         try:
@@ -117,7 +133,7 @@ class Brokers:
                     with contextlib.suppress(InvalidConfigError):
                         self.known[peer] = split_address(address)
         finally:
-            self._asking = False
+            self._asking = None
 
     async def _one(self, peer: int) -> str:
         stub: Any = nodes_pb2_grpc.NodesStub(self.channel_for(peer))  # type: ignore[no-untyped-call]
@@ -155,6 +171,7 @@ class KafkaListener:
         if not self.advertised:
             self.advertised = f"{host}:{bound_port}"
         self.brokers.own = split_address(self.advertised)
+        self.brokers()  # starts asking the peers for their Kafka addresses
         log(_log, "kafka.serving", address=f"{host}:{bound_port}", advertised=self.advertised)
         return self.advertised
 
@@ -166,6 +183,7 @@ class KafkaListener:
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
+        await self.brokers.close()
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -221,7 +239,7 @@ class KafkaListener:
                 api_key=api_key,
                 api_version=version,
             )
-        request = protocol.decode_request(payload)
+        request = protocol.decode_request(payload, trailing_ok=True)  # as Kafka's brokers
         body = await self.apis.answer(request.header, request.body)
         if body is None:
             return None
@@ -238,7 +256,6 @@ def build(settings: Any, node: Any, log_service: Any, producer_ids: Any) -> Kafk
         node.node_id,
         lambda: [i for i, _ in node.peers.nodes()],
         node.peers.channel,
-        node.supervisor.spawn,
     )
     parts = ApiNode(
         node.node_id,
@@ -246,7 +263,7 @@ def build(settings: Any, node: Any, log_service: Any, producer_ids: Any) -> Kafk
         log_service,
         producer_ids,
         node.topics,
-        brokers,
+        brokers.current,
         settings.fetch_wait_ms_max,
     )
     return KafkaListener(config, Apis(parts), node.limits.requests, brokers)
