@@ -652,9 +652,11 @@ async def _serve(settings: Settings) -> int:
         kafka_address=lambda: kafka.advertised if kafka is not None else "",
     )
     nodes_pb2_grpc.add_NodesServicer_to_server(nodes, peer_server or server)  # type: ignore[no-untyped-call]
-    groups_service.register(
+    groups = groups_service.register(
         node.groups, node.metrics, server, peer_server, authenticate, supervisor.spawn
     )
+    if kafka is not None:
+        kafka.serve_groups(groups)
     health_servicer = Health()  # its Watch ends once the node stops
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     # Plaintext grpc.health.v1 only, for probes that cannot speak TLS (the kubelet's).

@@ -337,3 +337,40 @@ def test_corrupt_batch_is_refused_and_nothing_is_written(
         part = answer["responses"][0]["partition_responses"][0]
         assert part["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert client.list_offsets(topic)[0].log_end_offset == end
+
+
+def test_offsets_committed_by_an_assigning_kafka_consumer_are_replog_group_offsets(
+    server: ServerProcess, client: Client
+) -> None:
+    topic = new_topic(server)
+    producer = confluent_kafka.Producer({"bootstrap.servers": kafka(server)})
+    for i in range(10):
+        producer.produce(topic, value=b"r%d" % i)
+    assert producer.flush(30) == 0
+    got = consume(server, topic, 10)
+    group = f"grp-{topic}"
+    config = {"bootstrap.servers": kafka(server), "group.id": group, "enable.auto.commit": False}
+    committer = confluent_kafka.Consumer(config)
+    try:
+        tp = confluent_kafka.TopicPartition(topic, 0, got[6].offset())
+        committer.commit(offsets=[tp], asynchronous=False)
+    finally:
+        committer.close()
+    # The same offsets through gRPC; and a gRPC commit is what Kafka consumers resume from.
+    (committed,) = client.committed_offsets(group, [(topic, 0)])
+    assert committed.offset == got[6].offset()
+    client.commit_offsets(group, {(topic, 0): got[8].offset()})
+    resumed = confluent_kafka.Consumer(config)
+    try:
+        resumed.assign([confluent_kafka.TopicPartition(topic, 0)])  # from the committed offset
+        rest: list[Any] = []
+        deadline = time.monotonic() + 60
+        while len(rest) < 2 and time.monotonic() < deadline:
+            msg = resumed.poll(0.5)
+            if msg is not None and msg.error() is None:
+                rest.append(msg)
+        stored = resumed.committed([confluent_kafka.TopicPartition(topic, 0)], timeout=30)
+    finally:
+        resumed.close()
+    assert [m.value() for m in rest] == [b"r8", b"r9"]
+    assert stored[0].offset == got[8].offset()

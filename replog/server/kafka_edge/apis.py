@@ -37,6 +37,7 @@ from replog.server.control.routing import Router
 from replog.server.control.topics import Topics
 from replog.server.kafka_edge.convert import batch_of_frames, values_of
 from replog.server.kafka_edge.errors import code_of
+from replog.server.kafka_edge.group_offsets import GroupOffsets
 from replog.server.meta.metadata import CREATE_TIME, ENVELOPE, LOG_APPEND_TIME
 from replog.server.partitions.replicated import ReplicatedPartition
 from replog.server.services.log_service import LogService
@@ -52,6 +53,9 @@ SUPPORTED: Final[Mapping[int, tuple[int, int]]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 5),  # 6 names topics by id
+    ApiKey.FIND_COORDINATOR: (0, 4),
+    ApiKey.OFFSET_COMMIT: (2, 8),  # 9+: KIP-848 member epochs
+    ApiKey.OFFSET_FETCH: (1, 7),  # 8+: several groups per request
 }
 KAFKA_ACKS: Final[dict[int, log_pb2.Acks]] = {
     0: log_pb2.ACKS_NONE,
@@ -99,7 +103,11 @@ class Apis:
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
             ApiKey.CREATE_TOPICS: self.create_topics,
             ApiKey.DELETE_TOPICS: self.delete_topics,
+            ApiKey.FIND_COORDINATOR: self.find_coordinator,
+            ApiKey.OFFSET_COMMIT: self.offset_commit,
+            ApiKey.OFFSET_FETCH: self.offset_fetch,
         }
+        self.group_offsets: GroupOffsets | None = None  # set before the listener starts
         assert set(self.handlers) == set(SUPPORTED)
 
     async def answer(self, header: RequestHeader, body: Body) -> Body | None:
@@ -351,6 +359,20 @@ class Apis:
         if epoch > 0x7FFF:  # Kafka's epochs are int16; replog's new producers start at 0
             return out | {"error_code": ErrorCode.INVALID_PRODUCER_EPOCH}
         return {"error_code": 0, "producer_id": pid, "producer_epoch": epoch}
+
+    # -- FindCoordinator, OffsetCommit, OffsetFetch (group_offsets.py) ----------------------
+
+    async def find_coordinator(self, header: RequestHeader, body: Body) -> Body:
+        assert self.group_offsets is not None, "the groups are wired before the listener starts"
+        return await self.group_offsets.find_coordinator(header.api_version, body)
+
+    async def offset_commit(self, header: RequestHeader, body: Body) -> Body:
+        assert self.group_offsets is not None, "the groups are wired before the listener starts"
+        return await self.group_offsets.offset_commit(body)
+
+    async def offset_fetch(self, header: RequestHeader, body: Body) -> Body:
+        assert self.group_offsets is not None, "the groups are wired before the listener starts"
+        return await self.group_offsets.offset_fetch(body)
 
     # -- CreateTopics, DeleteTopics ---------------------------------------------------------
 

@@ -80,9 +80,23 @@ CONTROLLER_CODES: Final[dict[ErrorCode, ErrorCode]] = {
 }
 
 
-def code_of(exc: ReplogError, *, controller: bool = False) -> ErrorCode:
-    """The Kafka error code a client gets for `exc` (`controller`: in a controller API)."""
+# Group coordinator APIs (FindCoordinator, OffsetCommit, OffsetFetch): a coordinator that
+# is not known (yet) is COORDINATOR_NOT_AVAILABLE, on which clients look it up again.
+COORDINATOR_CODES: Final[dict[ErrorCode, ErrorCode]] = {
+    E.NOT_LEADER_OR_FOLLOWER: E.COORDINATOR_NOT_AVAILABLE,
+    E.LEADER_NOT_AVAILABLE: E.COORDINATOR_NOT_AVAILABLE,
+    E.NOT_ENOUGH_REPLICAS: E.COORDINATOR_NOT_AVAILABLE,
+}
+
+
+def code_of(exc: ReplogError, *, controller: bool = False, coordinator: bool = False) -> ErrorCode:
+    """The Kafka error code a client gets for `exc` (`controller`: in a controller API;
+    `coordinator`: in a group coordinator API)."""
     if isinstance(exc, KafkaDecodeError):
         return exc.kafka_error_code
     code = REASON_CODES.get(exc.reason, E.UNKNOWN_SERVER_ERROR)
-    return CONTROLLER_CODES.get(code, code) if controller else code
+    if controller:
+        return CONTROLLER_CODES.get(code, code)
+    if coordinator:
+        return COORDINATOR_CODES.get(code, code)
+    return code

@@ -44,8 +44,10 @@ from replog.kafka import protocol
 from replog.kafka.errors import KafkaDecodeError, UnsupportedVersionError
 from replog.kafka.protocol import ApiKey
 from replog.server.edge.limits import RequestPool
+from replog.server.groups.service import GroupsService
 from replog.server.kafka_edge.apis import SUPPORTED, Apis
 from replog.server.kafka_edge.apis import Node as ApiNode
+from replog.server.kafka_edge.group_offsets import GroupOffsets
 from replog.server.logs import log
 from replog.v1 import nodes_pb2, nodes_pb2_grpc
 
@@ -159,6 +161,10 @@ class KafkaListener:
         self._connections: set[asyncio.Task[None]] = set()
         self.connections_refused = 0
         self.malformed = 0
+
+    def serve_groups(self, groups: GroupsService) -> None:
+        """Committed offsets through the node's Groups service (before `start`)."""
+        self.apis.group_offsets = GroupOffsets(groups, self.brokers.current)
 
     async def start(self) -> str:
         """Bind and serve; the address Kafka clients are told (advertised)."""
