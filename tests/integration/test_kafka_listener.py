@@ -21,7 +21,7 @@ from replog.devcluster import free_port
 from replog.kafka import protocol
 from replog.kafka.errors import ErrorCode
 from replog.kafka.protocol import ApiKey, RequestHeader
-from replog.kafka.records import batch_of, encode_batch
+from replog.kafka.records import batch_of, decode_batches, encode_batch
 from tests.integration.servers import ServerProcess
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -374,3 +374,43 @@ def test_offsets_committed_by_an_assigning_kafka_consumer_are_replog_group_offse
         resumed.close()
     assert [m.value() for m in rest] == [b"r8", b"r9"]
     assert stored[0].offset == got[8].offset()
+
+
+def test_a_fetch_answers_within_its_max_bytes_the_first_batch_always(
+    server: ServerProcess, client: Client
+) -> None:
+    topic = new_topic(server, partitions=2)
+    firsts = [
+        client.append(
+            topic, p, [Record(b"x%d" % i, None, [], T0 + i) for i in range(5)]
+        ).base_offset
+        for p in (0, 1)
+    ]
+    ends = {o.partition: o.latest for o in client.list_offsets(topic)}
+    partitions = [
+        {
+            "partition": p,
+            "fetch_offset": firsts[p],
+            "log_start_offset": -1,
+            "partition_max_bytes": 1 << 20,
+        }
+        for p in (0, 1)
+    ]
+    body = {
+        "replica_id": -1,
+        "max_wait_ms": 0,
+        "min_bytes": 1,
+        "max_bytes": 1,  # less than one batch
+        "isolation_level": 0,
+        "topics": [{"topic": topic, "partitions": partitions}],
+    }
+    with _connect(server) as sock:
+        answer = _request(sock, ApiKey.FETCH, 4, body)
+    first, second = answer["responses"][0]["partitions"]
+    assert first["error_code"] == 0 and second["error_code"] == 0
+    (batch,) = decode_batches(first["records"])  # one record: progress, within the limit
+    assert [(batch.base_offset + r.offset_delta, r.value) for r in batch.records] == [
+        (firsts[0], b"x0")
+    ]
+    assert not second["records"]  # no room left: its offsets only
+    assert (first["high_watermark"], second["high_watermark"]) == (ends[0], ends[1])

@@ -66,6 +66,9 @@ EARLIEST, LATEST = -2, -1
 NO_LEADER = -1
 CLUSTER_ID = "replog"
 DECOMPRESSED_BYTES_MAX = 8 * 1024 * 1024
+# Records in one Fetch response, whatever the client asks (Kafka's fetch.max.bytes: 55 MiB):
+# a response is built whole before it is sent.
+FETCH_RESPONSE_BYTES_MAX = 16 * 1024 * 1024
 CONTROLLER_WAIT_S = 10.0  # within clients' request timeouts (librdkafka: 30 s)
 BACKOFF_S_MIN, BACKOFF_S_MAX = 0.05, 0.5
 TOPIC_CONFIGS: Final = {"message.timestamp.type": {"CreateTime", "LogAppendTime"}}
@@ -224,13 +227,12 @@ class Apis:
                 request.producer_epoch = batch.producer_epoch
                 request.base_sequence = batch.base_sequence
             service = self.node.log_service
-            base, _last, _hw = await service.complete_append(await service.prepare_append(request))
-            part = await self.router.leader_replica(topic, index)
-            return out | {
-                "error_code": 0,
-                "base_offset": base,
-                "log_start_offset": part.log.log_start_offset,
-            }
+            prepared = await service.prepare_append(request)
+            base, _last, _hw = await service.complete_append(prepared)
+            # (from the replica that appended: asking the router again could answer
+            # NOT_LEADER for an append that was acknowledged, and a client would retry it)
+            start = prepared.part.log.log_start_offset
+            return out | {"error_code": 0, "base_offset": base, "log_start_offset": start}
         except ReplogError as exc:
             return out | {"error_code": code_of(exc), "error_message": str(exc)[:200]}
 
@@ -239,11 +241,12 @@ class Apis:
     async def fetch(self, header: RequestHeader, body: Body) -> Body:
         wanted = [(t["topic"], p) for t in body["topics"] for p in t["partitions"]]
         answers: dict[tuple[str, int], Body] = {}
-        total = await self._fetch_pass(wanted, body["max_bytes"], answers)
+        max_bytes = min(max(body["max_bytes"], 1), FETCH_RESPONSE_BYTES_MAX)
+        total = await self._fetch_pass(wanted, max_bytes, answers)
         wait_ms = min(max(body["max_wait_ms"], 0), self.node.fetch_wait_ms_max)
         if total < max(body["min_bytes"], 1) and wait_ms > 0:
             await self._wait_any(wanted, answers, wait_ms / 1000)
-            total = await self._fetch_pass(wanted, body["max_bytes"], answers)
+            total = await self._fetch_pass(wanted, max_bytes, answers)
         responses: list[Body] = []
         for topic, p in wanted:
             if not responses or responses[-1]["topic"] != topic:
@@ -263,10 +266,10 @@ class Apis:
             if done is not None and (done["error_code"] or done["records"]):
                 total += len(done["records"] or b"")
                 continue
-            room = min(p["partition_max_bytes"], max(max_bytes - total, 0))
-            answers[key] = await self._fetch_partition(
-                topic, p, room if total else p["partition_max_bytes"]
-            )
+            # The first partition with records answers at least one batch (as Kafka does);
+            # the others only within what is left of `max_bytes`.
+            room = min(p["partition_max_bytes"], max_bytes - total)
+            answers[key] = await self._fetch_partition(topic, p, room if total else max(room, 1))
             total += len(answers[key]["records"] or b"")
         return total
 
@@ -276,8 +279,13 @@ class Apis:
         out |= {"log_start_offset": -1, "records": b"", "aborted_transactions": None}
         try:
             meta = await self.router.topic(topic)
+            if max_bytes <= 0:  # no room left in the response: its offsets only
+                part = await self.router.leader_replica(topic, index)
+                hw, start = part.high_watermark, part.log.log_start_offset
+                out |= {"high_watermark": hw, "last_stable_offset": hw, "log_start_offset": start}
+                return out | {"error_code": 0}
             request = log_pb2.FetchRequest(
-                topic=topic, partition=index, offset=p["fetch_offset"], max_bytes=max(max_bytes, 1)
+                topic=topic, partition=index, offset=p["fetch_offset"], max_bytes=max_bytes
             )
             reply = await self.node.log_service.fetch(request)
             records = batch_of_frames(reply.frames, meta.format == ENVELOPE)
