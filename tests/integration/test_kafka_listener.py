@@ -272,7 +272,8 @@ def _request(
     header = RequestHeader(api_key, version, 7, "hostile")
     sock.sendall(protocol.encode_request(header, body))
     size = struct.unpack(">i", _read(sock, 4))[0]
-    _, answer = protocol.decode_response(api_key, version, _read(sock, size))
+    correlation_id, answer = protocol.decode_response(api_key, version, _read(sock, size))
+    assert correlation_id == 7, "the answer to another request"
     return answer
 
 
@@ -414,3 +415,49 @@ def test_a_fetch_answers_within_its_max_bytes_the_first_batch_always(
     ]
     assert not second["records"]  # no room left: its offsets only
     assert (first["high_watermark"], second["high_watermark"]) == (ends[0], ends[1])
+
+
+def _produce_body(topic: str, records: bytes, acks: int = -1) -> dict[str, Any]:
+    partition = {"index": 0, "records": records}
+    return {
+        "acks": acks,
+        "timeout_ms": 10000,
+        "topic_data": [{"name": topic, "partition_data": [partition]}],
+    }
+
+
+def test_idempotent_batches_map_onto_replog_sequences_and_acks_0_gets_no_answer(
+    server: ServerProcess, client: Client
+) -> None:
+    topic = new_topic(server)
+    with _connect(server) as sock:
+        ids = _request(sock, ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None})
+        assert ids["error_code"] == 0 and ids["producer_id"] > 0
+        pid, epoch = ids["producer_id"], ids["producer_epoch"]
+
+        def batch(seq: int, value: bytes) -> bytes:
+            rows = [(None, value, T0, [])]
+            return encode_batch(
+                batch_of(0, rows, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+            )
+
+        def produce(records: bytes) -> dict[str, Any]:
+            answer = _request(sock, ApiKey.PRODUCE, 9, _produce_body(topic, records))
+            return dict(answer["responses"][0]["partition_responses"][0])
+
+        first = produce(batch(0, b"a"))
+        assert first["error_code"] == 0
+        again = produce(batch(0, b"a"))  # a retry: the original offset, nothing written twice
+        assert (again["error_code"], again["base_offset"]) == (0, first["base_offset"])
+        gap = produce(batch(5, b"c"))
+        assert gap["error_code"] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert produce(batch(1, b"b"))["error_code"] == 0
+        # acks=0: no response at all; the next answer on the connection is the next request's
+        header = RequestHeader(ApiKey.PRODUCE, 7, 99, "hostile")
+        sock.sendall(protocol.encode_request(header, _produce_body(topic, batch(2, b"z"), 0)))
+        assert _request(sock, ApiKey.API_VERSIONS, 0, {})["error_code"] == 0
+    values: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(values) < 3 and time.monotonic() < deadline:
+        values = [r.value for r in read_grpc(client, topic, 3)]
+    assert values == [b"a", b"b", b"z"]
