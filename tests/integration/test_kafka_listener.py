@@ -312,6 +312,14 @@ def test_hostile_frames_close_the_connection_and_the_node_keeps_serving(
     with _connect(server) as sock:  # still serving
         answer = _request(sock, ApiKey.API_VERSIONS, 0, {})
         assert answer["error_code"] == 0
+    metrics = server.metrics()
+    malformed = [
+        line
+        for line in metrics.splitlines()
+        if 'connections_closed_total{reason="malformed"}' in line
+    ]
+    assert malformed and float(malformed[0].split()[-1]) >= 4  # the 4 closed above
+    assert 'replog_kafka_requests_total{api="API_VERSIONS"}' in metrics
 
 
 def test_corrupt_batch_is_refused_and_nothing_is_written(

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from replog.errors import InvalidConfigError, UnavailableError
 from replog.kafka import protocol
@@ -148,19 +149,46 @@ class Brokers:
         return str(reply.kafka_address)
 
 
+class KafkaMetrics:
+    """The listener's series, on the node's registry (served with its other metrics)."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        self.requests = Counter(
+            "replog_kafka_requests",
+            "Kafka requests answered, by API key name",
+            ["api"],
+            registry=registry,
+        )
+        self.connections = Gauge(
+            "replog_kafka_connections", "open Kafka connections", registry=registry
+        )
+        self.closed = Counter(
+            "replog_kafka_connections_closed",
+            "Kafka connections closed by the node: refused (over the limit), malformed "
+            "(a frame or request that does not decode, an API or version not served), "
+            "failed (a bug: logged as kafka.failed)",
+            ["reason"],
+            registry=registry,
+        )
+
+
 class KafkaListener:
     def __init__(
-        self, config: ListenerConfig, apis: Apis, pool: RequestPool, brokers: Brokers
+        self,
+        config: ListenerConfig,
+        apis: Apis,
+        pool: RequestPool,
+        brokers: Brokers,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.config = config
         self.apis = apis
         self.pool = pool
         self.brokers = brokers
+        self.metrics = KafkaMetrics(registry)
         self.advertised = config.advertise
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
-        self.connections_refused = 0
-        self.malformed = 0
 
     def serve_groups(self, groups: GroupsService) -> None:
         """Committed offsets through the node's Groups service (before `start`)."""
@@ -197,22 +225,25 @@ class KafkaListener:
         task = asyncio.current_task()
         assert task is not None
         if len(self._connections) >= self.config.connections_max:
-            self.connections_refused += 1
+            self.metrics.closed.labels("refused").inc()
             writer.close()
             return
         self._connections.add(task)
+        self.metrics.connections.inc()
         try:
             await self._serve(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass  # the client went away, or idled past the limit: nothing to answer
         except KafkaDecodeError as exc:
-            self.malformed += 1
+            self.metrics.closed.labels("malformed").inc()
             log(_log, "kafka.malformed", logging.INFO, error=str(exc)[:200])
         except asyncio.CancelledError:
             raise
         except Exception:
+            self.metrics.closed.labels("failed").inc()
             _log.exception("kafka.failed")
         finally:
+            self.metrics.connections.dec()
             self._connections.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
@@ -247,6 +278,7 @@ class KafkaListener:
             )
         request = protocol.decode_request(payload, trailing_ok=True)  # as Kafka's brokers
         body = await self.apis.answer(request.header, request.body)
+        self.metrics.requests.labels(ApiKey(api_key).name).inc()
         if body is None:
             return None
         return protocol.encode_response(request.header, body, any_version=True)
@@ -272,4 +304,5 @@ def build(settings: Any, node: Any, log_service: Any, producer_ids: Any) -> Kafk
         brokers.current,
         settings.fetch_wait_ms_max,
     )
-    return KafkaListener(config, Apis(parts), node.limits.requests, brokers)
+    registry = node.metrics.registry
+    return KafkaListener(config, Apis(parts), node.limits.requests, brokers, registry)
