@@ -71,24 +71,17 @@ def batch_of_frames(data: bytes, envelope: bool, leader_epoch: int = -1) -> byte
         return b""
     base = decoded.offsets[0]
     last = decoded.offsets[-1]
-    control = decoded.control or [False] * len(decoded.offsets)
-    out: list[Record] = []
-    times: list[int] = []
-    append_time = NO_TIMESTAMP
-    for offset, value, is_control in zip(decoded.offsets, decoded.values, control, strict=True):
-        if is_control:
-            header = decode_header(value)
-            if header is not None:
-                append_time = header.timestamp_ms
-            continue
-        if envelope:
-            rec = records.decode(value, offset)
-            heads = tuple(Header(name, v) for name, v in rec.headers)
-            out.append(Record(offset - base, 0, rec.key, rec.value, heads))
-            times.append(rec.timestamp_ms)
-        else:
-            out.append(Record(offset - base, 0, None, value))
-            times.append(append_time)
+    if envelope:  # the envelopes' columns at once (control records skipped)
+        env = records.decode_frames(data)
+        times = env.timestamps
+        out = [
+            Record(offset - base, 0, key, value, tuple(Header(n, v) for n, v in heads))
+            for offset, key, value, heads in zip(
+                env.offsets, env.keys, env.values, env.headers, strict=True
+            )
+        ]
+    else:
+        out, times = _raw_records(decoded, base)
     base_ts = min(times) if times else NO_TIMESTAMP
     recs = tuple(r._replace(timestamp_delta=t - base_ts) for r, t in zip(out, times, strict=True))
     batch = RecordBatch(
@@ -100,3 +93,21 @@ def batch_of_frames(data: bytes, envelope: bool, leader_epoch: int = -1) -> byte
         partition_leader_epoch=leader_epoch,
     )
     return encode_batch(batch)
+
+
+def _raw_records(decoded: frames.DecodedFrames, base: int) -> tuple[list[Record], list[int]]:
+    """A raw topic's records (null keys) and their times: the append time of the
+    idempotent batch header before them, NO_TIMESTAMP before any."""
+    control = decoded.control or [False] * len(decoded.offsets)
+    out: list[Record] = []
+    times: list[int] = []
+    append_time = NO_TIMESTAMP
+    for offset, value, is_control in zip(decoded.offsets, decoded.values, control, strict=True):
+        if is_control:
+            header = decode_header(value)
+            if header is not None:
+                append_time = header.timestamp_ms
+            continue
+        out.append(Record(offset - base, 0, None, value))
+        times.append(append_time)
+    return out, times
