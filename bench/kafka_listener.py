@@ -109,7 +109,7 @@ def kafka_consume(kafka: str, topic: str, records: int) -> float:
         got = 0
         deadline = time.perf_counter() + 120
         while got == 0 and time.perf_counter() < deadline:  # connected, first fetch answered
-            got = sum(1 for m in consumer.consume(1000, 0.5) if m.error() is None)
+            got = sum(1 for m in consumer.consume(1, 0.5) if m.error() is None)
         first, start = got, time.perf_counter()  # timed from the first records on
         while got < records and time.perf_counter() < deadline:
             got += sum(1 for m in consumer.consume(1000, 0.5) if m.error() is None)
