@@ -56,7 +56,6 @@ _log = logging.getLogger("replog.server.kafka")
 
 ASK_TIMEOUT_S = 2.0
 ASK_INTERVAL_S = 1.0
-ANSWER_WAIT_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,13 +113,17 @@ class Brokers:
         return out
 
     async def current(self) -> dict[int, tuple[str, int]]:
-        """The brokers, after waiting (up to ANSWER_WAIT_S) for a round of asking that is
-        under way: a client's first Metadata then lists every live node, controller too."""
+        """The brokers, after waiting for a round of asking that is under way (each peer
+        answers or fails within ASK_TIMEOUT_S): a client's Metadata lists every live node.
+        librdkafka 2.x drops the brokers a Metadata answer leaves out, failing the requests
+        in flight to them (seen: CreateTopics failed with _DESTROY_BROKER when a node's
+        address was learned after the first answer). A known address is kept, so the list
+        only grows; the wait costs a Metadata request up to ASK_TIMEOUT_S only while some
+        member has never answered (a dead peer on a reachable host fails at once)."""
         self()
         asking = self._asking
         if asking is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(asking), ANSWER_WAIT_S)
+            await asyncio.shield(asking)
         return self()
 
     async def close(self) -> None:
@@ -186,7 +189,10 @@ class KafkaListener:
         self.pool = pool
         self.brokers = brokers
         self.metrics = KafkaMetrics(registry)
-        self.advertised = config.advertise
+        # Known before binding unless the port is 0: peers may ask (Nodes.Identify) as soon
+        # as the gRPC listener is up, before this one is.
+        listen_port = split_address(config.listen)[1]
+        self.advertised = config.advertise or (config.listen if listen_port else "")
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
