@@ -292,6 +292,30 @@ def encode(spec: MessageSpec, version: int, value: Mapping[str, Any], w: Writer)
     encode_struct(_plan(spec.fields, version, version in spec.flexible), w, value)
 
 
+def carried(spec: MessageSpec, version: int, value: Mapping[str, Any]) -> dict[str, Any]:
+    """`value` without the fields `version` does not carry (at every depth): a broker fills
+    one response dict for every version and sends what each version holds, as Kafka's own
+    handlers do by version checks (`encode` refuses a non-default field a version lacks)."""
+    return _carried(spec.fields, version, value)
+
+
+def _carried(
+    fields: tuple[FieldSpec, ...], version: int, value: Mapping[str, Any]
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in fields:
+        if version not in f.versions or f.key not in value:
+            continue
+        v = value[f.key]
+        if f.type == "struct" and v is not None:
+            if f.array:
+                v = [_carried(f.fields, version, item) for item in v]
+            else:
+                v = _carried(f.fields, version, v)
+        out[f.key] = v
+    return out
+
+
 def encode_bytes(spec: MessageSpec, version: int, value: Mapping[str, Any]) -> bytes:
     w = Writer()
     encode(spec, version, value, w)

@@ -225,11 +225,17 @@ def _skip_tagged(r: Reader) -> None:
 
 
 def decode_request(
-    payload: bytes | bytearray | memoryview, elements_max: int = ELEMENTS_MAX_DEFAULT
+    payload: bytes | bytearray | memoryview,
+    elements_max: int = ELEMENTS_MAX_DEFAULT,
+    *,
+    trailing_ok: bool = False,
 ) -> Request:
     """A request frame's header and body. An unknown API key or a version outside its spec
     raises `UnsupportedVersionError` (with the header's fields in its metadata); more than
-    `elements_max` array elements in all is a `KafkaDecodeError`."""
+    `elements_max` array elements in all is a `KafkaDecodeError`. Bytes after the body are
+    refused unless `trailing_ok`: Kafka's brokers ignore them, and librdkafka 2.x relies on
+    it (its flexible Metadata request for all topics leaves the 4-byte placeholder of the
+    topics array: a varint 0, null, then 3 zero bytes that shift its last fields)."""
     api_key, api_version, correlation_id = peek_header(payload)
     request_spec, _ = _specs(api_key, api_version, correlation_id)
     r = Reader(payload, 8, elements_max=elements_max)
@@ -239,7 +245,7 @@ def decode_request(
         _skip_tagged(r)
     header = RequestHeader(api_key, api_version, correlation_id, client_id)
     body = codec.decode(request_spec, api_version, r)
-    if r.remaining:
+    if r.remaining and not trailing_ok:
         raise KafkaDecodeError(
             f"{r.remaining} trailing bytes after {request_spec.name} v{api_version}",
             position=r.pos,
@@ -261,9 +267,14 @@ def encode_request(header: RequestHeader, body: Mapping[str, Any]) -> bytes:
     return frame(w.buf)
 
 
-def encode_response(header: RequestHeader, body: Mapping[str, Any]) -> bytes:
-    """The response frame to `header`'s request, size prefix included."""
+def encode_response(
+    header: RequestHeader, body: Mapping[str, Any], *, any_version: bool = False
+) -> bytes:
+    """The response frame to `header`'s request, size prefix included. `any_version`:
+    `body` may hold fields of other versions, which are left out (`codec.carried`)."""
     _, response_spec = _specs(header.api_key, header.api_version, header.correlation_id)
+    if any_version:
+        body = codec.carried(response_spec, header.api_version, body)
     w = Writer()
     w.int32(header.correlation_id)
     if response_header_version(header.api_key, header.api_version) == 1:

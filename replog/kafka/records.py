@@ -44,7 +44,6 @@ import google_crc32c
 
 from replog.kafka.compression import Compression, compress, compression_of, decompress
 from replog.kafka.errors import CorruptRecordBatchError, KafkaDecodeError
-from replog.kafka.primitives import Writer
 
 BATCH_HEADER_BYTES: Final = 61
 _LENGTH_OFFSET: Final = 8  # batch_length follows base_offset
@@ -143,37 +142,52 @@ def batch_of(
 # --- encoding ----------------------------------------------------------------------------
 
 
-def _encode_record(w: Writer, r: Record) -> None:
-    body = Writer()
-    body.int8(r.attributes)
-    body.varlong(r.timestamp_delta)
-    body.varint(r.offset_delta)
+def _uvarint(u: int) -> bytes:
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+
+_SMALL = [_uvarint(u) for u in range(1 << 14)]  # the unsigned varints of two bytes or less
+
+
+def _zigzag_bytes(n: int) -> bytes:
+    """`n` (a 64-bit signed value) as a zigzag varint."""
+    u = (n << 1) ^ (n >> 63)
+    return _SMALL[u] if u < 16384 else _uvarint(u)
+
+
+_NULL = _zigzag_bytes(-1)
+
+
+def _encode_record(r: Record) -> bytes:
+    """One record's bytes, its length prefix included (the hot path of Fetch responses:
+    joined parts, small varints from a table)."""
+    zz = _zigzag_bytes
+    parts = [bytes((r.attributes & 0xFF,)), zz(r.timestamp_delta), zz(r.offset_delta)]
     for blob in (r.key, r.value):
         if blob is None:
-            body.varint(-1)
+            parts.append(_NULL)
         else:
-            body.varint(len(blob))
-            body.raw(blob)
-    body.varint(len(r.headers))
+            parts += (zz(len(blob)), blob)
+    parts.append(zz(len(r.headers)))
     for h in r.headers:
         key = h.key.encode()
-        body.varint(len(key))
-        body.raw(key)
+        parts += (zz(len(key)), key)
         if h.value is None:
-            body.varint(-1)
+            parts.append(_NULL)
         else:
-            body.varint(len(h.value))
-            body.raw(h.value)
-    w.varint(len(body.buf))
-    w.raw(body.buf)
+            parts += (zz(len(h.value)), h.value)
+    body = b"".join(parts)
+    return zz(len(body)) + body
 
 
 def encode_batch(batch: RecordBatch) -> bytes:
     """The batch's bytes, its records compressed by the codec its attributes name."""
-    records = Writer()
-    for r in batch.records:
-        _encode_record(records, r)
-    payload = compress(batch.compression, records.buf)
+    payload = compress(batch.compression, b"".join(map(_encode_record, batch.records)))
     count = len(batch.records) if batch.records_count < 0 else batch.records_count
     body = _BODY.pack(
         batch.attributes,

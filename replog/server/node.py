@@ -84,6 +84,7 @@ from replog.server.edge.reflection import enable_reflection
 from replog.server.groups import service as groups_service
 from replog.server.groups.coordinator import Coordinator
 from replog.server.groups.internal import InternalTopics
+from replog.server.kafka_edge import listener as kafka_edge
 from replog.server.logs import log
 from replog.server.meta.metadata import METADATA_TOPIC, TopicMeta
 from replog.server.meta.metadata_log import MetadataLog
@@ -488,6 +489,7 @@ class Servers:
     health_servicer: Health
     draining: Draining
     replication: ReplicationService
+    kafka: kafka_edge.KafkaListener | None  # `--kafka-listen` (kafka_edge/), if on
 
     def all(self) -> list[grpc.aio.Server]:
         return [s for s in (self.client, self.peer, self.health) if s is not None]
@@ -520,7 +522,7 @@ def _servers(node: Node, settings: Settings, supervisor: Supervisor) -> Servers:
         peer_server = grpc.aio.server(options=server_options(settings.message_bytes_max))
         generic_handlers_only(peer_server)
         serve_through(peer_server, [draining, guard])  # peers' bodies decode safely too
-    replication = _add_services(node, settings, supervisor, server, peer_server)
+    replication, kafka = _add_services(node, settings, supervisor, server, peer_server)
     health_servicer = Health()  # its Watch ends once the node stops
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     # Plaintext grpc.health.v1 only, for probes that cannot speak TLS (the kubelet's).
@@ -529,7 +531,9 @@ def _servers(node: Node, settings: Settings, supervisor: Supervisor) -> Servers:
         health_server = grpc.aio.server()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_server)
     enable_reflection((*SERVICE_NAMES, health.SERVICE_NAME), server)
-    return Servers(server, peer_server, health_server, health_servicer, draining, replication)
+    return Servers(
+        server, peer_server, health_server, health_servicer, draining, replication, kafka
+    )
 
 
 def _add_services(
@@ -538,7 +542,7 @@ def _add_services(
     supervisor: Supervisor,
     server: grpc.aio.Server,
     peer_server: grpc.aio.Server | None,
-) -> ReplicationService:
+) -> tuple[ReplicationService, kafka_edge.KafkaListener | None]:
     """Log, Admin, Acls, Groups on the client listener (Admin, Acls and forwarded calls on
     the peer listener too); Replication and Nodes on the peer listener if there is one."""
     # The member a peer call's certificate names (None: TLS is off, nothing is proven).
@@ -547,6 +551,7 @@ def _add_services(
         node.router, node.metadata, node.peers, timeout_s=settings.ack_timeout_ms / 1000
     )
     log_service = LogService(node.router, node.metrics, settings, node.limits, producer_ids)
+    kafka = kafka_edge.build(settings, node, log_service, producer_ids)  # None: no --kafka-listen
     admin_service = AdminService(
         node.router,
         node.topics,
@@ -587,13 +592,16 @@ def _add_services(
         lambda: bool(node.metadata.driver.replica.membership_history),
         lambda: (node.metadata.driver.membership.voters, node.metadata.driver.membership.observers),
         Joins(node.members, node.metrics, accept=settings.join == "auto").join,
+        kafka_address=lambda: kafka.advertised if kafka is not None else "",
     )
     peer_nodes = IdentifyGuard(nodes, authenticate)  # Identify: members, proven nodes
     nodes_pb2_grpc.add_NodesServicer_to_server(peer_nodes, peer_server or server)  # type: ignore[no-untyped-call]
-    groups_service.register(
+    groups = groups_service.register(
         node.groups, node.metrics, server, peer_server, authenticate, supervisor.spawn
     )
-    return replication
+    if kafka is not None:
+        kafka.serve_groups(groups)
+    return replication, kafka
 
 
 async def _bind(node: Node, servers: Servers, settings: Settings) -> tuple[str, str | None]:
@@ -628,6 +636,8 @@ async def _start_serving(
             node.roster.set_own_address(bound)
     for each in servers.all():
         await each.start()
+    if servers.kafka is not None:
+        await servers.kafka.start()
     metrics_address = None
     if settings.metrics_listen:
         try:
@@ -675,6 +685,8 @@ async def _stop_failed(node: Node, servers: Servers, supervisor: Supervisor) -> 
     log(_log, "server.failed", logging.CRITICAL, error=repr(supervisor.failure))
     await servers.health_servicer.enter_graceful_shutdown()
     node.begin_shutdown()
+    if servers.kafka is not None:
+        await servers.kafka.close()
     await stop_servers(servers.all(), 0)
     with contextlib.suppress(Exception):
         await asyncio.wait_for(_close(node, supervisor), FAILED_CLOSE_TIMEOUT_S)
@@ -694,6 +706,8 @@ async def _stop(node: Node, servers: Servers, settings: Settings, supervisor: Su
     node.begin_shutdown()  # long polls and StreamFrom end: their partitions close
     servers.replication.close()  # no new incoming replication streams
     servers.draining.begin()  # every request stream ends at its next read (draining.py)
+    if servers.kafka is not None:
+        await servers.kafka.close()
     await stop_servers(servers.all(), settings.shutdown_grace_ms / 1000)
     await _close(node, supervisor)
     if supervisor.failure is not None:  # a task failed during the drain

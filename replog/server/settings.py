@@ -280,6 +280,16 @@ class Settings:
             "every few minutes and exports replog_insecure 1"
         ),
     )
+    kafka_listen: str = field(
+        default="",
+        metadata=_help(
+            "Kafka protocol listener host:port (port 0: any free; empty: off; docs/kafka.md)"
+        ),
+    )
+    kafka_advertise: str = field(
+        default="",
+        metadata=_help("address Kafka clients are told to use (default: the bound Kafka one)"),
+    )
     tls_client_auth: ClientAuth = field(
         default=ClientAuth.NONE,
         metadata=_help(
@@ -510,6 +520,13 @@ class Settings:
             self.join is JoinMode.MANUAL or self.tls is not None,
             "join=auto needs TLS: a joining node's certificate proves its id",
         )
+        for name in ("kafka_listen", "kafka_advertise"):
+            value = getattr(self, name)
+            _need(value == "" or _is_address(value), f"{name} must be host:port or empty")
+        _need(
+            not self.kafka_listen or (self.tls is None and self.authorization is Authorization.OFF),
+            "the Kafka listener has no TLS or SASL yet: it needs --authorization off and no TLS",
+        )
 
     def _validate_cluster(self) -> None:
         peers = self.peer_map()
@@ -521,6 +538,7 @@ class Settings:
             peers=len(peers),
             tls=self.tls is not None,
             insecure=self.insecure,
+            kafka_listen=self.kafka_listen,
         )
         _need(refused is None, str(refused))
         if len(peers) > 1:

@@ -411,9 +411,12 @@ class NodesService:
         membership_changed: Callable[[], bool] = lambda: False,
         quorum: Callable[[], tuple[Sequence[int], Sequence[int]]] = lambda: ((), ()),
         join: JoinHandler | None = None,
+        kafka_address: Callable[[], str] = lambda: "",
     ) -> None:
         """`members()`: (id, address, peer_address) of the members this node's metadata has;
-        `membership_changed()`: whether its metadata log holds a membership record."""
+        `membership_changed()`: whether its metadata log holds a membership record;
+        `kafka_address()`: its Kafka listener's advertised address ("": none)."""
+        self.kafka_address = kafka_address
         self.node_id = node_id
         self.state = state
         self.rack = rack
@@ -447,6 +450,7 @@ class NodesService:
             metadata_membership_changed=self.membership_changed(),
             metadata_voters=voters,
             metadata_observers=observers,
+            kafka_address=self.kafka_address(),
         )
 
 

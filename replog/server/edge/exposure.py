@@ -56,9 +56,23 @@ def is_loopback(address: str) -> bool:
         return False  # a host name, or 0.0.0.0 / :: (every interface)
 
 
-def refusal(*, listen: str, peer_listen: str, peers: int, tls: bool, insecure: bool) -> str | None:
+def refusal(
+    *,
+    listen: str,
+    peer_listen: str,
+    peers: int,
+    tls: bool,
+    insecure: bool,
+    kafka_listen: str = "",
+) -> str | None:
     """Why a node with these settings must not start (None: it may). `peers`: the nodes of
-    its peer list, itself included (0 or 1: a single node)."""
+    its peer list, itself included (0 or 1: a single node). The Kafka listener has no TLS
+    yet: off loopback it needs --insecure whatever the gRPC listeners do."""
+    if kafka_listen and not is_loopback(kafka_listen) and not insecure:
+        return (
+            f"refusing to serve Kafka clients in plaintext on {kafka_listen} (the Kafka "
+            f"listener has no TLS yet): bind it to loopback, or give {INSECURE_FLAG}"
+        )
     several = peers > 1
     if several and not peer_listen:
         return (

@@ -72,6 +72,12 @@ class GroupsService(groups_pb2_grpc.GroupsServicer):
     async def FindCoordinator(
         self, request: groups_pb2.FindCoordinatorRequest, context: Context
     ) -> groups_pb2.FindCoordinatorResponse:
+        return await self.find_coordinator(request, forwarded=_forwarded(context))
+
+    async def find_coordinator(
+        self, request: groups_pb2.FindCoordinatorRequest, *, forwarded: bool
+    ) -> groups_pb2.FindCoordinatorResponse:
+        """FindCoordinator's work (the Kafka listener's FindCoordinator comes here too)."""
         group = wire.group_name(request.group)
         c = self.coordinator
         if c.offsets_meta() is None:
@@ -80,13 +86,13 @@ class GroupsService(groups_pb2_grpc.GroupsServicer):
             leader = c.metadata.leader()
             if leader == self.node_id:
                 await c.create_offsets_topic()
-            elif _forwarded(context):
+            elif forwarded:
                 raise LeaderUnknownError("the metadata leader moved; retry")
             else:
                 return await self._forward(leader, request)
         found = await c.find(group)
         if isinstance(found, int):
-            if _forwarded(context):
+            if forwarded:
                 raise LeaderUnknownError(f"the coordinator of group {group!r} is not known yet")
             return await self._forward(found, request)
         node_id, address, p = found
@@ -172,6 +178,12 @@ class GroupsService(groups_pb2_grpc.GroupsServicer):
     async def CommitOffsets(
         self, request: groups_pb2.CommitOffsetsRequest, context: Context
     ) -> groups_pb2.CommitOffsetsResponse:
+        return await self.commit_offsets(request)
+
+    async def commit_offsets(
+        self, request: groups_pb2.CommitOffsetsRequest
+    ) -> groups_pb2.CommitOffsetsResponse:
+        """CommitOffsets' work (the Kafka listener's OffsetCommit comes here too)."""
         name = wire.group_name(request.group)
         member_id = wire.member_id(request.member_id, allow_empty=True)
         generation = wire.generation(request.generation, member_id)
@@ -224,6 +236,12 @@ class GroupsService(groups_pb2_grpc.GroupsServicer):
     async def FetchCommittedOffsets(
         self, request: groups_pb2.FetchCommittedOffsetsRequest, context: Context
     ) -> groups_pb2.FetchCommittedOffsetsResponse:
+        return await self.fetch_committed_offsets(request)
+
+    async def fetch_committed_offsets(
+        self, request: groups_pb2.FetchCommittedOffsetsRequest
+    ) -> groups_pb2.FetchCommittedOffsetsResponse:
+        """FetchCommittedOffsets' work (the Kafka listener's OffsetFetch comes here too)."""
         name = wire.group_name(request.group)
         wanted = wire.topic_partitions(
             ((o.topic, o.partition) for o in request.partitions),

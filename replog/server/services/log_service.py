@@ -181,6 +181,10 @@ class LogService(log_pb2_grpc.LogServicer):
 
     @unary("Fetch")
     async def Fetch(self, request: log_pb2.FetchRequest, context: Context) -> log_pb2.FetchResponse:
+        return await self.fetch(request)
+
+    async def fetch(self, request: log_pb2.FetchRequest) -> log_pb2.FetchResponse:
+        """Fetch's work (the Kafka listener's Fetch comes here too)."""
         part = await self.router.leader_replica(request.topic, request.partition)
         offset = request.offset
         max_bytes = self._max_bytes(request.max_bytes)

@@ -1,0 +1,243 @@
+"""The Kafka listener against replog's own Python client, on one `replog serve` node.
+
+    .venv/bin/python bench/kafka_listener.py [--records 30000] [--runs 3] [--no-write]
+
+One node (127.0.0.1, flush=always, a data directory under the repository), one partition
+per case, records of a 16 B key and a 100 B value, acks=all, idempotent producers:
+
+* `kafka_produce`: librdkafka (confluent-kafka) through `--kafka-listen`, linger 5 ms,
+  records/s until `flush()`; `ceiling` = replog's Python client `Producer` (linger 5 ms,
+  streaming appends) in the same run on its own topic;
+* `kafka_consume`: librdkafka's consumer (assign, from the beginning) reading them back,
+  records/s from its first records on (its connection and first fetch not timed);
+  `ceiling` = the Python client's `fetch` loop (1 MiB per fetch);
+* `kafka_latency`: one record produced and acknowledged (acks=all), median ms over 50;
+  `ceiling` = `Client.append` of one record.
+
+Runs are interleaved (Kafka, then replog), `--runs` times, medians reported; prints one
+JSON line per case (`bench/_common.py`) and writes the `## Kafka listener` section of
+docs/benchmarks.md (unless --no-write).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from _common import Result, bench_tmpdir, emit, log, machine_info, write_section
+
+from replog.client import Client, Record
+from replog.devcluster import free_port
+
+HEADING = "## Kafka listener (bench/kafka_listener.py)"
+KEY = b"k" * 16
+VALUE = b"v" * 100
+LATENCY_SAMPLES = 50
+READY_TIMEOUT_S = 60.0
+
+
+def start_node(root: Path) -> tuple[subprocess.Popen[bytes], str, str]:
+    kafka = f"127.0.0.1:{free_port()}"
+    ready = root / "ready"
+    cmd = [
+        sys.executable, "-m", "replog", "serve",
+        "--data-dir", str(root / "data"),
+        "--listen", "127.0.0.1:0",
+        "--metrics-listen", "",
+        "--ready-file", str(ready),
+        "--kafka-listen", kafka,
+        "--flush", "always",
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REPLOG_")}
+    with (root / "server.log").open("ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=out, env=env)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError((root / "server.log").read_text())
+        time.sleep(0.05)
+    return proc, ready.read_text().splitlines()[0], kafka
+
+
+def kafka_produce(kafka: str, topic: str, records: int) -> float:
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": kafka, "enable.idempotence": True, "linger.ms": 5}
+    )
+    producer.list_topics(topic, timeout=30)  # connected, metadata known: not timed
+    start = time.perf_counter()
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(topic, key=KEY, value=VALUE)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    assert producer.flush(120) == 0
+    return records / (time.perf_counter() - start)
+
+
+def replog_produce(client: Client, topic: str, records: int) -> float:
+    producer = client.producer(topic, linger_ms=5)
+    start = time.perf_counter()
+    for _ in range(records):
+        producer.send(VALUE, key=KEY, partition=0)
+    producer.flush(120)
+    return records / (time.perf_counter() - start)
+
+
+def kafka_consume(kafka: str, topic: str, records: int) -> float:
+    import confluent_kafka
+
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": kafka, "group.id": "bench", "enable.auto.commit": False}
+    )
+    try:
+        tp = confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)
+        consumer.assign([tp])
+        got = 0
+        deadline = time.perf_counter() + 120
+        while got == 0 and time.perf_counter() < deadline:  # connected, first fetch answered
+            got = sum(1 for m in consumer.consume(1, 0.5) if m.error() is None)
+        first, start = got, time.perf_counter()  # timed from the first records on
+        while got < records and time.perf_counter() < deadline:
+            got += sum(1 for m in consumer.consume(1000, 0.5) if m.error() is None)
+        assert got >= records, got
+        return (got - first) / (time.perf_counter() - start)
+    finally:
+        consumer.close()
+
+
+def replog_consume(client: Client, topic: str, records: int) -> float:
+    got, offset = 0, 0
+    start = time.perf_counter()
+    while got < records:
+        result = client.fetch(topic, 0, offset, max_bytes=1 << 20, max_wait_ms=500)
+        got += len(result.records)
+        offset = result.next_offset
+    return got / (time.perf_counter() - start)
+
+
+def kafka_latency_ms(kafka: str, topic: str) -> float:
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": kafka, "enable.idempotence": True, "linger.ms": 0}
+    )
+    producer.list_topics(topic, timeout=30)
+    samples = []
+    for _ in range(LATENCY_SAMPLES):
+        start = time.perf_counter()
+        producer.produce(topic, key=KEY, value=VALUE)
+        assert producer.flush(30) == 0
+        samples.append((time.perf_counter() - start) * 1000)
+    return statistics.median(samples)
+
+
+def replog_latency_ms(client: Client, topic: str) -> float:
+    samples = []
+    for _ in range(LATENCY_SAMPLES):
+        start = time.perf_counter()
+        client.append(topic, 0, [Record(VALUE, KEY)])
+        samples.append((time.perf_counter() - start) * 1000)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=30_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    rows: dict[str, tuple[list[float], list[float]]] = {
+        "kafka_produce": ([], []),
+        "kafka_consume": ([], []),
+        "kafka_latency": ([], []),
+    }
+    with bench_tmpdir(prefix="bench-kafka-") as root:
+        info = machine_info(root)
+        proc, address, kafka = start_node(root)
+        try:
+            with Client(address, timeout_s=60) as client:
+                for run in range(args.runs):
+                    k, r = f"k{run}", f"r{run}"
+                    client.create_topic(k, 1)
+                    client.create_topic(r, 1)
+                    cases: list[tuple[str, Callable[[], float], Callable[[], float]]] = [
+                        (
+                            "kafka_produce",
+                            partial(kafka_produce, kafka, k, args.records),
+                            partial(replog_produce, client, r, args.records),
+                        ),
+                        (
+                            "kafka_consume",
+                            partial(kafka_consume, kafka, k, args.records),
+                            partial(replog_consume, client, r, args.records),
+                        ),
+                        (
+                            "kafka_latency",
+                            partial(kafka_latency_ms, kafka, k),
+                            partial(replog_latency_ms, client, r),
+                        ),
+                    ]
+                    for name, ours, theirs in cases:
+                        rows[name][0].append(ours())
+                        rows[name][1].append(theirs())
+                        log(f"run {run}: {name} kafka {rows[name][0][-1]:.1f} "
+                            f"replog {rows[name][1][-1]:.1f}")  # fmt: skip
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+    units = {"kafka_produce": "records/s", "kafka_consume": "records/s", "kafka_latency": "ms"}
+    results = [
+        Result(name, statistics.median(k), units[name], statistics.median(r))
+        for name, (k, r) in rows.items()
+    ]
+    for result in results:
+        emit(result)
+    if not args.no_write:
+        write_section(HEADING, _section(args, info, results, rows))
+
+
+def _section(args: Any, info: dict[str, str], results: list[Result], rows: dict[str, Any]) -> str:
+    lines = [
+        f"`.venv/bin/python bench/kafka_listener.py --records {args.records} --runs {args.runs}`",
+        "",
+        "One node, flush=always, one partition per case, 16 B keys and 100 B values, acks=all,",
+        "idempotent producers. Kafka = librdkafka (confluent-kafka) through `--kafka-listen`;",
+        "replog = replog's Python client in the same run (the anchor). Medians of the runs.",
+        "",
+        "| case | Kafka listener | replog client | ratio | runs (Kafka / replog) |",
+        "|---|---|---|---|---|",
+    ]
+    for r in results:
+        assert r.ceiling is not None
+        k, p = rows[r.bench]
+        fmt = "{:.2f}" if r.unit == "ms" else "{:.0f}"
+        runs = " ".join(map(fmt.format, k)) + " / " + " ".join(map(fmt.format, p))
+        ratio = r.value / r.ceiling if r.unit != "ms" else r.ceiling / r.value
+        lines.append(
+            f"| {r.bench} ({r.unit}) | {r.value:.1f} | {r.ceiling:.1f} | {ratio:.2f}x | {runs} |"
+        )
+    lines += [
+        "",
+        "Ratio: Kafka over replog (for latency, replog over Kafka: higher is better).",
+        "",
+    ]
+    lines += [f"- {k}: {v}" for k, v in info.items()]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,466 @@
+"""The Kafka APIs the listener serves, each translated into the node's own request path.
+
+    Produce         -> LogService.prepare_append / complete_append (the gRPC Append's code)
+    Fetch           -> LogService.fetch (the gRPC Fetch's code), long poll on the replicas' HW
+    ListOffsets     -> Router.leader_replica, the log's start / HW / offset_for_time
+    Metadata        -> the metadata image (topics, assignment), the local replicas (leaders)
+    InitProducerId  -> ProducerIds.init (the gRPC InitProducer's code)
+    CreateTopics    -> Topics.create (envelope topics), DeleteTopics -> Topics.delete
+    ApiVersions     -> `SUPPORTED`, exactly what the handlers below serve
+
+Errors of replog's tree become Kafka codes through one table (`kafka_edge.errors`), per
+partition or per topic as Kafka's responses carry them. Records are translated by
+`kafka_edge.convert`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Final
+
+from replog.errors import (
+    InvalidArgumentError,
+    InvalidRecordError,
+    LeaderUnknownError,
+    ReplogError,
+    TopicExistsError,
+)
+from replog.kafka.errors import ErrorCode
+from replog.kafka.protocol import ApiKey, RequestHeader
+from replog.kafka.records import decode_batches
+from replog.server.control.producer_ids import ProducerIds
+from replog.server.control.routing import Router
+from replog.server.control.topics import Topics
+from replog.server.kafka_edge.convert import batch_of_frames, values_of
+from replog.server.kafka_edge.errors import code_of
+from replog.server.kafka_edge.group_offsets import GroupOffsets
+from replog.server.meta.metadata import CREATE_TIME, ENVELOPE, LOG_APPEND_TIME
+from replog.server.partitions.replicated import ReplicatedPartition
+from replog.server.services.log_service import LogService
+from replog.v1 import log_pb2
+
+# What this listener serves (ApiVersions answers exactly this; anything else is refused).
+SUPPORTED: Final[Mapping[int, tuple[int, int]]] = {
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.METADATA: (0, 12),
+    ApiKey.PRODUCE: (3, 9),
+    ApiKey.FETCH: (4, 12),  # 13+ names topics by id only
+    ApiKey.LIST_OFFSETS: (1, 6),  # 7 adds max-timestamp lookups
+    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 5),  # 6 names topics by id
+    ApiKey.FIND_COORDINATOR: (0, 4),
+    ApiKey.OFFSET_COMMIT: (2, 8),  # 9+: KIP-848 member epochs
+    ApiKey.OFFSET_FETCH: (1, 7),  # 8+: several groups per request
+}
+KAFKA_ACKS: Final[dict[int, log_pb2.Acks]] = {
+    0: log_pb2.ACKS_NONE,
+    1: log_pb2.ACKS_LEADER,
+    -1: log_pb2.ACKS_ALL,
+}
+EARLIEST, LATEST = -2, -1
+NO_LEADER = -1
+CLUSTER_ID = "replog"
+DECOMPRESSED_BYTES_MAX = 8 * 1024 * 1024
+# Records in one Fetch response, whatever the client asks (Kafka's fetch.max.bytes: 55 MiB):
+# a response is built whole before it is sent.
+FETCH_RESPONSE_BYTES_MAX = 16 * 1024 * 1024
+CONTROLLER_WAIT_S = 10.0  # within clients' request timeouts (librdkafka: 30 s)
+BACKOFF_S_MIN, BACKOFF_S_MAX = 0.05, 0.5
+TOPIC_CONFIGS: Final = {"message.timestamp.type": {"CreateTime", "LogAppendTime"}}
+
+Body = dict[str, Any]
+
+
+def topic_uuid(topic_id: int) -> uuid.UUID:
+    return uuid.UUID(int=topic_id)
+
+
+@dataclass
+class Node:
+    """What the APIs need of the node (built by the listener from the node's parts)."""
+
+    node_id: int
+    router: Router
+    log_service: LogService
+    producer_ids: ProducerIds
+    topics: Topics
+    brokers: Callable[[], Awaitable[dict[int, tuple[str, int]]]]  # Kafka id -> advertised
+    fetch_wait_ms_max: int
+
+
+class Apis:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.router = node.router
+        self.handlers: dict[int, Callable[[RequestHeader, Body], Awaitable[Body | None]]] = {
+            ApiKey.API_VERSIONS: self.api_versions,
+            ApiKey.METADATA: self.metadata,
+            ApiKey.PRODUCE: self.produce,
+            ApiKey.FETCH: self.fetch,
+            ApiKey.LIST_OFFSETS: self.list_offsets,
+            ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
+            ApiKey.CREATE_TOPICS: self.create_topics,
+            ApiKey.DELETE_TOPICS: self.delete_topics,
+            ApiKey.FIND_COORDINATOR: self.find_coordinator,
+            ApiKey.OFFSET_COMMIT: self.offset_commit,
+            ApiKey.OFFSET_FETCH: self.offset_fetch,
+        }
+        self.group_offsets: GroupOffsets | None = None  # set before the listener starts
+        assert set(self.handlers) == set(SUPPORTED)
+
+    async def answer(self, header: RequestHeader, body: Body) -> Body | None:
+        """The response body (None: no response, for acks=0 produces)."""
+        return await self.handlers[header.api_key](header, body)
+
+    # -- ApiVersions, Metadata --------------------------------------------------------------
+
+    async def api_versions(self, header: RequestHeader, body: Body) -> Body:
+        keys = [
+            {"api_key": int(k), "min_version": lo, "max_version": hi}
+            for k, (lo, hi) in sorted(SUPPORTED.items())
+        ]
+        return {"error_code": 0, "api_keys": keys}
+
+    async def metadata(self, header: RequestHeader, body: Body) -> Body:
+        brokers = await self.node.brokers()
+        image = self.router.metadata.image
+        asked = body["topics"]
+        if asked is None or (header.api_version == 0 and not asked):
+            names = sorted(n for n in image.topics if not n.startswith("__"))
+        else:
+            names = [t["name"] for t in asked if t["name"] is not None]
+        topics = [await self._topic_metadata(name, brokers) for name in names]
+        # The controller is the metadata leader; while it is unknown (an election) or its
+        # Kafka address is, this node: every node takes CreateTopics / DeleteTopics and
+        # forwards them to the metadata leader (Topics), so a client never waits for one.
+        try:
+            controller = self.router.metadata_leader()
+        except ReplogError:
+            controller = self.node.node_id
+        return {
+            "brokers": [
+                {"node_id": i, "host": host, "port": port, "rack": None}
+                for i, (host, port) in sorted(brokers.items())
+            ],
+            "cluster_id": CLUSTER_ID,
+            "controller_id": controller if controller in brokers else self.node.node_id,
+            "topics": topics,
+        }
+
+    async def _topic_metadata(self, name: str, brokers: Mapping[int, Any]) -> Body:
+        try:
+            meta = await self.router.topic(name)
+        except ReplogError as exc:
+            return {"error_code": code_of(exc), "name": name, "partitions": []}
+        partitions = []
+        for p in range(meta.partitions):
+            replicas = list(meta.hosts(p))
+            entry: Body = {"partition_index": p, "replica_nodes": replicas}
+            entry |= {"isr_nodes": replicas, "leader_id": NO_LEADER, "leader_epoch": -1}
+            part = self.router.replicas.replica(meta, p)
+            if part is None or part.closed:
+                # No replica here: the nodes that run one know the leader (clients ask them).
+                entry["error_code"] = ErrorCode.LEADER_NOT_AVAILABLE
+            else:
+                leader = part.leader
+                entry["replica_nodes"] = list(leader.replicas)
+                entry["leader_epoch"] = leader.epoch
+                if leader.leader_id is None or leader.leader_id not in brokers:
+                    entry["error_code"] = ErrorCode.LEADER_NOT_AVAILABLE
+                else:
+                    entry["leader_id"] = leader.leader_id
+                    entry["isr_nodes"] = _in_sync(part, list(leader.replicas))
+            partitions.append(entry)
+        return {
+            "error_code": 0,
+            "name": name,
+            "topic_id": topic_uuid(meta.topic_id),
+            "partitions": partitions,
+        }
+
+    # -- Produce ----------------------------------------------------------------------------
+
+    async def produce(self, header: RequestHeader, body: Body) -> Body | None:
+        acks = KAFKA_ACKS.get(body["acks"])
+        responses = []
+        for topic in body["topic_data"]:
+            name = topic["name"]
+            parts = await asyncio.gather(
+                *(self._produce_partition(name, p, acks) for p in topic["partition_data"])
+            )
+            responses.append({"name": name, "partition_responses": parts})
+        if acks == log_pb2.ACKS_NONE:
+            return None  # Kafka sends no response to acks=0
+        return {"responses": responses}
+
+    async def _produce_partition(self, topic: str, p: Body, acks: log_pb2.Acks | None) -> Body:
+        index = p["index"]
+        out: Body = {"index": index, "base_offset": -1, "log_append_time_ms": -1}
+        if acks is None:
+            return out | {"error_code": ErrorCode.INVALID_REQUIRED_ACKS}
+        try:
+            records = p["records"] or b""
+            batches = decode_batches(records, DECOMPRESSED_BYTES_MAX)
+            if len(batches) != 1:
+                raise InvalidRecordError(
+                    f"a produce carries one batch per partition, not {len(batches)}"
+                )
+            batch = batches[0]
+            if batch.transactional or batch.control:
+                raise InvalidRecordError("transactional and control batches are not served")
+            meta = await self.router.topic(topic)
+            request = log_pb2.AppendRequest(
+                topic=topic,
+                partition=index,
+                values=values_of(batch, meta.format == ENVELOPE),
+                acks=acks,
+            )
+            if batch.producer_id >= 0:
+                if batch.producer_epoch < 0 or batch.base_sequence < 0:
+                    raise InvalidArgumentError("an idempotent batch needs an epoch and a sequence")
+                request.producer_id = batch.producer_id
+                request.producer_epoch = batch.producer_epoch
+                request.base_sequence = batch.base_sequence
+            service = self.node.log_service
+            prepared = await service.prepare_append(request)
+            base, _last, _hw = await service.complete_append(prepared)
+            # (from the replica that appended: asking the router again could answer
+            # NOT_LEADER for an append that was acknowledged, and a client would retry it)
+            start = prepared.part.log.log_start_offset
+            return out | {"error_code": 0, "base_offset": base, "log_start_offset": start}
+        except ReplogError as exc:
+            return out | {"error_code": code_of(exc), "error_message": str(exc)[:200]}
+
+    # -- Fetch ------------------------------------------------------------------------------
+
+    async def fetch(self, header: RequestHeader, body: Body) -> Body:
+        wanted = [(t["topic"], p) for t in body["topics"] for p in t["partitions"]]
+        answers: dict[tuple[str, int], Body] = {}
+        max_bytes = min(max(body["max_bytes"], 1), FETCH_RESPONSE_BYTES_MAX)
+        total = await self._fetch_pass(wanted, max_bytes, answers)
+        wait_ms = min(max(body["max_wait_ms"], 0), self.node.fetch_wait_ms_max)
+        if total < max(body["min_bytes"], 1) and wait_ms > 0:
+            await self._wait_any(wanted, answers, wait_ms / 1000)
+            total = await self._fetch_pass(wanted, max_bytes, answers)
+        responses: list[Body] = []
+        for topic, p in wanted:
+            if not responses or responses[-1]["topic"] != topic:
+                responses.append({"topic": topic, "partitions": []})
+            responses[-1]["partitions"].append(answers[(topic, p["partition"])])
+        return {"error_code": 0, "session_id": 0, "responses": responses}
+
+    async def _fetch_pass(
+        self, wanted: list[tuple[str, Body]], max_bytes: int, answers: dict[tuple[str, int], Body]
+    ) -> int:
+        """Reads what each partition has committed (those without records yet); returns the
+        bytes of records answered in all."""
+        total = 0
+        for topic, p in wanted:
+            key = (topic, p["partition"])
+            done = answers.get(key)
+            if done is not None and (done["error_code"] or done["records"]):
+                total += len(done["records"] or b"")
+                continue
+            # The first partition with records answers at least one batch (as Kafka does);
+            # the others only within what is left of `max_bytes`.
+            room = min(p["partition_max_bytes"], max_bytes - total)
+            answers[key] = await self._fetch_partition(topic, p, room if total else max(room, 1))
+            total += len(answers[key]["records"] or b"")
+        return total
+
+    async def _fetch_partition(self, topic: str, p: Body, max_bytes: int) -> Body:
+        index = p["partition"]
+        out: Body = {"partition_index": index, "high_watermark": -1, "last_stable_offset": -1}
+        out |= {"log_start_offset": -1, "records": b"", "aborted_transactions": None}
+        try:
+            meta = await self.router.topic(topic)
+            if max_bytes <= 0:  # no room left in the response: its offsets only
+                part = await self.router.leader_replica(topic, index)
+                hw, start = part.high_watermark, part.log.log_start_offset
+                out |= {"high_watermark": hw, "last_stable_offset": hw, "log_start_offset": start}
+                return out | {"error_code": 0}
+            request = log_pb2.FetchRequest(
+                topic=topic, partition=index, offset=p["fetch_offset"], max_bytes=max_bytes
+            )
+            reply = await self.node.log_service.fetch(request)
+            records = batch_of_frames(reply.frames, meta.format == ENVELOPE)
+            return out | {
+                "error_code": 0,
+                "high_watermark": reply.high_watermark,
+                "last_stable_offset": reply.high_watermark,
+                "log_start_offset": reply.log_start_offset,
+                "records": records,
+            }
+        except ReplogError as exc:
+            return out | {"error_code": code_of(exc)}
+
+    async def _wait_any(
+        self, wanted: list[tuple[str, Body]], answers: Mapping[tuple[str, int], Body], wait_s: float
+    ) -> None:
+        """Until one of the partitions that answered nothing commits past its fetch offset
+        (or `wait_s`): Kafka's long poll, on the replicas' own HW waits."""
+        waits = []
+        for topic, p in wanted:
+            if answers[(topic, p["partition"])]["error_code"]:
+                continue
+            try:
+                part = await self.router.leader_replica(topic, p["partition"])
+            except ReplogError:
+                continue
+            waits.append(asyncio.ensure_future(part.wait_high_watermark(p["fetch_offset"], wait_s)))
+        if not waits:
+            return
+        try:
+            await asyncio.wait(waits, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+            results = await asyncio.gather(*waits, return_exceptions=True)
+            for r in results:  # a bug in a wait is a bug here too
+                if isinstance(r, Exception) and not isinstance(r, ReplogError):
+                    raise r
+
+    # -- ListOffsets ------------------------------------------------------------------------
+
+    async def list_offsets(self, header: RequestHeader, body: Body) -> Body:
+        topics = []
+        for t in body["topics"]:
+            parts = [await self._list_offset(t["name"], p) for p in t["partitions"]]
+            topics.append({"name": t["name"], "partitions": parts})
+        return {"topics": topics}
+
+    async def _list_offset(self, topic: str, p: Body) -> Body:
+        index, ts = p["partition_index"], p["timestamp"]
+        out: Body = {"partition_index": index, "timestamp": -1, "offset": -1, "leader_epoch": -1}
+        try:
+            part = await self.router.leader_replica(topic, index)
+            plog = part.log
+            out["leader_epoch"] = part.leader.epoch
+            if ts == EARLIEST:
+                return out | {"error_code": 0, "offset": plog.log_start_offset}
+            if ts == LATEST:
+                return out | {"error_code": 0, "offset": part.high_watermark}
+            if ts < 0:
+                raise InvalidArgumentError(f"timestamp {ts} is not a time, -1 or -2")
+            found = await asyncio.to_thread(plog.offset_for_time, ts)
+            if found is None:  # no record at or after the time: Kafka answers -1, -1
+                return out | {"error_code": 0}
+            return out | {"error_code": 0, "offset": found[0], "timestamp": found[1]}
+        except ReplogError as exc:
+            return out | {"error_code": code_of(exc)}
+
+    # -- InitProducerId ---------------------------------------------------------------------
+
+    async def init_producer_id(self, header: RequestHeader, body: Body) -> Body:
+        out: Body = {"producer_id": -1, "producer_epoch": -1}
+        if body["transactional_id"] is not None:
+            return out | {"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+        try:
+            pid, epoch = await self.node.producer_ids.init("")
+        except ReplogError as exc:
+            return out | {"error_code": code_of(exc)}
+        if epoch > 0x7FFF:  # Kafka's epochs are int16; replog's new producers start at 0
+            return out | {"error_code": ErrorCode.INVALID_PRODUCER_EPOCH}
+        return {"error_code": 0, "producer_id": pid, "producer_epoch": epoch}
+
+    # -- FindCoordinator, OffsetCommit, OffsetFetch (group_offsets.py) ----------------------
+
+    async def find_coordinator(self, header: RequestHeader, body: Body) -> Body:
+        assert self.group_offsets is not None, "the groups are wired before the listener starts"
+        return await self.group_offsets.find_coordinator(header.api_version, body)
+
+    async def offset_commit(self, header: RequestHeader, body: Body) -> Body:
+        assert self.group_offsets is not None, "the groups are wired before the listener starts"
+        return await self.group_offsets.offset_commit(body)
+
+    async def offset_fetch(self, header: RequestHeader, body: Body) -> Body:
+        assert self.group_offsets is not None, "the groups are wired before the listener starts"
+        return await self.group_offsets.offset_fetch(body)
+
+    # -- CreateTopics, DeleteTopics ---------------------------------------------------------
+
+    async def create_topics(self, header: RequestHeader, body: Body) -> Body:
+        results = []
+        for t in body["topics"]:
+            name = t["name"]
+            out: Body = {"name": name, "num_partitions": -1, "replication_factor": -1}
+            try:
+                timestamp_type = _timestamp_type(t["configs"])
+                if t["assignments"]:
+                    raise InvalidArgumentError("replica assignments are chosen by replog")
+                partitions = 1 if t["num_partitions"] == -1 else t["num_partitions"]
+                rf = 0 if t["replication_factor"] == -1 else t["replication_factor"]
+                if body["validate_only"]:
+                    if name in self.router.metadata.image.topics:
+                        raise TopicExistsError(f"topic {name!r} already exists", topic=name)
+                else:
+                    create = partial(
+                        self.node.topics.create,
+                        name,
+                        partitions,
+                        rf,
+                        format=ENVELOPE,
+                        timestamp_type=timestamp_type,
+                    )
+                    await _once_elected(create)
+                results.append(out | {"error_code": 0, "num_partitions": partitions})
+            except ReplogError as exc:
+                code = code_of(exc, controller=True)
+                results.append(out | {"error_code": code, "error_message": str(exc)[:200]})
+        return {"topics": results}
+
+    async def delete_topics(self, header: RequestHeader, body: Body) -> Body:
+        results = []
+        for name in body["topic_names"]:
+            try:
+                if name.startswith("__"):
+                    raise InvalidArgumentError(f"{name} is internal")
+                await _once_elected(partial(self.node.topics.delete, name))
+                results.append({"name": name, "error_code": 0})
+            except ReplogError as exc:
+                code = code_of(exc, controller=True)
+                results.append({"name": name, "error_code": code, "error_message": str(exc)[:200]})
+        return {"responses": results}
+
+
+async def _once_elected(call: Callable[[], Awaitable[None]]) -> None:
+    """`call()`, tried again for up to CONTROLLER_WAIT_S while the cluster metadata has no
+    leader (a cluster that just started, an election): clients such as librdkafka do not
+    retry NOT_CONTROLLER for CreateTopics, and their `timeout_ms` (0 by default) is how
+    long to wait for the creation to complete, not for a controller."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + CONTROLLER_WAIT_S
+    backoff_s = BACKOFF_S_MIN
+    while True:
+        try:
+            return await call()
+        except LeaderUnknownError:
+            if loop.time() + backoff_s > deadline:
+                raise
+            await asyncio.sleep(backoff_s)
+            backoff_s = min(2 * backoff_s, BACKOFF_S_MAX)
+
+
+def _timestamp_type(configs: list[Body]) -> str:
+    out = CREATE_TIME
+    for c in configs:
+        allowed = TOPIC_CONFIGS.get(c["name"])
+        if allowed is None or c["value"] not in allowed:
+            raise InvalidArgumentError(f"topic config {c['name']}={c['value']} is not supported")
+        out = LOG_APPEND_TIME if c["value"] == "LogAppendTime" else CREATE_TIME
+    return out
+
+
+def _in_sync(part: ReplicatedPartition, replicas: list[int]) -> list[int]:
+    """The leader and the followers whose log reaches its HW (on the leader; elsewhere the
+    leader's followers are unknown: every replica)."""
+    followers = part.driver.replica.followers()
+    if not followers:
+        return replicas
+    hw = part.high_watermark
+    return [r for r in replicas if r == part.driver.leader_id or followers.get(r, (-1, 0))[0] >= hw]

@@ -1,0 +1,113 @@
+"""Kafka records <-> replog's records: the one translation between the two protocols' data.
+
+Produce: a Kafka record batch v2 (decoded by `replog.kafka.records`, CRC and codec checked)
+becomes one replog append of its records' values, in order:
+
+* envelope topic: each record becomes one envelope (`replog.records`) with the Kafka
+  record's key (null stays null), value (null: an empty value; replog has no tombstones),
+  headers (a null header value: empty) and timestamp (`base_timestamp + timestamp_delta`);
+* raw topic: each record's value as it is. A record with a key or headers is refused
+  (INVALID_RECORD): a raw topic has nowhere to keep them, and dropping them would lose what
+  the producer was told was written.
+
+Fetch: the frames a replog read returns (`replog.frames`) become ONE uncompressed Kafka
+batch whose `base_offset` is the first frame's offset and whose `last_offset_delta` reaches
+the last frame's, so a client's next fetch offset passes every frame read. Data frames are
+its records, at `offset_delta = offset - base_offset`; control frames (leader-epoch markers,
+idempotent batch headers) take offsets and carry no record, so a client sees an offset gap
+there, as it does on a compacted Kafka topic (a read of control frames only is a batch of
+zero records, which clients skip over the same way). Envelope topics give each record its
+key, headers and timestamp (create time); raw topics a null key, no headers, and the
+leader's append time of the idempotent batch the record was written in (replog's batch
+header, per record: the batch's timestamp type stays create time), -1 when none was.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from replog import frames, records
+from replog.errors import InvalidRecordError
+from replog.kafka.records import (
+    Header,
+    Record,
+    RecordBatch,
+    encode_batch,
+)
+from replog.replication.producers import decode_header
+
+NO_TIMESTAMP = -1  # Kafka's "no timestamp"
+
+
+def values_of(batch: RecordBatch, envelope: bool) -> list[bytes]:
+    """The replog values to append for a Kafka batch (see the module doc)."""
+    if not envelope:
+        out = []
+        for r in batch.records:
+            if r.key is not None or r.headers:
+                raise InvalidRecordError(
+                    "a raw topic keeps values only: a record with a key or headers needs an "
+                    "envelope topic (create it through Kafka's CreateTopics or with "
+                    "--format envelope)"
+                )
+            out.append(r.value or b"")
+        return out
+    base = batch.base_timestamp
+    return [
+        records.encode(
+            r.value or b"",
+            key=r.key,
+            headers=[(h.key, h.value or b"") for h in r.headers],
+            timestamp_ms=base + r.timestamp_delta,
+        )
+        for r in batch.records
+    ]
+
+
+def batch_of_frames(data: bytes, envelope: bool, leader_epoch: int = -1) -> bytes:
+    """One Kafka batch (bytes) holding the frames `data` (b"" for no frames)."""
+    decoded = frames.decode(data)
+    if not decoded.offsets:
+        return b""
+    base = decoded.offsets[0]
+    last = decoded.offsets[-1]
+    if envelope:  # the envelopes' columns at once (control records skipped)
+        env = records.decode_frames(data)
+        times = env.timestamps
+        out = [
+            Record(offset - base, 0, key, value, tuple(Header(n, v) for n, v in heads))
+            for offset, key, value, heads in zip(
+                env.offsets, env.keys, env.values, env.headers, strict=True
+            )
+        ]
+    else:
+        out, times = _raw_records(decoded, base)
+    base_ts = min(times) if times else NO_TIMESTAMP
+    recs = tuple(r._replace(timestamp_delta=t - base_ts) for r, t in zip(out, times, strict=True))
+    batch = RecordBatch(
+        base_offset=base,
+        records=recs,
+        base_timestamp=base_ts,
+        max_timestamp=max(times) if times else NO_TIMESTAMP,
+        last_offset_delta=last - base,
+        partition_leader_epoch=leader_epoch,
+    )
+    return encode_batch(batch)
+
+
+def _raw_records(decoded: frames.DecodedFrames, base: int) -> tuple[list[Record], list[int]]:
+    """A raw topic's records (null keys) and their times: the append time of the
+    idempotent batch header before them, NO_TIMESTAMP before any."""
+    control = decoded.control or [False] * len(decoded.offsets)
+    out: list[Record] = []
+    times: list[int] = []
+    append_time = NO_TIMESTAMP
+    for offset, value, is_control in zip(decoded.offsets, decoded.values, control, strict=True):
+        if is_control:
+            header = decode_header(value)
+            if header is not None:
+                append_time = header.timestamp_ms
+            continue
+        out.append(Record(offset - base, 0, None, value))
+        times.append(append_time)
+    return out, times

@@ -1,0 +1,314 @@
+"""The Kafka listener: Kafka's wire protocol on its own port, beside the gRPC listeners.
+
+An asyncio server (`--kafka-listen`, off by default) started and stopped with the node.
+Each connection is served the way a Kafka broker serves one: one request at a time, in
+order (a broker mutes a connection while a request is in flight); requests the client
+pipelines wait in the socket's buffers, so a connection holds at most one request in memory.
+
+Bounds and hostile input:
+
+* connections: at most `connections_max`; one more is closed at once;
+* a frame's size prefix above `frame_bytes_max` (or negative: a "2 GiB" prefix) closes the
+  connection before any byte of the body is read; the body's bytes are counted in the
+  node's request pool (`limits.RequestPool`, shared with gRPC appends and fetches) before
+  they are read, and must arrive within `read_timeout_s`;
+* a connection idle for `idle_timeout_s` is closed (Kafka's connections.max.idle.ms);
+* a header that cannot be read, an unknown API key, a version outside `apis.SUPPORTED`
+  (except ApiVersions, which answers UNSUPPORTED_VERSION with the supported ranges, as
+  Kafka's brokers do) or a body that does not decode closes the connection; nothing was
+  written (a body is decoded whole before it is handled);
+* corrupt record batches (CRC, codec, lengths) are decoded inside Produce and answered
+  CORRUPT_MESSAGE / INVALID_RECORD for their partition, with nothing appended.
+
+A handler that fails with anything but a replog error is a bug: it is logged
+(`kafka.failed`, with the traceback) and the connection closed; the node keeps serving.
+
+Kafka node ids are replog's node ids. The brokers a Metadata response lists are this node
+(its advertised address) and the peers whose Kafka address their `Nodes.Identify` answer
+published (`Brokers`, asked in the background and kept).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from replog.errors import InvalidConfigError, UnavailableError
+from replog.kafka import protocol
+from replog.kafka.errors import KafkaDecodeError, UnsupportedVersionError
+from replog.kafka.protocol import ApiKey
+from replog.server.edge.limits import RequestPool
+from replog.server.groups.service import GroupsService
+from replog.server.kafka_edge.apis import SUPPORTED, Apis
+from replog.server.kafka_edge.apis import Node as ApiNode
+from replog.server.kafka_edge.group_offsets import GroupOffsets
+from replog.server.logs import log
+from replog.v1 import nodes_pb2, nodes_pb2_grpc
+
+_log = logging.getLogger("replog.server.kafka")
+
+ASK_TIMEOUT_S = 2.0
+ASK_INTERVAL_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerConfig:
+    listen: str  # host:port (port 0: any)
+    advertise: str = ""  # host:port clients reach (empty: the bound address)
+    frame_bytes_max: int = 16 * 1024 * 1024
+    connections_max: int = 1000
+    idle_timeout_s: float = 600.0
+    read_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        assert self.frame_bytes_max >= 1024 and self.connections_max >= 1
+        assert self.idle_timeout_s > 0 and self.read_timeout_s > 0
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 0xFFFF:
+        raise InvalidConfigError(f"a Kafka address is host:port, not {address!r}")
+    return host.strip("[]"), int(port)
+
+
+class Brokers:
+    """Kafka node id -> (host, port) of every node whose Kafka address is known: this one,
+    and the peers that published theirs (`Nodes.Identify`'s kafka_address), asked one round
+    at a time when a member is not known yet (a Metadata request waits briefly for it)."""
+
+    def __init__(
+        self,
+        node_id: int,
+        members: Callable[[], Sequence[int]],
+        channel_for: Callable[[int], grpc.aio.Channel],
+    ) -> None:
+        self.node_id = node_id
+        self.members = members
+        self.channel_for = channel_for
+        self.own: tuple[str, int] | None = None
+        self.known: dict[int, tuple[str, int]] = {}
+        self._asking: asyncio.Future[None] | None = None
+        self._last_ask = -ASK_INTERVAL_S
+
+    def __call__(self) -> dict[int, tuple[str, int]]:
+        """The brokers known now; starts asking the members not known yet (at most one
+        round per ASK_INTERVAL_S)."""
+        members = set(self.members()) | {self.node_id}
+        out = {i: a for i, a in self.known.items() if i in members}
+        if self.own is not None:
+            out[self.node_id] = self.own
+        unknown = [i for i in members if i not in out]
+        now = asyncio.get_running_loop().time()
+        if unknown and self._asking is None and now - self._last_ask >= ASK_INTERVAL_S:
+            self._last_ask = now
+            self._asking = asyncio.ensure_future(self._ask(unknown))
+        return out
+
+    async def current(self) -> dict[int, tuple[str, int]]:
+        """The brokers, after waiting for a round of asking that is under way (each peer
+        answers or fails within ASK_TIMEOUT_S): a client's Metadata lists every live node.
+        librdkafka 2.x drops the brokers a Metadata answer leaves out, failing the requests
+        in flight to them (seen: CreateTopics failed with _DESTROY_BROKER when a node's
+        address was learned after the first answer). A known address is kept, so the list
+        only grows; the wait costs a Metadata request up to ASK_TIMEOUT_S only while some
+        member has never answered (a dead peer on a reachable host fails at once)."""
+        self()
+        asking = self._asking
+        if asking is not None:
+            await asyncio.shield(asking)
+        return self()
+
+    async def close(self) -> None:
+        if self._asking is not None:
+            self._asking.cancel()
+            await asyncio.gather(self._asking, return_exceptions=True)
+
+    async def _ask(self, peers: list[int]) -> None:
+        try:
+            found = await asyncio.gather(*(self._one(p) for p in peers))
+            for peer, address in zip(peers, found, strict=True):
+                if address:
+                    with contextlib.suppress(InvalidConfigError):
+                        self.known[peer] = split_address(address)
+        finally:
+            self._asking = None
+
+    async def _one(self, peer: int) -> str:
+        stub: Any = nodes_pb2_grpc.NodesStub(self.channel_for(peer))  # type: ignore[no-untyped-call]
+        try:
+            reply = await stub.Identify(
+                nodes_pb2.IdentifyRequest(node_id=self.node_id), timeout=ASK_TIMEOUT_S
+            )
+        except grpc.RpcError:
+            return ""
+        return str(reply.kafka_address)
+
+
+class KafkaMetrics:
+    """The listener's series, on the node's registry (served with its other metrics)."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        self.requests = Counter(
+            "replog_kafka_requests",
+            "Kafka requests answered, by API key name",
+            ["api"],
+            registry=registry,
+        )
+        self.connections = Gauge(
+            "replog_kafka_connections", "open Kafka connections", registry=registry
+        )
+        self.closed = Counter(
+            "replog_kafka_connections_closed",
+            "Kafka connections closed by the node: refused (over the limit), malformed "
+            "(a frame or request that does not decode, an API or version not served), "
+            "failed (a bug: logged as kafka.failed)",
+            ["reason"],
+            registry=registry,
+        )
+
+
+class KafkaListener:
+    def __init__(
+        self,
+        config: ListenerConfig,
+        apis: Apis,
+        pool: RequestPool,
+        brokers: Brokers,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.config = config
+        self.apis = apis
+        self.pool = pool
+        self.brokers = brokers
+        self.metrics = KafkaMetrics(registry)
+        # Known before binding unless the port is 0: peers may ask (Nodes.Identify) as soon
+        # as the gRPC listener is up, before this one is.
+        listen_port = split_address(config.listen)[1]
+        self.advertised = config.advertise or (config.listen if listen_port else "")
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    def serve_groups(self, groups: GroupsService) -> None:
+        """Committed offsets through the node's Groups service (before `start`)."""
+        self.apis.group_offsets = GroupOffsets(groups, self.brokers.current)
+
+    async def start(self) -> str:
+        """Bind and serve; the address Kafka clients are told (advertised)."""
+        host, port = split_address(self.config.listen)
+        try:
+            self._server = await asyncio.start_server(self._accepted, host, port)
+        except OSError as exc:
+            raise UnavailableError(f"cannot listen on {self.config.listen}: {exc}") from None
+        bound_port = self._server.sockets[0].getsockname()[1]
+        if not self.advertised:
+            self.advertised = f"{host}:{bound_port}"
+        self.brokers.own = split_address(self.advertised)
+        self.brokers()  # starts asking the peers for their Kafka addresses
+        log(_log, "kafka.serving", address=f"{host}:{bound_port}", advertised=self.advertised)
+        return self.advertised
+
+    async def close(self) -> None:
+        """Stop accepting and end every connection (a request in flight is cancelled: an
+        append it started completes or never starts, and the client retries)."""
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        await self.brokers.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if len(self._connections) >= self.config.connections_max:
+            self.metrics.closed.labels("refused").inc()
+            writer.close()
+            return
+        self._connections.add(task)
+        self.metrics.connections.inc()
+        try:
+            await self._serve(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            pass  # the client went away, or idled past the limit: nothing to answer
+        except KafkaDecodeError as exc:
+            self.metrics.closed.labels("malformed").inc()
+            log(_log, "kafka.malformed", logging.INFO, error=str(exc)[:200])
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.metrics.closed.labels("failed").inc()
+            _log.exception("kafka.failed")
+        finally:
+            self.metrics.connections.dec()
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        config = self.config
+        while True:
+            prefix = await asyncio.wait_for(reader.readexactly(4), config.idle_timeout_s)
+            size = protocol.frame_size(prefix, config.frame_bytes_max)
+            await self.pool.reserve(size)
+            try:
+                payload = await asyncio.wait_for(reader.readexactly(size), config.read_timeout_s)
+                self.pool.resize(size, size)
+                response = await self._answer(payload)
+            finally:
+                self.pool.release(size, read=True)
+            if response is not None:
+                writer.write(response)
+                await writer.drain()
+
+    async def _answer(self, payload: bytes) -> bytes | None:
+        api_key, version, correlation_id = protocol.peek_header(payload)
+        supported = SUPPORTED.get(api_key)
+        if supported is None or not supported[0] <= version <= supported[1]:
+            if api_key == ApiKey.API_VERSIONS:
+                return protocol.encode_api_versions_unsupported(correlation_id, SUPPORTED)
+            raise UnsupportedVersionError(
+                f"api key {api_key} version {version} is not served",
+                api_key=api_key,
+                api_version=version,
+            )
+        request = protocol.decode_request(payload, trailing_ok=True)  # as Kafka's brokers
+        body = await self.apis.answer(request.header, request.body)
+        self.metrics.requests.labels(ApiKey(api_key).name).inc()
+        if body is None:
+            return None
+        return protocol.encode_response(request.header, body, any_version=True)
+
+
+def build(settings: Any, node: Any, log_service: Any, producer_ids: Any) -> KafkaListener | None:
+    """The node's Kafka listener (None with `--kafka-listen` unset), not started yet; its
+    parts are the node's own: router, topics, producer ids, request pool, peers."""
+    if not settings.kafka_listen:
+        return None
+    config = ListenerConfig(settings.kafka_listen, settings.kafka_advertise)
+    brokers = Brokers(
+        node.node_id,
+        lambda: [i for i, _ in node.peers.nodes()],
+        node.peers.channel,
+    )
+    parts = ApiNode(
+        node.node_id,
+        node.router,
+        log_service,
+        producer_ids,
+        node.topics,
+        brokers.current,
+        settings.fetch_wait_ms_max,
+    )
+    registry = node.metrics.registry
+    return KafkaListener(config, Apis(parts), node.limits.requests, brokers, registry)
