@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from replog.replication import ReplicaConfig
+from replog.server.control.answers import MetadataAnswers
 from replog.server.edge.limits import Limits, LimitsConfig
 from replog.server.meta.metadata import (
     CompleteReassignment,
@@ -129,3 +131,57 @@ def test_the_images_indexes_follow_creates_deletes_and_reassignments() -> None:
     assert changed == {"a"}
     assert image.hosted == _hosted_by_a_pass(image) == Counter({3: 1})
     assert image.replicas_on(1) == 0
+
+
+def test_get_metadata_answers_are_built_once_per_change(tmp_path: Path) -> None:
+    image = MetadataImage()
+    elsewhere = tuple((2, 3, 4) for _ in range(PARTITIONS))
+
+    async def scenario() -> None:
+        failures: list[BaseException] = []
+        supervisor = Supervisor(failures.append)
+        mgr = _manager(tmp_path, image, supervisor)
+        await mgr.load()
+        answers = MetadataAnswers(image, mgr, 1)
+        try:
+            for i in range(TOPICS):
+                image.apply(i, CreateTopic(f"t{i}", PARTITIONS, elsewhere))
+            image.apply(TOPICS, CreateTopic("here", 2, ((1,), (2,))))
+            await mgr.reconcile()
+            part = mgr.replicas[("here", 0)]
+            assert await wait_for(lambda: part.leader.leader_id == 1)
+
+            listed = answers.list_topics()
+            assert len(listed.topics) == TOPICS + 1
+            assert answers.list_topics() is listed  # nothing changed: the same answer
+            for _ in range(2):
+                for name in answers.names():
+                    answers.topic(image.topics[name])
+            assert (answers.built, answers.reused) == (TOPICS + 1, TOPICS + 1)
+
+            here = answers.topic(image.topics["here"])
+            assert [(p.leader_id, list(p.replicas)) for p in here.partitions] == [
+                (1, [1]),
+                (-1, [2]),  # no replica here: its replicas know the leader
+            ]
+            image.apply(TOPICS + 1, DeleteTopic("t3"))  # another topic changed
+            answers.topic(image.topics["t4"])
+            assert answers.built == TOPICS + 1  # t4's answer holds
+            assert [t.name for t in answers.list_topics().topics][:4] == ["here", "t0", "t1", "t10"]
+            assert "t3" not in answers.names()
+        finally:
+            await mgr.close()
+            await supervisor.close()
+        assert failures == []
+
+    asyncio.run(scenario())
+
+
+async def wait_for(condition: Callable[[], bool], timeout_s: float = 30.0) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True

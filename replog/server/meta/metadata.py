@@ -424,6 +424,7 @@ class MetadataImage:
         # Indexes kept by `apply`, so that no question costs a pass over every topic:
         self.hosted: Counter[int] = Counter()  # node -> partitions with a replica there
         self.moving: set[tuple[str, int]] = set()  # (topic, partition) with a target
+        self.topics_version = 0  # one more each time a command changes a topic (caches)
         self._watchers: list[set[str]] = []  # change sets (`watch`)
 
     # -- validation (before proposing) -------------------------------------------------------
@@ -647,6 +648,7 @@ class MetadataImage:
             return None
         self._reindex(before, -1)
         self._reindex(after, 1)
+        self.topics_version += 1
         for changed in self._watchers:
             changed.add(name)
         return name
