@@ -16,10 +16,12 @@ from replog.server.meta.metadata import (
     CompleteReassignment,
     CreateTopic,
     DeleteTopic,
+    InitProducer,
     MetadataImage,
     ReassignPartition,
     TopicMeta,
 )
+from replog.server.partitions import replica_dirs
 from replog.server.partitions.replica_manager import ReplicaManager
 from replog.server.partitions.replicated import ReplicatedPartition
 from replog.server.supervisor import Supervisor
@@ -33,7 +35,12 @@ PARTITIONS = 10  # 2,000 partitions in the cluster; the node hosts a replica of 
 HOSTED_EVERY = 20  # topic i has its partition 0 on this node when i % HOSTED_EVERY == 0
 
 
-def _manager(data_dir: Path, image: MetadataImage, supervisor: Supervisor) -> ReplicaManager:
+def _manager(
+    data_dir: Path,
+    image: MetadataImage,
+    supervisor: Supervisor,
+    ready: Callable[[], bool] = lambda: True,
+) -> ReplicaManager:
     limits = Limits(LimitsConfig())  # one per node, as the node has
 
     def make(meta: TopicMeta, p: int, plog: PartitionLog) -> ReplicatedPartition:
@@ -49,9 +56,7 @@ def _manager(data_dir: Path, image: MetadataImage, supervisor: Supervisor) -> Re
         )
 
     files = OpenFiles(64)
-    return ReplicaManager(
-        1, data_dir, CONFIG, image, make, lambda: True, clock=Clock(), files=files
-    )
+    return ReplicaManager(1, data_dir, CONFIG, image, make, ready, clock=Clock(), files=files)
 
 
 def test_a_create_looks_at_the_new_topic_alone_however_many_the_node_hosts(
@@ -185,3 +190,46 @@ async def wait_for(condition: Callable[[], bool], timeout_s: float = 30.0) -> bo
             return False
         await asyncio.sleep(0.01)
     return True
+
+
+def test_a_local_topic_the_metadata_never_committed_goes_once_the_metadata_caught_up(
+    tmp_path: Path,
+) -> None:
+    """On restart a topic on disk that the replayed image does not know waits for the
+    metadata to catch up (no command names it: it is looked at again once ready)."""
+
+    async def scenario() -> None:
+        failures: list[BaseException] = []
+        supervisor = Supervisor(failures.append)
+        before = MetadataImage()
+        mgr = _manager(tmp_path, before, supervisor)
+        await mgr.load()
+        before.apply(0, CreateTopic("a", 1, ((1,),)))
+        before.apply(5, CreateTopic("c", 1, ((1,),)))  # (its create is lost in the restart)
+        await mgr.reconcile()
+        await mgr.close()
+        assert sorted(replica_dirs.scan(tmp_path)) == ["a", "c"]
+
+        ready = {"yes": False}
+        image = MetadataImage()
+        mgr = _manager(tmp_path, image, supervisor, lambda: ready["yes"])
+        await mgr.load()
+        try:
+            image.apply(0, CreateTopic("a", 1, ((1,),)))
+            await mgr.reconcile()
+            assert sorted(replica_dirs.scan(tmp_path)) == ["a", "c"]  # not caught up yet
+            for offset in range(1, 7):
+                image.apply(offset, InitProducer(""))  # names no topic
+            ready["yes"] = True
+            await mgr.reconcile()
+            assert sorted(replica_dirs.scan(tmp_path)) == ["a"]
+            assert sorted(mgr.replicas) == [("a", 0)]
+            visited = mgr.visited_topics
+            await mgr.reconcile()
+            assert mgr.visited_topics == visited  # decided: not looked at again
+        finally:
+            await mgr.close()
+            await supervisor.close()
+        assert failures == []
+
+    asyncio.run(scenario())

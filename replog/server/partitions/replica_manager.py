@@ -161,7 +161,8 @@ class ReplicaManager:
         if self._full:
             self._full = False
             names.update(self.image.topics, self._local, self._running)
-        names.update(self._undecided)
+        if self._metadata_ready():  # (until then they stay as they are: see `_stale`)
+            names.update(self._undecided)
         names.update(k[0] for k, f in self._failures.items() if f.retry_at <= now)
         return names
 
