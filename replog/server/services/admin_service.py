@@ -159,9 +159,12 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             name=request.name,
             format=WIRE_FORMATS[meta.format],
             timestamp_type=WIRE_TIMESTAMP_TYPES[meta.timestamp_type],
+            partition_count=meta.partitions,
         )
         asked = _Asked(request, _forwarded(context))
-        for p in range(meta.partitions):
+        first = min(request.first_partition, meta.partitions)  # (paging: docs/api.md)
+        end = meta.partitions if not request.partitions_max else first + request.partitions_max
+        for p in range(first, min(end, meta.partitions)):
             desc = await self._describe_partition(asked, meta, p)
             if desc is not None:
                 out.partitions.append(desc)
