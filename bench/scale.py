@@ -206,70 +206,78 @@ def run_case(nodes: int, limit_s: float, args: argparse.Namespace, work: Path) -
     """One cluster of `nodes` grown through the checkpoints; creates stop after `limit_s`
     seconds of creating."""
     case = Case(nodes)
-    rng = random.Random(27)
-    rf = nodes
     began = time.monotonic()
     cluster = DevCluster(work, nodes)
     try:
-        cluster.start()
-        with Client(cluster.bootstrap, retry=PATIENT, timeout_s=60) as client:
-            created: list[str] = []
-            total = 0
-            block: list[float] = []
-            block_start = time.monotonic()
-            creating_s = 0.0
-            for target in args.checkpoints:
-                while total < target:
-                    if creating_s > limit_s:
-                        case.gave_up = (
-                            f"stopped creating at {total:,} partitions after {limit_s:.0f} s "
-                            "of creates (--create-limit-s)"
-                        )
-                        break
-                    name = f"s{len(created):05d}"
-                    start = time.monotonic()
-                    client.create_topic(name, args.topic_partitions, rf, format="raw")
-                    block.append(time.monotonic() - start)
-                    creating_s += block[-1]
-                    created.append(name)
-                    total += args.topic_partitions
-                    if total % 1000 == 0:
-                        add_1000_s = time.monotonic() - block_start
-                        block_start = time.monotonic()
-                if case.gave_up:
-                    break
-                sample = [
-                    (rng.choice(created), rng.randrange(args.topic_partitions))
-                    for _ in range(args.sample)
-                ]
-                ok, detail = check(client, sample, 120)
-                point = Checkpoint(
-                    total,
-                    statistics.median(block) * 1000,
-                    max(block) * 1000,
-                    add_1000_s,
-                    idle_cpu_pct(cluster, args.idle_s),
-                    [round(rss_mib(p), 1) for p in pids(cluster)],
-                    [fds(p) for p in pids(cluster)],
-                    get_metadata_ms(cluster.members[1].address),
-                    ("ok " if ok else "FAILED ") + detail,
-                )
-                case.checkpoints.append(point)
-                log(f"{nodes} node(s), {total:,} partitions: {point}")
-                block = []
-                block_start = time.monotonic()
-            if case.checkpoints:
-                case.restarted_at = total
-                last = cluster.members[nodes]
-                for how in ("SIGTERM", "SIGKILL"):
-                    case.restarts.append(restart(last, client, sample, how, args.restart_limit_s))
-                    log(f"{nodes} node(s): {case.restarts[-1]}")
-                ok, detail = check(client, sample, 120)
-                case.check_after = ("ok " if ok else "FAILED ") + detail
+        _grow(cluster, case, limit_s, args)
+    except (ReplogError, grpc.RpcError, RuntimeError, AssertionError) as exc:
+        case.gave_up = f"stopped by {type(exc).__name__}: {str(exc)[:300]}"
+        log(f"{nodes} node(s): {case.gave_up}")
     finally:
         cluster.kill_all()
         case.wall_s = time.monotonic() - began
     return case
+
+
+def _grow(cluster: DevCluster, case: Case, limit_s: float, args: argparse.Namespace) -> None:
+    nodes = case.nodes
+    rng = random.Random(27)
+    rf = nodes
+    cluster.start()
+    with Client(cluster.bootstrap, retry=PATIENT, timeout_s=60) as client:
+        created: list[str] = []
+        total = 0
+        block: list[float] = []
+        block_start = time.monotonic()
+        creating_s = 0.0
+        for target in args.checkpoints:
+            while total < target:
+                if creating_s > limit_s:
+                    case.gave_up = (
+                        f"stopped creating at {total:,} partitions after {limit_s:.0f} s "
+                        "of creates (--create-limit-s)"
+                    )
+                    break
+                name = f"s{len(created):05d}"
+                start = time.monotonic()
+                client.create_topic(name, args.topic_partitions, rf, format="raw")
+                block.append(time.monotonic() - start)
+                creating_s += block[-1]
+                created.append(name)
+                total += args.topic_partitions
+                if total % 1000 == 0:
+                    add_1000_s = time.monotonic() - block_start
+                    block_start = time.monotonic()
+            if case.gave_up:
+                break
+            sample = [
+                (rng.choice(created), rng.randrange(args.topic_partitions))
+                for _ in range(args.sample)
+            ]
+            ok, detail = check(client, sample, 120)
+            point = Checkpoint(
+                total,
+                statistics.median(block) * 1000,
+                max(block) * 1000,
+                add_1000_s,
+                idle_cpu_pct(cluster, args.idle_s),
+                [round(rss_mib(p), 1) for p in pids(cluster)],
+                [fds(p) for p in pids(cluster)],
+                get_metadata_ms(cluster.members[1].address),
+                ("ok " if ok else "FAILED ") + detail,
+            )
+            case.checkpoints.append(point)
+            log(f"{nodes} node(s), {total:,} partitions: {point}")
+            block = []
+            block_start = time.monotonic()
+        if case.checkpoints:
+            case.restarted_at = total
+            last = cluster.members[nodes]
+            for how in ("SIGTERM", "SIGKILL"):
+                case.restarts.append(restart(last, client, sample, how, args.restart_limit_s))
+                log(f"{nodes} node(s): {case.restarts[-1]}")
+            ok, detail = check(client, sample, 120)
+            case.check_after = ("ok " if ok else "FAILED ") + detail
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -372,9 +380,9 @@ def main() -> int:
             case = run_case(nodes, limit_s, args, work / f"{nodes}n")
             emit_case(case)
             cases.append(case)
-    if not args.no_docs:
-        text = DOCS_FILE.read_text() if DOCS_FILE.exists() else ""
-        DOCS_FILE.write_text(replace_section(text, HEADING, section(cases, args, machine)))
+            if not args.no_docs:  # after each case: a later one that fails loses nothing
+                text = DOCS_FILE.read_text() if DOCS_FILE.exists() else ""
+                DOCS_FILE.write_text(replace_section(text, HEADING, section(cases, args, machine)))
     return 0
 
 
