@@ -278,6 +278,7 @@ def _grow(cluster: DevCluster, case: Case, limit_s: float, args: argparse.Namesp
                 log(f"{nodes} node(s): {case.restarts[-1]}")
             ok, detail = check(client, sample, 120)
             case.check_after = ("ok " if ok else "FAILED ") + detail
+            log(f"{nodes} node(s) at {total:,} partitions: check after: {case.check_after}")
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -307,7 +308,9 @@ def section(cases: list[Case], args: argparse.Namespace, machine: dict[str, str]
         "What a node costs as its partition count grows (issue 27). Command: `python "
         f"bench/scale.py --nodes {' '.join(map(str, args.nodes))} --checkpoints "
         f"{' '.join(map(str, args.checkpoints))} --create-limit-s "
-        f"{' '.join(f'{x:.0f}' for x in args.create_limit_s)}`.",
+        f"{' '.join(f'{x:.0f}' for x in args.create_limit_s)}"
+        + "".join(f" --earlier-log {p.name}" for p in getattr(args, "earlier_log", []))
+        + "`.",
         "",
         "Machine: " + "; ".join(f"{k}: {v}" for k, v in machine.items()) + ".",
         "",
@@ -341,21 +344,49 @@ def section(cases: list[Case], args: argparse.Namespace, machine: dict[str, str]
     lines += ["", "| nodes | at partitions | restart | ready file | sampled partitions serve |"]
     lines.append("|---|---|---|---|---|")
     for case in cases:
-        at = f"{case.restarted_at:,}"
+        at = f"{case.restarted_at:,}" if case.restarted_at else "not recorded"
         for r in case.restarts:
             ready = "not within limit" if r.ready_s is None else f"{r.ready_s:.1f} s"
             serving = "not within limit" if r.serving_s is None else f"{r.serving_s:.1f} s"
             lines.append(f"| {case.nodes} | {at} | {r.how} | {ready} | {serving} |")
     lines.append("")
     for case in cases:
-        note = f"{case.nodes} node(s): {case.wall_s:.0f} s in all; check after the restarts: "
+        took = f"{case.wall_s:.0f} s in all" if case.wall_s else "time not recorded"
+        note = f"{case.nodes} node(s): {took}; check after the restarts: "
         lines.append(f"- {note}{case.check_after}" + (f"; {case.gave_up}" if case.gave_up else ""))
+    lines += ["", args.note] if args.note else []
     return "\n".join(lines) + "\n"
+
+
+def earlier_cases(path: Path, skip: list[int]) -> list[Case]:
+    """The cases of an earlier run, read back from its progress lines on stderr (`log`
+    above: the `repr` of each Checkpoint and Restart), for node counts not run now."""
+    cases: dict[int, Case] = {}
+    names = {"Checkpoint": Checkpoint, "Restart": Restart, "__builtins__": {}}
+    for line in path.read_text().splitlines():
+        head, _, body = line.partition(" node(s)")
+        if not head.isdigit() or int(head) in skip:
+            continue
+        case = cases.setdefault(int(head), Case(int(head)))
+        if "check after: " in body:
+            at, _, case.check_after = body.partition("check after: ")
+            digits = "".join(c for c in at if c.isdigit())  # " at 9,000 partitions: "
+            case.restarted_at = int(digits or 0)
+        found = body[body.find("Checkpoint(") :] if "Checkpoint(" in body else ""
+        found = found or (body[body.find("Restart(") :] if "Restart(" in body else "")
+        if found:
+            value = eval(found, names)  # (a log this script wrote: two dataclasses only)
+            (case.checkpoints if isinstance(value, Checkpoint) else case.restarts).append(value)
+    for case in cases.values():
+        case.gave_up = f"read back from the log of an earlier run ({path.name})"
+        if case.restarts and case.check_after == "not run":
+            case.check_after = "not recorded"
+    return list(cases.values())
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, nargs="+", default=[1, 3])
+    parser.add_argument("--nodes", type=int, nargs="*", default=[1, 3])
     parser.add_argument("--checkpoints", type=int, nargs="+", default=[1000, 5000, 10000])
     parser.add_argument("--topic-partitions", type=int, default=10)
     parser.add_argument(
@@ -369,11 +400,19 @@ def main() -> int:
     parser.add_argument("--idle-s", type=float, default=10.0)
     parser.add_argument("--sample", type=int, default=10)
     parser.add_argument("--no-docs", action="store_true")
+    parser.add_argument(
+        "--earlier-log",
+        type=Path,
+        action="append",
+        default=[],
+        help="an earlier run's stderr: its cases of other node counts go in the section too",
+    )
+    parser.add_argument("--note", default="", help="a sentence for the section's end")
     args = parser.parse_args()
     assert all(c % 1000 == 0 for c in args.checkpoints), "checkpoints are multiples of 1,000"
     assert 1000 % args.topic_partitions == 0, "--topic-partitions divides 1,000"
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # clean up on SIGTERM too
-    cases = []
+    cases = [c for path in args.earlier_log for c in earlier_cases(path, args.nodes)]
     with bench_tmpdir(prefix="scale-") as work:
         machine = machine_info(work)
         for nodes, limit_s in zip(args.nodes, args.create_limit_s, strict=True):
@@ -381,9 +420,15 @@ def main() -> int:
             emit_case(case)
             cases.append(case)
             if not args.no_docs:  # after each case: a later one that fails loses nothing
-                text = DOCS_FILE.read_text() if DOCS_FILE.exists() else ""
-                DOCS_FILE.write_text(replace_section(text, HEADING, section(cases, args, machine)))
+                write_docs(cases, args, machine)
+        if not args.nodes and not args.no_docs:  # (only read back from earlier runs' logs)
+            write_docs(cases, args, machine)
     return 0
+
+
+def write_docs(cases: list[Case], args: argparse.Namespace, machine: dict[str, str]) -> None:
+    text = DOCS_FILE.read_text() if DOCS_FILE.exists() else ""
+    DOCS_FILE.write_text(replace_section(text, HEADING, section(cases, args, machine)))
 
 
 if __name__ == "__main__":
