@@ -96,6 +96,7 @@ class Case:
     restarts: list[Restart] = field(default_factory=list)
     check_after: str = "not run"
     restarted_at: int = 0  # partitions when the restarts ran
+    reached: int = 0  # partitions created
     gave_up: str = ""
     wall_s: float = 0.0
 
@@ -211,7 +212,9 @@ def run_case(nodes: int, limit_s: float, args: argparse.Namespace, work: Path) -
     try:
         _grow(cluster, case, limit_s, args)
     except (ReplogError, grpc.RpcError, RuntimeError, AssertionError) as exc:
-        case.gave_up = f"stopped by {type(exc).__name__}: {str(exc)[:300]}"
+        case.gave_up = (
+            f"stopped at {case.reached:,} partitions by {type(exc).__name__}: {str(exc)[:300]}"
+        )
         log(f"{nodes} node(s): {case.gave_up}")
     finally:
         cluster.kill_all()
@@ -245,6 +248,7 @@ def _grow(cluster: DevCluster, case: Case, limit_s: float, args: argparse.Namesp
                 creating_s += block[-1]
                 created.append(name)
                 total += args.topic_partitions
+                case.reached = total
                 if total % 1000 == 0:
                     add_1000_s = time.monotonic() - block_start
                     block_start = time.monotonic()
@@ -303,14 +307,20 @@ def emit_case(case: Case) -> None:
         emit(Result(f"scale_{n}n_restart_{r.how.lower()}_ready", value, "s", None))
 
 
+def command(args: argparse.Namespace) -> str:
+    """The command line that made the section (empty options left out)."""
+    out = ["python bench/scale.py"]
+    if args.nodes:
+        out.append("--nodes " + " ".join(map(str, args.nodes)))
+        out.append("--create-limit-s " + " ".join(f"{x:.0f}" for x in args.create_limit_s))
+    out.append("--checkpoints " + " ".join(map(str, args.checkpoints)))
+    out += [f"--earlier-log {p.name}" for p in getattr(args, "earlier_log", [])]
+    return " ".join(out)
+
+
 def section(cases: list[Case], args: argparse.Namespace, machine: dict[str, str]) -> str:
     lines = [
-        "What a node costs as its partition count grows (issue 27). Command: `python "
-        f"bench/scale.py --nodes {' '.join(map(str, args.nodes))} --checkpoints "
-        f"{' '.join(map(str, args.checkpoints))} --create-limit-s "
-        f"{' '.join(f'{x:.0f}' for x in args.create_limit_s)}"
-        + "".join(f" --earlier-log {p.name}" for p in getattr(args, "earlier_log", []))
-        + "`.",
+        f"What a node costs as its partition count grows (issue 27). Command: `{command(args)}`.",
         "",
         "Machine: " + "; ".join(f"{k}: {v}" for k, v in machine.items()) + ".",
         "",
@@ -368,6 +378,8 @@ def earlier_cases(path: Path, skip: list[int]) -> list[Case]:
         if not head.isdigit() or int(head) in skip:
             continue
         case = cases.setdefault(int(head), Case(int(head)))
+        if body.startswith(": stopped"):
+            case.gave_up = body[2:]
         if "check after: " in body:
             at, _, case.check_after = body.partition("check after: ")
             digits = "".join(c for c in at if c.isdigit())  # " at 9,000 partitions: "
@@ -378,7 +390,8 @@ def earlier_cases(path: Path, skip: list[int]) -> list[Case]:
             value = eval(found, names)  # (a log this script wrote: two dataclasses only)
             (case.checkpoints if isinstance(value, Checkpoint) else case.restarts).append(value)
     for case in cases.values():
-        case.gave_up = f"read back from the log of an earlier run ({path.name})"
+        earlier = f"read back from the log of an earlier run ({path.name})"
+        case.gave_up = f"{case.gave_up}; {earlier}" if case.gave_up else earlier
         if case.restarts and case.check_after == "not run":
             case.check_after = "not recorded"
     return list(cases.values())
@@ -392,7 +405,7 @@ def main() -> int:
     parser.add_argument(
         "--create-limit-s",
         type=float,
-        nargs="+",
+        nargs="*",
         default=[600.0, 300.0],
         help="seconds of creates per case, one per --nodes value",
     )
@@ -409,6 +422,8 @@ def main() -> int:
     )
     parser.add_argument("--note", default="", help="a sentence for the section's end")
     args = parser.parse_args()
+    if not args.nodes:
+        args.create_limit_s = []  # (only read back from earlier runs' logs)
     assert all(c % 1000 == 0 for c in args.checkpoints), "checkpoints are multiples of 1,000"
     assert 1000 % args.topic_partitions == 0, "--topic-partitions divides 1,000"
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # clean up on SIGTERM too
