@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15replog/v1/admin.proto\x12\treplog.v1\"H\n\x0e\x41\x64\x64NodeRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\r\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x14\n\x0cpeer_address\x18\x03 \x01(\t\"1\n\x0f\x41\x64\x64NodeResponse\x12\x1e\n\x05nodes\x18\x01 \x03(\x0b\x32\x0f.replog.v1.Node\"$\n\x11RemoveNodeRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\r\"4\n\x12RemoveNodeResponse\x12\x1e\n\x05nodes\x18\x01 \x03(\x0b\x32\x0f.replog.v1.Node\"\xac\x01\n\x12\x43reateTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\x12\x1a\n\x12replication_factor\x18\x03 \x01(\r\x12&\n\x06\x66ormat\x18\x04 \x01(\x0e\x32\x16.replog.v1.TopicFormat\x12\x30\n\x0etimestamp_type\x18\x05 \x01(\x0e\x32\x18.replog.v1.TimestampType\"\x15\n\x13\x43reateTopicResponse\"\"\n\x12\x44\x65leteTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x15\n\x13\x44\x65leteTopicResponse\"\x13\n\x11ListTopicsRequest\"0\n\x0cTopicSummary\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\"=\n\x12ListTopicsResponse\x12\'\n\x06topics\x18\x01 \x03(\x0b\x32\x17.replog.v1.TopicSummary\"$\n\x14\x44\x65scribeTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x98\x03\n\x14PartitionDescription\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x10\n\x08replicas\x18\x02 \x03(\r\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12\x18\n\x10log_start_offset\x18\x04 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x05 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x06 \x01(\x03\x12\x12\n\nsize_bytes\x18\x07 \x01(\x04\x12\x15\n\rsegment_count\x18\x08 \x01(\r\x12\r\n\x05\x65poch\x18\t \x01(\x04\x12\x30\n\x0ereplica_status\x18\n \x03(\x0b\x32\x18.replog.v1.ReplicaStatus\x12/\n\x0e\x63orrupt_ranges\x18\x0b \x03(\x0b\x32\x17.replog.v1.CorruptRange\x12\x17\n\x0ftarget_replicas\x18\x0c \x03(\r\x12\x19\n\x11reassignment_step\x18\r \x01(\t\x12\x1a\n\x12reassignment_error\x18\x0e \x01(\t\x12\x11\n\tobservers\x18\x0f \x03(\r\"\x9b\x01\n\x0c\x43orruptRange\x12\x12\n\nreplica_id\x18\x01 \x01(\r\x12\x0f\n\x07segment\x18\x02 \x01(\t\x12\x16\n\x0estart_position\x18\x03 \x01(\x04\x12\x14\n\x0c\x65nd_position\x18\x04 \x01(\x04\x12\x14\n\x0c\x66irst_offset\x18\x05 \x01(\x03\x12\x12\n\nend_offset\x18\x06 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x07 \x01(\t\"k\n\rReplicaStatus\x12\x12\n\nreplica_id\x18\x01 \x01(\r\x12\x16\n\x0elog_end_offset\x18\x02 \x01(\x03\x12\x13\n\x0blag_records\x18\x03 \x01(\x03\x12\x19\n\x11last_fetch_ms_ago\x18\x04 \x01(\x03\"\xaf\x01\n\x10TopicDescription\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x33\n\npartitions\x18\x02 \x03(\x0b\x32\x1f.replog.v1.PartitionDescription\x12&\n\x06\x66ormat\x18\x03 \x01(\x0e\x32\x16.replog.v1.TopicFormat\x12\x30\n\x0etimestamp_type\x18\x04 \x01(\x0e\x32\x18.replog.v1.TimestampType\"$\n\x12GetMetadataRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"1\n\x04Node\x12\n\n\x02id\x18\x01 \x01(\r\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0c\n\x04rack\x18\x03 \x01(\t\"Z\n\x11PartitionMetadata\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x11\n\tleader_id\x18\x02 \x01(\x05\x12\x10\n\x08replicas\x18\x03 \x03(\r\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\"\xa9\x01\n\rTopicMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.replog.v1.PartitionMetadata\x12&\n\x06\x66ormat\x18\x03 \x01(\x0e\x32\x16.replog.v1.TopicFormat\x12\x30\n\x0etimestamp_type\x18\x04 \x01(\x0e\x32\x18.replog.v1.TimestampType\"\xb6\x01\n\x08Metadata\x12\x1e\n\x05nodes\x18\x01 \x03(\x0b\x32\x0f.replog.v1.Node\x12(\n\x06topics\x18\x02 \x03(\x0b\x32\x18.replog.v1.TopicMetadata\x12\x0f\n\x07node_id\x18\x03 \x01(\r\x12\x17\n\x0fmetadata_voters\x18\x04 \x03(\r\x12\x1a\n\x12metadata_observers\x18\x05 \x03(\r\x12\x1a\n\x12metadata_leader_id\x18\x06 \x01(\r\"c\n\x12ListOffsetsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\r\x12\x19\n\x0ctimestamp_ms\x18\x03 \x01(\x03H\x00\x88\x01\x01\x42\x0f\n\r_timestamp_ms\"\xb5\x01\n\x10PartitionOffsets\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x10\n\x08\x65\x61rliest\x18\x02 \x01(\x03\x12\x0e\n\x06latest\x18\x03 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x04 \x01(\x03\x12\x1c\n\x14offset_for_timestamp\x18\x05 \x01(\x03\x12\x1f\n\x12\x66ound_timestamp_ms\x18\x06 \x01(\x03H\x00\x88\x01\x01\x42\x15\n\x13_found_timestamp_ms\"F\n\x13ListOffsetsResponse\x12/\n\npartitions\x18\x01 \x03(\x0b\x32\x1b.replog.v1.PartitionOffsets\"U\n\x19TransferLeadershipRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x16\n\x0etarget_node_id\x18\x03 \x01(\r\"G\n\x1aTransferLeadershipResponse\x12\x11\n\tleader_id\x18\x01 \x01(\r\x12\x16\n\x0eprevious_epoch\x18\x02 \x01(\x04\"r\n\x18ReassignPartitionRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x10\n\x08replicas\x18\x03 \x03(\r\x12\x10\n\x08\x63omplete\x18\x04 \x01(\x08\x12\x10\n\x08topic_id\x18\x05 \x01(\x04\"F\n\x19ReassignPartitionResponse\x12\x10\n\x08replicas\x18\x01 \x03(\r\x12\x17\n\x0ftarget_replicas\x18\x02 \x03(\r*\\\n\x0bTopicFormat\x12\x1c\n\x18TOPIC_FORMAT_UNSPECIFIED\x10\x00\x12\x14\n\x10TOPIC_FORMAT_RAW\x10\x01\x12\x19\n\x15TOPIC_FORMAT_ENVELOPE\x10\x02*s\n\rTimestampType\x12\x1e\n\x1aTIMESTAMP_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aTIMESTAMP_TYPE_CREATE_TIME\x10\x01\x12\"\n\x1eTIMESTAMP_TYPE_LOG_APPEND_TIME\x10\x02\x32\x9e\x06\n\x05\x41\x64min\x12L\n\x0b\x43reateTopic\x12\x1d.replog.v1.CreateTopicRequest\x1a\x1e.replog.v1.CreateTopicResponse\x12L\n\x0b\x44\x65leteTopic\x12\x1d.replog.v1.DeleteTopicRequest\x1a\x1e.replog.v1.DeleteTopicResponse\x12I\n\nListTopics\x12\x1c.replog.v1.ListTopicsRequest\x1a\x1d.replog.v1.ListTopicsResponse\x12M\n\rDescribeTopic\x12\x1f.replog.v1.DescribeTopicRequest\x1a\x1b.replog.v1.TopicDescription\x12\x41\n\x0bGetMetadata\x12\x1d.replog.v1.GetMetadataRequest\x1a\x13.replog.v1.Metadata\x12L\n\x0bListOffsets\x12\x1d.replog.v1.ListOffsetsRequest\x1a\x1e.replog.v1.ListOffsetsResponse\x12\x61\n\x12TransferLeadership\x12$.replog.v1.TransferLeadershipRequest\x1a%.replog.v1.TransferLeadershipResponse\x12^\n\x11ReassignPartition\x12#.replog.v1.ReassignPartitionRequest\x1a$.replog.v1.ReassignPartitionResponse\x12@\n\x07\x41\x64\x64Node\x12\x19.replog.v1.AddNodeRequest\x1a\x1a.replog.v1.AddNodeResponse\x12I\n\nRemoveNode\x12\x1c.replog.v1.RemoveNodeRequest\x1a\x1d.replog.v1.RemoveNodeResponseB1Z/github.com/replog/replog/gen/replog/v1;replogv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15replog/v1/admin.proto\x12\treplog.v1\"H\n\x0e\x41\x64\x64NodeRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\r\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x14\n\x0cpeer_address\x18\x03 \x01(\t\"1\n\x0f\x41\x64\x64NodeResponse\x12\x1e\n\x05nodes\x18\x01 \x03(\x0b\x32\x0f.replog.v1.Node\"$\n\x11RemoveNodeRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\r\"4\n\x12RemoveNodeResponse\x12\x1e\n\x05nodes\x18\x01 \x03(\x0b\x32\x0f.replog.v1.Node\"\xac\x01\n\x12\x43reateTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\x12\x1a\n\x12replication_factor\x18\x03 \x01(\r\x12&\n\x06\x66ormat\x18\x04 \x01(\x0e\x32\x16.replog.v1.TopicFormat\x12\x30\n\x0etimestamp_type\x18\x05 \x01(\x0e\x32\x18.replog.v1.TimestampType\"\x15\n\x13\x43reateTopicResponse\"\"\n\x12\x44\x65leteTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x15\n\x13\x44\x65leteTopicResponse\"\x13\n\x11ListTopicsRequest\"0\n\x0cTopicSummary\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\"=\n\x12ListTopicsResponse\x12\'\n\x06topics\x18\x01 \x03(\x0b\x32\x17.replog.v1.TopicSummary\"U\n\x14\x44\x65scribeTopicRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x17\n\x0f\x66irst_partition\x18\x02 \x01(\r\x12\x16\n\x0epartitions_max\x18\x03 \x01(\r\"\x98\x03\n\x14PartitionDescription\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x10\n\x08replicas\x18\x02 \x03(\r\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12\x18\n\x10log_start_offset\x18\x04 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x05 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x06 \x01(\x03\x12\x12\n\nsize_bytes\x18\x07 \x01(\x04\x12\x15\n\rsegment_count\x18\x08 \x01(\r\x12\r\n\x05\x65poch\x18\t \x01(\x04\x12\x30\n\x0ereplica_status\x18\n \x03(\x0b\x32\x18.replog.v1.ReplicaStatus\x12/\n\x0e\x63orrupt_ranges\x18\x0b \x03(\x0b\x32\x17.replog.v1.CorruptRange\x12\x17\n\x0ftarget_replicas\x18\x0c \x03(\r\x12\x19\n\x11reassignment_step\x18\r \x01(\t\x12\x1a\n\x12reassignment_error\x18\x0e \x01(\t\x12\x11\n\tobservers\x18\x0f \x03(\r\"\x9b\x01\n\x0c\x43orruptRange\x12\x12\n\nreplica_id\x18\x01 \x01(\r\x12\x0f\n\x07segment\x18\x02 \x01(\t\x12\x16\n\x0estart_position\x18\x03 \x01(\x04\x12\x14\n\x0c\x65nd_position\x18\x04 \x01(\x04\x12\x14\n\x0c\x66irst_offset\x18\x05 \x01(\x03\x12\x12\n\nend_offset\x18\x06 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x07 \x01(\t\"k\n\rReplicaStatus\x12\x12\n\nreplica_id\x18\x01 \x01(\r\x12\x16\n\x0elog_end_offset\x18\x02 \x01(\x03\x12\x13\n\x0blag_records\x18\x03 \x01(\x03\x12\x19\n\x11last_fetch_ms_ago\x18\x04 \x01(\x03\"\xc8\x01\n\x10TopicDescription\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x33\n\npartitions\x18\x02 \x03(\x0b\x32\x1f.replog.v1.PartitionDescription\x12&\n\x06\x66ormat\x18\x03 \x01(\x0e\x32\x16.replog.v1.TopicFormat\x12\x30\n\x0etimestamp_type\x18\x04 \x01(\x0e\x32\x18.replog.v1.TimestampType\x12\x17\n\x0fpartition_count\x18\x05 \x01(\r\"$\n\x12GetMetadataRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"1\n\x04Node\x12\n\n\x02id\x18\x01 \x01(\r\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0c\n\x04rack\x18\x03 \x01(\t\"Z\n\x11PartitionMetadata\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x11\n\tleader_id\x18\x02 \x01(\x05\x12\x10\n\x08replicas\x18\x03 \x03(\r\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\"\xa9\x01\n\rTopicMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.replog.v1.PartitionMetadata\x12&\n\x06\x66ormat\x18\x03 \x01(\x0e\x32\x16.replog.v1.TopicFormat\x12\x30\n\x0etimestamp_type\x18\x04 \x01(\x0e\x32\x18.replog.v1.TimestampType\"\xb6\x01\n\x08Metadata\x12\x1e\n\x05nodes\x18\x01 \x03(\x0b\x32\x0f.replog.v1.Node\x12(\n\x06topics\x18\x02 \x03(\x0b\x32\x18.replog.v1.TopicMetadata\x12\x0f\n\x07node_id\x18\x03 \x01(\r\x12\x17\n\x0fmetadata_voters\x18\x04 \x03(\r\x12\x1a\n\x12metadata_observers\x18\x05 \x03(\r\x12\x1a\n\x12metadata_leader_id\x18\x06 \x01(\r\"c\n\x12ListOffsetsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\r\x12\x19\n\x0ctimestamp_ms\x18\x03 \x01(\x03H\x00\x88\x01\x01\x42\x0f\n\r_timestamp_ms\"\xb5\x01\n\x10PartitionOffsets\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x10\n\x08\x65\x61rliest\x18\x02 \x01(\x03\x12\x0e\n\x06latest\x18\x03 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x04 \x01(\x03\x12\x1c\n\x14offset_for_timestamp\x18\x05 \x01(\x03\x12\x1f\n\x12\x66ound_timestamp_ms\x18\x06 \x01(\x03H\x00\x88\x01\x01\x42\x15\n\x13_found_timestamp_ms\"F\n\x13ListOffsetsResponse\x12/\n\npartitions\x18\x01 \x03(\x0b\x32\x1b.replog.v1.PartitionOffsets\"U\n\x19TransferLeadershipRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x16\n\x0etarget_node_id\x18\x03 \x01(\r\"G\n\x1aTransferLeadershipResponse\x12\x11\n\tleader_id\x18\x01 \x01(\r\x12\x16\n\x0eprevious_epoch\x18\x02 \x01(\x04\"r\n\x18ReassignPartitionRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x10\n\x08replicas\x18\x03 \x03(\r\x12\x10\n\x08\x63omplete\x18\x04 \x01(\x08\x12\x10\n\x08topic_id\x18\x05 \x01(\x04\"F\n\x19ReassignPartitionResponse\x12\x10\n\x08replicas\x18\x01 \x03(\r\x12\x17\n\x0ftarget_replicas\x18\x02 \x03(\r*\\\n\x0bTopicFormat\x12\x1c\n\x18TOPIC_FORMAT_UNSPECIFIED\x10\x00\x12\x14\n\x10TOPIC_FORMAT_RAW\x10\x01\x12\x19\n\x15TOPIC_FORMAT_ENVELOPE\x10\x02*s\n\rTimestampType\x12\x1e\n\x1aTIMESTAMP_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aTIMESTAMP_TYPE_CREATE_TIME\x10\x01\x12\"\n\x1eTIMESTAMP_TYPE_LOG_APPEND_TIME\x10\x02\x32\x9e\x06\n\x05\x41\x64min\x12L\n\x0b\x43reateTopic\x12\x1d.replog.v1.CreateTopicRequest\x1a\x1e.replog.v1.CreateTopicResponse\x12L\n\x0b\x44\x65leteTopic\x12\x1d.replog.v1.DeleteTopicRequest\x1a\x1e.replog.v1.DeleteTopicResponse\x12I\n\nListTopics\x12\x1c.replog.v1.ListTopicsRequest\x1a\x1d.replog.v1.ListTopicsResponse\x12M\n\rDescribeTopic\x12\x1f.replog.v1.DescribeTopicRequest\x1a\x1b.replog.v1.TopicDescription\x12\x41\n\x0bGetMetadata\x12\x1d.replog.v1.GetMetadataRequest\x1a\x13.replog.v1.Metadata\x12L\n\x0bListOffsets\x12\x1d.replog.v1.ListOffsetsRequest\x1a\x1e.replog.v1.ListOffsetsResponse\x12\x61\n\x12TransferLeadership\x12$.replog.v1.TransferLeadershipRequest\x1a%.replog.v1.TransferLeadershipResponse\x12^\n\x11ReassignPartition\x12#.replog.v1.ReassignPartitionRequest\x1a$.replog.v1.ReassignPartitionResponse\x12@\n\x07\x41\x64\x64Node\x12\x19.replog.v1.AddNodeRequest\x1a\x1a.replog.v1.AddNodeResponse\x12I\n\nRemoveNode\x12\x1c.replog.v1.RemoveNodeRequest\x1a\x1d.replog.v1.RemoveNodeResponseB1Z/github.com/replog/replog/gen/replog/v1;replogv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,10 +32,10 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'replog.v1.admin_pb2', _glob
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z/github.com/replog/replog/gen/replog/v1;replogv1'
-  _globals['_TOPICFORMAT']._serialized_start=2781
-  _globals['_TOPICFORMAT']._serialized_end=2873
-  _globals['_TIMESTAMPTYPE']._serialized_start=2875
-  _globals['_TIMESTAMPTYPE']._serialized_end=2990
+  _globals['_TOPICFORMAT']._serialized_start=2855
+  _globals['_TOPICFORMAT']._serialized_end=2947
+  _globals['_TIMESTAMPTYPE']._serialized_start=2949
+  _globals['_TIMESTAMPTYPE']._serialized_end=3064
   _globals['_ADDNODEREQUEST']._serialized_start=36
   _globals['_ADDNODEREQUEST']._serialized_end=108
   _globals['_ADDNODERESPONSE']._serialized_start=110
@@ -59,39 +59,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTTOPICSRESPONSE']._serialized_start=581
   _globals['_LISTTOPICSRESPONSE']._serialized_end=642
   _globals['_DESCRIBETOPICREQUEST']._serialized_start=644
-  _globals['_DESCRIBETOPICREQUEST']._serialized_end=680
-  _globals['_PARTITIONDESCRIPTION']._serialized_start=683
-  _globals['_PARTITIONDESCRIPTION']._serialized_end=1091
-  _globals['_CORRUPTRANGE']._serialized_start=1094
-  _globals['_CORRUPTRANGE']._serialized_end=1249
-  _globals['_REPLICASTATUS']._serialized_start=1251
-  _globals['_REPLICASTATUS']._serialized_end=1358
-  _globals['_TOPICDESCRIPTION']._serialized_start=1361
-  _globals['_TOPICDESCRIPTION']._serialized_end=1536
-  _globals['_GETMETADATAREQUEST']._serialized_start=1538
-  _globals['_GETMETADATAREQUEST']._serialized_end=1574
-  _globals['_NODE']._serialized_start=1576
-  _globals['_NODE']._serialized_end=1625
-  _globals['_PARTITIONMETADATA']._serialized_start=1627
-  _globals['_PARTITIONMETADATA']._serialized_end=1717
-  _globals['_TOPICMETADATA']._serialized_start=1720
-  _globals['_TOPICMETADATA']._serialized_end=1889
-  _globals['_METADATA']._serialized_start=1892
-  _globals['_METADATA']._serialized_end=2074
-  _globals['_LISTOFFSETSREQUEST']._serialized_start=2076
-  _globals['_LISTOFFSETSREQUEST']._serialized_end=2175
-  _globals['_PARTITIONOFFSETS']._serialized_start=2178
-  _globals['_PARTITIONOFFSETS']._serialized_end=2359
-  _globals['_LISTOFFSETSRESPONSE']._serialized_start=2361
-  _globals['_LISTOFFSETSRESPONSE']._serialized_end=2431
-  _globals['_TRANSFERLEADERSHIPREQUEST']._serialized_start=2433
-  _globals['_TRANSFERLEADERSHIPREQUEST']._serialized_end=2518
-  _globals['_TRANSFERLEADERSHIPRESPONSE']._serialized_start=2520
-  _globals['_TRANSFERLEADERSHIPRESPONSE']._serialized_end=2591
-  _globals['_REASSIGNPARTITIONREQUEST']._serialized_start=2593
-  _globals['_REASSIGNPARTITIONREQUEST']._serialized_end=2707
-  _globals['_REASSIGNPARTITIONRESPONSE']._serialized_start=2709
-  _globals['_REASSIGNPARTITIONRESPONSE']._serialized_end=2779
-  _globals['_ADMIN']._serialized_start=2993
-  _globals['_ADMIN']._serialized_end=3791
+  _globals['_DESCRIBETOPICREQUEST']._serialized_end=729
+  _globals['_PARTITIONDESCRIPTION']._serialized_start=732
+  _globals['_PARTITIONDESCRIPTION']._serialized_end=1140
+  _globals['_CORRUPTRANGE']._serialized_start=1143
+  _globals['_CORRUPTRANGE']._serialized_end=1298
+  _globals['_REPLICASTATUS']._serialized_start=1300
+  _globals['_REPLICASTATUS']._serialized_end=1407
+  _globals['_TOPICDESCRIPTION']._serialized_start=1410
+  _globals['_TOPICDESCRIPTION']._serialized_end=1610
+  _globals['_GETMETADATAREQUEST']._serialized_start=1612
+  _globals['_GETMETADATAREQUEST']._serialized_end=1648
+  _globals['_NODE']._serialized_start=1650
+  _globals['_NODE']._serialized_end=1699
+  _globals['_PARTITIONMETADATA']._serialized_start=1701
+  _globals['_PARTITIONMETADATA']._serialized_end=1791
+  _globals['_TOPICMETADATA']._serialized_start=1794
+  _globals['_TOPICMETADATA']._serialized_end=1963
+  _globals['_METADATA']._serialized_start=1966
+  _globals['_METADATA']._serialized_end=2148
+  _globals['_LISTOFFSETSREQUEST']._serialized_start=2150
+  _globals['_LISTOFFSETSREQUEST']._serialized_end=2249
+  _globals['_PARTITIONOFFSETS']._serialized_start=2252
+  _globals['_PARTITIONOFFSETS']._serialized_end=2433
+  _globals['_LISTOFFSETSRESPONSE']._serialized_start=2435
+  _globals['_LISTOFFSETSRESPONSE']._serialized_end=2505
+  _globals['_TRANSFERLEADERSHIPREQUEST']._serialized_start=2507
+  _globals['_TRANSFERLEADERSHIPREQUEST']._serialized_end=2592
+  _globals['_TRANSFERLEADERSHIPRESPONSE']._serialized_start=2594
+  _globals['_TRANSFERLEADERSHIPRESPONSE']._serialized_end=2665
+  _globals['_REASSIGNPARTITIONREQUEST']._serialized_start=2667
+  _globals['_REASSIGNPARTITIONREQUEST']._serialized_end=2781
+  _globals['_REASSIGNPARTITIONRESPONSE']._serialized_start=2783
+  _globals['_REASSIGNPARTITIONRESPONSE']._serialized_end=2853
+  _globals['_ADMIN']._serialized_start=3067
+  _globals['_ADMIN']._serialized_end=3865
 # @@protoc_insertion_point(module_scope)

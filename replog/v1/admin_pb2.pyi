@@ -100,10 +100,14 @@ class ListTopicsResponse(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[_Union[TopicSummary, _Mapping]]] = ...) -> None: ...
 
 class DescribeTopicRequest(_message.Message):
-    __slots__ = ("name",)
+    __slots__ = ("name", "first_partition", "partitions_max")
     NAME_FIELD_NUMBER: _ClassVar[int]
+    FIRST_PARTITION_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_MAX_FIELD_NUMBER: _ClassVar[int]
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    first_partition: int
+    partitions_max: int
+    def __init__(self, name: _Optional[str] = ..., first_partition: _Optional[int] = ..., partitions_max: _Optional[int] = ...) -> None: ...
 
 class PartitionDescription(_message.Message):
     __slots__ = ("partition", "replicas", "leader_id", "log_start_offset", "log_end_offset", "high_watermark", "size_bytes", "segment_count", "epoch", "replica_status", "corrupt_ranges", "target_replicas", "reassignment_step", "reassignment_error", "observers")
@@ -170,16 +174,18 @@ class ReplicaStatus(_message.Message):
     def __init__(self, replica_id: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., lag_records: _Optional[int] = ..., last_fetch_ms_ago: _Optional[int] = ...) -> None: ...
 
 class TopicDescription(_message.Message):
-    __slots__ = ("name", "partitions", "format", "timestamp_type")
+    __slots__ = ("name", "partitions", "format", "timestamp_type", "partition_count")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_COUNT_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionDescription]
     format: TopicFormat
     timestamp_type: TimestampType
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionDescription, _Mapping]]] = ..., format: _Optional[_Union[TopicFormat, str]] = ..., timestamp_type: _Optional[_Union[TimestampType, str]] = ...) -> None: ...
+    partition_count: int
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionDescription, _Mapping]]] = ..., format: _Optional[_Union[TopicFormat, str]] = ..., timestamp_type: _Optional[_Union[TimestampType, str]] = ..., partition_count: _Optional[int] = ...) -> None: ...
 
 class GetMetadataRequest(_message.Message):
     __slots__ = ("topics",)

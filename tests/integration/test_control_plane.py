@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from replog.client import AppendResult, Client, RetryPolicy
 from replog.devcluster import DevCluster
 from replog.errors import UnavailableError
+from replog.v1 import admin_pb2, admin_pb2_grpc
 from tests.integration.servers import ServerProcess
 from tests.integration.waiting import wait_until
 
@@ -127,3 +129,33 @@ def _append_or_none(client: Client) -> AppendResult | None:
         return client.append("broken-orders", 0, [b"at last"])
     except UnavailableError:
         return None
+
+
+def test_describe_topic_answers_a_page_of_partitions(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data", tmp_path)
+    try:
+        server.start()
+        with (
+            Client(server.address, timeout_s=30, retry=PATIENT) as client,
+            grpc.insecure_channel(server.address) as channel,
+        ):
+            client.create_topic("paged", 40, format="raw")
+            client.append("paged", 12, [b"x", b"y"])
+            stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+
+            def describe(**paging: int) -> admin_pb2.TopicDescription:
+                request = admin_pb2.DescribeTopicRequest(name="paged", **paging)
+                answer: admin_pb2.TopicDescription = stub.DescribeTopic(request, timeout=30)
+                assert answer.partition_count == 40
+                return answer
+
+            page = describe(first_partition=10, partitions_max=5)
+            assert [p.partition for p in page.partitions] == [10, 11, 12, 13, 14]
+            assert page.partitions[2].high_watermark >= 2  # (its records, after control ones)
+            last = describe(first_partition=38, partitions_max=5)
+            assert [p.partition for p in last.partitions] == [38, 39]
+            assert list(describe(first_partition=40).partitions) == []
+            assert [p.partition for p in describe().partitions] == list(range(40))
+        assert server.terminate() == 0
+    finally:
+        server.kill()

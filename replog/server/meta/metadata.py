@@ -83,7 +83,7 @@ reconciler never mistakes the old one's files for the new one's.
 from __future__ import annotations
 
 import json
-import zlib
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -100,6 +100,12 @@ from replog.errors import (
     TopicNotFoundError,
     UnknownNodeError,
 )
+from replog.server.meta.acls import ANY_USER as ANY_USER
+from replog.server.meta.acls import OPERATIONS as OPERATIONS
+from replog.server.meta.acls import PRINCIPAL_BYTES_MAX as PRINCIPAL_BYTES_MAX
+from replog.server.meta.acls import RESOURCE_TYPES as RESOURCE_TYPES
+from replog.server.meta.acls import AclEntry as AclEntry
+from replog.server.meta.placement import assign as assign
 from replog.storage import validate_topic_name
 from replog.storage.names import PARTITIONS_MAX
 
@@ -157,69 +163,6 @@ class DeleteTopic:
     name: str
 
     KIND = "delete_topic"
-
-
-OPERATIONS = ("read", "write", "create", "delete", "describe", "alter", "idempotent_write")
-RESOURCE_TYPES = ("topic", "cluster", "group", "producer")  # what each guards: acl_table.py
-PRINCIPAL_BYTES_MAX = 255
-ANY_USER = "User:*"
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class AclEntry:
-    principal: str
-    resource_type: str  # "topic", "group", "producer" or "cluster"
-    resource_name: str  # a topic or group name, or a prefix; "" for the cluster
-    prefix: bool
-    operation: str  # one of OPERATIONS, or "all"
-
-    @classmethod
-    def checked(
-        cls, principal: str, resource_type: str, resource_name: str, prefix: bool, operation: str
-    ) -> AclEntry:
-        """An entry, or InvalidArgumentError (for a client) when a field is out of shape."""
-        kind, sep, name = principal.partition(":")
-        if not (
-            sep and kind in ("User", "Node") and name and len(principal) <= PRINCIPAL_BYTES_MAX
-        ):
-            raise InvalidArgumentError("a principal is User:<name> or Node:<id>")
-        if resource_type not in RESOURCE_TYPES:
-            raise InvalidArgumentError(f"resource_type must be one of {list(RESOURCE_TYPES)}")
-        if operation not in (*OPERATIONS, "all"):
-            raise InvalidArgumentError(f"operation must be one of {[*OPERATIONS, 'all']}")
-        if resource_type == "cluster":
-            if resource_name or prefix:
-                raise InvalidArgumentError("a cluster ACL names no resource and no prefix")
-        elif prefix or resource_type in ("group", "producer"):
-            if not resource_name or len(resource_name) > PRINCIPAL_BYTES_MAX:
-                raise InvalidArgumentError(
-                    f"a {resource_type} name or prefix must be 1-255 characters"
-                )
-        else:
-            validate_topic_name(resource_name)
-        return cls(principal, resource_type, resource_name, prefix, operation)
-
-    def grants(self, principal: str, operation: str, resource_type: str, name: str) -> bool:
-        if self.principal != principal and not (
-            self.principal == ANY_USER and principal.startswith("User:")
-        ):
-            return False
-        if self.operation not in (operation, "all"):
-            return False
-        if self.resource_type == "cluster":
-            return True  # cluster rights cover every topic and group
-        if resource_type != self.resource_type:
-            return False
-        return name.startswith(self.resource_name) if self.prefix else name == self.resource_name
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "principal": self.principal,
-            "resource_type": self.resource_type,
-            "resource_name": self.resource_name,
-            "prefix": self.prefix,
-            "operation": self.operation,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,50 +406,6 @@ def _shaped(command: CreateTopic) -> CreateTopic:
     return command
 
 
-def assign(
-    name: str,
-    partitions: int,
-    replication_factor: int,
-    nodes: Sequence[int],
-    racks: Mapping[int, str] | None = None,
-) -> tuple[tuple[int, ...], ...]:
-    """Spread replicas evenly: partition p starts at node (p + crc32(name)) % n.
-
-    With `racks` (node -> rack, "" unknown) naming two racks or more, the nodes are taken
-    in a ring that alternates racks (each rack's nodes by id, racks by name), and each
-    partition takes, from its start on the ring, first nodes of racks it has no replica in
-    yet, then any: its replicas span min(replication_factor, racks) racks."""
-    ordered = sorted(nodes)
-    n = len(ordered)
-    seed = zlib.crc32(name.encode())
-    rack_of = {node: (racks or {}).get(node, "") for node in ordered}
-    if len(set(rack_of.values())) < 2:
-        return tuple(
-            tuple(ordered[(p + seed + k) % n] for k in range(replication_factor))
-            for p in range(partitions)
-        )
-    by_rack: dict[str, list[int]] = {}
-    for node in ordered:
-        by_rack.setdefault(rack_of[node], []).append(node)
-    groups = [by_rack[r] for r in sorted(by_rack)]
-    ring = [g[i] for i in range(max(map(len, groups))) for g in groups if i < len(g)]
-    out = []
-    for p in range(partitions):
-        start = (p + seed) % n
-        around = [ring[(start + k) % n] for k in range(n)]
-        chosen: list[int] = []
-        used: set[str] = set()
-        for node in around:
-            if len(chosen) < replication_factor and rack_of[node] not in used:
-                chosen.append(node)
-                used.add(rack_of[node])
-        for node in around:
-            if len(chosen) < replication_factor and node not in chosen:
-                chosen.append(node)
-        out.append(tuple(chosen))
-    return tuple(out)
-
-
 # -- the image ------------------------------------------------------------------------------
 
 
@@ -522,6 +421,11 @@ class MetadataImage:
         self.producer_names: dict[str, tuple[int, int]] = {}  # name -> (id, epoch)
         self.producers_made: dict[int, tuple[int, int]] = {}  # offset -> (id, epoch), recent
         self.applied_offset = 0  # the next __cluster offset to apply
+        # Indexes kept by `apply`, so that no question costs a pass over every topic:
+        self.hosted: Counter[int] = Counter()  # node -> partitions with a replica there
+        self.moving: set[tuple[str, int]] = set()  # (topic, partition) with a target
+        self.topics_version = 0  # one more each time a command changes a topic (caches)
+        self._watchers: list[set[str]] = []  # change sets (`watch`)
 
     # -- validation (before proposing) -------------------------------------------------------
 
@@ -707,7 +611,7 @@ class MetadataImage:
 
     def replicas_on(self, node_id: int) -> int:
         """How many partitions have a replica on `node_id` (reassignment targets included)."""
-        return sum(len(meta.hosted_by(node_id)) for meta in self.topics.values())
+        return self.hosted[node_id]
 
     def allowed(self, principal: str, operation: str, resource_type: str, name: str = "") -> bool:
         """Whether an ACL grants `principal` `operation` on the resource."""
@@ -722,10 +626,49 @@ class MetadataImage:
 
     # -- applying (after commit) -------------------------------------------------------------
 
-    def apply(self, offset: int, command: Command | None) -> None:
-        """Apply the committed record at `offset` (None: a control record). Total: a command
-        that lost a race (a create of a name that exists, a delete of one that does not,
-        both possible across a leader change) changes nothing."""
+    def watch(self) -> set[str]:
+        """A change set: every later `apply` that changes a topic adds its name to it; its
+        owner (the reconciler) takes names out as it acts on them. A set, so that a topic
+        changed many times before its owner looks is acted on once."""
+        changed: set[str] = set()
+        self._watchers.append(changed)
+        return changed
+
+    def apply(self, offset: int, command: Command | None) -> str | None:
+        """Apply the committed record at `offset` (None: a control record); returns the
+        name of the topic it changed (None: none). Total: a command that lost a race (a
+        create of a name that exists, a delete of one that does not, both possible across
+        a leader change) changes nothing. Costs the partitions of the topic it names, never
+        a pass over every topic."""
+        name = _topic_of(command)
+        before = self.topics.get(name) if name is not None else None
+        self._apply(offset, command)
+        after = self.topics.get(name) if name is not None else None
+        if name is None or after is before:
+            return None
+        self._reindex(before, -1)
+        self._reindex(after, 1)
+        self.topics_version += 1
+        for changed in self._watchers:
+            changed.add(name)
+        return name
+
+    def _reindex(self, meta: TopicMeta | None, sign: int) -> None:
+        """Take a topic's replicas and targets out of the indexes (-1) or put them in (1)."""
+        if meta is None:
+            return
+        for p in range(meta.partitions):
+            for node in meta.hosts(p):
+                self.hosted[node] += sign
+                if not self.hosted[node]:
+                    del self.hosted[node]
+        for p in meta.targets:
+            if sign > 0:
+                self.moving.add((meta.name, p))
+            else:
+                self.moving.discard((meta.name, p))
+
+    def _apply(self, offset: int, command: Command | None) -> None:
         assert offset >= self.applied_offset, (offset, self.applied_offset)
         if isinstance(command, CreateTopic):
             if command.name not in self.topics:
@@ -796,3 +739,10 @@ class MetadataImage:
         self.producers_made[offset] = made
         while len(self.producers_made) > 1024:
             del self.producers_made[next(iter(self.producers_made))]
+
+
+def _topic_of(command: Command | None) -> str | None:
+    """The topic a command may change (None: it changes none)."""
+    if isinstance(command, CreateTopic | DeleteTopic | ReassignPartition | CompleteReassignment):
+        return command.name
+    return None

@@ -15,6 +15,13 @@ whenever the image changes and performs, topic by topic:
 * a partition of a topic still hosted here that the image no longer hosts here (a
   completed reassignment moved it away): stop its replica, move its directory to the trash.
 
+What a pass looks at is what changed: the first pass (start-up) looks at every topic that
+exists locally or in the image, once each; every later pass only at the topics the image
+changed since the pass before (its change set, `MetadataImage.watch`), those with a failure
+due for a retry, and local topics the image does not know yet (their fate waits for the
+metadata to catch up). Looking at one topic costs its partitions: creating a topic costs the
+same with 10 topics or 10,000 (`visited_topics`, `visited_partitions` count the work).
+
 A local failure (ENOSPC, EMFILE, a name too long for the file system, ...) is recorded for
 that topic or partition (`failures()`: logs, metrics, errors on the request path), and
 retried with exponential backoff; it never blocks the metadata log, other topics or other
@@ -90,6 +97,12 @@ class ReplicaManager:
         self.files = files  # the open-files budget of every replica's log (open_files.py)
         self.partitions_max = partitions_max
         self.replicas: dict[tuple[str, int], ReplicatedPartition] = {}
+        self._running: dict[str, set[int]] = {}  # topic -> its partitions in `replicas`
+        self._changed = image.watch()  # topics the image changed since they were looked at
+        self._full = True  # the next pass looks at every topic (start-up)
+        self._undecided: set[str] = set()  # local topics the image does not know (yet)
+        self.visited_topics = 0  # topics looked at, every pass (the work; a metric)
+        self.visited_partitions = 0  # partitions looked at by those visits
         self._local: dict[str, LocalTopic] = {}
         self._failures: dict[Key, Failure] = {}
         self._moved: set[tuple[str, int]] = set()  # partitions moved away, directory left
@@ -124,19 +137,34 @@ class ReplicaManager:
             await self.reconcile()
 
     async def reconcile(self) -> None:
-        """One pass over every topic that exists locally or in the image."""
-        topics = dict(self.image.topics)
+        """One pass over the topics to look at (the module's docstring): every topic the
+        first time, the changed ones (and those retried or undecided) after."""
         now = self._clock()
-        for name in sorted(set(topics) | set(self._local) | {k[0] for k in self.replicas}):
+        names = self._to_visit(now)
+        for name in sorted(names):
             if self._closed:
                 return
-            meta = topics.get(name)
-            if meta is not None and not meta.hosted_by(self.node_id):
-                meta = None
-            await self._reconcile_topic(name, meta, now)
+            meta = self.image.topics.get(name)
+            hosted = meta.hosted_by(self.node_id) if meta is not None else []
+            self.visited_topics += 1
+            self.visited_partitions += meta.partitions if meta is not None else 0
+            await self._reconcile_topic(name, meta if hosted else None, hosted, now)
         self._passes += 1
         done, self._pass_done = self._pass_done, asyncio.Event()
         done.set()
+
+    def _to_visit(self, now: float) -> set[str]:
+        """The topics this pass looks at; takes them out of the change set (a change that
+        comes while the pass runs is looked at by the next one)."""
+        names = set(self._changed)
+        self._changed.clear()
+        if self._full:
+            self._full = False
+            names.update(self.image.topics, self._local, self._running)
+        if self._metadata_ready():  # (until then they stay as they are: see `_stale`)
+            names.update(self._undecided)
+        names.update(k[0] for k, f in self._failures.items() if f.retry_at <= now)
+        return names
 
     async def wait_passes(self, count: int, timeout_s: float) -> bool:
         """Wait until `count` more passes finished (True) or `timeout_s` passed (False)."""
@@ -173,10 +201,7 @@ class ReplicaManager:
         is assumed to run this node's setting),
         or if this node has so few descriptors left that opening its new logs (one at a
         time, each at least one segment's files, parked afterwards) could fail with EMFILE."""
-        hosted: Counter[int] = Counter()
-        for meta in list(self.image.topics.values()):
-            for p in range(meta.partitions):
-                hosted.update(meta.hosts(p))
+        hosted = self.image.hosted  # (kept by the image's apply: no pass over every topic)
         adding = Counter(n for replicas in assignment for n in replicas)
         for node, count in sorted(adding.items()):
             if hosted[node] + count > self.partitions_max:
@@ -217,9 +242,13 @@ class ReplicaManager:
 
     # -- one topic -------------------------------------------------------------------------
 
-    async def _reconcile_topic(self, name: str, meta: TopicMeta | None, now: float) -> None:
+    async def _reconcile_topic(
+        self, name: str, meta: TopicMeta | None, hosted: list[int], now: float
+    ) -> None:
+        """Move topic `name` towards `meta` (None: not hosted here) whose partitions `hosted`
+        have a replica here."""
         local = self._local.get(name)
-        running = [k for k in self.replicas if k[0] == name]
+        running = [(name, p) for p in sorted(self._running.get(name, ()))]
         if (local is not None or running) and self._stale(name, meta, local, running):
             if not self._due((name, None), now):
                 return
@@ -240,7 +269,12 @@ class ReplicaManager:
             log(_log, "topic.removed", topic=name)
         if meta is None:
             self._failures.pop((name, None), None)
+            if name in self._local or name in self._running:
+                self._undecided.add(name)  # not deleted before the metadata has caught up
+            else:
+                self._undecided.discard(name)
             return
+        self._undecided.discard(name)
         local = self._local.get(name)
         if local is not None and local.topic_id not in (None, meta.topic_id):
             return  # a later incarnation on disk: the image has not caught up with it yet
@@ -256,9 +290,10 @@ class ReplicaManager:
                 return
             self._local[name] = local
             self._succeeded((name, None))
-        hosted = meta.hosted_by(self.node_id)
-        moved = {k for k in (*self.replicas, *self._moved) if k[0] == name}
-        for key in sorted(k for k in moved if k[1] not in hosted):
+        moved = {k for k in self._moved if k[0] == name}
+        moved.update((name, p) for p in self._running.get(name, ()))
+        hosting = set(hosted)
+        for key in sorted(k for k in moved if k[1] not in hosting):
             await self._remove_partition(key, now)  # reassigned to other nodes
         for p in hosted:
             if (name, p) in self.replicas or not self._due((name, p), now):
@@ -301,6 +336,7 @@ class ReplicaManager:
             await asyncio.to_thread(plog.close)
             raise
         self.replicas[(meta.name, p)] = part
+        self._running.setdefault(meta.name, set()).add(p)
 
     async def _remove_partition(self, key: tuple[str, int], now: float) -> None:
         """Stop and delete the replica of a partition the image no longer hosts here (a
@@ -325,6 +361,10 @@ class ReplicaManager:
 
     async def _stop(self, key: tuple[str, int]) -> None:
         part = self.replicas.pop(key)
+        running = self._running[key[0]]
+        running.discard(key[1])
+        if not running:
+            del self._running[key[0]]
         await part.stop()
         await asyncio.to_thread(part.log.close)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from replog.errors import (
@@ -30,6 +31,7 @@ from replog.replication import Role
 from replog.replication.driver import ReplicaDriver
 from replog.server.cluster.membership import Members
 from replog.server.cluster.reassignment import Progress, describe
+from replog.server.control.answers import MetadataAnswers
 from replog.server.control.routing import Here, Router
 from replog.server.control.topics import (
     WIRE_FORMATS,
@@ -38,7 +40,7 @@ from replog.server.control.topics import (
     format_from_wire,
 )
 from replog.server.edge.rpc import Context, unary
-from replog.server.meta.metadata import METADATA_TOPIC
+from replog.server.meta.metadata import METADATA_TOPIC, TopicMeta
 from replog.server.metrics import Metrics
 from replog.server.partitions.handover import pick_target
 from replog.server.partitions.replicated import ReplicatedPartition
@@ -66,6 +68,16 @@ def _one_partition(request: admin_pb2.ListOffsetsRequest, p: int) -> admin_pb2.L
     if request.HasField("timestamp_ms"):
         sub.timestamp_ms = request.timestamp_ms
     return sub
+
+
+@dataclass(slots=True)
+class _Asked:
+    """One DescribeTopic call: the request, whether it was forwarded here, and the answers
+    of the nodes asked so far (each node is asked once per call)."""
+
+    request: admin_pb2.DescribeTopicRequest
+    forwarded: bool
+    by_node: dict[int, dict[int, admin_pb2.PartitionDescription]] = field(default_factory=dict)
 
 
 def _forwarded(context: Context) -> bool:
@@ -97,6 +109,9 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self.node_id = peers.node_id
         self.members = members  # AddNode / RemoveNode (None: refused, e.g. in unit tests)
         self.nodes = nodes  # the members, with their racks as known here (GetMetadata)
+        self.answers = MetadataAnswers(
+            router.metadata.image, router.replicas, self.node_id
+        )  # GetMetadata, ListTopics: cached per change
 
     @unary("CreateTopic")
     async def CreateTopic(
@@ -123,10 +138,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ListTopics(
         self, request: admin_pb2.ListTopicsRequest, context: Context
     ) -> admin_pb2.ListTopicsResponse:
-        topics = self.router.topics()
-        return admin_pb2.ListTopicsResponse(
-            topics=[admin_pb2.TopicSummary(name=n, partitions=c) for n, c in sorted(topics.items())]
-        )
+        return self.answers.list_topics()  # (built again only after a topic changed)
 
     async def _local(self, topic: str, p: int) -> ReplicatedPartition | None:
         """This node's replica of `topic/p`, or None when it holds none."""
@@ -143,85 +155,96 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self, request: admin_pb2.DescribeTopicRequest, context: Context
     ) -> admin_pb2.TopicDescription:
         meta = await self.router.topic(request.name)
-        count = meta.partitions
         out = admin_pb2.TopicDescription(
             name=request.name,
             format=WIRE_FORMATS[meta.format],
             timestamp_type=WIRE_TIMESTAMP_TYPES[meta.timestamp_type],
+            partition_count=meta.partitions,
         )
-        remote_desc: dict[int, admin_pb2.PartitionDescription] = {}
-        forwarded = _forwarded(context)
-        for p in range(count):
-            try:
-                part = await self._local(request.name, p)
-            except UnavailableError:  # its replica here is starting, or failing (retried)
-                out.partitions.append(
-                    admin_pb2.PartitionDescription(
-                        partition=p,
-                        replicas=meta.assignment[p],
-                        leader_id=NO_LEADER,
-                        target_replicas=meta.targets.get(p, ()),
-                    )
-                )
-                continue
-            if part is None:
-                if forwarded:
-                    continue  # a forwarded call answers for its own replicas only
-                if p not in remote_desc:
-                    stub = await self._peer(request.name, p)
-                    desc = await remote(
-                        stub.DescribeTopic(request, timeout=REMOTE_TIMEOUT_S, metadata=FORWARD)
-                    )
-                    for d in desc.partitions:
-                        remote_desc.setdefault(d.partition, d)
-                if p in remote_desc:
-                    out.partitions.append(remote_desc[p])
-                continue
-            if not part.is_leader and not forwarded:
-                leader_id = part.leader.leader_id
-                if leader_id is not None and leader_id != self.node_id:
-                    # The leader's answer carries every replica's progress.
-                    stub = self.peers.admin(leader_id)
-                    with contextlib.suppress(ReplogError):
-                        desc = await remote(
-                            stub.DescribeTopic(request, timeout=REMOTE_TIMEOUT_S, metadata=FORWARD)
-                        )
-                        found = [d for d in desc.partitions if d.partition == p]
-                        if found:
-                            # ... and this replica's corrupt ranges, which the leader does
-                            # not know.
-                            found[0].corrupt_ranges.extend(self._corrupt_ranges(part))
-                            out.partitions.append(found[0])
-                            continue
-            leader = part.leader
-            plog = part.log
-            status = part.driver.replica_status()
-            target, step, error = describe(meta, p, self.reassignments)
-            out.partitions.append(
-                admin_pb2.PartitionDescription(
-                    replica_status=[
-                        admin_pb2.ReplicaStatus(
-                            replica_id=r, log_end_offset=leo, lag_records=lag, last_fetch_ms_ago=age
-                        )
-                        for r, leo, lag, age in status
-                    ],
-                    partition=p,
-                    replicas=leader.replicas,
-                    leader_id=NO_LEADER if leader.leader_id is None else leader.leader_id,
-                    log_start_offset=plog.log_start_offset,
-                    log_end_offset=plog.log_end_offset,
-                    high_watermark=plog.high_watermark,
-                    size_bytes=plog.size_bytes,
-                    segment_count=plog.segment_count,
-                    epoch=leader.epoch,
-                    corrupt_ranges=self._corrupt_ranges(part),
-                    target_replicas=target,
-                    reassignment_step=step,
-                    reassignment_error=error,
-                    observers=part.driver.membership.observers,
-                )
-            )
+        asked = _Asked(request, _forwarded(context))
+        first = min(request.first_partition, meta.partitions)  # (paging: docs/api.md)
+        end = meta.partitions if not request.partitions_max else first + request.partitions_max
+        for p in range(first, min(end, meta.partitions)):
+            desc = await self._describe_partition(asked, meta, p)
+            if desc is not None:
+                out.partitions.append(desc)
         return out
+
+    async def _describe_partition(
+        self, asked: _Asked, meta: TopicMeta, p: int
+    ) -> admin_pb2.PartitionDescription | None:
+        """Partition `p` as described here, or by the node that knows it best (its leader);
+        None: a forwarded call about a partition with no replica here."""
+        try:
+            part = await self._local(meta.name, p)
+        except UnavailableError:  # its replica here is starting, or failing (retried)
+            return admin_pb2.PartitionDescription(
+                partition=p,
+                replicas=meta.assignment[p],
+                leader_id=NO_LEADER,
+                target_replicas=meta.targets.get(p, ()),
+            )
+        if part is None:
+            if asked.forwarded:
+                return None  # a forwarded call answers for its own replicas only
+            return (await self._described_by(asked, meta.assignment[p][0])).get(p)
+        if not part.is_leader and not asked.forwarded:
+            leader_id = part.leader.leader_id
+            if leader_id is not None and leader_id != self.node_id:
+                # The leader's answer carries every replica's progress.
+                with contextlib.suppress(ReplogError):
+                    found = (await self._described_by(asked, leader_id)).get(p)
+                    if found is not None:
+                        # ... and this replica's corrupt ranges, which the leader does
+                        # not know.
+                        found.corrupt_ranges.extend(self._corrupt_ranges(part))
+                        return found
+        return self._describe_here(meta, p, part)
+
+    async def _described_by(
+        self, asked: _Asked, node_id: int
+    ) -> dict[int, admin_pb2.PartitionDescription]:
+        """The partitions `node_id` describes (asked once per call, forwarded)."""
+        known = asked.by_node.get(node_id)
+        if known is None:
+            stub = self.peers.admin(node_id)
+            desc = await remote(
+                stub.DescribeTopic(asked.request, timeout=REMOTE_TIMEOUT_S, metadata=FORWARD)
+            )
+            known = asked.by_node[node_id] = {}
+            for d in desc.partitions:
+                known.setdefault(d.partition, d)
+        return known
+
+    def _describe_here(
+        self, meta: TopicMeta, p: int, part: ReplicatedPartition
+    ) -> admin_pb2.PartitionDescription:
+        leader = part.leader
+        plog = part.log
+        status = part.driver.replica_status()
+        target, step, error = describe(meta, p, self.reassignments)
+        return admin_pb2.PartitionDescription(
+            replica_status=[
+                admin_pb2.ReplicaStatus(
+                    replica_id=r, log_end_offset=leo, lag_records=lag, last_fetch_ms_ago=age
+                )
+                for r, leo, lag, age in status
+            ],
+            partition=p,
+            replicas=leader.replicas,
+            leader_id=NO_LEADER if leader.leader_id is None else leader.leader_id,
+            log_start_offset=plog.log_start_offset,
+            log_end_offset=plog.log_end_offset,
+            high_watermark=plog.high_watermark,
+            size_bytes=plog.size_bytes,
+            segment_count=plog.segment_count,
+            epoch=leader.epoch,
+            corrupt_ranges=self._corrupt_ranges(part),
+            target_replicas=target,
+            reassignment_step=step,
+            reassignment_error=error,
+            observers=part.driver.membership.observers,
+        )
 
     def _corrupt_ranges(self, part: ReplicatedPartition) -> list[admin_pb2.CorruptRange]:
         try:
@@ -251,8 +274,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 "(and stop this one: docs/operations.md, Scale)",
                 node_id=self.node_id,
             )
-        topics = self.router.topics()
-        names = list(request.topics) or sorted(topics)
+        names = list(request.topics) or self.answers.names()
         driver = self.router.metadata.driver
         quorum = driver.membership
         out = admin_pb2.Metadata(
@@ -264,35 +286,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         )
         for name in names:
             meta = await self.router.topic(name)  # UNKNOWN_TOPIC if absent
-            count = meta.partitions
-            tmeta = out.topics.add(
-                name=name,
-                format=WIRE_FORMATS[meta.format],
-                timestamp_type=WIRE_TIMESTAMP_TYPES[meta.timestamp_type],
-            )
-            for p in range(count):
-                try:
-                    part = await self._local(name, p)
-                except UnavailableError:  # its replica here is starting, or failing
-                    part = None
-                if part is None:  # not running here: the replicas know the leader
-                    tmeta.partitions.append(
-                        admin_pb2.PartitionMetadata(
-                            partition=p,
-                            leader_id=NO_LEADER,
-                            replicas=meta.assignment[p],
-                        )
-                    )
-                    continue
-                leader = part.leader
-                tmeta.partitions.append(
-                    admin_pb2.PartitionMetadata(
-                        partition=p,
-                        leader_id=NO_LEADER if leader.leader_id is None else leader.leader_id,
-                        replicas=leader.replicas,
-                        epoch=leader.epoch,
-                    )
-                )
+            out.topics.append(self.answers.topic(meta))  # (built again only after a change)
         return out
 
     @unary("ReassignPartition")
