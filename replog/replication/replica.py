@@ -298,6 +298,45 @@ class Replica:
             and self._transfer is None
         )
 
+    def next_tick_ms(self) -> int | None:
+        """When `tick` next has something to do if no input comes first (None: never; a
+        time already past: at once). Exact for every timer `tick` runs, each of which moves
+        its own time on once run: a follower's election timeout and fetch retry; a
+        leader's parked fetches, BeginEpoch retries and check-quorum. A leader polls (0)
+        while a transfer is under way or an acks=leader append waits for a flush (the
+        flushed offset is learnt on ticks). A driver sleeps until then."""
+        cfg = self.config
+        if self._role is not Role.LEADER:
+            due = self._election_deadline_ms
+            if self._role is Role.FOLLOWER and self._fetch_sent_ms is not None:
+                due = min(due, self._fetch_sent_ms + cfg.fetch_retry_ms)
+            return due
+        if self._transfer is not None or self._pending_leader:
+            return 0
+        times: list[int] = []
+        lasts: list[int] = []
+        for progress in self._progress.values():
+            if progress.parked is not None:
+                times.append(progress.parked_since_ms + cfg.fetch_wait_ms_max)
+            last = progress.last_fetch_ms
+            unaware = not progress.voter or progress.match <= self._members.latest_offset
+            if last is None or unaware:
+                sent = progress.begin_sent_ms
+                retry = 0 if sent is None else sent + cfg.begin_epoch_retry_ms
+                times.append(
+                    retry if last is None else max(retry, last + cfg.election_timeout_ms_min)
+                )
+            if progress.voter and last is not None:
+                lasts.append(last)
+        others = self.membership.majority - 1  # other voters check-quorum needs alive
+        if others > 0:
+            lasts.sort(reverse=True)
+            quorum_since = self._leader_since_ms
+            if len(lasts) >= others:
+                quorum_since = max(quorum_since, lasts[others - 1])
+            times.append(quorum_since + cfg.election_timeout_ms_max)
+        return min(times, default=None)
+
     @property
     def transferring_to(self) -> int | None:
         """The voter a leadership transfer under way hands the partition to."""
