@@ -108,7 +108,7 @@ class _Link:
         self.task: asyncio.Task[None] | None = None
         self.dropped = 0
         self.heard = asyncio.Event()  # the peer opened a stream here: it is up again
-        self.batched = True  # the peer serves `ExchangeBatches` (False: an older version)
+        self.batched = True  # the next stream is `ExchangeBatches` (False: `Exchange`, once)
         self.carry: pb.Envelope | None = None  # taken off the queue, for the next batch
         self.batches = 0  # messages sent on `ExchangeBatches` (for tests and metrics)
 
@@ -186,14 +186,17 @@ class PeerLinks:
             stub = replication_pb2_grpc.ReplicationStub(channel)  # type: ignore[no-untyped-call]
             readers: list[asyncio.Task[Any]] = []
             metadata = ((NODE_ID_HEADER, str(self.node_id)),)
+            batched, link.batched = link.batched, True
             try:
-                if link.batched:
+                if batched:
                     await stub.ExchangeBatches(self._batches(link, readers), metadata=metadata)
                 else:
                     await stub.Exchange(self._drain(link, readers), metadata=metadata)
             except grpc.aio.AioRpcError as exc:
-                if exc.code() is grpc.StatusCode.UNIMPLEMENTED and link.batched:
-                    link.batched = False  # an older peer: one envelope per message
+                if exc.code() is grpc.StatusCode.UNIMPLEMENTED and batched:
+                    # An older peer (or one still registering its services): one envelope
+                    # per message on this stream; the next stream tries batches again.
+                    link.batched = False
                 _log.debug("replication stream to %s broke: %s", link.address, exc.code())
             except asyncio.CancelledError:
                 await channel.close(None)
