@@ -4,16 +4,17 @@
 Outgoing (`PeerLinks`): `send(peer, envelope)` never blocks; each peer has a bounded queue
 drained by a task that keeps one client stream open (`ExchangeBatches`), reconnecting with
 backoff when it breaks. Each message of the stream carries every envelope queued at the
-moment it is sent (up to `BATCH_BYTES_MAX`): the fetches, answers and votes of all the
-partitions two nodes share travel together, so that a node's cost per idle partition is not
-one gRPC message each way (a peer that does not know `ExchangeBatches`, an older version,
-is sent one envelope per message on `Exchange`). Messages queued while the peer is
-unreachable are dropped once the queue is full (best effort: the protocol's timers retry
-what matters). A peer that opens a stream to this node is up: `heard_from(peer)` ends the
-backoff of the link to it, which reconnects at once. Without that, a node that restarted
-got no answers (fetch responses, votes) from peers whose backoff had grown while it was
-down, for up to the longest backoff (1 s): measured, writers waited that long when such a
-node was needed for a quorum right after a leader's hand-over.
+moment it is sent (up to `BATCH_BYTES_MAX`; a larger envelope goes alone): the fetches,
+answers and votes of all the partitions two nodes share travel together, so that a node's
+cost per idle partition is not one gRPC message each way (a peer that does not know
+`ExchangeBatches`, an older version, is sent one envelope per message on `Exchange`).
+Messages queued while the peer is unreachable are dropped once the queue is full (best
+effort: the protocol's timers retry what matters). A peer that opens a stream to this node
+is up: `heard_from(peer)` ends the backoff of the link to it, which reconnects at once.
+Without that, a node that restarted got no answers (fetch responses, votes) from peers
+whose backoff had grown while it was down, for up to the longest backoff (1 s): measured,
+writers waited that long when such a node was needed for a quorum right after a leader's
+hand-over.
 
 Incoming (`ReplicationService`): envelopes of one stream are delivered in order to the
 replica of `(topic, partition)` found by the router; envelopes for replicas this node does
@@ -61,10 +62,13 @@ from replog.v1 import replication_pb2_grpc
 _log = logging.getLogger("replog.replication")
 
 QUEUE_ENVELOPES_MAX = 10_000
-# One batch of envelopes: at most this many bytes (a larger envelope, a fetch answer of up
-# to 4 MiB, goes alone) or envelopes, under the peers' 8 MiB message limit.
-BATCH_BYTES_MAX = 4 * 1024 * 1024
+# One batch of envelopes: at most this many bytes, framing included (an envelope larger
+# than that, a fetch answer with records, goes alone, as on `Exchange`), well under the
+# smallest message limit a node accepts (`message_bytes_max` >= 64 KiB); a few hundred
+# idle partitions' fetches or answers fit in one.
+BATCH_BYTES_MAX = 32 * 1024
 BATCH_ENVELOPES_MAX = 4096
+ENVELOPE_FRAMING_BYTES = 8  # an envelope's tag and length inside `Envelopes` (at most)
 RECONNECT_BACKOFF_S = (0.05, 1.0)
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 8 * 1024 * 1024),
@@ -250,7 +254,7 @@ class PeerLinks:
             size = first.ByteSize()
             while not queue.empty() and len(batch) < BATCH_ENVELOPES_MAX:
                 envelope = queue.get_nowait()
-                size += envelope.ByteSize()
+                size += envelope.ByteSize() + ENVELOPE_FRAMING_BYTES
                 if size > BATCH_BYTES_MAX:
                     link.carry = envelope
                     break
