@@ -229,6 +229,15 @@ class Replica:
             and c.transfer is None
         )
 
+    def next_tick_ms(self) -> int | None:
+        """When `tick` next has something to do if no input comes first (None: never; a
+        time already past: at once). Exact for every timer `tick` runs, each of which moves
+        its own time on once run: a follower's election timeout and fetch retry; a
+        leader's parked fetches, BeginEpoch retries and check-quorum. A leader polls (0)
+        while a transfer is under way or an acks=leader append waits for a flush (the
+        flushed offset is learnt on ticks). A driver sleeps until then."""
+        return steps.next_tick_ms(self._core)
+
     @property
     def transferring_to(self) -> int | None:
         """The voter a leadership transfer under way hands the partition to."""

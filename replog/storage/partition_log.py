@@ -111,6 +111,9 @@ class PartitionLog:
         # The first I/O error (EIO, ...) met on this log's files: set, the partition's replica
         # goes offline (`replog.replication.driver`), the node keeps serving the others.
         self.io_error: StorageError | None = None
+        # Called (from any thread) when `io_error` is set: the replica's driver goes offline
+        # at once rather than at its next timer.
+        self.on_io_error: Callable[[], None] | None = None
         if files is not None:
             with self._lock:
                 self._count_files(log)
@@ -159,6 +162,8 @@ class PartitionLog:
         err = storage_error(exc, what) if isinstance(exc, OSError) else exc
         if type(err) is StorageError and self.io_error is None:
             self.io_error = err
+            if self.on_io_error is not None:
+                self.on_io_error()
         return err
 
     def _recount(self, log: SegmentLog) -> None:

@@ -6,6 +6,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class Envelopes(_message.Message):
+    __slots__ = ("envelopes",)
+    ENVELOPES_FIELD_NUMBER: _ClassVar[int]
+    envelopes: _containers.RepeatedCompositeFieldContainer[Envelope]
+    def __init__(self, envelopes: _Optional[_Iterable[_Union[Envelope, _Mapping]]] = ...) -> None: ...
+
 class Envelope(_message.Message):
     __slots__ = ("topic", "partition", "from_id", "fetch_request", "fetch_response", "vote_request", "vote_response", "begin_epoch", "timeout_now", "topic_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

@@ -39,6 +39,11 @@ class ReplicationStub:
                 request_serializer=replog_dot_v1_dot_replication__pb2.Envelope.SerializeToString,
                 response_deserializer=replog_dot_v1_dot_replication__pb2.ExchangeSummary.FromString,
                 _registered_method=True)
+        self.ExchangeBatches = channel.stream_unary(
+                '/replog.v1.Replication/ExchangeBatches',
+                request_serializer=replog_dot_v1_dot_replication__pb2.Envelopes.SerializeToString,
+                response_deserializer=replog_dot_v1_dot_replication__pb2.ExchangeSummary.FromString,
+                _registered_method=True)
 
 
 class ReplicationServicer:
@@ -50,12 +55,27 @@ class ReplicationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExchangeBatches(self, request_iterator, context):
+        """The same stream, batched: each message carries every envelope the sender had queued
+        for this peer when it sent it (heartbeat-like fetches and answers of all the
+        partitions the two nodes share travel together, like a Kafka fetch session). Senders
+        use it; `Exchange` is still served for nodes of older versions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReplicationServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Exchange': grpc.stream_unary_rpc_method_handler(
                     servicer.Exchange,
                     request_deserializer=replog_dot_v1_dot_replication__pb2.Envelope.FromString,
+                    response_serializer=replog_dot_v1_dot_replication__pb2.ExchangeSummary.SerializeToString,
+            ),
+            'ExchangeBatches': grpc.stream_unary_rpc_method_handler(
+                    servicer.ExchangeBatches,
+                    request_deserializer=replog_dot_v1_dot_replication__pb2.Envelopes.FromString,
                     response_serializer=replog_dot_v1_dot_replication__pb2.ExchangeSummary.SerializeToString,
             ),
     }
@@ -85,6 +105,33 @@ class Replication:
             target,
             '/replog.v1.Replication/Exchange',
             replog_dot_v1_dot_replication__pb2.Envelope.SerializeToString,
+            replog_dot_v1_dot_replication__pb2.ExchangeSummary.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExchangeBatches(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/replog.v1.Replication/ExchangeBatches',
+            replog_dot_v1_dot_replication__pb2.Envelopes.SerializeToString,
             replog_dot_v1_dot_replication__pb2.ExchangeSummary.FromString,
             options,
             channel_credentials,

@@ -45,6 +45,7 @@ METHODS = {
     "/replog.v1.Admin/CreateTopic": "unary",
     "/replog.v1.Admin/DescribeTopic": "unary",
     "/replog.v1.Replication/Exchange": "client-stream",  # peers' stream: the peer listener
+    "/replog.v1.Replication/ExchangeBatches": "client-stream",
     "/grpc.health.v1.Health/Watch": "stream",
 }
 FLOOD_CALLS = 300

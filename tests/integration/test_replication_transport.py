@@ -16,6 +16,7 @@ from replog import frames
 from replog.devcluster import free_port
 from replog.replication import Acks, Message, ReplicaConfig, Role
 from replog.replication.driver import ReplicaDriver
+from replog.replication.messages import BeginEpoch
 from replog.server.peering import replication_transport
 from replog.server.peering.replication_transport import (
     PeerLinks,
@@ -233,5 +234,47 @@ def test_a_link_waiting_out_its_backoff_reconnects_once_the_peer_is_heard_from(
                 await link.close()
             for server in servers:
                 await server.stop(None)
+
+    asyncio.run(main())
+
+
+def test_envelopes_queued_together_travel_in_few_messages_in_order_a_large_one_alone() -> None:
+    """600 envelopes queued for a peer before its link connects (the fetches of 600
+    partitions two nodes share), one of them a 40 KiB fetch answer: they all arrive, in
+    order, in a handful of gRPC messages (before: one message each), the large one alone
+    (`BATCH_BYTES_MAX`)."""
+
+    async def main() -> None:
+        address = f"127.0.0.1:{free_port()}"
+        received: list[int] = []
+
+        async def deliver(message: Message) -> None:
+            assert isinstance(message, BeginEpoch)
+
+        def route(topic: str, partition: int, topic_id: int) -> Any:
+            received.append(partition)
+            return deliver
+
+        server = grpc.aio.server()
+        service = ReplicationService(route)
+        replication_pb2_grpc.add_ReplicationServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+        server.add_insecure_port(address)
+        await server.start()
+        links = PeerLinks(1, {2: address})
+        try:
+            for p in range(600):
+                envelope = pb.Envelope(topic="t", partition=p, from_id=1)
+                envelope.begin_epoch.epoch, envelope.begin_epoch.leader_id = 1, 1
+                if p == 300:
+                    envelope.fetch_response.records.frames = b"x" * 40_000  # (not delivered)
+                links.send(2, envelope)
+            links.start()
+            await wait_for(lambda: len(received) == 600 or None)
+            assert received == list(range(600))
+            batches = links._links[2].batches
+            assert 3 <= batches <= 10, batches  # 600 x ~20 B in 32 KiB batches + the large one
+        finally:
+            await links.close()
+            await server.stop(None)
 
     asyncio.run(main())

@@ -453,7 +453,7 @@ class Simulation:
         if kind == "tick":
             assert isinstance(payload, int)
             node = self.nodes[payload]
-            self._input(node, lambda r: r.tick(self.now))
+            self._input(node, self._tick)
             self._schedule(TICK_MS, "tick", payload)
         elif kind == "msg":
             assert isinstance(payload, _Delivery)
@@ -1019,6 +1019,18 @@ class Simulation:
             newest[header.producer_id] = (header.producer_epoch, header.last_sequence + 1)
 
     # -- the owner model -------------------------------------------------------------------
+
+    def _tick(self, replica: Replica) -> list[Output]:
+        """A tick of the core. The driver ticks a replica only once `next_tick_ms` has
+        come (the node's ticker sleeps until then), so a tick before it must do nothing:
+        checked at every tick of every schedule."""
+        due = replica.next_tick_ms()
+        seen = (replica.role, replica.epoch, replica.leader_id, due)
+        outputs = replica.tick(self.now)
+        if due is None or self.now < due:
+            after = (replica.role, replica.epoch, replica.leader_id, replica.next_tick_ms())
+            assert not outputs and after == seen, ("tick before its time acted", seen, outputs)
+        return outputs
 
     def _input(
         self, node: Node, call: Callable[[Replica], list[Output]], request_id: int | None = None

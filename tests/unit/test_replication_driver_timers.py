@@ -3,11 +3,8 @@
 An append's caller waits for its acks until its deadline; the driver keeps one timer for
 the earliest deadline of all waiting appends (not one per append) and fails those that
 pass it with `AckTimeoutError`, while the append itself goes on. A replica whose core has
-no timer to run (a leader of a replica set of one, nothing waiting) ticks only every
-`IDLE_TICK_MS`; anything that waits for a timer brings the short tick back.
-
-Every test here makes the idle tick longer than the test (`NEVER_MS`): whatever completes
-did so without it.
+no timer to run (a leader of a replica set of one, nothing waiting) is never woken by the
+node's ticker; anything that waits for a timer brings the short tick back.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ import pytest
 
 from replog.errors import AckTimeoutError
 from replog.replication import Acks, ReplicaConfig, Role
-from replog.replication import driver as driver_module
 from replog.replication.driver import ReplicaDriver
 from replog.storage import FlushPolicy, PartitionLog, StorageConfig
 from tests.unit.test_replication_driver import (
@@ -37,11 +33,6 @@ SHORT_S = 0.2  # an ack timeout that passes while nothing flushes the log
 NEVER_MS = 600_000  # longer than any test
 
 Scenario = Callable[[PartitionLog, ReplicaDriver], Awaitable[None]]
-
-
-@pytest.fixture(autouse=True)
-def _idle_tick_never(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(driver_module, "IDLE_TICK_MS", NEVER_MS)
 
 
 def run_solo(tmp_path: Path, *, flush_always: bool, tick_ms: int, scenario: Scenario) -> None:
@@ -117,14 +108,14 @@ def test_appends_that_time_out_one_after_another_are_each_failed_once(tmp_path: 
 
 def test_a_replica_set_of_one_answers_appends_with_its_core_timers_idle(tmp_path: Path) -> None:
     async def scenario(log: PartitionLog, driver: ReplicaDriver) -> None:
-        await wait_for(lambda: driver._tick_idle)  # the next tick is the idle one
+        await wait_for(lambda: driver._tick_wakeup.at is None)  # no tick armed
         for i in range(20):  # answered in the pass that writes them: no tick needed
             for acks in (Acks.LEADER, Acks.ALL):
                 base, last = await asyncio.wait_for(
                     driver.append([b"%d" % i], acks, DEADLINE_S), DEADLINE_S
                 )
                 assert base == last and log.high_watermark == last + 1
-        assert driver._tick_idle and driver.replica.timers_idle
+        assert driver._tick_wakeup.at is None and driver.replica.next_tick_ms() is None
 
     run_solo(tmp_path, flush_always=False, tick_ms=1, scenario=scenario)
 
@@ -136,11 +127,11 @@ def test_an_append_waiting_for_a_flush_brings_the_short_tick_back(tmp_path: Path
 
     async def scenario(log: PartitionLog, driver: ReplicaDriver) -> None:
         log.flush()
-        await wait_for(lambda: driver._tick_idle)
+        await wait_for(lambda: driver._tick_wakeup.at is None)
         end = log.log_end_offset
         append = asyncio.ensure_future(driver.append([b"x"], Acks.LEADER, DEADLINE_S))
         await wait_for(lambda: log.log_end_offset > end)
-        assert not append.done() and not driver.replica.timers_idle
+        assert not append.done() and driver._tick_wakeup.at is not None
         log.flush()
         base, last = await asyncio.wait_for(append, DEADLINE_S)
         assert base == last and log.flushed_offset > last

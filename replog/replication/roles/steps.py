@@ -311,6 +311,40 @@ def _tick_leader(c: Core, now_ms: int) -> None:
         become_follower(c, c.epoch, None, now_ms)
 
 
+def next_tick_ms(c: Core) -> int | None:
+    """When `tick` next has something to do if no input comes first (`Replica.next_tick_ms`):
+    the timers of `_TICKS`, each computed as its tick function tests it."""
+    cfg = c.config
+    if c.step is not Step.LEADER:
+        due = c.election_deadline_ms
+        if c.fetch_sent_ms is not None:  # a follower's (or pre-candidate's) fetch retry
+            due = min(due, c.fetch_sent_ms + cfg.fetch_retry_ms)
+        return due
+    if c.transfer is not None or c.pending_leader:
+        return 0
+    times: list[int] = []
+    lasts: list[int] = []
+    for progress in c.progress.values():
+        if progress.parked is not None:
+            times.append(progress.parked_since_ms + cfg.fetch_wait_ms_max)
+        last = progress.last_fetch_ms
+        unaware = not progress.voter or progress.match <= c.members.latest_offset
+        if last is None or unaware:
+            sent = progress.begin_sent_ms
+            retry = 0 if sent is None else sent + cfg.begin_epoch_retry_ms
+            times.append(retry if last is None else max(retry, last + cfg.election_timeout_ms_min))
+        if progress.voter and last is not None:
+            lasts.append(last)
+    others = c.membership.majority - 1  # other voters check-quorum needs alive
+    if others > 0:
+        lasts.sort(reverse=True)
+        quorum_since = c.leader_since_ms
+        if len(lasts) >= others:
+            quorum_since = max(quorum_since, lasts[others - 1])
+        times.append(quorum_since + cfg.election_timeout_ms_max)
+    return min(times, default=None)
+
+
 _TICKS: dict[Step, Callable[[Core, int], None]] = {
     Step.FOLLOWER: _tick_following,
     Step.PRE_CANDIDATE: _tick_following,

@@ -196,58 +196,7 @@ def from_envelope(env: pb.Envelope) -> Message:
             last,
         )
     if kind == "fetch_response":
-        f = env.fetch_response
-        epoch = _epoch(f.epoch, "epoch")
-        fetch_offset = _offset(f.fetch_offset, "fetch_offset")
-        last = _epoch(f.last_fetched_epoch, "last_fetched_epoch")
-        which = f.WhichOneof("result")
-        result: Records | Diverging | Fenced | StartAt
-        if which == "records":
-            rec = f.records
-            start = _offset(rec.start_offset, "start_offset")
-            end = _offset(rec.end_offset, "end_offset")
-            _check(start == fetch_offset and start <= end, "records not at the fetch offset")
-            boundaries = _history(rec.boundaries, epoch)
-            _check(
-                all(start <= b.start_offset < end for b in boundaries),
-                "a boundary outside the records",
-            )
-            if rec.HasField("frames_crc32c"):
-                crc = google_crc32c.value(rec.frames) if rec.frames else 0
-                _check(crc == rec.frames_crc32c, "frames do not match their CRC32C")
-            try:
-                ends = frames.scan(rec.frames, start) if rec.frames else []
-            except frames.FrameError as exc:
-                raise ImpossibleMessage(f"frames: {exc}") from None
-            _check(len(ends) == end - start, "frames do not hold start_offset .. end_offset")
-            result = Records(
-                start,
-                end,
-                boundaries,
-                _offset(rec.high_watermark, "high_watermark"),
-                rec.frames,
-                _memberships(rec.memberships, start, end),
-            )
-        elif which == "diverging":
-            d_epoch = _epoch(f.diverging.epoch, "diverging epoch")
-            _check(d_epoch <= last, "diverging epoch after last_fetched_epoch")
-            result = Diverging(d_epoch, _offset(f.diverging.end_offset, "diverging end_offset"))
-        elif which == "start_at":
-            offset = _offset(f.start_at.offset, "start_at offset")
-            result = StartAt(
-                offset,
-                _history(f.start_at.history, epoch),
-                _memberships(f.start_at.memberships, 0, offset),
-            )
-        elif which == "fenced":
-            leader = f.fenced.leader_id if f.fenced.HasField("leader_id") else None
-            _check(leader is None or leader <= NODE_ID_MAX, "fenced leader_id out of range")
-            result = Fenced(_epoch(f.fenced.epoch, "fenced epoch"), leader)
-        else:
-            raise ImpossibleMessage("a ReplicaFetchResponse without a result")
-        return FetchResponse(
-            epoch, _sender(f.leader_id, sender, "leader_id"), fetch_offset, last, result
-        )
+        return _fetch_response(env.fetch_response, sender)
     if kind == "vote_request":
         v = env.vote_request
         epoch = _epoch(v.epoch, "epoch")
@@ -278,3 +227,60 @@ def from_envelope(env: pb.Envelope) -> Message:
         t = env.timeout_now
         return TimeoutNow(_epoch(t.epoch, "epoch"), _sender(t.leader_id, sender, "leader_id"))
     raise ImpossibleMessage(f"an Envelope without a message ({kind})")
+
+
+def _fetch_response(f: pb.ReplicaFetchResponse, sender: int) -> FetchResponse:
+    epoch = _epoch(f.epoch, "epoch")
+    fetch_offset = _offset(f.fetch_offset, "fetch_offset")
+    last = _epoch(f.last_fetched_epoch, "last_fetched_epoch")
+    which = f.WhichOneof("result")
+    result: Records | Diverging | Fenced | StartAt
+    if which == "records":
+        result = _records(f.records, epoch, fetch_offset)
+    elif which == "diverging":
+        d_epoch = _epoch(f.diverging.epoch, "diverging epoch")
+        _check(d_epoch <= last, "diverging epoch after last_fetched_epoch")
+        result = Diverging(d_epoch, _offset(f.diverging.end_offset, "diverging end_offset"))
+    elif which == "start_at":
+        offset = _offset(f.start_at.offset, "start_at offset")
+        result = StartAt(
+            offset,
+            _history(f.start_at.history, epoch),
+            _memberships(f.start_at.memberships, 0, offset),
+        )
+    elif which == "fenced":
+        leader = f.fenced.leader_id if f.fenced.HasField("leader_id") else None
+        _check(leader is None or leader <= NODE_ID_MAX, "fenced leader_id out of range")
+        result = Fenced(_epoch(f.fenced.epoch, "fenced epoch"), leader)
+    else:
+        raise ImpossibleMessage("a ReplicaFetchResponse without a result")
+    return FetchResponse(
+        epoch, _sender(f.leader_id, sender, "leader_id"), fetch_offset, last, result
+    )
+
+
+def _records(rec: pb.ReplicaFetchResponse.Records, epoch: int, fetch_offset: int) -> Records:
+    start = _offset(rec.start_offset, "start_offset")
+    end = _offset(rec.end_offset, "end_offset")
+    _check(start == fetch_offset and start <= end, "records not at the fetch offset")
+    boundaries = _history(rec.boundaries, epoch)
+    _check(
+        all(start <= b.start_offset < end for b in boundaries),
+        "a boundary outside the records",
+    )
+    if rec.HasField("frames_crc32c"):
+        crc = google_crc32c.value(rec.frames) if rec.frames else 0
+        _check(crc == rec.frames_crc32c, "frames do not match their CRC32C")
+    try:
+        ends = frames.scan(rec.frames, start) if rec.frames else []
+    except frames.FrameError as exc:
+        raise ImpossibleMessage(f"frames: {exc}") from None
+    _check(len(ends) == end - start, "frames do not hold start_offset .. end_offset")
+    return Records(
+        start,
+        end,
+        boundaries,
+        _offset(rec.high_watermark, "high_watermark"),
+        rec.frames,
+        _memberships(rec.memberships, start, end),
+    )

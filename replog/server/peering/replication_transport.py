@@ -1,29 +1,36 @@
-"""The gRPC transport of replication: one outgoing `Exchange` stream per peer, and the
+"""The gRPC transport of replication: one outgoing stream per peer, and the
 `Replication` service that routes incoming envelopes to partition replicas.
 
 Outgoing (`PeerLinks`): `send(peer, envelope)` never blocks; each peer has a bounded queue
-drained by a task that keeps one client stream open (`Exchange`), reconnecting with backoff
-when it breaks. Messages queued while the peer is unreachable are dropped once the queue is
-full (best effort: the protocol's timers retry what matters). A peer that opens a stream to
-this node is up: `heard_from(peer)` ends the backoff of the link to it, which reconnects at
-once. Without that, a node that restarted got no answers (fetch responses, votes) from peers
+drained by a task that keeps one client stream open (`ExchangeBatches`), reconnecting with
+backoff when it breaks. Each message of the stream carries every envelope queued at the
+moment it is sent (up to `BATCH_BYTES_MAX`; a larger envelope goes alone): the fetches,
+answers and votes of all the partitions two nodes share travel together, so that a node's
+cost per idle partition is not one gRPC message each way (a peer that does not know
+`ExchangeBatches`, an older version, is sent one envelope per message on `Exchange`).
+Messages queued while the peer is unreachable are dropped once the queue is full (best
+effort: the protocol's timers retry what matters). A peer that opens a stream to this node
+is up: `heard_from(peer)` ends the backoff of the link to it, which reconnects at once.
+Without that, a node that restarted got no answers (fetch responses, votes) from peers
 whose backoff had grown while it was down, for up to the longest backoff (1 s): measured,
 writers waited that long when such a node was needed for a quorum right after a leader's
 hand-over.
 
 Incoming (`ReplicationService`): envelopes of one stream are delivered in order to the
 replica of `(topic, partition)` found by the router; envelopes for replicas this node does
-not host (yet) are dropped. The node that opens a stream is reported to `on_peer` (the
-node passes `PeerLinks.heard_from`) as soon as the stream opens: the member its certificate
-names with TLS, else the id in the `replog-node-id` header every link sends (believed, as
-envelopes' senders are without TLS), else the sender of the stream's first envelope (a
-node of an older version).
+not host (yet) are dropped. The envelopes of one batch are handed to their replicas
+together (in order: each replica's inbox keeps it), and the next batch is read once every
+one of them has been handled (backpressure). The node that opens a stream is reported to
+`on_peer` (the node passes `PeerLinks.heard_from`) as soon as the stream opens: the member
+its certificate names with TLS, else the id in the `replog-node-id` header every link sends
+(believed, as envelopes' senders are without TLS), else the sender of the stream's first
+envelope (a node of an older version).
 
 Trust. With TLS (`authenticate` given) the stream arrives on the peer listener, which
 requires a client certificate signed by the cluster's CA; the certificate must name a
 member (`security.peer_node_id`), and every envelope's `from_id` must be that member, or
 the stream ends with PERMISSION_DENIED before the envelope reaches any replica. The
-certificate is checked again at the first envelope `REAUTHENTICATE_INTERVAL_S` after the
+certificate is checked again at the first batch `REAUTHENTICATE_INTERVAL_S` after the
 last check, so the stream of a node that has left the cluster since it opened it (out of
 the members and of the metadata quorum: `Node.sync_members`) ends with PERMISSION_DENIED
 too, rather than delivering for as long as keepalives hold it open. Without TLS (a
@@ -38,7 +45,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import grpc
@@ -55,6 +62,13 @@ from replog.v1 import replication_pb2_grpc
 _log = logging.getLogger("replog.replication")
 
 QUEUE_ENVELOPES_MAX = 10_000
+# One batch of envelopes: at most this many bytes, framing included (an envelope larger
+# than that, a fetch answer with records, goes alone, as on `Exchange`), well under the
+# smallest message limit a node accepts (`message_bytes_max` >= 64 KiB); a few hundred
+# idle partitions' fetches or answers fit in one.
+BATCH_BYTES_MAX = 32 * 1024
+BATCH_ENVELOPES_MAX = 4096
+ENVELOPE_FRAMING_BYTES = 8  # an envelope's tag and length inside `Envelopes` (at most)
 RECONNECT_BACKOFF_S = (0.05, 1.0)
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 8 * 1024 * 1024),
@@ -98,6 +112,9 @@ class _Link:
         self.task: asyncio.Task[None] | None = None
         self.dropped = 0
         self.heard = asyncio.Event()  # the peer opened a stream here: it is up again
+        self.batched = True  # the next stream is `ExchangeBatches` (False: `Exchange`, once)
+        self.carry: pb.Envelope | None = None  # taken off the queue, for the next batch
+        self.batches = 0  # messages sent on `ExchangeBatches` (for tests and metrics)
 
 
 class PeerLinks:
@@ -172,11 +189,18 @@ class PeerLinks:
             channel = self._dial(link.address)
             stub = replication_pb2_grpc.ReplicationStub(channel)  # type: ignore[no-untyped-call]
             readers: list[asyncio.Task[Any]] = []
+            metadata = ((NODE_ID_HEADER, str(self.node_id)),)
+            batched, link.batched = link.batched, True
             try:
-                await stub.Exchange(
-                    self._drain(link, readers), metadata=((NODE_ID_HEADER, str(self.node_id)),)
-                )
+                if batched:
+                    await stub.ExchangeBatches(self._batches(link, readers), metadata=metadata)
+                else:
+                    await stub.Exchange(self._drain(link, readers), metadata=metadata)
             except grpc.aio.AioRpcError as exc:
+                if exc.code() is grpc.StatusCode.UNIMPLEMENTED and batched:
+                    # An older peer (or one still registering its services): one envelope
+                    # per message on this stream; the next stream tries batches again.
+                    link.batched = False
                 _log.debug("replication stream to %s broke: %s", link.address, exc.code())
             except asyncio.CancelledError:
                 await channel.close(None)
@@ -210,6 +234,33 @@ class PeerLinks:
             readers.append(reader)
         while True:
             yield await link.queue.get()
+
+    async def _batches(
+        self, link: _Link, readers: list[asyncio.Task[Any]]
+    ) -> AsyncIterator[pb.Envelopes]:
+        """The link's queue as one stream's requests, each carrying every envelope queued
+        when it is sent, within `BATCH_BYTES_MAX` / `BATCH_ENVELOPES_MAX` (`readers`: as in
+        `_drain`)."""
+        reader = asyncio.current_task()
+        if reader is not None:
+            readers.append(reader)
+        queue = link.queue
+        while True:
+            first = link.carry
+            link.carry = None
+            if first is None:
+                first = await queue.get()
+            batch = [first]
+            size = first.ByteSize()
+            while not queue.empty() and len(batch) < BATCH_ENVELOPES_MAX:
+                envelope = queue.get_nowait()
+                size += envelope.ByteSize() + ENVELOPE_FRAMING_BYTES
+                if size > BATCH_BYTES_MAX:
+                    link.carry = envelope
+                    break
+                batch.append(envelope)
+            link.batches += 1
+            yield pb.Envelopes(envelopes=batch)
 
     async def close(self) -> None:
         self._closed = True
@@ -263,18 +314,38 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         request_iterator: AsyncIterator[pb.Envelope],
         context: grpc.aio.ServicerContext[pb.Envelope, pb.ExchangeSummary],
     ) -> pb.ExchangeSummary:
+        """One envelope per message (the stream of nodes of older versions)."""
+
+        async def batches() -> AsyncIterator[Sequence[pb.Envelope]]:
+            async for envelope in request_iterator:
+                yield (envelope,)
+
+        return await self._serve(batches(), context)
+
+    async def ExchangeBatches(
+        self,
+        request_iterator: AsyncIterator[pb.Envelopes],
+        context: grpc.aio.ServicerContext[pb.Envelopes, pb.ExchangeSummary],
+    ) -> pb.ExchangeSummary:
+        async def batches() -> AsyncIterator[Sequence[pb.Envelope]]:
+            async for batch in request_iterator:
+                yield batch.envelopes
+
+        return await self._serve(batches(), context)
+
+    async def _serve(
+        self, batches: AsyncIterator[Sequence[pb.Envelope]], context: Any
+    ) -> pb.ExchangeSummary:
         try:
             if self._closed:
                 raise ShuttingDownError("the node is shutting down")
-            return await self._exchange(request_iterator, context)
+            return await self._exchange(batches, context)
         except ReplogError as err:  # the node stops: SHUTTING_DOWN, with its ErrorInfo
             await status.abort(context, err)
             raise AssertionError("abort returned") from err
 
     async def _exchange(
-        self,
-        request_iterator: AsyncIterator[pb.Envelope],
-        context: grpc.aio.ServicerContext[pb.Envelope, pb.ExchangeSummary],
+        self, batches: AsyncIterator[Sequence[pb.Envelope]], context: Any
     ) -> pb.ExchangeSummary:
         peer: int | None = None
         authenticate = self.authenticate
@@ -287,30 +358,45 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         if announced is not None and self.on_peer is not None:
             self.on_peer(announced)  # it is up: before its first envelope, which may be late
         count = 0
-        async for envelope in request_iterator:
-            count += 1
-            if peer is not None and envelope.from_id != peer:
-                await self._refuse(
-                    context, f"node {peer} sent an envelope as node {envelope.from_id}"
-                )
+        async for batch in batches:
             if authenticate is not None:
                 now = time.monotonic()
                 if now - checked_at >= REAUTHENTICATE_INTERVAL_S:
                     checked_at = now
                     if authenticate(context) != peer:
                         await self._refuse(context, f"node {peer} is no longer a member")
-            if count == 1 and announced is None and self.on_peer is not None:
-                self.on_peer(envelope.from_id)
-            deliver = self.router(envelope.topic, envelope.partition, envelope.topic_id)
-            if deliver is None:
-                continue
-            try:
-                message = from_envelope(envelope)
-            except ImpossibleMessage as exc:
-                self._dropped(envelope, str(exc))
-                continue
-            await deliver(message)
+            deliveries: list[asyncio.Task[None]] = []
+            for envelope in batch:
+                count += 1
+                if peer is not None and envelope.from_id != peer:
+                    await self._refuse(
+                        context, f"node {peer} sent an envelope as node {envelope.from_id}"
+                    )
+                if count == 1 and announced is None and self.on_peer is not None:
+                    self.on_peer(envelope.from_id)
+                delivery = self._delivery(envelope)
+                if delivery is not None:
+                    deliveries.append(delivery)
+            if deliveries:
+                await asyncio.wait(deliveries)  # the handler's cancellation stops only this
+                for delivery in deliveries:
+                    delivery.result()  # a delivery that failed ends the stream, as before
         return pb.ExchangeSummary(envelopes=count)
+
+    def _delivery(self, envelope: pb.Envelope) -> asyncio.Task[None] | None:
+        """The delivery of `envelope` to its replica, started (None: not hosted here, or
+        impossible). Tasks start in the order they are made, and a replica's delivery puts
+        the message in its inbox before its first wait: each replica gets its messages in
+        the stream's order."""
+        deliver = self.router(envelope.topic, envelope.partition, envelope.topic_id)
+        if deliver is None:
+            return None
+        try:
+            message = from_envelope(envelope)
+        except ImpossibleMessage as exc:
+            self._dropped(envelope, str(exc))
+            return None
+        return asyncio.ensure_future(deliver(message))
 
     async def _refuse(self, context: Any, reason: str) -> None:
         self.refused += 1
