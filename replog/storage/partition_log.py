@@ -5,16 +5,20 @@ Directory `{data_dir}/{topic}/partition_{N}/` holds the segment files and:
 * `high-watermark`: ASCII decimal + newline, written atomically (checkpoint.py). The high
   watermark is **exclusive**: offsets `< HW` are committed. On open, HW = min(checkpoint, LEO),
   raised to the log start (retention deletes committed records only).
-* `recovery-point`: ASCII decimal + newline, written atomically (checkpoint.py) with the HW
-  checkpoint whenever it moved: every record below it was flushed (its `.log` bytes and
-  `.crc` entries fsynced). On open, a segment whose end (the next segment's base offset) is
-  at or below it is trusted whole: not recovered, not even opened until used. Lowered (or
-  removed, if it cannot be written) *before* a truncation or reset drops records below it.
-  Missing (a log of an older version): every segment is recovered, as before.
-* `clean-shutdown`: ASCII decimal + newline, the log end offset, written atomically by a
-  clean `close` after the flush, the checkpoints and the closing of the files. Present on
-  open: nothing is recovered (the active segment ends at that offset). Removed, and the
-  directory fsynced, before the first change to the files after the open.
+* `recovery-point`: ASCII decimal + newline, replaced by a rename (`checkpoint.write_hint`,
+  no fsync: lost or empty after a power failure, it only makes the next recovery longer)
+  with the HW checkpoint whenever it moved: every record below it was flushed (its `.log`
+  bytes and `.crc` entries fsynced before the file was written). On open, a segment whose
+  end (the next segment's base offset) is at or below it is trusted whole: not recovered,
+  not even opened until used. Lowered (fsynced; or removed, if it cannot be written)
+  *before* a truncation or reset drops records below it.
+  Missing, empty or not a number (a log of an older version, a new log before its first
+  checkpoint): every segment is recovered, as before.
+* `clean-shutdown`: ASCII decimal + newline, the log end offset, written by a clean `close`
+  (`write_hint`) after the flush, the checkpoints and the closing of the files. Holding a
+  number on open: nothing is recovered (the active segment ends at that offset; if its
+  files disagree, it is recovered after all). Removed, and the directory fsynced, before the
+  first change to the files after the open, so it never outlives the state it describes.
 
 After a crash, only the segments past the recovery point are recovered (torn tails cut,
 indexes rebuilt, as `segment_recovery.py` says); they count as written until the next flush,
@@ -120,10 +124,11 @@ class PartitionLog:
         self._log = log
         self._leo = log.log_end_offset
         self._flushed_offset = self._leo  # what recovery found is what the disk holds
-        # Every offset below this one is on disk (fsynced): below the recovery point or the
-        # clean end, and what recovery kept (it fsyncs the segments it scanned). The next
-        # recovery point to checkpoint once it moved.
-        self._durable_offset = self._leo
+        # Every offset below this one is on disk (fsynced): below the recovery point, or all
+        # of it after a clean close (what recovery scanned is fsynced by the next flush). The
+        # next recovery point to checkpoint once it moved.
+        durable = self._leo if clean_end is not None else (recovery_point or 0)
+        self._durable_offset = min(durable, self._leo)
         self._rp_checkpointed = recovery_point
         checkpointed = checkpoint.read_int(directory / HW_FILE)
         if checkpointed is None and not log.log_end_offset:
@@ -131,9 +136,6 @@ class PartitionLog:
             # made in place on a full disk (`checkpoint.write_text_state`).
             try:
                 checkpoint.write_int(directory / HW_FILE, 0)
-                if recovery_point is None:
-                    checkpoint.write_int(directory / RECOVERY_POINT_FILE, 0)
-                    self._rp_checkpointed = 0
             except BaseException:
                 log.close()
                 raise
@@ -276,7 +278,7 @@ class PartitionLog:
         durable = self._durable_offset
         if durable != self._rp_checkpointed:
             try:  # best effort: an older recovery point only makes the next recovery longer
-                checkpoint.write_int(self.directory / RECOVERY_POINT_FILE, durable)
+                checkpoint.write_hint(self.directory / RECOVERY_POINT_FILE, durable)
                 self._rp_checkpointed = durable
             except OSError:
                 pass
@@ -558,7 +560,7 @@ class PartitionLog:
             if clean and not errors and self._rp_checkpointed == self._leo:
                 # Best effort: without the marker the next open recovers the tail.
                 with contextlib.suppress(OSError):
-                    checkpoint.write_int(self.directory / CLEAN_SHUTDOWN_FILE, self._leo)
+                    checkpoint.write_hint(self.directory / CLEAN_SHUTDOWN_FILE, self._leo)
         if errors:
             raise errors[0]
 

@@ -117,6 +117,7 @@ class SegmentLog:
         self.segments: list[Segment] = []
         self._bases: list[int] = []
         self._dirty: set[Segment] = set()
+        self._unsynced: set[Segment] = set()  # recovered at open, not fsynced since
         self.recovered = 0  # segments recovered (scanned) by this open
         sizes: dict[int, int] = {}
         with os.scandir(directory) as listing:
@@ -147,8 +148,9 @@ class SegmentLog:
                 RECOVERIES["segments"] += 1
                 self._add(seg)
                 self._adopt(seg)
-                seg.sync()  # its bytes may be in the page cache only: the recovery point moves
-                # past it with the next checkpoint
+                # Its bytes may be in the page cache only: fsynced by the next flush, after
+                # which the recovery point may move past it.
+                self._unsynced.add(seg)
             if not self.segments:
                 self._add(self._new_segment(0))
             active = self.active
@@ -223,6 +225,7 @@ class SegmentLog:
     def _forget(self, seg: Segment) -> None:
         """`seg` is being closed or deleted: out of the budget and the dirty set."""
         self._dirty.discard(seg)
+        self._unsynced.discard(seg)
         entry = self._entries.pop(seg, None)
         if entry is not None and self._files is not None:
             self._files.release(entry)
@@ -243,11 +246,13 @@ class SegmentLog:
                 return True  # closed meanwhile
             if seg.has_issues:
                 return False  # findings live in the open segment
-            if seg in self._dirty:
-                try:
+            try:
+                if seg in self._dirty:
                     seg.flush()
-                except OSError:
-                    return False
+                elif seg in self._unsynced:
+                    seg.sync()
+            except OSError:
+                return False
             self._forget(seg)
             seg.close()
             return True
@@ -377,10 +382,16 @@ class SegmentLog:
             except OSError as exc:
                 raise storage_error(exc, f"fsync {seg.log_path}") from exc
             self._dirty.discard(seg)
+        for seg in list(self._unsynced):
+            try:
+                seg.sync()
+            except OSError as exc:
+                raise storage_error(exc, f"fsync {seg.log_path}") from exc
+            self._unsynced.discard(seg)
 
     @property
     def dirty(self) -> bool:
-        return bool(self._dirty)
+        return bool(self._dirty or self._unsynced)
 
     # -- reads ---------------------------------------------------------------------------
 
