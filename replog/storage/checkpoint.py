@@ -46,6 +46,15 @@ def write_hint(path: Path, value: int) -> None:
     os.replace(tmp, path)
 
 
+def read_hint(path: Path) -> int | None:
+    """The number `write_hint` wrote, or None if the file is missing, empty, or anything but
+    digits and the final newline (a torn write cannot pass for a smaller number)."""
+    data = read_file(path)
+    if data is None or not data.endswith(b"\n") or not data[:-1].isdigit():
+        return None
+    return int(data[:-1])
+
+
 def write_text_state(path: Path, data: bytes) -> None:
     """`write_atomic` for a small text state file (JSON, or an integer line) that may be
     padded with trailing spaces. On a full disk (ENOSPC/EDQUOT), an existing file whose

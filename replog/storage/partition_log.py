@@ -110,8 +110,8 @@ class PartitionLog:
         self._space.check_soon()
         self._lock = OwnedLock()  # the segment log (open_files.py: the LRU parks under it)
         self._closed = False
-        recovery_point = checkpoint.read_int(directory / RECOVERY_POINT_FILE)
-        clean_end = checkpoint.read_int(directory / CLEAN_SHUTDOWN_FILE)
+        recovery_point = checkpoint.read_hint(directory / RECOVERY_POINT_FILE)
+        clean_end = checkpoint.read_hint(directory / CLEAN_SHUTDOWN_FILE)
         self._clean_marker = clean_end is not None or (directory / CLEAN_SHUTDOWN_FILE).exists()
         log = SegmentLog(
             directory,

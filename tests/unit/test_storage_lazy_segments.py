@@ -160,3 +160,13 @@ def test_a_partition_of_many_segments_works_under_a_tiny_descriptor_limit(
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
     assert result["ok"] and result["segments"] * FILES_PER_SEGMENT > 4 * limit, result
+
+
+def test_a_torn_clean_shutdown_marker_is_not_trusted(tmp_path: Path) -> None:
+    filled(tmp_path).close()
+    marker = tmp_path / CLEAN_SHUTDOWN_FILE
+    marker.write_text(marker.read_text()[:2])  # "60" of "600\n": a torn write, no newline
+    log = PartitionLog(tmp_path, "t", 0, TINY)
+    assert log.segments_recovered >= 1 and log.log_end_offset == len(VALUES)
+    assert read_all(log) == VALUES
+    log.close()
