@@ -150,7 +150,8 @@ async def _create(address: str) -> None:
 def fill(partition_dir: Path, size_bytes: int) -> int:
     """Append 1 KiB records offline until the partition holds `size_bytes`; returns LEO."""
     config = StorageConfig(flush=FlushPolicy.NEVER)
-    plog = PartitionLog(partition_dir, TOPIC, 0, config)
+    files = OpenFiles(files_max_for(NOFILE_SOFT))  # without a budget every segment stays open
+    plog = PartitionLog(partition_dir, TOPIC, 0, config, files)
     batch = [os.urandom(RECORD)] * 1024
     while plog.size_bytes < size_bytes:
         plog.append(batch)
