@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 from replog import frames
@@ -170,3 +171,27 @@ def test_a_torn_clean_shutdown_marker_is_not_trusted(tmp_path: Path) -> None:
     assert log.segments_recovered >= 1 and log.log_end_offset == len(VALUES)
     assert read_all(log) == VALUES
     log.close()
+
+
+def test_readers_in_other_threads_never_lose_a_segment_under_them(tmp_path: Path) -> None:
+    files = OpenFiles(FILES_MAX_MIN)  # three segments for four logs of ~30 segments each
+    logs = [filled(tmp_path / f"p{i}", files) for i in range(4)]
+    errors: list[BaseException] = []
+
+    def reader(log: PartitionLog) -> None:
+        try:
+            for _ in range(3):
+                assert read_all(log, uncommitted=False, chunk=40) == VALUES
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader, args=(log,)) for log in logs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads) and errors == []
+    assert files.total <= files.files_max + FILES_PER_SEGMENT * len(logs)
+    for log in logs:
+        log.close()
+    assert files.total == 0
