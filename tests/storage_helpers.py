@@ -6,6 +6,7 @@ from pathlib import Path
 
 from replog import frames
 from replog.storage import FlushPolicy, PartitionLog, StorageConfig
+from replog.storage.partition_log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE
 
 TINY = StorageConfig(
     segment_bytes_max=256,
@@ -14,6 +15,14 @@ TINY = StorageConfig(
     record_bytes_max=1000,
     flush=FlushPolicy.NEVER,
 )
+
+
+def as_after_a_crash(directory: Path) -> None:
+    """Make a cleanly closed log's directory look as a crash before any checkpoint leaves
+    it (no clean-shutdown marker, no recovery point): the next open recovers every segment.
+    For tests that damage files to stand for what a crash leaves on disk."""
+    (directory / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+    (directory / RECOVERY_POINT_FILE).unlink(missing_ok=True)
 
 
 def open_log(directory: Path, config: StorageConfig = TINY) -> PartitionLog:

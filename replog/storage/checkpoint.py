@@ -2,7 +2,8 @@
 
 Used for `high-watermark` (text: `<int>\\n`), `topic.json`, and by replication for
 `quorum-state` and `epoch-history`. A reader sees either the old or the new content, never a
-mix, even after a crash or power loss at any point.
+mix, even after a crash or power loss at any point. `write_hint` (no fsync) is for the
+recovery point and the clean-shutdown marker (`partition_log.py`), whose loss is safe.
 """
 
 from __future__ import annotations
@@ -33,6 +34,25 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.close(fd)
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def write_hint(path: Path, value: int) -> None:
+    """Write `<value>\n` to `path` through a temp file and a rename, *without* fsync: for a
+    file whose loss or emptiness after a power failure is safe (the reader then does more
+    work, never less), whose content only ever describes bytes already fsynced, and which
+    costs no sync on a hot path (`recovery-point`, `clean-shutdown`)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(f"{value}\n".encode())
+    os.replace(tmp, path)
+
+
+def read_hint(path: Path) -> int | None:
+    """The number `write_hint` wrote, or None if the file is missing, empty, or anything but
+    digits and the final newline (a torn write cannot pass for a smaller number)."""
+    data = read_file(path)
+    if data is None or not data.endswith(b"\n") or not data[:-1].isdigit():
+        return None
+    return int(data[:-1])
 
 
 def write_text_state(path: Path, data: bytes) -> None:

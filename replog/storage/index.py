@@ -54,6 +54,7 @@ class SparseIndex:
         self.relative_offsets: list[int] = []
         self.positions: list[int] = []
         self.dropped_entries = 0  # non-zero entries after the valid ones (damage, stale)
+        self._written = False  # an entry was stored or zeroed since the open
         self._load(min(file_size, self._capacity), log_size)
 
     def _load(self, size: int, log_size: int) -> None:
@@ -95,6 +96,7 @@ class SparseIndex:
         if n:
             assert relative_offset > self.relative_offsets[-1], "index offsets must increase"
             assert position > self.positions[-1], "index positions must increase"
+        self._written = True
         ENTRY.pack_into(self._mmap, n * ENTRY_BYTES, relative_offset, position)
         self.relative_offsets.append(relative_offset)
         self.positions.append(position)
@@ -120,6 +122,7 @@ class SparseIndex:
         n = len(self.positions)
         if count >= n:
             return
+        self._written = True
         self._mmap[count * ENTRY_BYTES : n * ENTRY_BYTES] = bytes((n - count) * ENTRY_BYTES)
         del self.relative_offsets[count:]
         del self.positions[count:]
@@ -132,15 +135,19 @@ class SparseIndex:
         self._mmap.flush()
 
     def close(self, *, trim: bool = True) -> None:
-        """Sync, unmap, trim the file to its entries (unless `trim` is False: a crash)."""
+        """Sync, unmap, trim the file to its entries (unless `trim` is False: a crash). An
+        index nothing was written to since the open is trimmed without a sync (a segment
+        only read, closed by the open-files LRU: no fsync per eviction)."""
         if self._fd < 0:
             return
         try:
-            if trim:
+            sync = trim and self._written
+            if sync:
                 self._mmap.flush()
             self._mmap.close()
             if trim:
                 os.ftruncate(self._fd, len(self.positions) * ENTRY_BYTES)
+            if sync:
                 os.fsync(self._fd)
         finally:
             os.close(self._fd)

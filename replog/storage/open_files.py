@@ -1,20 +1,26 @@
-"""A node's budget of open storage files: an LRU of partition logs whose files are open.
+"""A node's budget of open storage files: one LRU of the open segments of every log.
 
-A partition log holds four descriptors per segment while open (`.log`, `.idx`, the
-duplicate that Python's `mmap` keeps of the `.idx` descriptor, `.crc`). `OpenFiles` counts
-them per open log, most recently used last; when the total passes `files_max`, the least
-recently used logs are *parked*: flushed, HW checkpointed, files closed, with their
-in-memory state (LEO, HW, log start, size) kept. The next operation on a parked log
-reopens it (`PartitionLog._opened`), which costs a clean open (the index and sidecar are
-read back; no recovery scan beyond the last index entry).
+A segment holds four descriptors while open (`.log`, `.idx`, the duplicate that Python's
+`mmap` keeps of the `.idx` descriptor, `.crc`). Only what is used is open: a log opens its
+active segment, and an older one when a read (or retention, the scrubber, a time lookup)
+touches it (`SegmentLog.use`). `OpenFiles` counts the open segments of the whole node,
+most recently used last; when the total passes `files_max`, the least recently used are
+*parked*: fsynced if written, files closed, their handle kept (base offset, next offset,
+size), to be opened again on use without a recovery scan. A partition of any size therefore
+holds at most `files_max` descriptors, and so does the node.
+
+Safe against readers: every use of a log's segments happens under its owner's lock
+(`OwnedLock`, the `PartitionLog`'s). A segment is parked only by a thread that holds that
+lock: either the one that is using the log (it is between two segment uses, and the entry
+it just used is the most recent, never a victim) or another that got the lock without
+waiting. A segment of a log busy in another thread is skipped.
 
 Lock order: a log's lock, then this LRU's lock, never the other way round. `use` (called
 with the log's lock held) only reorders and counts; the caller then parks the victims,
-each with a *non-blocking* attempt on the victim's own lock, so a log in use is
-skipped (it is the most recently used anyway) and no two logs' locks are ever waited for
-together. A log in use may keep the total above the budget for a moment; it never grows
-without bound: every `use` parks idle logs until the total is back under `files_max` or
-only busy logs remain.
+each with a *non-blocking* attempt on the victim's own lock, so no two logs' locks are
+ever waited for together. Segments in use may keep the total above the budget for a
+moment; it never grows without bound: every `use` parks idle segments until the total is
+back under `files_max` or only busy ones remain.
 
 `files_max_for(soft_limit)` derives the default budget from RLIMIT_NOFILE: half of it goes
 to storage files; the rest stays for sockets, the metadata log, and files opened briefly.
@@ -33,8 +39,46 @@ FILES_MAX_MIN = 3 * FILES_PER_SEGMENT  # a budget below this could not hold one 
 
 class Parkable(Protocol):
     def park(self) -> bool:
-        """Close the files if the log is idle (False: it was busy, or cannot be parked)."""
+        """Close the files if idle (False: busy, or cannot be parked now)."""
         ...
+
+
+class OwnedLock:
+    """A lock that knows which thread holds it, so that a thread that holds it can tell
+    (`try_acquire`) and act under it without acquiring it again. Not reentrant."""
+
+    __slots__ = ("_holder", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holder: int | None = None
+
+    def acquire(self, blocking: bool = True) -> bool:
+        if not self._lock.acquire(blocking):
+            return False
+        self._holder = threading.get_ident()
+        return True
+
+    def release(self) -> None:
+        self._holder = None
+        self._lock.release()
+
+    def __enter__(self) -> OwnedLock:
+        self._lock.acquire()
+        self._holder = threading.get_ident()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._holder = None
+        self._lock.release()
+
+    def try_acquire(self) -> bool | None:
+        """False: this thread already holds it (nothing to release); True: acquired now
+        (release it); None: another thread holds it. `_holder` equals this thread's id only
+        while this thread holds the lock (set after acquiring, cleared before releasing)."""
+        if self._holder == threading.get_ident():
+            return False
+        return True if self.acquire(blocking=False) else None
 
 
 def files_max_for(soft_limit: int) -> int:
@@ -66,7 +110,7 @@ class OpenFiles:
         return len(self._open)
 
     def use(self, log: Parkable, files: int) -> list[Parkable]:
-        """`log` is in use and holds `files` descriptors. Returns the logs to try to park
+        """`log` is in use and holds `files` descriptors. Returns the entries to try to park
         (least recently used first); the caller parks them once it released its own lock."""
         with self._lock:
             self._last = log
@@ -99,9 +143,9 @@ class OpenFiles:
             self._last = log
             return True
 
-    def others(self, log: Parkable) -> list[Parkable]:
-        """Every open log but `log`, least recently used first: what to park when the process
-        ran out of descriptors (EMFILE) opening `log`'s files."""
+    def others(self, log: Parkable | None) -> list[Parkable]:
+        """Every open entry but `log`, least recently used first: what to park when the
+        process ran out of descriptors (EMFILE) opening files."""
         with self._lock:
             return [other for other in self._open if other is not log]
 

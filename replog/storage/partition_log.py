@@ -5,6 +5,25 @@ Directory `{data_dir}/{topic}/partition_{N}/` holds the segment files and:
 * `high-watermark`: ASCII decimal + newline, written atomically (checkpoint.py). The high
   watermark is **exclusive**: offsets `< HW` are committed. On open, HW = min(checkpoint, LEO),
   raised to the log start (retention deletes committed records only).
+* `recovery-point`: ASCII decimal + newline, replaced by a rename (`checkpoint.write_hint`,
+  no fsync: lost or empty after a power failure, it only makes the next recovery longer)
+  with the HW checkpoint whenever it moved: every record below it was flushed (its `.log`
+  bytes and `.crc` entries fsynced before the file was written). On open, a segment whose
+  end (the next segment's base offset) is at or below it is trusted whole: not recovered,
+  not even opened until used. Lowered (fsynced; or removed, if it cannot be written)
+  *before* a truncation or reset drops records below it.
+  Missing, empty or not a number (a log of an older version, a new log before its first
+  checkpoint): every segment is recovered, as before.
+* `clean-shutdown`: ASCII decimal + newline, the log end offset, written by a clean `close`
+  (`write_hint`) after the flush, the checkpoints and the closing of the files. Holding a
+  number on open: nothing is recovered (the active segment ends at that offset; if its
+  files disagree, it is recovered after all). Removed, and the directory fsynced, before the
+  first change to the files after the open, so it never outlives the state it describes.
+
+After a crash, only the segments past the recovery point are recovered (torn tails cut,
+indexes rebuilt, as `segment_recovery.py` says); they count as written until the next flush,
+which moves the recovery point past them. The open costs a directory listing and a `stat`
+per segment, nothing else per segment.
 
 Appends have one writer, the partition's replica driver (`replog.replication.driver`),
 one call at a time (the driver batches what arrives meanwhile): an append assigns the next offsets,
@@ -29,7 +48,7 @@ created again under the same name reuses the path).
 
 from __future__ import annotations
 
-import threading
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -51,11 +70,13 @@ from replog.errors import (
 from replog.storage import checkpoint
 from replog.storage.config import FlushPolicy, StorageConfig
 from replog.storage.integrity import CORRUPT, IntegrityIssue
-from replog.storage.open_files import FILES_PER_SEGMENT, OpenFiles
-from replog.storage.segment_log import FILES_ERRNOS, SegmentLog, storage_error
+from replog.storage.open_files import OpenFiles, OwnedLock
+from replog.storage.segment_log import SegmentLog, storage_error
 from replog.storage.space import DiskSpace
 
 HW_FILE = "high-watermark"
+RECOVERY_POINT_FILE = "recovery-point"
+CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,22 +102,36 @@ class PartitionLog:
         self.partition = partition
         self.directory = directory
         self.config = config
-        self._files = files  # None: the files stay open until `close`
+        self._files = files  # None: no budget, segments stay open once opened until `close`
         # A node restarted on a full disk frees its reserve before it opens its logs (the
         # first look at the space does: `space`), so that opening them and electing work.
         self._space = DiskSpace.of(directory.parent.parent)
         self._space.check_soon()
-        log = SegmentLog(directory, config)
-        self._log: SegmentLog | None = log  # None: parked (files closed, see open_files.py)
-        self._files_counted = 0
-        self._parked_start = self._parked_size = self._parked_segments = 0
-        self._lock = threading.Lock()  # the segment log
+        self._lock = OwnedLock()  # the segment log (open_files.py: the LRU parks under it)
         self._closed = False
+        recovery_point = checkpoint.read_hint(directory / RECOVERY_POINT_FILE)
+        clean_end = checkpoint.read_hint(directory / CLEAN_SHUTDOWN_FILE)
+        self._clean_marker = clean_end is not None or (directory / CLEAN_SHUTDOWN_FILE).exists()
+        log = SegmentLog(
+            directory,
+            config,
+            recovery_point=recovery_point,
+            clean_end=clean_end,
+            files=files,
+            lock=self._lock,
+        )
+        self._log = log
         self._leo = log.log_end_offset
         self._flushed_offset = self._leo  # what recovery found is what the disk holds
+        # Every offset below this one is on disk (fsynced): below the recovery point, or all
+        # of it after a clean close (what recovery scanned is fsynced by the next flush). The
+        # next recovery point to checkpoint once it moved.
+        durable = self._leo if clean_end is not None else (recovery_point or 0)
+        self._durable_offset = min(durable, self._leo)
+        self._rp_checkpointed = recovery_point
         checkpointed = checkpoint.read_int(directory / HW_FILE)
         if checkpointed is None and not log.log_end_offset:
-            # A new log: the file exists from the start, so that later checkpoints can be
+            # A new log: the files exist from the start, so that later checkpoints can be
             # made in place on a full disk (`checkpoint.write_text_state`).
             try:
                 checkpoint.write_int(directory / HW_FILE, 0)
@@ -114,47 +149,25 @@ class PartitionLog:
         # Called (from any thread) when `io_error` is set: the replica's driver goes offline
         # at once rather than at its next timer.
         self.on_io_error: Callable[[], None] | None = None
-        if files is not None:
-            with self._lock:
-                self._count_files(log)
 
     # -- open files (open_files.py) ----------------------------------------------------------
 
     def _opened(self) -> SegmentLog:
-        """Under `_lock`: the segment log, reopened if it was parked; counted as just used."""
+        """Under `_lock`: the segment log (its segments open on use)."""
         self._check_open()
-        log = self._log
-        if log is None:
-            try:
-                log = self._reopen()
-            except OSError as exc:
-                raise self._fault(exc, f"reopen {self.directory}") from exc
-            if log.log_end_offset != self._leo:  # changed on disk while parked
-                log.close(trim=False)
-                raise StorageError(
-                    f"reopen {self.directory}: the log ends at {log.log_end_offset}, "
-                    f"not at {self._leo} as when its files were closed"
-                )
-            self._log = log
-            if self._files is None:
-                return log
-        elif self._files is None or (
-            self._files_counted == FILES_PER_SEGMENT * len(log.segments) and self._files.touch(self)
-        ):
-            return log  # the fast path: one lock, one move in an ordered dict
-        self._count_files(log)
-        return log
+        return self._log
 
-    def _reopen(self) -> SegmentLog:
-        """Open the parked segment log; out of descriptors (EMFILE), park every other idle
-        log first and try once more."""
-        try:
-            return SegmentLog(self.directory, self.config)
-        except OSError as exc:
-            if exc.errno not in FILES_ERRNOS or self._files is None:
-                raise
-            self._files.park(self._files.others(self))
-            return SegmentLog(self.directory, self.config)
+    def _changing(self) -> None:
+        """Under `_lock`, before the first change to the files since the open: the
+        clean-shutdown marker goes (durably), or a crash after the change would be taken
+        for a clean stop and the tail trusted without recovery."""
+        if self._clean_marker:
+            try:
+                checkpoint.remove_if_exists(self.directory / CLEAN_SHUTDOWN_FILE)
+                checkpoint.fsync_dir(self.directory)
+            except OSError as exc:
+                raise self._fault(exc, f"unmark {self.directory}") from exc
+            self._clean_marker = False
 
     def _fault(self, exc: OSError | ReplogError, what: str) -> ReplogError:
         """The typed error of a failed file operation; an I/O error that is neither a full
@@ -166,26 +179,20 @@ class PartitionLog:
                 self.on_io_error()
         return err
 
-    def _recount(self, log: SegmentLog) -> None:
-        """Under `_lock`, after a change that may roll or delete segments."""
-        if self._files is not None and self._files_counted != FILES_PER_SEGMENT * len(log.segments):
-            self._count_files(log)
-
-    def _count_files(self, log: SegmentLog) -> None:
-        assert self._files is not None
-        self._files_counted = FILES_PER_SEGMENT * len(log.segments)
-        # Parking others only tries their locks (never waits): safe with ours held.
-        self._files.park(self._files.use(self, self._files_counted))
+    @property
+    def segments_recovered(self) -> int:
+        """Segments recovery scanned when this log was opened (0 after a clean close)."""
+        return self._log.recovered
 
     def park(self) -> bool:
-        """Close the files if the log is idle (its lock free) and clean of integrity issues
-        (which live in the open segments); the next operation reopens them. For `OpenFiles`."""
+        """Close every open file if the log is idle (its lock free) and clean of integrity
+        issues (which live in the open segments); each reopens on use."""
         if not self._lock.acquire(blocking=False):
             return False
         try:
             log = self._log
-            if log is None or self._closed:
-                return log is None
+            if self._closed or not log.open_segments:
+                return True
             if log.issues():
                 return False
             try:
@@ -193,33 +200,33 @@ class PartitionLog:
                 self._checkpoint_locked()
             except ReplogError:
                 return False
-            self._parked_start = log.log_start_offset
-            self._parked_size = log.size_bytes
-            self._parked_segments = len(log.segments)
-            self._log = None
-            log.close()
+            log.release_files()
             if self._files is not None:
-                self._files.release(self)
+                self._files.parked += 1
             return True
         finally:
             self._lock.release()
 
     @property
     def parked(self) -> bool:
-        return self._log is None
+        """No file of the log is open (its active segment reopens on the next use)."""
+        return not self._log.open_segments
 
     def reopen(self) -> None:
-        """Open the files of a parked log now (TOO_MANY_OPEN_FILES if no descriptor is left),
-        so that a write about to be made does not fail for want of them."""
+        """Open the active segment now (TOO_MANY_OPEN_FILES if no descriptor is left), so
+        that a write about to be made does not fail for want of it."""
         with self._lock:
-            self._opened()
+            log = self._opened()
+            try:
+                log.open_active()
+            except OSError as exc:
+                raise self._fault(exc, f"reopen {self.directory}") from exc
 
     # -- state ---------------------------------------------------------------------------
 
     @property
     def log_start_offset(self) -> int:
-        log = self._log
-        return self._parked_start if log is None else log.log_start_offset
+        return self._log.log_start_offset
 
     @property
     def log_end_offset(self) -> int:
@@ -247,13 +254,11 @@ class PartitionLog:
     def size_bytes(self) -> int:
         with self._lock:
             self._check_open()
-            log = self._log
-            return self._parked_size if log is None else log.size_bytes
+            return self._log.size_bytes
 
     @property
     def segment_count(self) -> int:
-        log = self._log
-        return self._parked_segments if log is None else len(log.segments)
+        return len(self._log.segments)
 
     def set_high_watermark(self, hw: int) -> None:
         """Move HW (forward, or back only after a truncation; never past LEO)."""
@@ -274,6 +279,34 @@ class PartitionLog:
             except OSError as exc:
                 raise self._fault(exc, f"checkpoint {self.directory / HW_FILE}") from exc
             self._hw_checkpointed = hw
+        durable = self._durable_offset
+        if durable != self._rp_checkpointed:
+            try:  # best effort: an older recovery point only makes the next recovery longer
+                checkpoint.write_hint(self.directory / RECOVERY_POINT_FILE, durable)
+                self._rp_checkpointed = durable
+            except OSError:
+                pass
+
+    def _lower_recovery_point(self, offset: int) -> None:
+        """Before records at or above `offset` are dropped: the recovery point must not
+        vouch for segments rewritten past it later (unwritable: the file goes, and the
+        next open recovers every segment)."""
+        self._durable_offset = min(self._durable_offset, offset)
+        rp = self._rp_checkpointed
+        if rp is None or rp <= offset:
+            return
+        path = self.directory / RECOVERY_POINT_FILE
+        try:
+            checkpoint.write_int(path, offset)
+        except OSError:
+            try:
+                checkpoint.remove_if_exists(path)
+                checkpoint.fsync_dir(self.directory)
+            except OSError as exc:
+                raise self._fault(exc, f"checkpoint {path}") from exc
+            self._rp_checkpointed = None
+            return
+        self._rp_checkpointed = offset
 
     # -- appends -------------------------------------------------------------------------
 
@@ -305,12 +338,11 @@ class PartitionLog:
             log = self._opened()  # LogClosedError once `close` began
             leo = self._leo
             data, ends = encode(leo)
+            self._changing()
             try:
                 self._append_or_shed(log, data, ends)
             except ReplogError as exc:
                 raise self._fault(exc, "append") from None
-            finally:
-                self._recount(log)
             self._leo = leo + len(ends)
             if self.config.flush is FlushPolicy.ALWAYS:
                 self._flush_locked()
@@ -337,7 +369,7 @@ class PartitionLog:
         except TooManyOpenFilesError:
             if self._files is None:
                 raise
-            self._files.park(self._files.others(self))
+            self._files.park(self._files.others(None))
             log.append(buf, ends)
 
     def _check_frame_sizes(self, ends: list[int]) -> None:
@@ -353,17 +385,15 @@ class PartitionLog:
             self._flush_locked()
 
     def _flush_locked(self) -> None:
-        if self._log is not None:  # a parked log was flushed when it was parked
-            try:
-                self._log.flush()
-            except ReplogError as exc:
-                raise self._fault(exc, "fsync") from None
-        self._flushed_offset = self._leo
+        try:
+            self._log.flush()
+        except ReplogError as exc:
+            raise self._fault(exc, "fsync") from None
+        self._flushed_offset = self._durable_offset = self._leo
 
     @property
     def needs_flush(self) -> bool:
-        log = self._log
-        return log is not None and log.dirty
+        return self._log.dirty
 
     def truncate_to(self, offset: int) -> None:
         """Drop every record at or above `offset`; HW drops with it if it was above."""
@@ -371,12 +401,12 @@ class PartitionLog:
             log = self._opened()
             if not log.log_start_offset <= offset <= self._leo:
                 raise self._out_of_range(offset, self._leo)
+            self._changing()
+            self._lower_recovery_point(offset)
             try:
                 log.truncate_to(offset)
             except OSError as exc:
                 raise self._fault(exc, f"truncate {self.directory}") from exc
-            finally:
-                self._recount(log)
             self._leo = offset
             self._hw = min(self._hw, offset)
             self._flushed_offset = min(self._flushed_offset, offset)
@@ -396,13 +426,13 @@ class PartitionLog:
             raise InvalidArgumentError(f"offset must be >= 0, got {offset}")
         with self._lock:
             log = self._opened()
+            self._changing()
+            self._lower_recovery_point(0)  # a crash part-way leaves any suffix: recover it all
             try:
                 log.reset_to(offset)
             except OSError as exc:
                 raise self._fault(exc, f"reset {self.directory}") from exc
-            finally:
-                self._recount(log)
-            self._leo = self._flushed_offset = self._hw = offset
+            self._leo = self._flushed_offset = self._durable_offset = self._hw = offset
             self._checkpoint_locked()
 
     def apply_retention(self, now_ms: int) -> int:
@@ -416,12 +446,11 @@ class PartitionLog:
                 now_ms, self._hw, cfg.retention_bytes, cfg.retention_ms
             )
             if count:
+                self._changing()
                 try:
                     log.delete_oldest(count)
                 except OSError as exc:
                     raise self._fault(exc, f"retention {self.directory}") from exc
-                finally:
-                    self._recount(log)
             return count
 
     # -- reads ---------------------------------------------------------------------------
@@ -477,8 +506,7 @@ class PartitionLog:
         sidecars, unverified (pre-checksum) segments. See `replog.storage.integrity`."""
         with self._lock:
             self._check_open()
-            log = self._log
-            return [] if log is None else log.issues()  # parked only without issues
+            return self._log.issues()
 
     def corrupt_ranges(self) -> list[IntegrityIssue]:
         """The ranges that are never served (reads touching them raise CorruptDataError)."""
@@ -504,24 +532,26 @@ class PartitionLog:
     # -- lifecycle -----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Flush, checkpoint HW, trim the indexes and close the files."""
+        """Flush, checkpoint HW and the recovery point, close the open files (within the
+        budget: time independent of the log's size), then mark the clean shutdown."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             errors: list[ReplogError] = []
+            clean = self.io_error is None
             try:
                 self._flush_locked()
                 self._checkpoint_locked()
             except StorageFullError:
-                pass  # an older HW checkpoint is safe: the replica learns the HW again
+                clean = False  # an older HW checkpoint is safe: the replica learns it again
             except ReplogError as exc:
                 errors.append(exc)
-            log, self._log = self._log, None
-            if log is not None:
-                log.close()
-            if self._files is not None:
-                self._files.release(self)
+            self._log.close()
+            if clean and not errors and self._rp_checkpointed == self._leo:
+                # Best effort: without the marker the next open recovers the tail.
+                with contextlib.suppress(OSError):
+                    checkpoint.write_hint(self.directory / CLEAN_SHUTDOWN_FILE, self._leo)
         if errors:
             raise errors[0]
 
@@ -529,11 +559,7 @@ class PartitionLog:
         """Close the files as a crash would leave them (tests): no flush, no index trim."""
         with self._lock:
             self._closed = True
-            log, self._log = self._log, None
-            if log is not None:
-                log.close(trim=False)
-            if self._files is not None:
-                self._files.release(self)
+            self._log.close(trim=False)
 
 
 __all__ = ["AppendResult", "PartitionLog", "StorageError"]

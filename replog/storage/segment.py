@@ -16,6 +16,7 @@ in-memory scan (at most one index interval), verified against the sidecar.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 from bisect import bisect_left
@@ -40,12 +41,23 @@ class Segment(TimedSegment):
     """One segment's files (see the module doc and the layers in `segment_base.py`)."""
 
     def __init__(
-        self, directory: Path, base_offset: int, config: StorageConfig, *, create: bool
+        self,
+        directory: Path,
+        base_offset: int,
+        config: StorageConfig,
+        *,
+        create: bool,
+        known: tuple[int, int] | None = None,
     ) -> None:
+        """Open a new segment (`create`), or recover an existing one after a crash; or, with
+        `known` = (next_offset, size), make a closed handle of a segment whose bytes are
+        known to be whole (flushed before the recovery point, or closed cleanly): no I/O
+        until `open_files`, which then opens it without a recovery scan."""
         self.base_offset = base_offset
         self.next_offset = base_offset
         self.size = 0
         self._interval = config.index_interval_bytes
+        self._config = config
         self.log_path = directory / log_file_name(base_offset)
         self.index_path = directory / index_file_name(base_offset)
         self.checksum_path = directory / checksum_file_name(base_offset)
@@ -58,30 +70,75 @@ class Segment(TimedSegment):
         self._unreadable = False  # the whole segment is corrupt (its sidecar header is)
         self._issues = []
         self._index_checked = create
-        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | (os.O_EXCL if create else 0)
+        self._fd = -1
+        self.recovered = False  # recovery scanned it (at some open)
+        if known is not None:
+            self.next_offset, self.size = known
+            return
+        self._open(create=create, recover=not create)
+
+    def _open(self, *, create: bool, recover: bool, changed_ok: bool = False) -> None:
+        """Open the files. `recover`: run recovery (after a crash). Else the bytes are
+        expected whole, as the handle knows them: if the sizes or the sidecar disagree,
+        recovery runs anyway, and a segment it changes is an error (EIO) unless
+        `changed_ok` (the active segment of a log closed cleanly: its tail may be cut)."""
+        config = self._config
+        flags = os.O_RDWR | os.O_APPEND | (os.O_CREAT | os.O_EXCL if create else 0)
         if create:
             # A stale index of a segment deleted earlier must not be mistaken for this one's.
             self.index_path.unlink(missing_ok=True)
             self.time_index_path.unlink(missing_ok=True)
-        self._fd = os.open(self.log_path, flags, 0o644)
+        fd = os.open(self.log_path, flags, 0o644)
+        index = None
         try:
-            log_size = os.fstat(self._fd).st_size
-            self.index = SparseIndex(self.index_path, config.index_bytes_initial, log_size)
+            log_size = os.fstat(fd).st_size
+            self._fd = fd
+            index = self.index = SparseIndex(self.index_path, config.index_bytes_initial, log_size)
             coverage = self._open_sidecar(config, log_size, create=create)
         except BaseException:
-            os.close(self._fd)
+            self._fd = -1
+            os.close(fd)
+            if index is not None:
+                index.close(trim=False)
+                del self.index
             if create:
                 self.log_path.unlink(missing_ok=True)
                 self.checksum_path.unlink(missing_ok=True)
             raise
         if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        if not create:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        whole = log_size == self.size and (
+            coverage is None or (not coverage.damaged and coverage.covered_end == log_size)
+        )
+        if recover or (not create and not whole):
+            expected = (self.next_offset, self.size)
             try:
                 self._recover(log_size, coverage)
             except BaseException:
                 self.close(trim=False)
                 raise
+            self.recovered = True
+            if not (recover or changed_ok) and (self.next_offset, self.size) != expected:
+                self.close(trim=False)
+                raise OSError(errno.EIO, f"{self.log_path} changed on disk while closed")
+        elif not create:
+            index = self.index  # entries are checked where used; a damaged start is rebuilt
+            if index.dropped_entries or (log_size and (not len(index) or index.positions[0])):
+                self.rebuild_index()
+
+    @property
+    def is_open(self) -> bool:
+        return self._fd >= 0
+
+    def open_files(self, *, changed_ok: bool = False) -> None:
+        """Open the files of a closed handle (no recovery scan if its bytes are whole, see
+        `_open`). What was found wrong before (`issues`) stays; the time index is loaded
+        again on use."""
+        if self._fd >= 0:
+            return
+        self._times = None
+        self._time_file_maybe = True
+        self._open(create=False, recover=False, changed_ok=changed_ok)
 
     # -- writes --------------------------------------------------------------------------
 
@@ -186,6 +243,12 @@ class Segment(TimedSegment):
         finally:
             pending.result()  # raises the sidecar's OSError, if any
         sidecar.mark_flushed(self.size)
+
+    def sync(self) -> None:
+        """fsync the log and its sidecar as they are (after recovery: what it kept)."""
+        os.fdatasync(self._fd)
+        if self.sidecar is not None:
+            self.sidecar.sync()
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -294,7 +357,8 @@ class Segment(TimedSegment):
             raise _IndexMismatch(position)
 
     def modified_ms(self) -> int:
-        return int(os.fstat(self._fd).st_mtime * 1000)
+        st = os.fstat(self._fd) if self._fd >= 0 else os.stat(self.log_path)
+        return int(st.st_mtime * 1000)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -310,6 +374,9 @@ class Segment(TimedSegment):
         finally:
             os.close(self._fd)
             self._fd = -1
+            del self.index  # its entries are loaded again on open (memory: open segments only)
+            self.sidecar = None
+            self._times = None
 
     def delete(self) -> None:
         self.close(trim=False)

@@ -18,7 +18,7 @@ from pathlib import Path
 from replog.errors import CorruptDataError
 from replog.storage import integrity
 from replog.storage.checksums import Sidecar
-from replog.storage.config import TimestampReader
+from replog.storage.config import StorageConfig, TimestampReader
 from replog.storage.index import SparseIndex
 from replog.storage.integrity import IntegrityIssue
 from replog.storage.time_index import TimeIndex
@@ -53,6 +53,7 @@ class SegmentBase:
     _unreadable: bool  # the whole segment is corrupt (its sidecar header is)
     _issues: list[tuple[str, int, int, str, tuple[int, int] | None]]
     _index_checked: bool
+    _config: StorageConfig
 
     @property
     def checksummed(self) -> bool:
@@ -69,7 +70,9 @@ class SegmentBase:
     def _note(
         self, kind: str, lo: int, hi: int, detail: str, offsets: tuple[int, int] | None = None
     ) -> None:
-        self._issues.append((kind, lo, hi, detail, offsets))
+        issue = (kind, lo, hi, detail, offsets)
+        if issue not in self._issues:  # a segment opened again finds the same things again
+            self._issues.append(issue)
 
     def _mark_bad(self, block: int, detail: str) -> None:
         if block in self._bad:
@@ -85,6 +88,10 @@ class SegmentBase:
             first, end = offsets if offsets is not None else self.offsets_between(lo, hi)
             out.append(IntegrityIssue(kind, self.log_path.name, lo, hi, first, end, detail))
         return out
+
+    @property
+    def has_issues(self) -> bool:
+        return bool(self._issues or self._bad)
 
     def corrupt_blocks(self) -> list[int]:
         return sorted(self._bad)

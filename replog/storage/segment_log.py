@@ -15,9 +15,12 @@ Not thread-safe: `PartitionLog` serialises access.
 from __future__ import annotations
 
 import errno
+import os
 import re
 from bisect import bisect_right
 from collections import Counter
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from replog.errors import (
@@ -29,6 +32,7 @@ from replog.errors import (
 )
 from replog.storage.config import StorageConfig
 from replog.storage.integrity import IntegrityIssue
+from replog.storage.open_files import FILES_PER_SEGMENT, OpenFiles, OwnedLock
 from replog.storage.segment import Segment
 
 _LOG_NAME = re.compile(r"(\d{20})\.log")
@@ -49,6 +53,8 @@ FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 FILES_ERRNOS = (errno.EMFILE, errno.ENFILE)
 # Every OSError storage turned into a typed error, by reason (`replog_storage_errors_total`).
 ERRORS: Counter[str] = Counter()
+# Segments recovered (scanned) when logs were opened, process-wide (tests, metrics).
+RECOVERIES: Counter[str] = Counter()
 
 
 def storage_error(exc: OSError, what: str) -> ReplogError:
@@ -68,31 +74,91 @@ def storage_error(exc: OSError, what: str) -> ReplogError:
     return err
 
 
+def _open_active(seg: Segment) -> Segment:
+    seg.open_files(changed_ok=True)
+    return seg
+
+
+class _OpenSegment:
+    """The node-wide LRU's entry (`open_files.py`) for one open segment of a log."""
+
+    __slots__ = ("log", "segment")
+
+    def __init__(self, log: SegmentLog, segment: Segment) -> None:
+        self.log = log
+        self.segment = segment
+
+    def park(self) -> bool:
+        return self.log._park(self)
+
+
 class SegmentLog:
-    def __init__(self, directory: Path, config: StorageConfig) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        config: StorageConfig,
+        *,
+        recovery_point: int | None = None,
+        clean_end: int | None = None,
+        files: OpenFiles | None = None,
+        lock: OwnedLock | None = None,
+    ) -> None:
+        """Open the log in `directory`. Segments that end at or below `recovery_point`
+        (every byte below it was flushed) are not recovered, nor opened: their handles are
+        opened on first use. With `clean_end` (the log end offset a clean close recorded)
+        nothing is recovered. `files` is the node's open-file budget and `lock` the lock
+        its owner holds around every call (a segment is closed by the LRU only under it)."""
         self.directory = directory
         self.config = config
+        self._files = files
+        self._lock = lock
+        self._entries: dict[Segment, _OpenSegment] = {}  # the open segments
         directory.mkdir(parents=True, exist_ok=True)
         self.segments: list[Segment] = []
         self._bases: list[int] = []
         self._dirty: set[Segment] = set()
-        bases = sorted(
-            int(m.group(1)) for p in directory.iterdir() if (m := _LOG_NAME.fullmatch(p.name))
-        )
-        for p in directory.iterdir():  # an index or sidecar whose log is gone is a leftover
-            m = _SIDE_NAME.fullmatch(p.name)
-            leftover = p.name.endswith((".crc.tmp", ".timeindex.tmp"))
-            if (m and int(m.group(1)) not in bases) or leftover:
-                p.unlink()
+        self._unsynced: set[Segment] = set()  # recovered at open, not fsynced since
+        self.recovered = 0  # segments recovered (scanned) by this open
+        sizes: dict[int, int] = {}
+        with os.scandir(directory) as listing:
+            names = [(e.name, e) for e in listing]
+        for name, entry in names:
+            if m := _LOG_NAME.fullmatch(name):
+                sizes[int(m.group(1))] = entry.stat().st_size
+        bases = sorted(sizes)
+        for name, _ in names:  # an index or sidecar whose log is gone is a leftover
+            m = _SIDE_NAME.fullmatch(name)
+            leftover = name.endswith((".crc.tmp", ".timeindex.tmp"))
+            if (m and int(m.group(1)) not in sizes) or leftover:
+                (directory / name).unlink()
+        trusted_end = clean_end if clean_end is not None else recovery_point
         try:
-            for base in bases:
+            for i, base in enumerate(bases):
                 if self.segments and self.segments[-1].next_offset != base:
                     # A gap: only a valid prefix survives; later segments are unreachable.
-                    Segment(directory, base, config, create=False).delete()
+                    Segment(directory, base, config, create=False, known=(base, 0)).delete()
                     continue
-                self._add(Segment(directory, base, config, create=False))
+                end = clean_end if i == len(bases) - 1 else bases[i + 1]
+                if end is not None and trusted_end is not None and base <= end <= trusted_end:
+                    known = (end, sizes[base])
+                    self._add(Segment(directory, base, config, create=False, known=known))
+                    continue
+                seg = self._opening(partial(Segment, directory, base, config, create=False))
+                self.recovered += 1
+                RECOVERIES["segments"] += 1
+                self._add(seg)
+                self._adopt(seg)
+                # Its bytes may be in the page cache only: fsynced by the next flush, after
+                # which the recovery point may move past it.
+                self._unsynced.add(seg)
             if not self.segments:
-                self._add(Segment(directory, 0, config, create=True))
+                self._add(self._new_segment(0))
+            active = self.active
+            if not active.is_open:  # closed cleanly: whole unless the files say otherwise
+                self._opening(partial(_open_active, active))
+                self.recovered += active.recovered
+                RECOVERIES["segments"] += active.recovered
+                self._adopt(active)
         except BaseException:
             self.close()
             raise
@@ -117,6 +183,96 @@ class SegmentLog:
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)
 
+    # -- open files ------------------------------------------------------------------------
+
+    def _new_segment(self, base_offset: int) -> Segment:
+        seg = self._opening(lambda: Segment(self.directory, base_offset, self.config, create=True))
+        self._adopt(seg)
+        return seg
+
+    def _opening(self, open_: Callable[[], Segment]) -> Segment:
+        """`open_()`; out of descriptors (EMFILE), park every other idle open segment of the
+        node first and try once more."""
+        try:
+            return open_()
+        except OSError as exc:
+            if exc.errno not in FILES_ERRNOS or self._files is None:
+                raise
+            self._files.park(self._files.others(None))
+            return open_()
+
+    def _adopt(self, seg: Segment) -> None:
+        """Count the just opened `seg` in the budget (parking the least recently used)."""
+        entry = _OpenSegment(self, seg)
+        self._entries[seg] = entry
+        if self._files is not None:
+            self._files.park(self._files.use(entry, FILES_PER_SEGMENT))
+
+    def use(self, seg: Segment) -> Segment:
+        """`seg`, opened if it was closed, counted as just used."""
+        entry = self._entries.get(seg)
+        if entry is None:
+
+            def reopen() -> Segment:
+                seg.open_files()
+                return seg
+
+            self._adopt(self._opening(reopen))
+        elif self._files is not None and not self._files.touch(entry):
+            self._files.park(self._files.use(entry, FILES_PER_SEGMENT))
+        return seg
+
+    def _forget(self, seg: Segment) -> None:
+        """`seg` is being closed or deleted: out of the budget and the dirty set."""
+        self._dirty.discard(seg)
+        self._unsynced.discard(seg)
+        entry = self._entries.pop(seg, None)
+        if entry is not None and self._files is not None:
+            self._files.release(entry)
+
+    def _park(self, entry: _OpenSegment) -> bool:
+        """For the LRU: close the segment of `entry` if no other thread is inside this log
+        (its owner's lock is free, or held by this very thread, which is between two uses
+        of segments) and nothing found wrong lives in it; a written one is fsynced first."""
+        lock = self._lock
+        if lock is None:
+            return False
+        acquired = lock.try_acquire()
+        if acquired is None:
+            return False  # busy in another thread: a reader may be inside this segment
+        try:
+            seg = entry.segment
+            if self._entries.get(seg) is not entry:
+                return True  # closed meanwhile
+            if seg.has_issues:
+                return False  # findings live in the open segment
+            try:
+                if seg in self._dirty:
+                    seg.flush()
+                elif seg in self._unsynced:
+                    seg.sync()
+            except OSError:
+                return False
+            self._forget(seg)
+            seg.close()
+            return True
+        finally:
+            if acquired:
+                lock.release()
+
+    def release_files(self) -> None:
+        """Close every open segment (the caller flushed); each reopens on use."""
+        for seg in list(self._entries):
+            self._forget(seg)
+            seg.close()
+
+    @property
+    def open_segments(self) -> int:
+        return len(self._entries)
+
+    def open_active(self) -> None:
+        self.use(self.active)
+
     # -- writes --------------------------------------------------------------------------
 
     def append(self, buf: bytes, ends: list[int]) -> None:
@@ -136,7 +292,7 @@ class SegmentLog:
         pos = 0
         try:
             while i < n:
-                seg = self.active
+                seg = self.use(self.active)
                 k = bisect_right(ends, pos + (limit - seg.size), i, n)
                 if k == i or not seg.checksummed:
                     if seg.size > 0:
@@ -154,17 +310,17 @@ class SegmentLog:
             mv.release()
 
     def _roll(self) -> None:
-        self.active.seal()
-        self._add(Segment(self.directory, self.log_end_offset, self.config, create=True))
+        self.use(self.active).seal()
+        self._add(self._new_segment(self.log_end_offset))
 
     def _rollback(self, leo: int, segments_before: int) -> None:
         while len(self.segments) > segments_before:
             seg = self.segments.pop()
             self._bases.pop()
-            self._dirty.discard(seg)
+            self._forget(seg)
             seg.delete()
         if self.log_end_offset > leo:
-            self.active.truncate_to(leo)
+            self.use(self.active).truncate_to(leo)
 
     def reset_to(self, offset: int) -> None:
         """Drop every segment and start empty at `offset`. Oldest segments go first, so a crash
@@ -173,9 +329,9 @@ class SegmentLog:
         never sees a log without segments."""
         assert offset >= 0
         for seg in self.segments:
-            self._dirty.discard(seg)
+            self._forget(seg)
             seg.delete()
-        segment = Segment(self.directory, offset, self.config, create=True)
+        segment = self._new_segment(offset)
         self.segments, self._bases = [segment], [segment.base_offset]
 
     def truncate_to(self, offset: int) -> None:
@@ -184,9 +340,9 @@ class SegmentLog:
         while len(self.segments) > 1 and self.active.base_offset >= offset:
             seg = self.segments.pop()
             self._bases.pop()
-            self._dirty.discard(seg)
+            self._forget(seg)
             seg.delete()
-        seg = self.active  # the only segment may be emptied down to its base offset
+        seg = self.use(self.active)  # the only segment may be emptied down to its base offset
         seg.truncate_to(offset)
         self._dirty.add(seg)
 
@@ -194,7 +350,7 @@ class SegmentLog:
         """Delete the `count` oldest segments (never the active one)."""
         assert count < len(self.segments)
         for seg in self.segments[:count]:
-            self._dirty.discard(seg)
+            self._forget(seg)
             seg.delete()
         del self.segments[:count]
         del self._bases[:count]
@@ -211,7 +367,7 @@ class SegmentLog:
             if seg.next_offset > offset_limit:
                 break
             too_big = retention_bytes is not None and total > retention_bytes
-            too_old = retention_ms is not None and _newest_ms(seg) < now_ms - retention_ms
+            too_old = retention_ms is not None and _newest_ms(self.use(seg)) < now_ms - retention_ms
             if not (too_big or too_old):
                 break
             total -= seg.size
@@ -222,14 +378,20 @@ class SegmentLog:
         """fsync every segment written since the last flush."""
         for seg in list(self._dirty):
             try:
-                seg.flush()
+                seg.flush()  # a written segment stays open until flushed (`_park`)
             except OSError as exc:
                 raise storage_error(exc, f"fsync {seg.log_path}") from exc
             self._dirty.discard(seg)
+        for seg in list(self._unsynced):
+            try:
+                seg.sync()
+            except OSError as exc:
+                raise storage_error(exc, f"fsync {seg.log_path}") from exc
+            self._unsynced.discard(seg)
 
     @property
     def dirty(self) -> bool:
-        return bool(self._dirty)
+        return bool(self._dirty or self._unsynced)
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -246,7 +408,7 @@ class SegmentLog:
             i += 1
             if offset >= seg.next_offset:
                 continue
-            data, complete = seg.read(offset, budget, end_offset, first=not chunks)
+            data, complete = self.use(seg).read(offset, budget, end_offset, first=not chunks)
             if data:
                 chunks.append(data)
                 budget -= len(data)
@@ -262,7 +424,7 @@ class SegmentLog:
         for seg in self.segments:
             if seg.base_offset >= end_offset:
                 break
-            found = seg.offset_for_time(timestamp_ms)
+            found = self.use(seg).offset_for_time(timestamp_ms)
             if found is not None:
                 return found if found[0] < end_offset else None
         return None
@@ -270,7 +432,9 @@ class SegmentLog:
     # -- integrity -----------------------------------------------------------------------
 
     def issues(self) -> list[IntegrityIssue]:
-        return [issue for seg in self.segments for issue in seg.issues()]
+        """Findings live in open segments (one with findings is never closed by the LRU)."""
+        open_ = sorted(self._entries, key=lambda seg: seg.base_offset)
+        return [issue for seg in open_ for issue in seg.issues()]
 
     def scrub(
         self, base_offset: int, position: int, max_bytes: int
@@ -284,7 +448,7 @@ class SegmentLog:
             position = 0
         if i >= len(self.segments):
             return None, 0
-        seg = self.segments[i]
+        seg = self.use(self.segments[i])
         start = min(position, seg.size)
         position = seg.scrub(start, max_bytes)
         verified = position - start
@@ -297,5 +461,8 @@ class SegmentLog:
     # -- lifecycle -----------------------------------------------------------------------
 
     def close(self, *, trim: bool = True) -> None:
-        for seg in self.segments:
+        """Close the open segments: time proportional to those (within the budget), never to
+        the whole log."""
+        for seg in list(self._entries):
+            self._forget(seg)
             seg.close(trim=trim)

@@ -1,8 +1,9 @@
 """File descriptors are a budget, not a crash (issue 25).
 
 A node under RLIMIT_NOFILE 128 hosts more partitions than it can keep open; idle
-connections then take every descriptor it has left. Each request that needs a file it
-cannot open answers RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES (retriable), counted in
+connections then take every descriptor it has left. A request that needs a file it cannot
+open sheds idle segments of other logs and tries again; if none can be shed it answers
+RESOURCE_EXHAUSTED TOO_MANY_OPEN_FILES (retriable), counted in
 `replog_storage_errors{reason="TOO_MANY_OPEN_FILES"}`; no replica rebuilds its state or
 holds an election (every partition's leader epoch stays where it was), and once the
 connections go, every partition takes appends again with every acknowledged record there.
@@ -117,9 +118,12 @@ def test_running_out_of_descriptors_is_a_typed_error_without_elections(
                             refused += 1
                         else:
                             acked[p].append(value)
-            assert refused > 0, "no request ran out of descriptors: the test proves nothing"
+            # Since issue 27 a node out of descriptors first closes the idle segments of other
+            # logs (closing one needs no checkpoint file), so an append is served when any
+            # segment can be shed, and refused with the typed error above only when none can.
             print(f"refused with TOO_MANY_OPEN_FILES: {refused} of {3 * PARTITIONS}")
-        assert counter(server, "replog_storage_errors", "TOO_MANY_OPEN_FILES") > 0
+        if refused:
+            assert counter(server, "replog_storage_errors", "TOO_MANY_OPEN_FILES") > 0
         assert server.proc is not None and server.proc.poll() is None
         wait_until_reachable(server)  # the listener drains the connections left behind
         with Client(server.address, timeout_s=30, retry=PATIENT) as client:

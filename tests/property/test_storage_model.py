@@ -20,6 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from replog import frames
 from replog.errors import OffsetOutOfRangeError
 from replog.storage import FlushPolicy, PartitionLog, StorageConfig, checksums
+from replog.storage.open_files import FILES_MAX_MIN, OpenFiles
 from replog.storage.verify import VerifyReport, verify_partition
 from tests.storage_helpers import read_all
 
@@ -44,11 +45,14 @@ class SegmentLogMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="replog-prop-"))
-        self.log = PartitionLog(self.dir, "t", 0, CONFIG)
+        self.log = self.open()
         self.start = 0
         self.records: list[bytes] = []
         self.hw = 0
         self.checkpointed_hw = 0
+
+    def open(self) -> PartitionLog:
+        return PartitionLog(self.dir, "t", 0, CONFIG)
 
     def teardown(self) -> None:
         self.log.close()
@@ -142,14 +146,22 @@ class SegmentLogMachine(RuleBasedStateMachine):
         self.log.close()
         self.checkpointed_hw = self.hw
         self.verify_offline()
-        self.log = PartitionLog(self.dir, "t", 0, CONFIG)
+        self.log = self.open()
+        assert self.log.segments_recovered == 0, "a clean stop leaves nothing to recover"
 
     @rule()
     def crash(self) -> None:
         self.log.crash()
         self.verify_offline()
-        self.log = PartitionLog(self.dir, "t", 0, CONFIG)
+        self.log = self.open()
         self.hw = max(min(self.checkpointed_hw, self.leo), self.start)
+
+    @rule()
+    def flush_and_checkpoint_like_the_flusher(self) -> None:
+        """The recovery point moves to the log end: a crash then recovers only what follows."""
+        self.log.flush()
+        self.log.checkpoint_high_watermark()
+        self.checkpointed_hw = self.hw
 
     def verify_offline(self) -> None:
         report = VerifyReport()
@@ -180,3 +192,27 @@ class SegmentLogMachine(RuleBasedStateMachine):
 
 
 TestSegmentLog = SegmentLogMachine.TestCase
+
+
+class BudgetedSegmentLogMachine(SegmentLogMachine):
+    """The same rules under a node-wide budget of three open segments: reads, rolls,
+    retention, truncation and reopens close and open segments all the time (LRU eviction),
+    and the log must still agree with the model."""
+
+    def __init__(self) -> None:
+        self.files = OpenFiles(FILES_MAX_MIN)
+        super().__init__()
+
+    def open(self) -> PartitionLog:
+        return PartitionLog(self.dir, "t", 0, CONFIG, self.files)
+
+    @rule()
+    def park_like_an_idle_log(self) -> None:
+        assert self.log.park() and self.log.parked
+
+    @invariant()
+    def the_open_segments_stay_within_the_budget(self) -> None:
+        assert self.files.total <= self.files.files_max
+
+
+TestBudgetedSegmentLog = BudgetedSegmentLogMachine.TestCase

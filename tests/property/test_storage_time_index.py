@@ -70,7 +70,8 @@ def rebuilt(directory: Path) -> list[TimeIndex | None]:
         p.unlink()
     log = PartitionLog(directory, "t", 0, CONFIG)
     try:
-        return [seg.times() for seg in log._opened().segments]
+        segments = log._opened()
+        return [segments.use(seg).times() for seg in segments.segments]
     finally:
         log.crash()  # no files written: the directory stays as it was
 

@@ -20,7 +20,8 @@ from replog.errors import (
 from replog.replication import Acks, Message, ReplicaConfig, Role
 from replog.replication.driver import QUORUM_STATE_FILE, ReplicaDriver, load_quorum_state
 from replog.replication.messages import FetchResponse, Records, VoteRequest, VoteResponse
-from replog.storage import FlushPolicy, PartitionLog, StorageConfig, checkpoint, partition_log
+from replog.storage import FlushPolicy, PartitionLog, StorageConfig, checkpoint
+from replog.storage.segment import Segment
 from replog.storage.segment_log import ERRORS
 from tests.unit.test_replication_driver import DEADLINE_S, _leading, data_values, wait_for
 
@@ -60,7 +61,7 @@ def test_no_descriptor_for_a_parked_log_is_a_typed_refusal_without_a_rebuild(
             def no_descriptor(*args: Any) -> Any:
                 raise OSError(errno.EMFILE, "Too many open files")
 
-            monkeypatch.setattr(partition_log, "SegmentLog", no_descriptor)
+            monkeypatch.setattr(Segment, "open_files", no_descriptor)
             with pytest.raises(TooManyOpenFilesError) as info:
                 await driver.append([b"refused"], Acks.ALL, DEADLINE_S)
             assert info.value.retriable and info.value.code == "RESOURCE_EXHAUSTED"

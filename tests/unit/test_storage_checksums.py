@@ -17,7 +17,7 @@ from replog.storage import FlushPolicy, PartitionLog, PartitionRegistry, Storage
 from replog.storage.integrity import CORRUPT, INDEX_REBUILT, SIDECAR_DAMAGED, UNVERIFIED
 from replog.storage.scrub import Scrubber
 from replog.storage.verify import verify_data_dir
-from tests.storage_helpers import read_all
+from tests.storage_helpers import as_after_a_crash, read_all
 
 CONFIG = StorageConfig(
     segment_bytes_max=2048,
@@ -122,6 +122,7 @@ def test_corruption_in_the_middle_of_the_active_segment_is_marked_not_truncated(
     ends = frames.frame_ends(VALUES)
     victim = next(i for i, e in enumerate(ends) if e > last_indexed) + 1  # recovery scans it
     flip(seg, (ends[victim - 1] + 7) * 8)  # the low byte of that frame's offset field
+    as_after_a_crash(partition(tmp_path))  # a clean stop's marker would skip the recovery
     log = open_log(tmp_path, config)
     assert log.log_end_offset == len(VALUES), "no committed record is cut"
     assert seg.stat().st_size == size
@@ -184,6 +185,7 @@ def test_losing_flushed_bytes_is_reported_as_corruption(tmp_path: Path) -> None:
     seg = partition(tmp_path) / f"{SEG0}.log"
     data = seg.read_bytes()
     seg.write_bytes(data[:1000] + bytes(len(data) - 1000))  # zeros over flushed bytes
+    as_after_a_crash(partition(tmp_path))
     log = open_log(tmp_path)
     assert log.corrupt_ranges(), "flushed bytes that changed are corruption, never a torn tail"
     log.close()
@@ -258,6 +260,7 @@ def test_a_damaged_sidecar_entry_is_reported_and_its_data_never_served_unverifie
     write_template(tmp_path).close()
     side = partition(tmp_path) / f"{SEG0}.crc"
     flip(side, (16 + 16 * 4 + 6) * 8)  # entry 4's end position
+    as_after_a_crash(partition(tmp_path))
     log = open_log(tmp_path)
     kinds = {i.kind for i in log.integrity_issues()}
     assert SIDECAR_DAMAGED in kinds
