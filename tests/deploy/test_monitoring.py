@@ -4,8 +4,9 @@
 scripts/ensure-command.sh) checks the rules and runs their unit tests
 (monitoring/replog-alerts.test.yml: series that fire each alert and series that do not).
 The dashboard's queries go through promtool's PromQL parser too. Every metric name the
-dashboard and the rules use must be one that a running 3-node cluster exports, so a renamed
-metric breaks this test rather than a dashboard nobody looks at until an incident.
+dashboard and the rules use (besides Prometheus's own `up` and recording rules, `a:b`) must
+be one that a running 3-node cluster exports, so a renamed metric breaks this test rather
+than a dashboard nobody looks at until an incident.
 """
 
 from __future__ import annotations
@@ -30,12 +31,16 @@ MONITORING = REPO / "deploy" / "monitoring"
 RULES = MONITORING / "replog-alerts.yml"
 DASHBOARD = MONITORING / "replog-dashboard.json"
 RULE_TESTS = Path(__file__).parent / "monitoring" / "replog-alerts.test.yml"
-STATEFULSET = REPO / "deploy" / "k8s" / "statefulset.yaml"
 EXPORT_TIMEOUT_S = 60.0
 
 # What a dashboard query may contain besides PromQL: Grafana's variables, as Grafana would
 # substitute them.
 GRAFANA_VARIABLES = {"$topic": ".*", "$__rate_interval": "1m"}
+# What the dashboard and alerts may use that a node does not export: Prometheus's own.
+PROMETHEUS_METRICS = {"up"}
+# Where the names a node exports come from: replog's own, prometheus_client's process,
+# platform and GC collectors.
+EXPORTED_PREFIXES = ("replog_", "process_", "python_")
 PROMQL_WORDS = {
     "by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless",
     "bool", "offset", "inf", "nan",
@@ -106,7 +111,8 @@ def metric_names(expr: str) -> set[str]:
 
 
 def used_metric_names() -> dict[str, set[str]]:
-    """Metric name -> where it is used ('alert X' or 'dashboard')."""
+    """Metric name -> where it is used ('alert X' or 'dashboard'): the names a node must
+    export (not Prometheus's own `up`, not recording rules)."""
     used: dict[str, set[str]] = {}
     for rule in alert_rules():
         for name in metric_names(rule["expr"]):
@@ -114,7 +120,11 @@ def used_metric_names() -> dict[str, set[str]]:
     for query in dashboard_queries():
         for name in metric_names(query):
             used.setdefault(name, set()).add("dashboard")
-    return used
+    return {
+        name: where
+        for name, where in used.items()
+        if name not in PROMETHEUS_METRICS and ":" not in name
+    }
 
 
 def test_the_alert_rules_pass_promtool_check(promtool: str) -> None:
@@ -170,20 +180,49 @@ def test_the_dashboard_panels_have_unique_ids_and_use_the_datasource_variable() 
         for target in panel.get("targets", []):
             assert target["datasource"]["uid"] == "${datasource}", panel["title"]
     titles = " ".join(panel["title"] for panel in panels)
-    for topic in ("leader", "lag", "latency", "bytes", "Elections", "Consumer-group lag"):
+    for topic in (
+        "leader", "lag", "latency", "bytes", "Elections", "Consumer-group lag", "Free space",
+        "CPU", "Resident memory", "File descriptors", "GC", "Nodes down",
+    ):  # fmt: skip
         assert topic in titles
 
 
-def test_the_disk_alert_threshold_is_85_percent_of_the_volume_claim() -> None:
-    docs = list(yaml.safe_load_all(STATEFULSET.read_text()))
-    (sts,) = [d for d in docs if d and d.get("kind") == "StatefulSet"]
-    (claim,) = [c for c in sts["spec"]["volumeClaimTemplates"] if c["metadata"]["name"] == "data"]
-    size = claim["spec"]["resources"]["requests"]["storage"]
-    found = re.fullmatch(r"(\d+)Gi", size)
-    assert found, f"the claim is {size!r}: update the rule and this test together"
+def test_the_dashboard_panels_do_not_overlap() -> None:
+    taken: dict[tuple[int, int], str] = {}
+    for panel in dashboard()["panels"]:
+        pos = panel["gridPos"]
+        assert pos["x"] + pos["w"] <= 24, panel["title"]
+        for x in range(pos["x"], pos["x"] + pos["w"]):
+            for y in range(pos["y"], pos["y"] + pos["h"]):
+                assert (x, y) not in taken, f"{panel['title']} overlaps {taken[(x, y)]}"
+                taken[(x, y)] = panel["title"]
+
+
+def test_the_dashboard_charts_consumer_lag_and_the_process_of_each_node() -> None:
+    used = {name for query in dashboard_queries() for name in metric_names(query)}
+    assert {
+        "replog_group_lag_records",
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "python_gc_collections_total",
+        "replog_storage_free_bytes",
+        "replog_storage_size_bytes",
+    } <= used
+
+
+def test_the_disk_alert_is_on_the_free_fraction_whatever_the_volume_size() -> None:
     (rule,) = [r for r in alert_rules() if r["alert"] == "ReplogDiskAlmostFull"]
-    assert f"> 0.85 * {int(found.group(1)) * 2**30}" in rule["expr"]
-    assert f"{found.group(1)}GiB claim" in rule["annotations"]["description"]
+    assert metric_names(rule["expr"]) == {"replog_storage_free_bytes", "replog_storage_size_bytes"}
+    assert re.search(r"< 0\.15$", rule["expr"].strip())
+    assert not re.search(r"\d{4,}", rule["expr"]), "no byte count: a fraction of the disk"
+
+
+def test_a_node_that_is_down_or_gone_from_the_scrape_alerts() -> None:
+    exprs = {r["alert"]: r["expr"].strip() for r in alert_rules()}
+    assert exprs["ReplogNodeDown"] == 'up{job="replog"} == 0'
+    assert exprs["ReplogNodesAbsent"] == 'absent(up{job="replog"})'
 
 
 def test_the_metric_name_reader_sees_metrics_and_nothing_else() -> None:
@@ -213,8 +252,14 @@ def test_every_metric_the_dashboard_and_alerts_use_is_exported_by_a_running_clus
     tmp_path: Path,
 ) -> None:
     used = used_metric_names()
-    assert {"replog_replica_role", "replog_follower_lag_records", "replog_log_bytes"} <= set(used)
-    assert all(name.startswith("replog_") for name in used), sorted(used)
+    assert {
+        "replog_replica_role",
+        "replog_follower_lag_records",
+        "replog_log_bytes",
+        "replog_group_lag_records",
+        "process_open_fds",
+    } <= set(used)
+    assert all(name.startswith(EXPORTED_PREFIXES) for name in used), sorted(used)
     with DevCluster(tmp_path / "cluster", 3) as cluster:
         client = Client(cluster.bootstrap)
         with client:
@@ -222,6 +267,8 @@ def test_every_metric_the_dashboard_and_alerts_use_is_exported_by_a_running_clus
             for partition in (0, 1):
                 client.append("monitored", partition, [b"a", b"b", b"c"])
                 client.fetch("monitored", partition, 0)
+            # a group with a committed offset: its coordinator exports its lag
+            client.commit_offsets("watchers", {("monitored", 0): 1})
             deadline = time.monotonic() + EXPORT_TIMEOUT_S
             while True:
                 exported: set[str] = set()
