@@ -65,18 +65,7 @@ class Console:
         self._snapshot: Snapshot | None = None
         self._snapshot_at = 0.0
         self._snapshot_lock = asyncio.Lock()
-        self.templates = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(HERE / "templates"),
-            autoescape=True,
-            undefined=jinja2.StrictUndefined,
-            trim_blocks=True,
-            lstrip_blocks=True,
-        )
-        self.templates.filters["size"] = display.size
-        self.templates.filters["when"] = display.timestamp
-        self.templates.filters["q"] = lambda text: urllib.parse.quote(str(text), safe="")
-        self.templates.globals["query"] = query
-        self.templates.globals.update(version=__version__, csrf_field=CSRF_FIELD)
+        self.templates = template_environment()
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """`fn(*args, **kwargs)` (a blocking client call) in the thread pool."""
@@ -118,6 +107,23 @@ class Console:
         if not token_ok(self.csrf_token, token if isinstance(token, str) else None):
             raise CsrfError("the form's token is missing or stale: reload the page and retry")
         return form
+
+
+def template_environment() -> jinja2.Environment:
+    """The console's templates, their filters and globals."""
+    templates = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    templates.filters["size"] = display.size
+    templates.filters["when"] = display.timestamp
+    templates.filters["q"] = lambda text: urllib.parse.quote(str(text), safe="")
+    templates.globals["query"] = query
+    templates.globals.update(version=__version__, csrf_field=CSRF_FIELD)
+    return templates
 
 
 def query(**params: object) -> str:

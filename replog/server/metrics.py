@@ -2,16 +2,28 @@
 
 Counters and histograms are updated on the request path (children bound once per method);
 per-partition gauges (LEO, HW, log start, segments, bytes on disk) are read from the logs at
-scrape time by a collector, so the hot path pays nothing for them.
+scrape time by a collector, so the hot path pays nothing for them. The node's registry also
+carries prometheus_client's process, platform and GC collectors (`process_*`, `python_info`,
+`python_gc_*`: CPU seconds, RSS, open and maximum fds, start time, GC collections), read at
+scrape time too.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import prometheus_client
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -180,11 +192,20 @@ class _StorageCollector(Collector):
             "Free bytes on the data directory's file system, as last read",
             labels=["data_dir"],
         )
+        size = GaugeMetricFamily(
+            "replog_storage_size_bytes",
+            "Size of the data directory's file system (statvfs f_blocks; free / size is the "
+            "free fraction)",
+            labels=["data_dir"],
+        )
         for space in DiskSpace.all():
             if space.reserve_bytes == 0 and not space.full:
                 continue  # not a node's data directory (no reserve kept there)
             full.add_metric([str(space.data_dir)], 1.0 if space.full else 0.0)
             free.add_metric([str(space.data_dir)], space.free_bytes)
+            size_bytes = _file_system_bytes(space.data_dir)
+            if size_bytes is not None:
+                size.add_metric([str(space.data_dir)], size_bytes)
         errors = CounterMetricFamily(
             "replog_storage_errors",
             "OSErrors of the disk turned into typed errors, by reason (STORAGE_FULL, "
@@ -193,7 +214,16 @@ class _StorageCollector(Collector):
         )
         for reason in ("STORAGE_FULL", "TOO_MANY_OPEN_FILES", "STORAGE_ERROR"):
             errors.add_metric([reason], STORAGE_ERRORS[reason])
-        yield from (full, free, errors)
+        yield from (full, free, size, errors)
+
+
+def _file_system_bytes(path: Path) -> int | None:
+    """The size of the file system holding `path` (None if it cannot be read now)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_blocks * st.f_frsize
 
 
 class _ReplicaFailureCollector(Collector):
@@ -355,6 +385,11 @@ class Metrics:
         self.read_bytes = Counter("replog_read_bytes", "Frame bytes served", registry=r)
         r.register(_PartitionCollector(partitions))
         r.register(_StorageCollector())
+        # The process's own health: CPU, RSS, fds against the limit, start time, GC (the
+        # same collectors the default registry has; this registry is the node's own).
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
 
     def watch_replicas(
         self, replicas: Callable[[], Iterable[tuple[str, int, ReplicaDriver]]]

@@ -4,7 +4,8 @@
 
 A 3-node cluster over TLS (DevCluster) in a temporary directory, `replog console` beside it,
 some topics, records and a consumer group with a member and lag; headless Chromium saves
-docs/img/console-*.png. Then one node is SIGKILLed and the cluster page is taken again.
+docs/img/console-*.png. Then one node is SIGKILLed and the cluster page is taken again, and
+the topic page once its replica there is shown dead.
 Everything started here is stopped at the end.
 """
 
@@ -102,6 +103,19 @@ def main(target: Path) -> None:
                 lambda: "down" in text(browser, f"node-{victim}"), "the killed node shown down", 30
             )
             shoot(browser, f"{console.url}/", target / "console-cluster-failover.png", "nodes")
+            # the topic page once a new leader leads orders/0: the dead replica in words
+            browser.get(f"{console.url}/topics/orders")
+            wait_until(
+                lambda: "not fetched since" in text(browser, f"replica-0-{victim}"),
+                "the killed node's replica of orders/0 shown not fetching",
+                60,
+            )
+            shoot(
+                browser,
+                f"{console.url}/topics/orders",
+                target / "console-topic-failover.png",
+                f"replica-0-{victim}",
+            )
         finally:
             if browser is not None:
                 browser.quit()

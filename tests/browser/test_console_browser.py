@@ -4,7 +4,8 @@ Each page loads without errors in the browser's console (its live part refreshed
 once), the record browser shows records just produced and follows new ones, a record
 produced through the form lands, a group's lag on its page moves as a member reads, its
 offsets reset through the dry run and the confirmation, and a SIGKILLed leader shows up
-on the cluster page within seconds (and its node comes back as ready when restarted).
+on the cluster page within seconds, its replica on the topic page as not fetching and its
+node unreachable (and its node comes back as ready when restarted).
 
 Every wait is on a condition with a generous deadline; the leader kill, which changes the
 cluster, runs last.
@@ -12,6 +13,7 @@ cluster, runs last.
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -222,6 +224,18 @@ def test_a_killed_leader_shows_up_on_the_cluster_page_within_seconds(
     )
     print(f"\nleader kill: node shown down after {shown_down_s:.2f}s, "
           f"its partition shown under a new leader after {moved_s:.2f}s")  # fmt: skip
+    # On the topic page, the new leader's view of the dead replica, in words and spaced.
+    load(browser, console, f"/topics/{TOPIC}")
+    dead = re.compile(
+        rf"node {victim}: not fetched since the leader's election, \d+ records behind "
+        r"down node unreachable"
+    )
+    wait_until(
+        lambda: dead.fullmatch(text(browser, f"replica-0-{victim}")),
+        f"node {victim}'s replica of {TOPIC}/0 worded as dead",
+        30,
+    )
+    load(browser, console, "/")
     cluster.members[victim].start()
     wait_until(lambda: state() == "ready", f"node {victim} shown ready again", 60)
     assert console_errors(browser) == []
