@@ -127,6 +127,7 @@ TABLE: dict[str, Rule] = {
     "/replog.v1.Nodes/Identify": PEER,
     "/replog.v1.Nodes/Join": PEER,
     "/replog.v1.Replication/Exchange": PEER,
+    "/replog.v1.Replication/ExchangeBatches": PEER,
 }
 STRICTEST = _acl("alter", "cluster")  # a method missing here (never in CI: the table test)
 GUARDED_SERVICES = (LOG, ADMIN, ACLS, GROUPS)
