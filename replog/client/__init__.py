@@ -13,7 +13,8 @@ from replog.client.client import Client
 from replog.client.consumer import Consumer
 from replog.client.group_consumer import GroupConsumer, GroupRecord
 from replog.client.partitioner import partition_for_key
-from replog.client.producer import OffsetFuture, Producer
+from replog.client.produce_rules import RecordMetadata
+from replog.client.producer import Producer, RecordFuture
 from replog.client.results import (
     AppendResult,
     CorruptRange,
@@ -36,11 +37,12 @@ __all__ = [
     "FetchResult",
     "GroupConsumer",
     "GroupRecord",
-    "OffsetFuture",
     "Offsets",
     "PartitionInfo",
     "Producer",
     "Record",
+    "RecordFuture",
+    "RecordMetadata",
     "RetryPolicy",
     "partition_for_key",
 ]
