@@ -72,8 +72,7 @@ def test_on_delivery_runs_once_per_record_on_the_producers_thread_before_flush_r
     seen = Deliveries()
     with client.producer(topic, linger_ms=2, batch_records_max=7, streaming=streaming) as p:
         futures = [
-            p.send(b"v%d" % i, key=b"k%d" % i, on_delivery=seen.callback(str(i)))
-            for i in range(50)
+            p.send(b"v%d" % i, key=b"k%d" % i, on_delivery=seen.callback(str(i))) for i in range(50)
         ]
         p.flush(WAIT_S)
         assert len(seen.seen) == 50  # flush returns once every callback has run
@@ -107,7 +106,7 @@ def test_a_failed_record_is_delivered_with_its_error_and_a_raising_callback_is_l
         after = producer.send(b"after", on_delivery=seen.callback("after"))
         producer.flush(WAIT_S)
         assert after.result(0).offset == ok.result(0).offset + 1  # the sender lives on
-    [(name, err, md, _)] = [s for s in seen.seen if s[0] == "too big"]
+    [(_, err, md, _)] = [s for s in seen.seen if s[0] == "too big"]
     assert isinstance(err, ReplogError) and md is None
     assert [s[0] for s in seen.seen] == ["too big", "after"]
     assert "the callback's own bug" in caplog.text  # logged with its traceback, not hidden
