@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from replog import records
 from replog.client import Client, RecordMetadata, RetryPolicy
 from replog.client.produce_rules import DeliveryCallback
 from replog.errors import InvalidArgumentError, ReplogError
@@ -59,8 +60,9 @@ def test_send_gives_the_records_metadata_on_an_envelope_topic(client: Client) ->
     assert second.timestamp_ms is not None and second.timestamp_ms > 1_234  # the send time
     assert (third.partition, third.serialized_key_size, third.serialized_value_size) == (1, -1, 2)
     stored = client.fetch("md-envelope", first.partition, first.offset).records
-    assert stored.offsets[:2] == [first.offset, second.offset]  # type: ignore[union-attr]
-    assert stored.timestamps[0] == 1_234  # type: ignore[union-attr]
+    assert isinstance(stored, records.DecodedRecords)
+    assert stored.offsets[:2] == [first.offset, second.offset]
+    assert stored.timestamps[0] == 1_234
 
 
 @pytest.mark.parametrize("streaming", [True, False], ids=["stream", "unary"])
