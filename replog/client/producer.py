@@ -169,6 +169,7 @@ class Producer:
         self._answered_batches: deque[_Batch] = deque()
         self._stopped = False  # the sender thread has returned: callbacks run where answered
         self._closing = False
+        self._closer: int | None = None  # the thread running `close`
         self._pipeline = (
             client.pipeline(
                 acks,
@@ -264,6 +265,7 @@ class Producer:
             self.flush(timeout)
         with self._cond:
             self._closing = True
+            self._closer = threading.get_ident()  # callbacks of what close fails run here
             unsent = [batch for queue in self._ready.values() for batch in queue]
             for queue in self._ready.values():
                 queue.clear()
@@ -296,10 +298,11 @@ class Producer:
             self._cond.notify()
 
     def _to_deliver(self, batch: _Batch, _future: object = None) -> None:
-        """`batch` is answered: its callbacks run on the sender thread (or here, once that
-        thread has returned: a unary Append that outlived `close(timeout)`)."""
+        """`batch` is answered: its callbacks run on the sender thread; here when `close`
+        fails it (before `close` returns) or once the sender thread has returned (a unary
+        Append that outlived `close(timeout)`)."""
         with self._cond:
-            if not self._stopped:
+            if not self._stopped and threading.get_ident() != self._closer:
                 self._answered_batches.append(batch)
                 self._cond.notify_all()
                 return
