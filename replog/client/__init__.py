@@ -10,6 +10,7 @@ back to typed `ReplogError`s happens in one place shared with the server,
 
 from replog.client.aio import AsyncClient
 from replog.client.aio_producer import AsyncProducer
+from replog.client.assigned_consumer import AssignedConsumer, AsyncAssignedConsumer
 from replog.client.client import Client
 from replog.client.consumer import Consumer
 from replog.client.group_consumer import GroupConsumer, GroupRecord
@@ -29,6 +30,8 @@ from replog.tls import ClientTls
 
 __all__ = [
     "AppendResult",
+    "AssignedConsumer",
+    "AsyncAssignedConsumer",
     "AsyncClient",
     "AsyncProducer",
     "Client",

@@ -62,10 +62,9 @@ from replog.client.channels import (
     channel_options,
 )
 from replog.client.consumer import Consumer
+from replog.client.factories import Factories
 from replog.client.group_consumer import GroupConsumer
 from replog.client.groups import CommittedOffset, GroupCalls, GroupDescription, GroupSummary
-from replog.client.partitioner import DEFAULT_PARTITIONER, Partitioner
-from replog.client.producer import Producer
 from replog.client.results import (
     AppendResult,
     FetchResult,
@@ -125,7 +124,7 @@ class Node:
         self.admin = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
 
 
-class Client:
+class Client(Factories):
     def __init__(
         self,
         address: str,
@@ -739,42 +738,6 @@ class Client:
             if made is not None:
                 made.close()
         return pipeline
-
-    def producer(
-        self,
-        topic: str,
-        *,
-        acks: str = "all",
-        linger_ms: int = 5,
-        batch_bytes_max: int = 1024 * 1024,
-        batch_records_max: int = 10_000,
-        in_flight_max: int = 4,
-        partitions: int | None = None,
-        streaming: bool = True,
-        partition_in_flight_max: int = 5,
-        in_flight_bytes_max: int = 64 * 1024 * 1024,
-        partitioner: Partitioner = DEFAULT_PARTITIONER,
-    ) -> Producer:
-        """A batching producer of `topic` (`producer.Producer`): `send(value, key=,
-        on_delivery=)` returns a future of the record's `RecordMetadata`. Records leave
-        per partition when `batch_bytes_max` / `batch_records_max` is reached or `linger_ms`
-        after the first; `partitioner` places keys ("murmur2", Kafka's, or "crc32");
-        `partition_in_flight_max` batches per partition and `in_flight_bytes_max` bytes in
-        all travel pipelined (idempotent client), else `in_flight_max` unary Appends."""
-        return Producer(
-            self,
-            topic,
-            acks=acks,
-            linger_ms=linger_ms,
-            batch_bytes_max=batch_bytes_max,
-            batch_records_max=batch_records_max,
-            in_flight_max=in_flight_max,
-            partitions=partitions,
-            streaming=streaming,
-            partition_in_flight_max=partition_in_flight_max,
-            in_flight_bytes_max=in_flight_bytes_max,
-            partitioner=partitioner,
-        )
 
     # -- consumer groups (replog.v1.Groups) ----------------------------------------------
 
