@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import TypeVar, Unpack
 
 import grpc
 
@@ -34,6 +34,7 @@ from replog.client.assigned_consumer import AsyncAssignedConsumer
 from replog.client.channels import ATTEMPT_TIMEOUT_S, COMMIT_TIMEOUT_S, channel_options
 from replog.client.client import ACKS, Node, metadata_request
 from replog.client.consumer import STREAM_REPLY_BYTES
+from replog.client.factories import GroupOptions
 from replog.client.group_consumer import FETCH_BYTES_MAX
 from replog.client.groups import CommittedOffset, GroupDescription, GroupSummary
 from replog.client.partitioner import DEFAULT_PARTITIONER, Partitioner
@@ -502,7 +503,7 @@ class AsyncClient:
     # -- consumer groups (replog.v1.Groups) ----------------------------------------------
 
     def consumer(
-        self, topic: str | Sequence[str], *, group: str, **options: Any
+        self, topic: str | Sequence[str], *, group: str, **options: Unpack[GroupOptions]
     ) -> AsyncGroupConsumer:
         """A member of consumer group `group` (`aio_groups.AsyncGroupConsumer`, whose keyword
         arguments `options` are); `batches()` reads one partition without a group."""

@@ -48,7 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from functools import cached_property
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, Unpack, overload
 
 import grpc
 
@@ -62,7 +62,7 @@ from replog.client.channels import (
     channel_options,
 )
 from replog.client.consumer import Consumer
-from replog.client.factories import Factories
+from replog.client.factories import Factories, GroupOptions
 from replog.client.group_consumer import GroupConsumer
 from replog.client.groups import CommittedOffset, GroupCalls, GroupDescription, GroupSummary
 from replog.client.results import (
@@ -671,7 +671,7 @@ class Client(Factories):
 
     @overload
     def consumer(
-        self, topic: str | Sequence[str], *, group: str, **options: Any
+        self, topic: str | Sequence[str], *, group: str, **options: Unpack[GroupOptions]
     ) -> GroupConsumer: ...
 
     def consumer(
@@ -682,7 +682,7 @@ class Client(Factories):
         *,
         group: str | None = None,
         from_time_ms: int | None = None,
-        **options: Any,
+        **options: Unpack[GroupOptions],
     ) -> Consumer | GroupConsumer:
         """One partition from `offset` (or from the first record at or after `from_time_ms`);
         or, with `group`, a member of that consumer group,

@@ -1,16 +1,36 @@
 """The threaded client's factory methods for producers and assigned consumers, with their
-options as typed keywords (a misspelt option is a TypeError). A mixin of `client.Client`,
+options as typed keywords (a misspelt option is a TypeError); `GroupOptions`, the group
+consumer's options for `Client.consumer` and `AsyncClient.consumer`. A mixin of `client.Client`,
 apart so that the client module stays one idea: calls and routing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TypedDict
 
 from replog.client.assigned_consumer import AssignedConsumer
-from replog.client.group_consumer import FETCH_BYTES_MAX
+from replog.client.group_consumer import FETCH_BYTES_MAX, Callback
 from replog.client.partitioner import DEFAULT_PARTITIONER, Partitioner
 from replog.client.producer import Producer, ProducerClient
+
+
+class GroupOptions(TypedDict, total=False):
+    """The keyword options of `consumer(topic, group=...)`, sync and asyncio
+    (`group_consumer.GroupConsumer`'s): typed, so that a checker flags a misspelt one (at
+    run time it is a TypeError)."""
+
+    auto_commit: bool
+    auto_commit_interval_ms: int
+    auto_offset_reset: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    client_id: str
+    max_poll_records: int
+    fetch_bytes_max: int
+    fetch_wait_ms: int
+    on_assign: Callback | None
+    on_revoke: Callback | None
 
 
 class Factories:
