@@ -21,7 +21,6 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from replog import records
 from replog.client import formats
@@ -81,14 +80,9 @@ def check_options(
         raise InvalidArgumentError(str(err)) from None
 
 
-class Prepared(NamedTuple):
-    """One checked record: what a batch holds for it and its metadata's fixed parts (a
-    tuple: one is made per `send`)."""
-
-    item: bytes | Record
-    timestamp_ms: int  # 0 on a raw topic
-    key_size: int
-    value_size: int
+# One checked record (a plain tuple: one is made per `send`): what a batch holds for it,
+# its timestamp (0 on a raw topic), its key's and value's sizes (-1: none).
+Prepared = tuple[bytes | Record, int, int, int]
 
 
 def prepare(
@@ -100,6 +94,12 @@ def prepare(
     timestamp_ms: int | None,
 ) -> Prepared:
     """`value` (bytes, or None for a tombstone on an envelope topic) as a batch item."""
+    if type(value) is bytes and key is None and not headers:  # the usual record, fast
+        if envelope:
+            ts = formats.now_ms() if timestamp_ms is None else timestamp_ms
+            return value, ts, -1, len(value)
+        if timestamp_ms is None:
+            return value, 0, -1, len(value)
     if value is not None and not isinstance(value, bytes | bytearray | memoryview):
         raise InvalidArgumentError(
             f"a record's value is bytes or None, not {type(value).__name__}", topic=topic
@@ -114,8 +114,8 @@ def prepare(
         ts = formats.now_ms() if timestamp_ms is None else timestamp_ms
         if key is not None or headers or value is None:
             data = None if value is None else bytes(value)
-            return Prepared(Record(data, key, headers, ts), ts, key_size, value_size)
-        return Prepared(bytes(value), ts, key_size, value_size)
+            return Record(data, key, headers, ts), ts, key_size, value_size
+        return bytes(value), ts, key_size, value_size
     if value is None:
         raise InvalidArgumentError(
             f"topic {topic!r} is raw: its records have no null values (tombstones need an "
@@ -126,7 +126,7 @@ def prepare(
         raise InvalidArgumentError(
             f"topic {topic!r} is raw: its records hold no headers or timestamps", topic=topic
         )
-    return Prepared(bytes(value), 0, key_size, value_size)
+    return bytes(value), 0, key_size, value_size
 
 
 class Chooser:
@@ -168,12 +168,13 @@ class OpenBatch:
         self.callbacks: list[tuple[int, DeliveryCallback, Prepared]] = []
 
     def add(self, record: Prepared, on_delivery: DeliveryCallback | None) -> int:
-        """Append `record`; its index in the batch."""
+        """Append `record`; its index in the batch (check `full` after)."""
         index = len(self.values)
-        self.values.append(record.item)
+        self.values.append(record[0])
         if self.times is not None:
-            self.times.append(record.timestamp_ms)
-        self.bytes += max(record.value_size, 0)
+            self.times.append(record[1])
+        if record[3] > 0:
+            self.bytes += record[3]
         if on_delivery is not None:
             self.callbacks.append((index, on_delivery, record))
         return index
@@ -207,13 +208,9 @@ def metadata(
 ) -> RecordMetadata:
     """Record `index` of a batch answered with `result`."""
     offset = result.base_offset + index if result.base_offset >= 0 else -1
+    _, timestamp_ms, key_size, value_size = record
     return RecordMetadata(
-        topic,
-        partition,
-        offset,
-        record.timestamp_ms if envelope else None,
-        record.key_size,
-        record.value_size,
+        topic, partition, offset, timestamp_ms if envelope else None, key_size, value_size
     )
 
 

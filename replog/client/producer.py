@@ -83,34 +83,27 @@ class RecordFuture:
     acknowledged (`result(timeout)`, or `get(timeout)` as kafka-python calls it); the
     batch's error otherwise."""
 
-    __slots__ = ("_batch", "_index", "_partition", "_producer", "_record")
+    __slots__ = ("_batch", "_index", "_producer", "_record")
 
-    def __init__(
-        self,
-        batch: Future[AppendResult],
-        index: int,
-        producer: Producer,
-        partition: int,
-        record: Prepared,
-    ) -> None:
+    def __init__(self, batch: _Batch, index: int, producer: Producer, record: Prepared) -> None:
         self._batch = batch
         self._index = index
         self._producer = producer
-        self._partition = partition
         self._record = record
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
-        res = self._batch.result(timeout)
+        batch = self._batch
+        res = batch.future.result(timeout)
         p = self._producer
-        return metadata(p.topic, self._partition, res, self._index, self._record, p.envelope)
+        return metadata(p.topic, batch.partition, res, self._index, self._record, p.envelope)
 
     get = result
 
     def done(self) -> bool:
-        return self._batch.done()
+        return self._batch.future.done()
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        return self._batch.exception(timeout)
+        return self._batch.future.exception(timeout)
 
 
 class _Batch(OpenBatch):
@@ -211,9 +204,9 @@ class Producer:
                 batch = self._open[p] = _Batch(p)
                 self._cond.notify()  # the sender starts this batch's linger clock
             index = batch.add(record, on_delivery)
-            if batch.full(self.batch_bytes_max, self.batch_records_max):
-                self._seal(p)
-            return RecordFuture(batch.future, index, self, p, record)
+            if batch.bytes >= self.batch_bytes_max or index >= self.batch_records_max - 1:
+                self._seal(p)  # (`OpenBatch.full`, inlined: once per record)
+            return RecordFuture(batch, index, self, record)
 
     def send_batch(
         self, values: formats.Values, partition: int | None = None
