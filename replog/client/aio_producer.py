@@ -93,21 +93,12 @@ class AsyncProducer:
         batch_bytes_max: int = 1024 * 1024,
         batch_records_max: int = 10_000,
         partitions: int | None = None,
-        partition_in_flight_max: int = 5,
-        in_flight_bytes_max: int = 64 * 1024 * 1024,
         partitioner: Partitioner = DEFAULT_PARTITIONER,
     ) -> None:
-        """`partition_in_flight_max` and `in_flight_bytes_max` are checked here; the client's
-        pipeline holds the limits it was built with (`AsyncClient(in_flight_bytes_max=)`,
-        5 batches per partition)."""
+        """In-flight limits are the client's pipeline's (`AsyncClient(in_flight_bytes_max=)`,
+        5 batches per partition), shared by everything the client appends."""
         self.partitioner = check_options(
-            acks,
-            linger_ms,
-            batch_bytes_max,
-            batch_records_max,
-            partition_in_flight_max,
-            in_flight_bytes_max,
-            partitioner,
+            acks, linger_ms, batch_bytes_max, batch_records_max, 1, 1, partitioner
         )
         self.client = client
         self.topic = topic
