@@ -9,11 +9,14 @@ back to typed `ReplogError`s happens in one place shared with the server,
 """
 
 from replog.client.aio import AsyncClient
+from replog.client.aio_producer import AsyncProducer
+from replog.client.assigned_consumer import AssignedConsumer, AsyncAssignedConsumer
 from replog.client.client import Client
 from replog.client.consumer import Consumer
 from replog.client.group_consumer import GroupConsumer, GroupRecord
 from replog.client.partitioner import partition_for_key
-from replog.client.producer import OffsetFuture, Producer
+from replog.client.produce_rules import RecordMetadata
+from replog.client.producer import Producer, RecordFuture
 from replog.client.results import (
     AppendResult,
     CorruptRange,
@@ -27,7 +30,10 @@ from replog.tls import ClientTls
 
 __all__ = [
     "AppendResult",
+    "AssignedConsumer",
+    "AsyncAssignedConsumer",
     "AsyncClient",
+    "AsyncProducer",
     "Client",
     "ClientTls",
     "Consumer",
@@ -36,11 +42,12 @@ __all__ = [
     "FetchResult",
     "GroupConsumer",
     "GroupRecord",
-    "OffsetFuture",
     "Offsets",
     "PartitionInfo",
     "Producer",
     "Record",
+    "RecordFuture",
+    "RecordMetadata",
     "RetryPolicy",
     "partition_for_key",
 ]

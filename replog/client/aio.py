@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import TypeVar, Unpack
 
 import grpc
 
@@ -28,11 +28,16 @@ from replog.client import connect, environment, formats
 from replog.client.aio_append_stream import AsyncAppendStreams
 from replog.client.aio_groups import AsyncGroupCalls, AsyncGroupConsumer
 from replog.client.aio_pipeline import Answered, AsyncPipeline
+from replog.client.aio_producer import AsyncProducer
 from replog.client.append_stream import unimplemented
+from replog.client.assigned_consumer import AsyncAssignedConsumer
 from replog.client.channels import ATTEMPT_TIMEOUT_S, COMMIT_TIMEOUT_S, channel_options
 from replog.client.client import ACKS, Node, metadata_request
 from replog.client.consumer import STREAM_REPLY_BYTES
+from replog.client.factories import GroupOptions
+from replog.client.group_consumer import FETCH_BYTES_MAX
 from replog.client.groups import CommittedOffset, GroupDescription, GroupSummary
+from replog.client.partitioner import DEFAULT_PARTITIONER, Partitioner
 from replog.client.results import AppendResult, FetchResult, Offsets, PartitionInfo
 from replog.client.retry import Attempts, RetryPolicy, acall_with_retry, one_try_each
 from replog.client.routing import (
@@ -334,6 +339,12 @@ class AsyncClient:
         await self._discover(topic)
         return await self._pipeline.append(req)
 
+    async def _enqueue(self, req: log_pb2.AppendRequest) -> asyncio.Future[AppendResult]:
+        """Queue an idempotent batch on the pipeline (`AsyncPipeline.enqueue`): batches of a
+        partition enqueued in turn are appended in that order, several in flight."""
+        await self._discover(req.topic)
+        return await self._pipeline.enqueue(req)
+
     async def _send(self, req: log_pb2.AppendRequest) -> Answered:
         """Write `req` to its partition's leader now (over its AppendStream, or as a unary
         Append with `streaming=False` or to a node without AppendStream, noted when it
@@ -448,10 +459,60 @@ class AsyncClient:
             finally:
                 call.cancel()
 
+    def producer(
+        self,
+        topic: str,
+        *,
+        acks: str = "all",
+        linger_ms: int = 5,
+        batch_bytes_max: int = 1024 * 1024,
+        batch_records_max: int = 10_000,
+        partitions: int | None = None,
+        partitioner: Partitioner = DEFAULT_PARTITIONER,
+    ) -> AsyncProducer:
+        """A batching producer of `topic` on this loop (`aio_producer.AsyncProducer`; use
+        `async with`): `await send(value, key=, on_delivery=)` returns a future of the
+        record's `RecordMetadata`. Batches leave per partition when `batch_bytes_max` /
+        `batch_records_max` is reached or `linger_ms` after their first record, pipelined
+        through this client's idempotent pipeline (its `in_flight_bytes_max`, 5 batches per
+        partition)."""
+        return AsyncProducer(
+            self,
+            topic,
+            acks=acks,
+            linger_ms=linger_ms,
+            batch_bytes_max=batch_bytes_max,
+            batch_records_max=batch_records_max,
+            partitions=partitions,
+            partitioner=partitioner,
+        )
+
+    def assigned_consumer(
+        self,
+        partitions: Sequence[tuple[str, int]],
+        *,
+        offsets: Mapping[tuple[str, int], int | str] | None = None,
+        auto_offset_reset: str = "earliest",
+        max_poll_records: int = 500,
+        fetch_bytes_max: int = FETCH_BYTES_MAX,
+        fetch_wait_ms: int = 500,
+    ) -> AsyncAssignedConsumer:
+        """`Client.assigned_consumer` on this loop (`async with`, or the first `poll`,
+        starts its fetch tasks)."""
+        return AsyncAssignedConsumer(
+            self,
+            partitions,
+            offsets=offsets,
+            auto_offset_reset=auto_offset_reset,
+            max_poll_records=max_poll_records,
+            fetch_bytes_max=fetch_bytes_max,
+            fetch_wait_ms=fetch_wait_ms,
+        )
+
     # -- consumer groups (replog.v1.Groups) ----------------------------------------------
 
     def consumer(
-        self, topic: str | Sequence[str], *, group: str, **options: Any
+        self, topic: str | Sequence[str], *, group: str, **options: Unpack[GroupOptions]
     ) -> AsyncGroupConsumer:
         """A member of consumer group `group` (`aio_groups.AsyncGroupConsumer`, whose keyword
         arguments `options` are); `batches()` reads one partition without a group."""

@@ -103,6 +103,14 @@ class AsyncPipeline:
     async def append(self, request: log_pb2.AppendRequest) -> AppendResult:
         """Send `request` (its producer fields are set here) after the partition's earlier
         batches; its offsets once answered. A caller that is cancelled stops waiting only."""
+        return await asyncio.shield(await self.enqueue(request))
+
+    async def enqueue(self, request: log_pb2.AppendRequest) -> asyncio.Future[AppendResult]:
+        """Number `request` and queue it after the partition's earlier batches (waiting for
+        room in its window and under the byte cap); the future of its answer. Batches of
+        one partition enqueued one after another are appended in that order. Cancelled
+        before it returns, the batch was not queued (nothing sent) or is in flight (its
+        answer then goes to no one); the caller cannot tell which: outcome unknown."""
         if self._closed:
             raise ShuttingDownError("the client is closed")
         key = (request.topic, request.partition)
@@ -133,7 +141,7 @@ class AsyncPipeline:
             if batch not in part.batches and not batch.future.done():
                 batch.future.cancel()  # never sent: its bytes go back (the callback)
             raise
-        return await asyncio.shield(batch.future)
+        return batch.future
 
     async def _take_bytes(self, size: int) -> None:
         while self.in_flight_bytes and self.in_flight_bytes + size > self.in_flight_bytes_max:

@@ -48,7 +48,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from functools import cached_property
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, Unpack, overload
 
 import grpc
 
@@ -62,9 +62,9 @@ from replog.client.channels import (
     channel_options,
 )
 from replog.client.consumer import Consumer
+from replog.client.factories import Factories, GroupOptions
 from replog.client.group_consumer import GroupConsumer
 from replog.client.groups import CommittedOffset, GroupCalls, GroupDescription, GroupSummary
-from replog.client.producer import Producer
 from replog.client.results import (
     AppendResult,
     FetchResult,
@@ -124,7 +124,7 @@ class Node:
         self.admin = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
 
 
-class Client:
+class Client(Factories):
     def __init__(
         self,
         address: str,
@@ -682,7 +682,7 @@ class Client:
 
     @overload
     def consumer(
-        self, topic: str | Sequence[str], *, group: str, **options: Any
+        self, topic: str | Sequence[str], *, group: str, **options: Unpack[GroupOptions]
     ) -> GroupConsumer: ...
 
     def consumer(
@@ -693,7 +693,7 @@ class Client:
         *,
         group: str | None = None,
         from_time_ms: int | None = None,
-        **options: Any,
+        **options: Unpack[GroupOptions],
     ) -> Consumer | GroupConsumer:
         """One partition from `offset` (or from the first record at or after `from_time_ms`);
         or, with `group`, a member of that consumer group,
@@ -749,9 +749,6 @@ class Client:
             if made is not None:
                 made.close()
         return pipeline
-
-    def producer(self, topic: str, **options: Any) -> Producer:
-        return Producer(self, topic, **options)
 
     # -- consumer groups (replog.v1.Groups) ----------------------------------------------
 

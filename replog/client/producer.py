@@ -1,11 +1,14 @@
 """A batching producer: records accumulate per partition and leave as one Append per batch.
 
-`send(value, key=None, partition=None, headers=(), timestamp_ms=None)` returns an
-`OffsetFuture`; a batch is sent when it reaches `batch_bytes_max` / `batch_records_max`, or
-`linger_ms` after its first record. On an envelope topic the record keeps its key and
-headers, and its timestamp is `timestamp_ms` or the time of the `send` call; a raw topic
-holds the value only (the key just picks the partition; headers or a timestamp are
-refused).
+`send(value, key=None, partition=None, headers=(), timestamp_ms=None, on_delivery=None)`
+returns a `RecordFuture` whose `result(timeout)` (or kafka-python's `get(timeout)`) is the
+record's `RecordMetadata` (topic, partition, offset, timestamp_ms, serialized sizes);
+`on_delivery(err, metadata)` is called once per record, on the producer's sender thread,
+when its batch is answered (`flush` returns after the callbacks ran). A batch is sent when
+it reaches `batch_bytes_max` / `batch_records_max`, or `linger_ms` after its first record.
+On an envelope topic the record keeps its key and headers, and its timestamp is
+`timestamp_ms` or the time of the `send` call; a raw topic holds the value only (the key
+just picks the partition; headers or a timestamp are refused).
 `send_batch(values, partition)` sends a ready-made batch (no per-record work) and returns a
 `concurrent.futures.Future[AppendResult]`.
 
@@ -25,7 +28,7 @@ different partitions in parallel (up to `in_flight_max` batches).
 from __future__ import annotations
 
 import contextlib
-import itertools
+import functools
 import threading
 import time
 from collections import deque
@@ -33,14 +36,19 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
-from replog import records
 from replog.client import formats
 from replog.client.append_stream import Pipeline
-from replog.client.partitioner import (
-    DEFAULT_PARTITIONER,
-    Partitioner,
-    check_partitioner,
-    partition_for_key,
+from replog.client.partitioner import DEFAULT_PARTITIONER, Partitioner
+from replog.client.produce_rules import (
+    Chooser,
+    DeliveryCallback,
+    OpenBatch,
+    Prepared,
+    RecordMetadata,
+    check_options,
+    deliver,
+    metadata,
+    prepare,
 )
 from replog.client.results import AppendResult
 from replog.errors import InvalidArgumentError, ReplogError, ShuttingDownError
@@ -70,41 +78,46 @@ class ProducerClient(Protocol):
     ) -> Pipeline | None: ...
 
 
-class OffsetFuture:
-    """The offset of one record sent with `Producer.send`, once its batch is acknowledged."""
+class RecordFuture:
+    """One record sent with `Producer.send`: its `RecordMetadata` once its batch is
+    acknowledged (`result(timeout)`, or `get(timeout)` as kafka-python calls it); the
+    batch's error otherwise."""
 
-    __slots__ = ("_batch", "_index")
+    __slots__ = ("_batch", "_index", "_producer", "_record")
 
-    def __init__(self, batch: Future[AppendResult], index: int) -> None:
+    def __init__(self, batch: _Batch, index: int, producer: Producer, record: Prepared) -> None:
         self._batch = batch
         self._index = index
+        self._producer = producer
+        self._record = record
 
-    def result(self, timeout: float | None = None) -> int:
-        res = self._batch.result(timeout)
-        return res.base_offset + self._index if res.base_offset >= 0 else -1
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        batch = self._batch
+        res = batch.future.result(timeout)
+        p = self._producer
+        return metadata(p.topic, batch.partition, res, self._index, self._record, p.envelope)
+
+    get = result
 
     def done(self) -> bool:
-        return self._batch.done()
+        return self._batch.future.done()
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        return self._batch.exception(timeout)
+        return self._batch.future.exception(timeout)
 
 
-class _Batch:
-    __slots__ = ("bytes", "created", "future", "partition", "times", "values")
+class _Batch(OpenBatch):
+    __slots__ = ("future",)
 
     def __init__(self, partition: int, values: list[bytes | Record] | None = None) -> None:
-        self.partition = partition
-        self.values: list[bytes | Record] = values if values is not None else []
-        # Envelope topics, `send`: each record's send time (plain values stay bytes, no
-        # Record object per record; `records.encode_batch(..., times=)`).
-        self.times: list[int] | None = None if values is not None else []
-        self.bytes = 0
-        self.created = time.monotonic()
+        super().__init__(partition, values)
         self.future: Future[AppendResult] = Future()
 
 
 class Producer:
+    """Batches records per partition and sends them (see the module doc); made by
+    `Client.producer(topic, ...)`, whose keyword options are this class's."""
+
     def __init__(
         self,
         client: ProducerClient,
@@ -121,14 +134,17 @@ class Producer:
         in_flight_bytes_max: int = 64 * 1024 * 1024,
         partitioner: Partitioner = DEFAULT_PARTITIONER,
     ) -> None:
-        try:
-            self.partitioner = check_partitioner(partitioner)
-        except ValueError as err:
-            raise InvalidArgumentError(str(err)) from None
-        if linger_ms < 0 or batch_bytes_max < 1 or batch_records_max < 1 or in_flight_max < 1:
-            raise InvalidArgumentError("linger_ms >= 0; batch and in-flight limits >= 1")
-        if partition_in_flight_max < 1 or in_flight_bytes_max < 1:
-            raise InvalidArgumentError("in-flight limits >= 1")
+        self.partitioner = check_options(
+            acks,
+            linger_ms,
+            batch_bytes_max,
+            batch_records_max,
+            partition_in_flight_max,
+            in_flight_bytes_max,
+            partitioner,
+        )
+        if in_flight_max < 1:
+            raise InvalidArgumentError("in_flight_max >= 1")
         self.client = client
         self.topic = topic
         self.acks = acks
@@ -137,12 +153,16 @@ class Producer:
         self.batch_records_max = batch_records_max
         self.partitions = partitions if partitions is not None else client.partition_count(topic)
         self.envelope = client.topic_format(topic) == formats.ENVELOPE
-        self._round_robin = itertools.cycle(range(self.partitions))
+        self._chooser = Chooser(self.partitions, self.partitioner)
         self._cond = threading.Condition()
         self._open: dict[int, _Batch] = {}  # accumulating, per partition
         self._ready: dict[int, deque[_Batch]] = {}  # full or lingered, per partition, in order
         self._busy: set[int] = set()  # partitions with a batch in flight
+        # answered batches with on_delivery callbacks, for the sender thread to call
+        self._answered_batches: deque[_Batch] = deque()
+        self._stopped = False  # the sender thread has returned: callbacks run where answered
         self._closing = False
+        self._closer: int | None = None  # the thread running `close`
         self._pipeline = (
             client.pipeline(
                 acks,
@@ -167,37 +187,15 @@ class Producer:
         partition: int | None = None,
         headers: Sequence[Header] = (),
         timestamp_ms: int | None = None,
-    ) -> OffsetFuture:
+        on_delivery: DeliveryCallback | None = None,
+    ) -> RecordFuture:
         """Queue one record; `value=None` is a null value (a tombstone) on an envelope
-        topic. Every check happens here, before anything is queued: a bad record must never
-        reach the sender thread (it would end it, and every later send's future with it)."""
-        if value is not None and not isinstance(value, bytes | bytearray | memoryview):
-            raise InvalidArgumentError(
-                f"a record's value is bytes or None, not {type(value).__name__}",
-                topic=self.topic,
-            )
-        p = self._choose(key, partition)
-        item: bytes | Record
-        ts = 0
-        if self.envelope:
-            ts = formats.now_ms() if timestamp_ms is None else timestamp_ms
-            if key is not None or headers or value is None:
-                item = Record(None if value is None else bytes(value), key, headers, ts)
-            else:
-                item = bytes(value)
-        elif value is None:
-            raise InvalidArgumentError(
-                f"topic {self.topic!r} is raw: its records have no null values (tombstones "
-                "need an envelope topic)",
-                topic=self.topic,
-            )
-        elif headers or timestamp_ms is not None:
-            raise InvalidArgumentError(
-                f"topic {self.topic!r} is raw: its records hold no headers or timestamps",
-                topic=self.topic,
-            )
-        else:
-            item = bytes(value)
+        topic. `on_delivery(err, metadata)` is called once, from the producer's sender
+        thread, when the record's batch is answered: `(None, RecordMetadata)` or
+        `(error, None)`; what it raises is logged. Every check happens here, before anything
+        is queued: a bad record must never reach the sender thread."""
+        record = prepare(self.topic, self.envelope, value, key, headers, timestamp_ms)
+        p = self._chooser.choose(key, partition)
         with self._cond:
             if self._closing:
                 raise ShuttingDownError("the producer is closed")
@@ -205,20 +203,16 @@ class Producer:
             if batch is None:
                 batch = self._open[p] = _Batch(p)
                 self._cond.notify()  # the sender starts this batch's linger clock
-            index = len(batch.values)
-            batch.values.append(item)
-            if batch.times is not None:
-                batch.times.append(ts)
-            batch.bytes += 0 if value is None else len(value)
-            if batch.bytes >= self.batch_bytes_max or index + 1 >= self.batch_records_max:
-                self._seal(p)
-            return OffsetFuture(batch.future, index)
+            index = batch.add(record, on_delivery)
+            if batch.bytes >= self.batch_bytes_max or index >= self.batch_records_max - 1:
+                self._seal(p)  # (`OpenBatch.full`, inlined: once per record)
+            return RecordFuture(batch, index, self, record)
 
     def send_batch(
         self, values: formats.Values, partition: int | None = None
     ) -> Future[AppendResult]:
         """Send `values` as one Append (after anything already queued for the partition)."""
-        p = self._choose(None, partition)
+        p = self._chooser.choose(None, partition)
         batch = _Batch(p, list(values))
         with self._cond:
             if self._closing:
@@ -229,7 +223,8 @@ class Producer:
         return batch.future
 
     def flush(self, timeout: float | None = None) -> None:
-        """Send everything queued and wait until every batch is acknowledged (or failed)."""
+        """Send everything queued and wait until every batch is acknowledged (or failed)
+        and its `on_delivery` callbacks have been called."""
         with self._cond:
             for p in list(self._open):
                 self._seal(p)
@@ -241,7 +236,7 @@ class Producer:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             fut.exception(remaining)
         with self._cond:
-            while self._busy or self._handed or any(self._ready.values()):
+            while self._busy or self._handed or self._answered_batches or any(self._ready.values()):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     break
@@ -263,6 +258,7 @@ class Producer:
             self.flush(timeout)
         with self._cond:
             self._closing = True
+            self._closer = threading.get_ident()  # callbacks of what close fails run here
             unsent = [batch for queue in self._ready.values() for batch in queue]
             for queue in self._ready.values():
                 queue.clear()
@@ -285,31 +281,59 @@ class Producer:
 
     # -- internals --------------------------------------------------------------------------
 
-    def _choose(self, key: bytes | None, partition: int | None) -> int:
-        if partition is not None:
-            if not 0 <= partition < self.partitions:
-                raise InvalidArgumentError(
-                    f"partition {partition} outside [0, {self.partitions})", partition=partition
-                )
-            return partition
-        if key is not None:
-            return partition_for_key(key, self.partitions, self.partitioner)
-        return next(self._round_robin)
-
     def _seal(self, p: int) -> None:
         """Move partition p's open batch to its ready queue (caller holds the lock)."""
         batch = self._open.pop(p, None)
         if batch is not None and batch.values:
+            if batch.callbacks:
+                batch.future.add_done_callback(functools.partial(self._to_deliver, batch))
             self._ready.setdefault(p, deque()).append(batch)
             self._cond.notify()
 
+    def _to_deliver(self, batch: _Batch, _future: object = None) -> None:
+        """`batch` is answered: its callbacks run on the sender thread; here when `close`
+        fails it (before `close` returns) or once the sender thread has returned (a unary
+        Append that outlived `close(timeout)`)."""
+        with self._cond:
+            if not self._stopped and threading.get_ident() != self._closer:
+                self._answered_batches.append(batch)
+                self._cond.notify_all()
+                return
+        self._deliver(batch)
+
+    def _deliver(self, batch: _Batch) -> None:
+        fut = batch.future
+        err = fut.exception() if not fut.cancelled() else ShuttingDownError("cancelled")
+        deliver(self.topic, batch, None if err else fut.result(), err, self.envelope)
+
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            with self._cond:
+                self._stopped = True
+                left = list(self._answered_batches)
+                self._answered_batches.clear()
+                self._cond.notify_all()
+            for batch in left:
+                self._deliver(batch)
+
+    def _loop(self) -> None:
         with self._cond:
             while True:
+                while self._answered_batches:
+                    batch = self._answered_batches[0]
+                    self._cond.release()  # callbacks run without the lock
+                    try:
+                        self._deliver(batch)
+                    finally:
+                        self._cond.acquire()
+                    self._answered_batches.popleft()
+                    self._cond.notify_all()
                 now = time.monotonic()
                 wait_s: float | None = None
                 for p, batch in list(self._open.items()):
-                    due = batch.created + self.linger_s
+                    due = batch.due_s(self.linger_s)
                     if due <= now:
                         self._seal(p)
                     else:
@@ -319,8 +343,8 @@ class Producer:
                         self._hand(self._pipeline, queue.popleft())
                     if queue and p not in self._busy:
                         self._busy.add(p)
-                        self._pool.submit(self._send, queue.popleft())
-                idle = not self._busy and not self._handed
+                        self._submit(queue.popleft())
+                idle = not self._busy and not self._handed and not self._answered_batches
                 if self._closing and idle and not any(self._ready.values()):
                     return
                 self._cond.wait(wait_s)
@@ -329,7 +353,7 @@ class Producer:
         """Give `batch` to the pipeline (caller holds the lock): sent in order after the
         partition's earlier batches, several in flight."""
         try:
-            values = list(self._wire_values(batch))
+            values = list(batch.wire_values(self.topic, self.envelope))
             acks = ACKS_WIRE[self.acks]
             pipeline.submit(self.topic, batch.partition, values, acks, batch.future)
         except ReplogError as exc:
@@ -338,32 +362,32 @@ class Producer:
         self._handed.add(batch.future)
         batch.future.add_done_callback(self._answered)
 
-    def _wire_values(self, batch: _Batch) -> Sequence[bytes]:
-        """What the Append carries: on an envelope topic, records sent one by one keep
-        each its send time."""
-        if self.envelope and batch.times:
-            return records.encode_batch(batch.values, formats.now_ms(), batch.times)
-        return formats.to_values(self.topic, batch.values, self.envelope)
-
-    def _records(self, batch: _Batch) -> list[bytes | Record]:
-        """`batch` for `Client.append` (unary): plain values as Records with their send
-        times on an envelope topic."""
-        if not (self.envelope and batch.times):
-            return batch.values
-        return [
-            Record(v, timestamp_ms=t) if isinstance(v, bytes) else v
-            for v, t in zip(batch.values, batch.times, strict=True)
-        ]
-
     def _answered(self, future: Future[AppendResult]) -> None:
         with self._cond:
             self._handed.discard(future)
             self._cond.notify_all()
 
+    def _submit(self, batch: _Batch) -> None:
+        """Send `batch` as a unary Append on the pool (caller holds the lock); one that
+        `close(timeout)` cancels before it started fails, never stays pending."""
+
+        def cancelled(task: Future[None]) -> None:
+            if not task.cancelled():
+                return
+            with self._cond:
+                self._busy.discard(batch.partition)
+                self._cond.notify_all()
+            if not batch.future.done():
+                batch.future.set_exception(
+                    ShuttingDownError("the producer closed before this batch was sent")
+                )
+
+        self._pool.submit(self._send, batch).add_done_callback(cancelled)
+
     def _send(self, batch: _Batch) -> None:
         try:
             result = self.client.append(
-                self.topic, batch.partition, self._records(batch), acks=self.acks
+                self.topic, batch.partition, batch.unary_values(self.envelope), acks=self.acks
             )
         except BaseException as exc:
             batch.future.set_exception(exc)

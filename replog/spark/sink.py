@@ -51,7 +51,7 @@ from pyspark.sql.types import StructType
 
 from replog.client import Client, formats
 from replog.client.partitioner import partition_for_key
-from replog.client.producer import OffsetFuture, Producer
+from replog.client.producer import Producer, RecordFuture
 from replog.errors import DuplicateSequenceError, InvalidArgumentError
 from replog.records import Record
 from replog.spark.clients import client_for, resumed_producer_client
@@ -224,7 +224,7 @@ class _Writer:
         client = client_for(opts.bootstrap, opts.tls, opts.attempt_timeout_ms)
         producers: dict[str, Producer] = {}
         count = 0
-        futures: list[OffsetFuture] = []
+        futures: list[RecordFuture] = []
         try:
             for row in rows:
                 topic = self._topic(row)

@@ -255,7 +255,7 @@ def test_a_streaming_idempotent_producer_writes_every_record_once_through_a_lead
     def collect(sent: list[tuple[bytes, int, object]]) -> None:
         for value, p, fut in sent:
             try:
-                acked[value] = (p, fut.result(120))  # type: ignore[attr-defined]
+                acked[value] = (p, fut.result(120).offset)  # type: ignore[attr-defined]
             except ReplogError as exc:
                 failed.append(exc)
         sent.clear()

@@ -150,7 +150,7 @@ def test_producer_batches_and_resolves_each_records_offset(
     with client.producer(topic, acks=acks, linger_ms=1, batch_records_max=100) as producer:
         futures = [producer.send(b"m%d" % i) for i in range(1000)]
         producer.flush(WAIT_S)
-        offsets = [f.result(WAIT_S) for f in futures]
+        offsets = [f.result(WAIT_S).offset for f in futures]
     assert offsets == list(range(F, F + 1000))
     requests = client.fetch(topic, 0, F + 990).records.values
     assert requests == [b"m%d" % i for i in range(990, 1000)]

@@ -71,7 +71,7 @@ def test_the_producer_sends_keys_and_headers_and_stamps_each_send(idem: Client) 
             producer.send(b"a", key=b"customer-1", headers=[("h", b"1")]),
             producer.send(b"b", timestamp_ms=42),
         ]
-        offsets = [f.result(30) for f in futures]
+        offsets = [f.result(30).offset for f in futures]
     got = _all(idem, "env-producer", 2)
     assert [r.offset for r in got] == offsets
     assert (got[0].key, got[0].headers) == (b"customer-1", (("h", b"1"),))
@@ -86,9 +86,9 @@ def test_a_null_value_is_a_tombstone_on_an_envelope_topic_and_refused_on_a_raw_o
         with pytest.raises(InvalidArgumentError, match="str"):
             producer.send("text", key=b"k")  # type: ignore[arg-type]
         offsets = [
-            producer.send(None, key=b"k").result(30),  # Kafka's tombstone idiom
-            producer.send(b"", key=b"k").result(30),  # an empty value is not a null one
-            producer.send(None).result(30),
+            producer.send(None, key=b"k").result(30).offset,  # Kafka's tombstone idiom
+            producer.send(b"", key=b"k").result(30).offset,  # empty is not null
+            producer.send(None).result(30).offset,
         ]
     idem.append("env-null", 0, [Record(None, key=b"j")])
     got = _all(idem, "env-null", 4)
@@ -103,7 +103,7 @@ def test_a_null_value_is_a_tombstone_on_an_envelope_topic_and_refused_on_a_raw_o
     with idem.producer("raw-null", linger_ms=1) as producer:
         with pytest.raises(InvalidArgumentError, match="null values"):
             producer.send(None, key=b"k")
-        assert producer.send(b"after").result(30) >= 0  # the sender thread lives on
+        assert producer.send(b"after").result(30).offset >= 0  # the sender thread lives on
     with pytest.raises(InvalidArgumentError, match="null values"):
         idem.append("raw-null", 0, [Record(None)])
 
@@ -127,7 +127,7 @@ def test_records_sent_one_by_one_keep_each_its_send_time_in_one_batch(
             sent.append((before, after))
             wait_until(lambda a=after: int(time.time() * 1000) > a or None, "the clock moves")
         producer.flush()
-        offsets = [f.result(30) for f in futures]
+        offsets = [f.result(30).offset for f in futures]
     assert offsets == list(range(offsets[0], offsets[0] + 6))  # one batch, in order
     got = _all(idem, topic, 6)
     assert [r.value for r in got] == [b"v%d" % i for i in range(6)]

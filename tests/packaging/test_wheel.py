@@ -225,7 +225,7 @@ with Client({served.address!r}) as client:
     with client.producer("wheel-client") as producer:
         futures = [producer.send(b"value %d" % i) for i in range(50)]
         producer.flush()
-    offsets = [f.result(timeout=30) for f in futures]
+    offsets = [f.result(timeout=30).offset for f in futures]
     # consecutive; the first follows the partition's leader-epoch marker (offset 0)
     assert offsets == list(range(offsets[0], offsets[0] + 50)), offsets
     consumer = client.consumer("wheel-client", 0, "earliest")
