@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from functools import cached_property
-from typing import TypeVar, Unpack
+from typing import Any, TypeVar, Unpack
 
 import grpc
 
