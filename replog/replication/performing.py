@@ -266,19 +266,11 @@ class Performer:
             return message
         try:
             data = self._read_batches(rec.start_offset, rec.end_offset)
-        except (TooManyOpenFilesError, StorageError) as exc:
+        except (TooManyOpenFilesError, StorageError, CorruptDataError) as exc:
             # Not answered: the follower asks again; an I/O error takes this replica
-            # offline at the next tick (`PartitionLog.io_error`).
-            _log.warning(
-                "replica %s/%s: not answering a fetch from %d: %s",
-                self.log.topic,
-                self.log.partition,
-                rec.start_offset,
-                exc,
-            )
-            return None
-        except CorruptDataError as exc:
-            _log.error(
+            # offline at the next tick (`PartitionLog.io_error`), corrupt data is repaired.
+            _log.log(
+                logging.ERROR if isinstance(exc, CorruptDataError) else logging.WARNING,
                 "replica %s/%s: not answering a fetch from %d: %s",
                 self.log.topic,
                 self.log.partition,

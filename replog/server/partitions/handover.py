@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from replog.replication import Role
@@ -115,3 +115,15 @@ async def hand_over(
         seconds=round(result.seconds, 3),
     )
     return result
+
+
+async def wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
+    """Poll `condition` every 10 ms until it holds (True) or `timeout_s` passed (False): for
+    a leadership change another task brings about (a hand-over, a transfer, a repair)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True

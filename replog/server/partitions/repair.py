@@ -43,7 +43,7 @@ from replog.errors import ReplogError
 from replog.replication import Role
 from replog.replication.driver import ReplicaDriver
 from replog.server.logs import log
-from replog.server.partitions.handover import pick_target
+from replog.server.partitions.handover import pick_target, wait_until
 from replog.storage import PartitionLog
 from replog.storage.integrity import IntegrityIssue
 from replog.storage.scrub import Scrubber
@@ -176,11 +176,13 @@ class Repairer:
             await driver.transfer_leadership(decision.target)
             self.handovers += 1
             timeout_s = 2 * driver.config.election_timeout_ms_max / 1000
-            if not await _wait(
+            if not await wait_until(
                 lambda: driver.epoch > epoch or driver.role is not Role.LEADER, timeout_s
             ):
                 return  # the target did not take over: the next round picks again
-            await _wait(lambda: driver.leader_id not in (None, driver.config.replica_id), timeout_s)
+            await wait_until(
+                lambda: driver.leader_id not in (None, driver.config.replica_id), timeout_s
+            )
             decision = self._decide(driver, driver.log.corrupt_ranges())
             if decision.action is not Action.REPAIR:
                 return
@@ -266,16 +268,6 @@ def _describe(ranges: list[IntegrityIssue]) -> str:
         f"{i.segment}@{i.start_position}-{i.end_position}:offsets[{i.first_offset},{i.end_offset})"
         for i in ranges[:8]
     ) + ("" if len(ranges) <= 8 else f";+{len(ranges) - 8} more")
-
-
-async def _wait(condition: Callable[[], bool], timeout_s: float) -> bool:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        if loop.time() >= deadline:
-            return False
-        await asyncio.sleep(0.01)
-    return True
 
 
 async def run_scrubber(

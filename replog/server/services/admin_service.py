@@ -42,7 +42,7 @@ from replog.server.control.topics import (
 from replog.server.edge.rpc import Context, unary
 from replog.server.meta.metadata import METADATA_TOPIC, TopicMeta
 from replog.server.metrics import Metrics
-from replog.server.partitions.handover import pick_target
+from replog.server.partitions.handover import pick_target, wait_until
 from replog.server.partitions.replicated import ReplicatedPartition
 from replog.server.peering.peers import FORWARD_METADATA, FORWARDED, Peers, remote
 from replog.v1 import admin_pb2, admin_pb2_grpc
@@ -50,16 +50,6 @@ from replog.v1 import admin_pb2, admin_pb2_grpc
 NO_LEADER = -1
 REMOTE_TIMEOUT_S = 10.0
 FORWARD = FORWARD_METADATA
-
-
-async def _wait(condition: Callable[[], bool], timeout_s: float) -> bool:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        if loop.time() >= deadline:
-            return False
-        await asyncio.sleep(0.01)
-    return True
 
 
 def _one_partition(request: admin_pb2.ListOffsetsRequest, p: int) -> admin_pb2.ListOffsetsRequest:
@@ -400,7 +390,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         await driver.transfer_leadership(target)
         # The core gives up after election_timeout_ms_max; wait a little longer than that.
         timeout_s = 2 * driver.config.election_timeout_ms_max / 1000
-        if not await _wait(
+        if not await wait_until(
             lambda: driver.epoch > epoch or driver.role is not Role.LEADER, timeout_s
         ):
             raise UnavailableError(
