@@ -1,0 +1,95 @@
+"""CreatePartitions on real servers: a topic grows (never shrinks), the new partitions take
+appends and reads at once, keyed records of a producer made after the change use the new
+count, and every refusal leaves the topic as it was."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from replog.client import Client, RetryPolicy
+from replog.client.partitioner import partition_for_key
+from replog.devcluster import DevCluster
+from replog.errors import InvalidArgumentError, TooManyPartitionsError, TopicNotFoundError
+from replog.server.meta.placement import assign
+from tests.integration.servers import ServerProcess
+
+pytestmark = pytest.mark.integration
+
+PATIENT = RetryPolicy(attempts_max=1000, backoff_max_ms=500, deadline_ms=90_000)
+
+
+def values_of(client: Client, topic: str, partition: int) -> list[bytes]:
+    fetched = client.fetch(topic, partition, 0, max_bytes=1 << 20)
+    return list(fetched.records.values)
+
+
+def grow_and_use(client: Client, topic: str) -> None:
+    """`topic` has 2 partitions: grow it to 5, append to and read every new partition,
+    and send keyed records with a producer made afterwards."""
+    assert client.create_partitions(topic, 5) == 5
+    assert client.partition_count(topic) == 5
+    assert [p.partition for p in client.describe_topic(topic)] == [0, 1, 2, 3, 4]
+    for p in (2, 3, 4):
+        client.append(topic, p, [f"new-{p}".encode()])
+        assert values_of(client, topic, p)[-1] == f"new-{p}".encode()
+    keys = [f"key-{i}".encode() for i in range(40)]
+    assert {partition_for_key(k, 5) for k in keys} - {0, 1}  # some keys move to new ones
+    producer = client.producer(topic, linger_ms=1)
+    try:
+        placed = [producer.send(b"v", key=k).result(60).partition for k in keys]
+    finally:
+        producer.close(60)
+    assert placed == [partition_for_key(k, 5) for k in keys]  # murmur2(key) % 5
+
+
+def test_a_topic_grows_and_its_new_partitions_serve_at_once(
+    shared_server: ServerProcess,
+) -> None:
+    with Client(shared_server.address, timeout_s=30, retry=PATIENT) as client:
+        client.create_topic("grow-orders", 2, format="raw")
+        client.append("grow-orders", 0, [b"old-0"])
+        grow_and_use(client, "grow-orders")
+        assert values_of(client, "grow-orders", 0)[0] == b"old-0"  # old records stay
+
+
+def test_refusals_change_nothing(shared_server: ServerProcess) -> None:
+    with Client(shared_server.address, timeout_s=30, retry=RetryPolicy(attempts_max=3)) as c:
+        c.create_topic("grow-refused", 3, format="raw")
+        for count in (0, 2, 3):  # fewer, or the same: grow only
+            with pytest.raises(InvalidArgumentError):
+                c.create_partitions("grow-refused", count)
+        with pytest.raises(TopicNotFoundError):
+            c.create_partitions("grow-nope", 4)
+        with pytest.raises(InvalidArgumentError):
+            c.create_partitions("__consumer_offsets", 100)
+        assert c.partition_count("grow-refused") == 3
+        assert len(c.describe_topic("grow-refused")) == 3
+
+
+def test_a_grow_past_partitions_max_is_refused(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    server = server_factory("--partitions-max", "4").start()
+    with Client(server.address, timeout_s=30, retry=RetryPolicy(attempts_max=3)) as c:
+        c.create_topic("grow-capped", 2, format="raw")
+        with pytest.raises(TooManyPartitionsError):
+            c.create_partitions("grow-capped", 5)
+        assert c.partition_count("grow-capped") == 2
+        assert c.create_partitions("grow-capped", 4) == 4  # within the cap
+
+
+@pytest.mark.slow
+def test_three_nodes_start_the_new_replicas_where_placement_puts_them(tmp_path: Path) -> None:
+    cluster = DevCluster(tmp_path / "cluster", 3)
+    cluster.start()
+    try:
+        with Client(cluster.bootstrap, timeout_s=30, retry=PATIENT) as client:
+            client.create_topic("grow-cluster", 2, 2, format="raw")
+            grow_and_use(client, "grow-cluster")
+            replicas = [p.replicas for p in client.describe_topic("grow-cluster")]
+            assert replicas == list(assign("grow-cluster", 5, 2, [1, 2, 3]))
+    finally:
+        cluster.kill_all()
