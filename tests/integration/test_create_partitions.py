@@ -4,6 +4,8 @@ count, and every refusal leaves the topic as it was."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,8 +65,9 @@ def test_refusals_change_nothing(shared_server: ServerProcess) -> None:
                 c.create_partitions("grow-refused", count)
         with pytest.raises(TopicNotFoundError):
             c.create_partitions("grow-nope", 4)
-        with pytest.raises(InvalidArgumentError):
-            c.create_partitions("__consumer_offsets", 100)
+        for internal in ("__consumer_offsets", "__cluster"):
+            with pytest.raises(InvalidArgumentError):
+                c.create_partitions(internal, 100)
         assert c.partition_count("grow-refused") == 3
         assert len(c.describe_topic("grow-refused")) == 3
 
@@ -93,3 +96,17 @@ def test_three_nodes_start_the_new_replicas_where_placement_puts_them(tmp_path: 
             assert replicas == list(assign("grow-cluster", 5, 2, [1, 2, 3]))
     finally:
         cluster.kill_all()
+
+
+def test_cli_topic_alter_grows_and_reports_a_refusal(shared_server: ServerProcess) -> None:
+    def replog(*args: str) -> subprocess.CompletedProcess[bytes]:
+        cmd = [sys.executable, "-m", "replog", *args, "--address", shared_server.address]
+        return subprocess.run(cmd, capture_output=True, timeout=60, check=False)
+
+    assert replog("topic", "create", "grow-cli", "--partitions", "1").returncode == 0
+    grown = replog("topic", "alter", "grow-cli", "--partitions", "3")
+    assert grown.returncode == 0, grown.stderr
+    assert b"topic grow-cli has 3 partition(s)" in grown.stdout
+    refused = replog("topic", "alter", "grow-cli", "--partitions", "2")
+    assert refused.returncode != 0
+    assert b"INVALID_ARGUMENT" in refused.stderr

@@ -159,7 +159,7 @@ class Topics:
         """Grow `name` to `partitions` (validated on the metadata leader, forwarded there
         from another node; TOO_MANY_PARTITIONS as for a create); returns the count once
         the command is applied there. Internal topics keep their count."""
-        if name == OFFSETS_TOPIC:
+        if name in (OFFSETS_TOPIC, METADATA_TOPIC):
             raise InvalidArgumentError(f"{name} is internal: its count is fixed", topic=name)
         await self.router.topic(name)  # UNKNOWN_TOPIC (or LEADER_UNKNOWN) before forwarding
         leader = self.router.metadata_leader()
