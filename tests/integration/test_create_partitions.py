@@ -72,7 +72,7 @@ def test_refusals_change_nothing(shared_server: ServerProcess) -> None:
         assert len(c.describe_topic("grow-refused")) == 3
 
 
-def test_a_grow_past_partitions_max_is_refused(
+def test_a_grow_past_partitions_max_is_refused_and_a_grow_survives_a_restart(
     server_factory: Callable[..., ServerProcess],
 ) -> None:
     server = server_factory("--partitions-max", "4").start()
@@ -82,6 +82,14 @@ def test_a_grow_past_partitions_max_is_refused(
             c.create_partitions("grow-capped", 5)
         assert c.partition_count("grow-capped") == 2
         assert c.create_partitions("grow-capped", 4) == 4  # within the cap
+        c.append("grow-capped", 3, [b"on-3"])
+    server.kill()  # the grow is in the metadata log: a restart replays it
+    server.start()
+    with Client(server.address, timeout_s=30, retry=PATIENT) as c:
+        assert c.partition_count("grow-capped") == 4
+        assert values_of(c, "grow-capped", 3) == [b"on-3"]
+        c.append("grow-capped", 3, [b"again"])
+        assert values_of(c, "grow-capped", 3) == [b"on-3", b"again"]
 
 
 @pytest.mark.slow
