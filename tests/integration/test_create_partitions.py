@@ -4,6 +4,7 @@ count, and every refusal leaves the topic as it was."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from collections.abc import Callable
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from replog.client import Client, RetryPolicy
+from replog.client import AsyncClient, Client, RetryPolicy
 from replog.client.partitioner import partition_for_key
 from replog.devcluster import DevCluster
 from replog.errors import InvalidArgumentError, TooManyPartitionsError, TopicNotFoundError
@@ -118,3 +119,15 @@ def test_cli_topic_alter_grows_and_reports_a_refusal(shared_server: ServerProces
     refused = replog("topic", "alter", "grow-cli", "--partitions", "2")
     assert refused.returncode != 0
     assert b"INVALID_ARGUMENT" in refused.stderr
+
+
+def test_the_async_client_grows_a_topic(shared_server: ServerProcess) -> None:
+    async def scenario() -> None:
+        async with AsyncClient(shared_server.address) as client:
+            await client.create_topic("grow-async", 1, format="raw")
+            assert await client.create_partitions("grow-async", 2) == 2
+            assert (await client.list_topics())["grow-async"] == 2
+            with pytest.raises(InvalidArgumentError):
+                await client.create_partitions("grow-async", 2)
+
+    asyncio.run(scenario())
