@@ -18,13 +18,14 @@ from replog.devcluster import DevCluster
 from replog.errors import InvalidArgumentError, TooManyPartitionsError, TopicNotFoundError
 from replog.server.meta.placement import assign
 from tests.integration.servers import ServerProcess
+from tests.integration.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 PATIENT = RetryPolicy(attempts_max=1000, backoff_max_ms=500, deadline_ms=90_000)
 
 
-def values_of(client: Client, topic: str, partition: int) -> list[bytes]:
+def values_of(client: Client, topic: str, partition: int) -> list[bytes | None]:
     fetched = client.fetch(topic, partition, 0, max_bytes=1 << 20)
     return list(fetched.records.values)
 
@@ -131,3 +132,28 @@ def test_the_async_client_grows_a_topic(shared_server: ServerProcess) -> None:
                 await client.create_partitions("grow-async", 2)
 
     asyncio.run(scenario())
+
+
+def test_a_group_consumer_gets_the_new_partitions_without_rejoining(
+    shared_server: ServerProcess,
+) -> None:
+    """The coordinator sees the count change at the next heartbeat and starts a new
+    generation: the member is assigned the new partitions and reads them."""
+    with Client(shared_server.address, timeout_s=30, retry=PATIENT) as client:
+        client.create_topic("grow-group", 1, format="raw")
+        client.append("grow-group", 0, [b"first"])
+        with client.consumer(
+            "grow-group", group="grow-g", auto_offset_reset="earliest", fetch_wait_ms=100
+        ) as consumer:
+            got: list[bytes | None] = []
+
+            def polled(count: int) -> bool:
+                got.extend(r.value for r in consumer.poll(0.2))
+                return len(got) >= count
+
+            wait_until(lambda: polled(1), "the first record")
+            client.create_partitions("grow-group", 3)
+            client.append("grow-group", 1, [b"on-1"])
+            client.append("grow-group", 2, [b"on-2"])
+            wait_until(lambda: polled(3), "the records of the new partitions")
+            assert sorted(v or b"" for v in got) == [b"first", b"on-1", b"on-2"]
