@@ -3,6 +3,7 @@
 replog topic create NAME [-p N] [--replication-factor N] [--format raw|envelope]
 replog topic list|describe [-o json]
 replog topic delete NAME
+replog topic alter NAME --partitions N   (grow only; keyed records go elsewhere after)
 replog partition transfer-leader TOPIC PARTITION [--to NODE]
 replog partition reassign TOPIC PARTITION --replicas 2,3,4
 replog offsets TOPIC [-o json]
@@ -74,6 +75,15 @@ def _add_topic(sub: Subparsers) -> None:
     add_output_argument(describe, JSON_KEYS["topic describe"])
     delete = client_parser(tsub, "delete", "delete a topic and its data")
     delete.add_argument("name")
+    alter = client_parser(tsub, "alter", "change a topic")
+    alter.add_argument("name")
+    alter.add_argument(
+        "--partitions",
+        type=int,
+        required=True,
+        help="grow to N partitions (never fewer); keyed records of later sends may land "
+        "in other partitions: murmur2(key) %% N changes with N",
+    )
 
 
 def _add_partition(sub: Subparsers) -> None:
@@ -163,6 +173,9 @@ def cmd_topic(args: argparse.Namespace, out: TextIO) -> int:
         elif args.topic_command == "delete":
             client.delete_topic(args.name)
             print(f"deleted topic {args.name}", file=out)
+        elif args.topic_command == "alter":
+            count = client.create_partitions(args.name, args.partitions)
+            print(f"topic {args.name} has {count} partition(s)", file=out)
     return 0
 
 

@@ -274,6 +274,13 @@ class AsyncClient:
                 return  # an earlier attempt whose answer was lost created it
             raise
 
+    async def create_partitions(self, topic: str, partitions: int) -> int:
+        """See `Client.create_partitions`."""
+        req = admin_pb2.CreatePartitionsRequest(topic=topic, partitions=partitions)
+        timeout = self.commit_timeout_s
+        resp = await self._call(lambda n: n.admin.CreatePartitions(req, timeout=timeout))
+        return int(resp.partitions)
+
     async def list_topics(self) -> dict[str, int]:
         req = admin_pb2.ListTopicsRequest()
         resp = await self._call(

@@ -348,6 +348,14 @@ class Client(Factories):
         req = admin_pb2.DeleteTopicRequest(name=name)
         self._call(lambda node: node.admin.DeleteTopic(req, timeout=self.commit_timeout_s))
 
+    def create_partitions(self, topic: str, partitions: int) -> int:
+        """Grow `topic` to `partitions` (never shrink); returns the new count. Keyed records
+        of later sends may go to other partitions (docs/api.md): producers made after the
+        call use the new count, one made before keeps the count it learned."""
+        req = admin_pb2.CreatePartitionsRequest(topic=topic, partitions=partitions)
+        timeout = self.commit_timeout_s
+        return int(self._call(lambda n: n.admin.CreatePartitions(req, timeout=timeout)).partitions)
+
     # -- ACLs (replog.v1.Acls): principal x resource x operation -----------------------------
 
     def add_acl(

@@ -25,6 +25,20 @@ TIMESTAMP_TYPE_UNSPECIFIED: TimestampType
 TIMESTAMP_TYPE_CREATE_TIME: TimestampType
 TIMESTAMP_TYPE_LOG_APPEND_TIME: TimestampType
 
+class CreatePartitionsRequest(_message.Message):
+    __slots__ = ("topic", "partitions")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partitions: int
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[int] = ...) -> None: ...
+
+class CreatePartitionsResponse(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: int
+    def __init__(self, partitions: _Optional[int] = ...) -> None: ...
+
 class AddNodeRequest(_message.Message):
     __slots__ = ("node_id", "address", "peer_address")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]

@@ -84,6 +84,11 @@ class AdminStub:
                 request_serializer=replog_dot_v1_dot_admin__pb2.RemoveNodeRequest.SerializeToString,
                 response_deserializer=replog_dot_v1_dot_admin__pb2.RemoveNodeResponse.FromString,
                 _registered_method=True)
+        self.CreatePartitions = channel.unary_unary(
+                '/replog.v1.Admin/CreatePartitions',
+                request_serializer=replog_dot_v1_dot_admin__pb2.CreatePartitionsRequest.SerializeToString,
+                response_deserializer=replog_dot_v1_dot_admin__pb2.CreatePartitionsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -166,6 +171,18 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreatePartitions(self, request, context):
+        """Grow a topic to `partitions` (never shrink). Answers once recorded in the cluster
+        metadata; the new partitions' replicas start on the nodes placement names (callers
+        retry LEADER_UNKNOWN meanwhile). INVALID_ARGUMENT unless `partitions` is greater than
+        the current count (nothing changed); RESOURCE_EXHAUSTED TOO_MANY_PARTITIONS as for
+        CreateTopic; UNKNOWN_TOPIC; internal topics are refused. Keyed records move:
+        murmur2(key) % partitions changes with the count (records written stay where they are).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -218,6 +235,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.RemoveNode,
                     request_deserializer=replog_dot_v1_dot_admin__pb2.RemoveNodeRequest.FromString,
                     response_serializer=replog_dot_v1_dot_admin__pb2.RemoveNodeResponse.SerializeToString,
+            ),
+            'CreatePartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePartitions,
+                    request_deserializer=replog_dot_v1_dot_admin__pb2.CreatePartitionsRequest.FromString,
+                    response_serializer=replog_dot_v1_dot_admin__pb2.CreatePartitionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -490,6 +512,33 @@ class Admin:
             '/replog.v1.Admin/RemoveNode',
             replog_dot_v1_dot_admin__pb2.RemoveNodeRequest.SerializeToString,
             replog_dot_v1_dot_admin__pb2.RemoveNodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreatePartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/replog.v1.Admin/CreatePartitions',
+            replog_dot_v1_dot_admin__pb2.CreatePartitionsRequest.SerializeToString,
+            replog_dot_v1_dot_admin__pb2.CreatePartitionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

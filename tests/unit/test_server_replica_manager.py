@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from replog.replication import Acks, Message, ReplicaConfig
-from replog.server.meta.metadata import CreateTopic, DeleteTopic, MetadataImage, TopicMeta
+from replog.server.meta.metadata import (
+    CreatePartitions,
+    CreateTopic,
+    DeleteTopic,
+    MetadataImage,
+    TopicMeta,
+)
 from replog.server.partitions import replica_dirs
 from replog.server.partitions.replica_manager import ReplicaManager
 from replog.server.partitions.replicated import ReplicatedPartition
@@ -78,6 +84,26 @@ def test_replicas_are_created_opened_and_deleted_as_the_image_says(tmp_path: Pat
             await mgr.reconcile()
             assert sorted(mgr.replicas) == [("b", 0)]
             assert sorted(replica_dirs.scan(tmp_path)) == ["b"]
+
+    asyncio.run(scenario())
+
+
+def test_a_grown_topic_starts_only_the_new_replicas_placed_here(tmp_path: Path) -> None:
+    image = MetadataImage()
+
+    async def scenario() -> None:
+        async with manager(tmp_path, image, Clock()) as mgr:
+            image.apply(0, CreateTopic("a", 2, ((1,), (2,))))  # node 1 hosts partition 0
+            image.apply(1, CreateTopic("b", 1, ((2,),)))  # not hosted here at first
+            await mgr.reconcile()
+            first = mgr.replicas[("a", 0)]
+            assert sorted(mgr.replicas) == [("a", 0)]
+            image.apply(2, CreatePartitions("a", 0, 4, ((1,), (2, 1))))
+            image.apply(3, CreatePartitions("b", 1, 2, ((1,),)))
+            await mgr.reconcile()
+            assert sorted(mgr.replicas) == [("a", 0), ("a", 2), ("a", 3), ("b", 1)]
+            assert mgr.replicas[("a", 0)] is first  # the old replica runs on untouched
+            assert mgr.failures() == []
 
     asyncio.run(scenario())
 

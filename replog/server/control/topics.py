@@ -25,6 +25,7 @@ from replog.server.meta.metadata import (
     RAW,
     TIMESTAMP_TYPES,
     Command,
+    CreatePartitions,
     CreateTopic,
     MetadataImage,
     ReassignPartition,
@@ -153,6 +154,34 @@ class Topics:
             await remote(self.peers.admin(leader).DeleteTopic(request, timeout=self.timeout_s))
             return
         await self.metadata.propose(lambda image: image.delete_topic(name), self.timeout_s)
+
+    async def create_partitions(self, name: str, partitions: int) -> int:
+        """Grow `name` to `partitions` (validated on the metadata leader, forwarded there
+        from another node; TOO_MANY_PARTITIONS as for a create); returns the count once
+        the command is applied there. Internal topics keep their count."""
+        if name in (OFFSETS_TOPIC, METADATA_TOPIC):
+            raise InvalidArgumentError(f"{name} is internal: its count is fixed", topic=name)
+        await self.router.topic(name)  # UNKNOWN_TOPIC (or LEADER_UNKNOWN) before forwarding
+        leader = self.router.metadata_leader()
+        if leader != self.peers.node_id:
+            request = admin_pb2.CreatePartitionsRequest(topic=name, partitions=partitions)
+            reply = await remote(
+                self.peers.admin(leader).CreatePartitions(request, timeout=self.timeout_s)
+            )
+            return int(reply.partitions)
+        nodes = [i for i, _ in self.peers.nodes()]
+        racks = await self.racks() if self.racks is not None else None
+
+        def make(image: MetadataImage) -> CreatePartitions:
+            command = image.create_partitions(name, partitions, nodes, racks)
+            hosted = sum(self.peers.node_id in replicas for replicas in command.assignment)
+            replica_dirs.check_space(self.replicas.data_dir, hosted, self.replicas.config)
+            self.replicas.check_capacity(command.assignment)
+            return command
+
+        await self.metadata.propose(make, self.timeout_s)
+        await self.replicas.wait_passes(2, LOCAL_OPEN_WAIT_S)  # as a create (above)
+        return self.metadata.image.topic(name).partitions
 
     async def reassign(
         self, name: str, partition: int, replicas: tuple[int, ...]

@@ -106,6 +106,7 @@ TABLE: dict[str, Rule] = {
     ADMIN + "ListOffsets": _acl("describe", "topic", "topic"),
     ADMIN + "TransferLeadership": _acl("alter", "cluster"),
     ADMIN + "ReassignPartition": _acl("alter", "cluster"),
+    ADMIN + "CreatePartitions": _acl("alter", "topic", "topic"),  # as Kafka
     ADMIN + "AddNode": _acl("alter", "cluster"),
     ADMIN + "RemoveNode": _acl("alter", "cluster"),
     ACLS + "AddAcl": _acl("alter", "cluster"),

@@ -27,6 +27,7 @@ Record value, JSON (UTF-8), version 1 (written)::
     {"kind": "add_node", "version": 1, "node_id": 4, "address": "10.0.0.4:7070",
      "peer_address": ""}                  (peer_address "": peers call `address`)
     {"kind": "remove_node", "version": 1, "node_id": 4}
+    {"kind": "create_partitions", "version": 1, ...}   (`partition_growth`: grow a topic)
 
 Nodes: the cluster's members are the nodes of the settings' `peers` (the bootstrap list,
 the same on every node) changed by the `add_node` and `remove_node` commands in log order
@@ -100,11 +101,13 @@ from replog.errors import (
     TopicNotFoundError,
     UnknownNodeError,
 )
+from replog.server.meta import partition_growth
 from replog.server.meta.acls import ANY_USER as ANY_USER
 from replog.server.meta.acls import OPERATIONS as OPERATIONS
 from replog.server.meta.acls import PRINCIPAL_BYTES_MAX as PRINCIPAL_BYTES_MAX
 from replog.server.meta.acls import RESOURCE_TYPES as RESOURCE_TYPES
 from replog.server.meta.acls import AclEntry as AclEntry
+from replog.server.meta.partition_growth import CreatePartitions as CreatePartitions
 from replog.server.meta.placement import assign as assign
 from replog.storage import validate_topic_name
 from replog.storage.names import PARTITIONS_MAX
@@ -247,6 +250,7 @@ Command = (
     | CompleteReassignment
     | AddNode
     | RemoveNode
+    | CreatePartitions
 )
 
 
@@ -288,6 +292,8 @@ def encode(command: Command) -> bytes:
             body["peer_address"] = command.peer_address
     else:
         body["name"] = command.name
+    if isinstance(command, CreatePartitions):
+        partition_growth.encode_fields(command, body)
     if isinstance(command, ReassignPartition | CompleteReassignment):
         body["topic_id"] = command.topic_id
         body["partition"] = command.partition
@@ -332,6 +338,8 @@ def decode(value: bytes) -> Command:
             )
         if kind == DeleteTopic.KIND:
             return DeleteTopic(_name(body["name"]))
+        if kind == CreatePartitions.KIND and version >= 1:
+            return partition_growth.decode_body(body)
         if kind == InitProducer.KIND and version >= 1:
             return InitProducer(_name(body["name"]))
         if kind in (ReassignPartition.KIND, CompleteReassignment.KIND) and version >= 1:
@@ -464,6 +472,20 @@ class MetadataImage:
             raise TopicExistsError(f"topic {name!r} already exists", topic=name)
         assignment = assign(name, partitions, replication_factor, nodes, racks)
         return CreateTopic(name, partitions, assignment, format, timestamp_type)
+
+    def create_partitions(
+        self,
+        name: str,
+        partitions: int,
+        nodes: Sequence[int],
+        racks: Mapping[int, str] | None = None,
+    ) -> CreatePartitions:
+        """The command that grows `name` to `partitions` (`partition_growth.check`), or
+        the typed error a client should get (UNKNOWN_TOPIC, INVALID_ARGUMENT)."""
+        meta = self.topic(name)
+        if name == METADATA_TOPIC:
+            raise InvalidArgumentError(f"{METADATA_TOPIC} keeps one partition", topic=name)
+        return partition_growth.check(meta, partitions, nodes, racks)
 
     def delete_topic(self, name: str) -> DeleteTopic:
         self.topic(name)
@@ -690,6 +712,13 @@ class MetadataImage:
             self._apply_init_producer(offset, command.name)
         elif isinstance(command, ReassignPartition | CompleteReassignment):
             self._apply_reassignment(command)
+        elif isinstance(command, CreatePartitions):
+            grown = self.topics.get(command.name)
+            assignment = partition_growth.grown(grown, command)
+            if grown is not None and assignment is not None:
+                self.topics[command.name] = replace(
+                    grown, partitions=command.partitions, assignment=assignment
+                )
         elif isinstance(command, AddNode):
             self.nodes[command.node_id] = NodeAddress(command.address, command.peer_address)
         elif isinstance(command, RemoveNode) and len(self.nodes) > 1:
@@ -743,6 +772,9 @@ class MetadataImage:
 
 def _topic_of(command: Command | None) -> str | None:
     """The topic a command may change (None: it changes none)."""
-    if isinstance(command, CreateTopic | DeleteTopic | ReassignPartition | CompleteReassignment):
+    if isinstance(
+        command,
+        CreateTopic | DeleteTopic | ReassignPartition | CompleteReassignment | CreatePartitions,
+    ):
         return command.name
     return None

@@ -301,6 +301,13 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             )
         return admin_pb2.ReassignPartitionResponse(replicas=assignment, target_replicas=target)
 
+    @unary("CreatePartitions")
+    async def CreatePartitions(
+        self, request: admin_pb2.CreatePartitionsRequest, context: Context
+    ) -> admin_pb2.CreatePartitionsResponse:
+        count = await self.topics.create_partitions(request.topic, request.partitions)
+        return admin_pb2.CreatePartitionsResponse(partitions=count)
+
     @unary("AddNode")
     async def AddNode(
         self, request: admin_pb2.AddNodeRequest, context: Context
