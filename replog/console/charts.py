@@ -7,7 +7,8 @@ One observation (`observe`, in the thread pool) is the cluster snapshot (node st
 leaders), `DescribeTopic` of up to `TOPICS_MAX` topics (HW and size per partition) and
 `DescribeGroup` of up to `GROUPS_MAX` groups (committed offset and lag per partition).
 A topic or group whose call fails is left out of that observation (a gap), as is a
-partition whose leader is down; a failed snapshot skips the sample and is logged.
+partition whose leader is down; a failed snapshot (or an unexpected failure, logged with
+its traceback) skips the sample, and the next one is tried at the next interval.
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ async def sample_forever(
             obs = await asyncio.to_thread(observe, client, prober)
         except ReplogError as exc:
             log.warning("charts: no sample this time: %s", exc)
+        except Exception:  # like a page's unexpected failure: logged, the next sample tried
+            log.exception("charts: sampling failed")
         else:
             if sampler.times and obs.at <= sampler.times[-1]:
                 log.warning("charts: the clock went back; sample skipped")

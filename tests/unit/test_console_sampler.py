@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
+from replog.console import charts
 from replog.console.sampler import Observation, PartitionSample, Sampler
+from replog.errors import UnavailableError
 
 
 def obs(
@@ -94,3 +100,36 @@ def test_memory_is_bounded_in_points_and_series() -> None:
     crowded = Sampler(points_max=5, series_max=9)  # 8 node series, then one topic
     crowded.add(obs(0.0, {("a", 0): 0, ("b", 0): 0}))
     assert crowded.refused == 1 and len(crowded.series) == 9
+
+
+def test_the_background_task_samples_skips_failures_and_stops_when_cancelled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    answers: list[Observation | Exception] = [
+        obs(1.0, {("a", 0): 0}),
+        UnavailableError("the cluster is away"),
+        RuntimeError("a bug in a sample"),
+        obs(2.0, {("a", 0): 7}),
+    ]
+
+    def observe(_client: object, _prober: object) -> Observation:
+        answer = answers.pop(0) if answers else obs(1.0, {})  # the clock went back: skipped
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(charts, "observe", observe)
+    sampler = Sampler()
+
+    async def run() -> None:
+        task = asyncio.create_task(charts.sample_forever(None, None, sampler, 0.001))  # type: ignore[arg-type]
+        while answers:
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.02)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run())
+    assert list(sampler.times) == [1.0, 2.0]
+    assert last(sampler, "produce_topic", "a") == 7.0
