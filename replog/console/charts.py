@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from replog.client import Client
-from replog.console.cluster import READY, Prober
+from replog.console.cluster import DOWN, Prober
 from replog.console.sampler import Observation, PartitionSample, Sampler
 from replog.console.state import console_of
 from replog.errors import ReplogError
@@ -34,7 +34,8 @@ GROUPS_MAX = 64  # groups sampled (by name)
 def observe(client: Client, prober: Prober) -> Observation:
     """The cluster now, as the sampler wants it (blocking: run it in the thread pool)."""
     snap = prober.snapshot(client)
-    nodes = {n.node_id: n.state == READY for n in snap.nodes}
+    at = time.time()  # before the counters are read (after, a slow call would skew rates)
+    nodes = {n.node_id: n.state != DOWN for n in snap.nodes}  # not ready: up, catching up
     partitions: dict[tuple[str, int], PartitionSample] = {}
     for topic in snap.topics[:TOPICS_MAX]:
         try:
@@ -60,7 +61,7 @@ def observe(client: Client, prober: Prober) -> Observation:
         groups[summary.group] = {
             (p.topic, p.partition): (p.committed_offset, p.lag) for p in described_group.partitions
         }
-    return Observation(time.time(), nodes, partitions, groups)
+    return Observation(at, nodes, partitions, groups)
 
 
 async def sample_forever(

@@ -18,6 +18,7 @@
     var a = Math.abs(v);
     if (a >= 1e9) { return (v / 1e9).toFixed(1) + "G"; }
     if (a >= 1e6) { return (v / 1e6).toFixed(1) + "M"; }
+    if (a >= 1e5) { return Math.round(v / 1e3) + "k"; }
     if (a >= 1e3) { return (v / 1e3).toFixed(1) + "k"; }
     return a >= 10 || v === Math.round(v) ? String(Math.round(v)) : v.toFixed(1);
   }
@@ -32,7 +33,7 @@
     var opts = {
       width: width, height: 200, series: series,
       scales: { x: { time: true }, y: { range: function (u, min, max) { return [0, Math.max(1, max * 1.1)]; } } },
-      axes: [{}, { values: function (u, vals) { return vals.map(number); }, size: 50 }],
+      axes: [{}, { values: function (u, vals) { return vals.map(number); }, size: 58 }],
       legend: { live: true },
       cursor: { drag: { x: false, y: false } }
     };
