@@ -82,6 +82,7 @@ async def sample_forever(
                 log.warning("charts: the clock went back; sample skipped")
             else:
                 sampler.add(obs)
+                sampler.took_s = loop.time() - started
         await asyncio.sleep(max(0.0, interval_s - (loop.time() - started)))
 
 

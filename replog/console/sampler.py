@@ -65,6 +65,7 @@ class Sampler:
         self.times: deque[float] = deque(maxlen=points_max)
         self.series: dict[Key, deque[float | None]] = {}
         self.refused = 0
+        self.took_s: float | None = None  # how long the last observation took (the task's)
         self._last: Observation | None = None
 
     def add(self, obs: Observation) -> None:
@@ -90,7 +91,12 @@ class Sampler:
         charts: dict[str, dict[str, list[float | None]]] = {c: {} for c in CHARTS}
         for (chart, label), ring in sorted(self.series.items()):
             charts[chart][label] = list(ring)
-        return {"times": list(self.times), "charts": charts, "refused": self.refused}
+        return {
+            "times": list(self.times),
+            "charts": charts,
+            "refused": self.refused,
+            "took_s": self.took_s,
+        }
 
 
 def points_of(last: Observation | None, obs: Observation) -> dict[Key, float | None]:

@@ -105,6 +105,9 @@ def test_produce_rate_moves_when_load_starts(
     assert isinstance(charts, dict)
     rates = [v for v in charts["produce_topic"][TOPIC] if v is not None]
     assert rates[0] == 0 and max(rates) > 0
+    took = data_json(console)["took_s"]
+    assert isinstance(took, float)
+    print(f"\none observation (3 nodes, 3 topics, 1 group) took {took * 1000:.0f} ms")
     assert console_errors(browser) == []
 
 
