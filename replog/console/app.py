@@ -10,6 +10,8 @@
     GET  /groups/{group}                    members, assignment, committed offsets, lag
     POST /groups/{group}/reset              reset offsets: dry run (step=plan), then apply
     GET  /acls?q=                           ACLs, read-only
+    GET  /charts                            produce/consume rates, lag, leader and size skew
+    GET  /charts/data                       the charts' points (JSON, sampled in the background)
     GET  /healthz                           the console process is up (no cluster call)
 
 Errors are pages, never tracebacks: a `ReplogError` from the cluster shows its reason and
@@ -19,7 +21,10 @@ unexpected exception "internal error" (500, its traceback goes to the console's 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
@@ -31,7 +36,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from replog.client import Client
-from replog.console import group_pages, pages, records_pages
+from replog.console import charts, group_pages, pages, records_pages
 from replog.console.cluster import Prober
 from replog.console.forms import FormError
 from replog.console.security import Guard
@@ -106,6 +111,24 @@ async def favicon(_request: Request) -> Response:
     return FileResponse(HERE / "static" / "favicon.svg", media_type="image/svg+xml")
 
 
+@contextlib.asynccontextmanager
+async def _sampling(app: Starlette) -> AsyncIterator[None]:
+    """The charts' sampler runs as long as the app does."""
+    console = app.state.console
+    task = asyncio.create_task(
+        charts.sample_forever(
+            console.client, console.prober, console.sampler, console.config.chart_interval_s
+        ),
+        name="console-charts-sampler",
+    )
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 def create_app(
     client: Client, config: ConsoleConfig | None = None, prober: Prober | None = None
 ) -> Starlette:
@@ -124,6 +147,8 @@ def create_app(
         Route("/groups/{group}", group_pages.group_page),
         Route("/groups/{group}/reset", group_pages.reset, methods=["POST"]),
         Route("/acls", pages.acls_page),
+        Route("/charts", charts.charts_page),
+        Route("/charts/data", charts.charts_data),
         Route("/healthz", healthz),
         Route("/favicon.ico", favicon),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -139,6 +164,7 @@ def create_app(
         middleware=[Middleware(Guard, allowed_hosts=config.allowed_hosts)],
         exception_handlers=handlers,
         max_body_size=FORM_BYTES_MAX,
+        lifespan=_sampling,
     )
     app.state.console = console
     return app

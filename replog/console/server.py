@@ -53,6 +53,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--refresh-ms", type=int, default=2000, help="how often live pages refresh (default 2000)"
     )
     p.add_argument(
+        "--chart-interval-s",
+        type=float,
+        default=10.0,
+        help="how often the Charts page's sampler asks the cluster (default 10; it keeps "
+        "360 points: an hour at 10 s)",
+    )
+    p.add_argument(
         "--log-level",
         choices=["critical", "error", "warning", "info", "debug"],
         default="info",
@@ -74,9 +81,13 @@ def config_from(args: argparse.Namespace, listen_host: str) -> ConsoleConfig:
 
     if not 100 <= args.refresh_ms <= 3_600_000:
         raise ConsoleUsageError("--refresh-ms must be in [100, 3600000]")
+    if not 0.1 <= args.chart_interval_s <= 3600:
+        raise ConsoleUsageError("--chart-interval-s must be in [0.1, 3600]")
     bind = f"[{listen_host}]" if ":" in listen_host else listen_host
     hosts = (*LOOPBACK_HOSTS, bind, *args.allowed_host)
-    return ConsoleConfig(refresh_ms=args.refresh_ms, allowed_hosts=hosts)
+    return ConsoleConfig(
+        refresh_ms=args.refresh_ms, allowed_hosts=hosts, chart_interval_s=args.chart_interval_s
+    )
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
@@ -116,7 +127,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     url = f"http://{shown_host}:{bound_port}/"
     app = create_app(client, config)
     server = uvicorn.Server(
-        uvicorn.Config(app, log_level=args.log_level, lifespan="off", timeout_graceful_shutdown=5)
+        uvicorn.Config(app, log_level=args.log_level, lifespan="on", timeout_graceful_shutdown=5)
     )
     try:
         asyncio.run(_serve(server, sock, url, args.address, args.ready_file, out))

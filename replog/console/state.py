@@ -29,6 +29,7 @@ from replog.client import Client
 from replog.console import display
 from replog.console.cluster import Prober, Snapshot
 from replog.console.forms import FormError
+from replog.console.sampler import Sampler
 from replog.console.security import CSRF_FIELD, LOOPBACK_HOSTS, new_token, token_ok
 
 T = TypeVar("T")
@@ -47,10 +48,14 @@ class ConsoleConfig:
     follow_duration_s: float = 600.0  # a live stream ends after this (the page can resume)
     snapshot_ttl_s: float = 1.0
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
+    chart_interval_s: float = 10.0  # the Charts page's sampling interval
+    chart_points: int = 360  # points kept per chart series (360 x 10 s: one hour)
+    chart_series_max: int = 256  # series kept in all (a bound on the sampler's memory)
 
     def __post_init__(self) -> None:
         assert self.refresh_ms >= 100 and self.page_size >= 1 and self.records_max >= 1
         assert self.follow_streams_max >= 1 and self.follow_duration_s > 0
+        assert self.chart_interval_s > 0 and self.chart_points >= 2 and self.chart_series_max >= 1
 
 
 class Console:
@@ -66,6 +71,7 @@ class Console:
         self._snapshot_at = 0.0
         self._snapshot_lock = asyncio.Lock()
         self.templates = template_environment()
+        self.sampler = Sampler(config.chart_points, config.chart_series_max)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """`fn(*args, **kwargs)` (a blocking client call) in the thread pool."""
