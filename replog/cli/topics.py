@@ -3,6 +3,7 @@
 replog topic create NAME [-p N] [--replication-factor N] [--format raw|envelope]
 replog topic list|describe [-o json]
 replog topic delete NAME
+replog topic configs NAME / alter NAME --config k=v --delete-config k  (`topic_configs`)
 replog partition transfer-leader TOPIC PARTITION [--to NODE]
 replog partition reassign TOPIC PARTITION --replicas 2,3,4
 replog offsets TOPIC [-o json]
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, TextIO
 
+from replog.cli import topic_configs
 from replog.cli.common import (
     Subparsers,
     add_output_argument,
@@ -68,6 +70,11 @@ def _add_topic(sub: Subparsers) -> None:
         default="create_time",
         help="envelope topics: the producer's timestamp, or the leader's clock at append",
     )
+    topic_configs.add_config_argument(create)
+    topic_configs.add_describe_parser(client_parser(tsub, "configs", "show a topic's configs"))
+    alter = client_parser(tsub, "alter", "change a topic's configs")
+    alter.add_argument("name")
+    topic_configs.add_alter_arguments(alter)
     add_output_argument(client_parser(tsub, "list", "list topics"), JSON_KEYS["topic list"])
     describe = client_parser(tsub, "describe", "show a topic's partitions and offsets")
     describe.add_argument("name")
@@ -114,6 +121,7 @@ def cmd_topic(args: argparse.Namespace, out: TextIO) -> int:
                 args.replication_factor,
                 format=args.format,
                 timestamp_type=args.timestamp_type,
+                configs=dict(args.config),
             )
             print(f"created topic {args.name} with {args.partitions} partition(s)", file=out)
         elif args.topic_command == "list":
@@ -160,6 +168,10 @@ def cmd_topic(args: argparse.Namespace, out: TextIO) -> int:
                     f"\t{status}\t{corrupt}\t{reassigning(p)}",
                     file=out,
                 )
+        elif args.topic_command == "configs":
+            topic_configs.describe(client, args, out)
+        elif args.topic_command == "alter":
+            topic_configs.alter(client, args, out)
         elif args.topic_command == "delete":
             client.delete_topic(args.name)
             print(f"deleted topic {args.name}", file=out)

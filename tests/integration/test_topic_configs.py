@@ -1,0 +1,86 @@
+"""Per-topic configs on a real node (`server/meta/topic_configs.py`): a topic's segment size
+and retention are its own, change at run time without a restart, and a refused change
+changes nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from replog.client import Client, PartitionInfo, RetryPolicy
+from replog.errors import InvalidArgumentError, RecordTooLargeError, TopicNotFoundError
+from tests.integration.servers import ServerProcess
+from tests.integration.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+RECORD = b"x" * 200
+
+
+def partition(client: Client, topic: str) -> PartitionInfo:
+    (p,) = client.describe_topic(topic)
+    return p
+
+
+def test_segment_size_and_retention_are_the_topics_and_change_at_run_time(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    server = server_factory("--retention-check-interval-ms", "100").start()
+    with Client(server.address, timeout_s=30, retry=RetryPolicy(attempts_max=3)) as client:
+        client.create_topic("t", 1, configs={"segment.bytes": "1024", "retention.bytes": "1000000"})
+        configs = client.describe_configs("t")
+        assert (configs["segment.bytes"].value, configs["segment.bytes"].source) == (
+            "1024",
+            "topic",
+        )
+        assert configs["retention.ms"].value == "-1"  # the node keeps everything
+        assert configs["retention.ms"].source == "default"
+        for _ in range(10):
+            client.append("t", 0, [RECORD] * 4, acks="all")
+        before = partition(client, "t")
+        assert before.segment_count >= 5  # rolled at the topic's 1 KiB, not the node's 1 MiB
+        assert before.log_start_offset == 0
+
+        client.alter_configs("t", set={"retention.bytes": "2048"})
+        after = wait_until(
+            lambda: (p := partition(client, "t")).log_start_offset > 0 and p,
+            "retention deletes the oldest segments",
+        )
+        assert after.size_bytes <= 2048 + 1024  # the limit, plus the active segment
+        assert after.high_watermark == before.high_watermark  # committed records stay
+
+        # A refused change changes nothing, and records nothing.
+        with pytest.raises(InvalidArgumentError, match="not supported yet"):
+            client.alter_configs("t", set={"cleanup.policy": "compact"})
+        with pytest.raises(InvalidArgumentError, match="both set and deleted"):
+            client.alter_configs("t", set={"retention.ms": "1"}, delete=["retention.ms"])
+        with pytest.raises(TopicNotFoundError):
+            client.alter_configs("nope", set={"retention.ms": "1"})
+        with pytest.raises(InvalidArgumentError):
+            client.create_topic("u", 1, configs={"segment.ms": "1000"})
+        assert "u" not in client.list_topics()
+        now = client.describe_configs("t")
+        assert now["cleanup.policy"].source == "default"
+        assert now["retention.bytes"].value == "2048"
+        assert now["retention.ms"].source == "default"
+
+
+def test_max_message_bytes_and_the_timestamp_type_take_effect_at_once(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    server = server_factory().start()
+    with Client(server.address, timeout_s=30, retry=RetryPolicy(attempts_max=3)) as client:
+        client.create_topic("t", 1)
+        client.append("t", 0, [RECORD], acks="all")
+        client.alter_configs(
+            "t", set={"max.message.bytes": "100", "message.timestamp.type": "LogAppendTime"}
+        )
+        with pytest.raises(RecordTooLargeError):
+            client.append("t", 0, [RECORD], acks="all")
+        configs = client.describe_configs("t")
+        assert configs["message.timestamp.type"].value == "LogAppendTime"
+        assert client.topic_config("t") == ("envelope", "log_append_time")
+        client.alter_configs("t", delete=["max.message.bytes"])
+        client.append("t", 0, [RECORD], acks="all")
+        assert client.describe_configs("t")["max.message.bytes"].source == "default"
