@@ -277,16 +277,25 @@ class PartitionMetadata(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., leader_id: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class TopicMetadata(_message.Message):
-    __slots__ = ("name", "partitions", "format", "timestamp_type")
+    __slots__ = ("name", "partitions", "format", "timestamp_type", "configs")
+    class ConfigsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_TYPE_FIELD_NUMBER: _ClassVar[int]
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionMetadata]
     format: TopicFormat
     timestamp_type: TimestampType
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionMetadata, _Mapping]]] = ..., format: _Optional[_Union[TopicFormat, str]] = ..., timestamp_type: _Optional[_Union[TimestampType, str]] = ...) -> None: ...
+    configs: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionMetadata, _Mapping]]] = ..., format: _Optional[_Union[TopicFormat, str]] = ..., timestamp_type: _Optional[_Union[TimestampType, str]] = ..., configs: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Metadata(_message.Message):
     __slots__ = ("nodes", "topics", "node_id", "metadata_voters", "metadata_observers", "metadata_leader_id")

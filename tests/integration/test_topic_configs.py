@@ -4,6 +4,9 @@ changes nothing."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -84,3 +87,28 @@ def test_max_message_bytes_and_the_timestamp_type_take_effect_at_once(
         client.alter_configs("t", delete=["max.message.bytes"])
         client.append("t", 0, [RECORD], acks="all")
         assert client.describe_configs("t")["max.message.bytes"].source == "default"
+
+
+def test_the_cli_creates_shows_and_alters_a_topics_configs(
+    shared_server: ServerProcess,
+) -> None:
+    def replog(*args: str) -> subprocess.CompletedProcess[bytes]:
+        cmd = [sys.executable, "-m", "replog", *args, "--address", shared_server.address]
+        return subprocess.run(cmd, capture_output=True, timeout=60, check=False)
+
+    made = replog("topic", "create", "cli-configs", "--config", "retention.ms=60000")
+    assert made.returncode == 0, made.stderr
+    altered = replog(
+        "topic", "alter", "cli-configs", "--config", "segment.bytes=4096",
+        "--delete-config", "retention.ms",
+    )  # fmt: skip
+    assert altered.returncode == 0, altered.stderr
+    shown = json.loads(replog("topic", "configs", "cli-configs", "-o", "json").stdout)
+    rows = {c["name"]: (c["value"], c["source"]) for c in shown["configs"]}
+    assert rows["segment.bytes"] == ("4096", "topic")
+    assert rows["retention.ms"][1] == "default"
+    refused = replog("topic", "alter", "cli-configs", "--config", "cleanup.policy=compact")
+    assert refused.returncode == 1 and b"not supported yet" in refused.stderr
+    with Client(shared_server.address) as client:
+        (topic,) = client.refresh_metadata(["cli-configs"]).topics
+        assert dict(topic.configs) == {"segment.bytes": "4096"}
