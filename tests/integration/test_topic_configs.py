@@ -13,6 +13,7 @@ import pytest
 
 from replog.client import Client, PartitionInfo, RetryPolicy
 from replog.errors import InvalidArgumentError, RecordTooLargeError, TopicNotFoundError
+from replog.records import DecodedRecords, Record
 from tests.integration.servers import ServerProcess
 from tests.integration.waiting import wait_until
 
@@ -67,6 +68,16 @@ def test_segment_size_and_retention_are_the_topics_and_change_at_run_time(
         assert now["cleanup.policy"].source == "default"
         assert now["retention.bytes"].value == "2048"
         assert now["retention.ms"].source == "default"
+    server.terminate()
+    server.start()  # the configs are replayed from the metadata log
+    with Client(server.address, timeout_s=30, retry=RetryPolicy(attempts_max=3)) as client:
+        assert client.describe_configs("t")["retention.bytes"].value == "2048"
+        for _ in range(5):
+            client.append("t", 0, [RECORD] * 4, acks="all")
+        wait_until(  # the topic's segment size and retention again, not the node's
+            lambda: partition(client, "t").size_bytes <= 2048 + 1024,
+            "retention keeps the partition to the topic's retention.bytes after a restart",
+        )
 
 
 def test_max_message_bytes_and_the_timestamp_type_take_effect_at_once(
@@ -84,6 +95,10 @@ def test_max_message_bytes_and_the_timestamp_type_take_effect_at_once(
         configs = client.describe_configs("t")
         assert configs["message.timestamp.type"].value == "LogAppendTime"
         assert client.topic_config("t") == ("envelope", "log_append_time")
+        stamped = client.append("t", 0, [Record(b"v", timestamp_ms=1000)], acks="all")
+        read = client.fetch("t", 0, stamped.base_offset).records
+        assert isinstance(read, DecodedRecords)
+        assert read.timestamps[0] > 1000  # the leader's clock replaced the producer's
         client.alter_configs("t", delete=["max.message.bytes"])
         client.append("t", 0, [RECORD], acks="all")
         assert client.describe_configs("t")["max.message.bytes"].source == "default"
