@@ -8,12 +8,15 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from replog.client import Client, PartitionInfo, RetryPolicy
+from replog.devcluster import DevCluster
 from replog.errors import InvalidArgumentError, RecordTooLargeError, TopicNotFoundError
 from replog.records import DecodedRecords, Record
+from replog.storage.names import partition_dir
 from tests.integration.servers import ServerProcess
 from tests.integration.waiting import wait_until
 
@@ -127,3 +130,37 @@ def test_the_cli_creates_shows_and_alters_a_topics_configs(
     with Client(shared_server.address) as client:
         (topic,) = client.refresh_metadata(["cli-configs"]).topics
         assert dict(topic.configs) == {"segment.bytes": "4096"}
+
+
+@pytest.mark.slow
+def test_an_alter_on_any_node_reaches_every_replica(tmp_path: Path) -> None:
+    """A node that is not the metadata leader forwards AlterConfigs there; every replica
+    (followers too) takes the new retention without a restart."""
+    cluster = DevCluster(
+        tmp_path / "cluster", 3, extra_args=["--retention-check-interval-ms", "100"]
+    )
+    cluster.start()
+    try:
+        patient = RetryPolicy(attempts_max=1000, backoff_max_ms=500, deadline_ms=90_000)
+        with Client(cluster.bootstrap, retry=patient) as client:
+            client.create_topic("t", 1, 3, configs={"segment.bytes": "1024"})
+            for _ in range(10):
+                client.append("t", 0, [RECORD] * 4, acks="all")
+            leader_id = client.refresh_metadata().metadata_leader_id
+        other = next(n for i, n in cluster.members.items() if i != leader_id)
+        with Client(other.address, retry=patient) as client:
+            client.alter_configs("t", set={"retention.bytes": "2048"})
+
+        def first_offsets() -> list[int]:
+            return [
+                min(int(f.stem) for f in partition_dir(n.data_dir, "t", 0).glob("*.log"))
+                for n in cluster.members.values()
+            ]
+
+        wait_until(
+            lambda: all(first > 0 for first in first_offsets()),
+            "every replica deletes its oldest segments",
+            deadline_s=120,
+        )
+    finally:
+        cluster.kill_all()
