@@ -3,7 +3,9 @@
 replog topic create NAME [-p N] [--replication-factor N] [--format raw|envelope]
 replog topic list|describe [-o json]
 replog topic delete NAME
-replog topic alter NAME --partitions N   (grow only; keyed records go elsewhere after)
+replog topic alter NAME [--partitions N] [--config k=v]... [--delete-config k]...
+    (grow only; keyed records go elsewhere after; configs: `topic_configs`)
+replog topic configs NAME
 replog partition transfer-leader TOPIC PARTITION [--to NODE]
 replog partition reassign TOPIC PARTITION --replicas 2,3,4
 replog offsets TOPIC [-o json]
@@ -14,8 +16,10 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, TextIO
 
+from replog.cli import topic_configs
 from replog.cli.common import (
     Subparsers,
+    UsageError,
     add_output_argument,
     cli_client,
     client_parser,
@@ -69,21 +73,24 @@ def _add_topic(sub: Subparsers) -> None:
         default="create_time",
         help="envelope topics: the producer's timestamp, or the leader's clock at append",
     )
+    topic_configs.add_config_argument(create)
+    topic_configs.add_describe_parser(client_parser(tsub, "configs", "show a topic's configs"))
     add_output_argument(client_parser(tsub, "list", "list topics"), JSON_KEYS["topic list"])
     describe = client_parser(tsub, "describe", "show a topic's partitions and offsets")
     describe.add_argument("name")
     add_output_argument(describe, JSON_KEYS["topic describe"])
     delete = client_parser(tsub, "delete", "delete a topic and its data")
     delete.add_argument("name")
-    alter = client_parser(tsub, "alter", "change a topic")
+    alter = client_parser(tsub, "alter", "grow a topic, change its configs")
     alter.add_argument("name")
     alter.add_argument(
         "--partitions",
         type=int,
-        required=True,
+        default=None,
         help="grow to N partitions (never fewer); keyed records of later sends may land "
         "in other partitions: murmur2(key) %% N changes with N",
     )
+    topic_configs.add_alter_arguments(alter)
 
 
 def _add_partition(sub: Subparsers) -> None:
@@ -124,6 +131,7 @@ def cmd_topic(args: argparse.Namespace, out: TextIO) -> int:
                 args.replication_factor,
                 format=args.format,
                 timestamp_type=args.timestamp_type,
+                configs=dict(args.config),
             )
             print(f"created topic {args.name} with {args.partitions} partition(s)", file=out)
         elif args.topic_command == "list":
@@ -170,12 +178,19 @@ def cmd_topic(args: argparse.Namespace, out: TextIO) -> int:
                     f"\t{status}\t{corrupt}\t{reassigning(p)}",
                     file=out,
                 )
+        elif args.topic_command == "configs":
+            topic_configs.describe(client, args, out)
+        elif args.topic_command == "alter":
+            if args.partitions is None and not (args.config or args.delete_config):
+                raise UsageError("topic alter: give --partitions, --config or --delete-config")
+            if args.config or args.delete_config:
+                topic_configs.alter(client, args, out)
+            if args.partitions is not None:
+                count = client.create_partitions(args.name, args.partitions)
+                print(f"topic {args.name} has {count} partition(s)", file=out)
         elif args.topic_command == "delete":
             client.delete_topic(args.name)
             print(f"deleted topic {args.name}", file=out)
-        elif args.topic_command == "alter":
-            count = client.create_partitions(args.name, args.partitions)
-            print(f"topic {args.name} has {count} partition(s)", file=out)
     return 0
 
 

@@ -257,9 +257,12 @@ class AsyncClient:
         *,
         format: str = formats.ENVELOPE,
         timestamp_type: str = formats.CREATE_TIME,
+        configs: Mapping[str, str] | None = None,
     ) -> None:
         """See `Client.create_topic`."""
-        req = formats.create_request(name, partitions, replication_factor, format, timestamp_type)
+        req = formats.create_request(
+            name, partitions, replication_factor, format, timestamp_type, configs
+        )
         attempts = 0
 
         async def call(node: Node) -> None:

@@ -71,6 +71,7 @@ from replog.client.results import (
     Offsets,
     PartitionInfo,
     RawFetch,
+    TopicConfig,
 )
 from replog.client.retry import Attempts, RetryPolicy, call_with_retry, one_try_each
 from replog.client.routing import (
@@ -323,12 +324,13 @@ class Client(Factories):
         *,
         format: str = formats.ENVELOPE,
         timestamp_type: str = formats.CREATE_TIME,
+        configs: Mapping[str, str] | None = None,
     ) -> None:
         """`format`: "raw" (values are your bytes) or "envelope" (records with key,
         timestamp and headers); `timestamp_type`: "create_time" (the producer's) or
-        "log_append_time" (the leader's clock), for envelope topics."""
-        req = formats.create_request(name, partitions, replication_factor, format, timestamp_type)
-        attempts = 0
+        "log_append_time" (the leader's clock); `configs`: docs/api.md, Topic configs."""
+        args = (name, partitions, replication_factor, format, timestamp_type, configs)
+        req, attempts = formats.create_request(*args), 0
 
         def call(node: Node) -> None:
             nonlocal attempts
@@ -355,6 +357,20 @@ class Client(Factories):
         req = admin_pb2.CreatePartitionsRequest(topic=topic, partitions=partitions)
         timeout = self.commit_timeout_s
         return int(self._call(lambda n: n.admin.CreatePartitions(req, timeout=timeout)).partitions)
+
+    def describe_configs(self, topic: str) -> dict[str, TopicConfig]:
+        """Every config of `topic`: name -> its value and source ("topic" or "default")."""
+        req = admin_pb2.DescribeConfigsRequest(topic=topic)
+        call = lambda node: node.admin.DescribeConfigs(req, timeout=self.attempt_timeout_s)  # noqa: E731
+        return formats.configs_of(self._call(call, idempotent=True))
+
+    def alter_configs(
+        self, topic: str, *, set: Mapping[str, str] | None = None, delete: Sequence[str] = ()
+    ) -> None:
+        """Set `topic`'s configs `set` and reset those named in `delete` to their defaults."""
+        req = admin_pb2.AlterConfigsRequest(topic=topic, set=set or {}, delete=delete)
+        call = lambda node: node.admin.AlterConfigs(req, timeout=self.commit_timeout_s)  # noqa: E731
+        self._call(call, idempotent=True)  # (the same change twice: the same configs)
 
     # -- ACLs (replog.v1.Acls): principal x resource x operation -----------------------------
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 from replog import frames, records
-from replog.client.results import Offsets
+from replog.client.results import Offsets, TopicConfig
 from replog.errors import InvalidArgumentError, TopicNotFoundError
 from replog.v1 import admin_pb2
 
@@ -48,7 +48,12 @@ def now_ms() -> int:
 
 
 def create_request(
-    name: str, partitions: int, replication_factor: int, format: str, timestamp_type: str
+    name: str,
+    partitions: int,
+    replication_factor: int,
+    format: str,
+    timestamp_type: str,
+    configs: Mapping[str, str] | None = None,
 ) -> admin_pb2.CreateTopicRequest:
     if format not in WIRE_FORMATS or timestamp_type not in WIRE_TIMESTAMP_TYPES:
         raise InvalidArgumentError(
@@ -61,7 +66,13 @@ def create_request(
         replication_factor=replication_factor,
         format=WIRE_FORMATS[format],
         timestamp_type=WIRE_TIMESTAMP_TYPES[timestamp_type],
+        configs=configs or {},
     )
+
+
+def configs_of(resp: admin_pb2.DescribeConfigsResponse) -> dict[str, TopicConfig]:
+    """A DescribeConfigs answer: config name -> its value and source."""
+    return {c.name: TopicConfig(c.value, c.source) for c in resp.configs}
 
 
 def format_of(wire: int) -> str:

@@ -19,6 +19,14 @@ class AppendResult:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """One of a topic's configs (`Client.describe_configs`)."""
+
+    value: str
+    source: str  # "topic": the topic sets it; "default": the node's default
+
+
+@dataclass(frozen=True, slots=True)
 class FetchResult:
     # control records already removed; an envelope topic's records decoded
     records: frames.DecodedFrames | records.DecodedRecords

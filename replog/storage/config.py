@@ -34,6 +34,9 @@ class StorageConfig:
     index_interval_bytes: int = 4 * KIB
     index_bytes_initial: int = 12 * KIB
     record_bytes_max: int = 1 * MIB  # value bytes of one record
+    # a topic's max.message.bytes: the leader's limit on new records only (replicated and
+    # stored frames keep record_bytes_max, so lowering it never stalls a follower)
+    topic_record_bytes_max: int | None = None
     retention_bytes: int | None = None  # per partition; None keeps everything
     retention_ms: int | None = None
     flush: FlushPolicy = FlushPolicy.INTERVAL
@@ -54,6 +57,10 @@ class StorageConfig:
         need(self.index_bytes_initial >= 12, "index_bytes_initial must hold one entry")
         need(1 <= self.record_bytes_max <= LENGTH_MASK, "record_bytes_max must be in [1, 2^31)")
         need(
+            self.topic_record_bytes_max is None or self.topic_record_bytes_max >= 1,
+            "topic_record_bytes_max must be >= 1",
+        )
+        need(
             self.retention_bytes is None or self.retention_bytes >= 0,
             "retention_bytes must be >= 0",
         )
@@ -63,11 +70,14 @@ class StorageConfig:
         need(isinstance(self.flush, FlushPolicy), "flush must be a FlushPolicy")
         need(1 <= self.checksum_chunk_bytes <= 2**31, "checksum_chunk_bytes must be in [1, 2^31]")
 
-    def check_record_bytes(self, record_bytes: int) -> None:
+    def check_record_bytes(self, record_bytes: int, *, new: bool = False) -> None:
         """RECORD_TOO_LARGE when one record's value of `record_bytes` exceeds
         `record_bytes_max`: the one check of that limit (the leader before its driver sees a
-        batch, the log on every append and on every replicated frame)."""
+        batch, the log on every append and on every replicated frame). `new`: a record the
+        leader is asked to append, also held to the topic's `topic_record_bytes_max`."""
         limit = self.record_bytes_max
+        if new and self.topic_record_bytes_max is not None:
+            limit = min(limit, self.topic_record_bytes_max)
         if record_bytes > limit:
             raise RecordTooLargeError(
                 f"a record of {record_bytes} bytes exceeds record_bytes_max={limit}",

@@ -222,6 +222,12 @@ class PartitionLog:
             except OSError as exc:
                 raise self._fault(exc, f"reopen {self.directory}") from exc
 
+    def reconfigure(self, config: StorageConfig) -> None:
+        """Take `config` (a topic's configs changed): retention, segment rolls and the
+        leader's record limit read it from the next pass or append on."""
+        with self._lock:
+            self.config = self._log.config = config
+
     # -- state ---------------------------------------------------------------------------
 
     @property

@@ -39,6 +39,49 @@ class CreatePartitionsResponse(_message.Message):
     partitions: int
     def __init__(self, partitions: _Optional[int] = ...) -> None: ...
 
+class DescribeConfigsRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class ConfigEntry(_message.Message):
+    __slots__ = ("name", "value", "source")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: str
+    source: str
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
+
+class DescribeConfigsResponse(_message.Message):
+    __slots__ = ("configs",)
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    configs: _containers.RepeatedCompositeFieldContainer[ConfigEntry]
+    def __init__(self, configs: _Optional[_Iterable[_Union[ConfigEntry, _Mapping]]] = ...) -> None: ...
+
+class AlterConfigsRequest(_message.Message):
+    __slots__ = ("topic", "set", "delete")
+    class SetEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SET_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    set: _containers.ScalarMap[str, str]
+    delete: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topic: _Optional[str] = ..., set: _Optional[_Mapping[str, str]] = ..., delete: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AlterConfigsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class AddNodeRequest(_message.Message):
     __slots__ = ("node_id", "address", "peer_address")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -68,18 +111,27 @@ class RemoveNodeResponse(_message.Message):
     def __init__(self, nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("name", "partitions", "replication_factor", "format", "timestamp_type")
+    __slots__ = ("name", "partitions", "replication_factor", "format", "timestamp_type", "configs")
+    class ConfigsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_TYPE_FIELD_NUMBER: _ClassVar[int]
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: int
     replication_factor: int
     format: TopicFormat
     timestamp_type: TimestampType
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ..., format: _Optional[_Union[TopicFormat, str]] = ..., timestamp_type: _Optional[_Union[TimestampType, str]] = ...) -> None: ...
+    configs: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ..., format: _Optional[_Union[TopicFormat, str]] = ..., timestamp_type: _Optional[_Union[TimestampType, str]] = ..., configs: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CreateTopicResponse(_message.Message):
     __slots__ = ()
@@ -188,18 +240,27 @@ class ReplicaStatus(_message.Message):
     def __init__(self, replica_id: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., lag_records: _Optional[int] = ..., last_fetch_ms_ago: _Optional[int] = ...) -> None: ...
 
 class TopicDescription(_message.Message):
-    __slots__ = ("name", "partitions", "format", "timestamp_type", "partition_count")
+    __slots__ = ("name", "partitions", "format", "timestamp_type", "partition_count", "configs")
+    class ConfigsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_TYPE_FIELD_NUMBER: _ClassVar[int]
     PARTITION_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionDescription]
     format: TopicFormat
     timestamp_type: TimestampType
     partition_count: int
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionDescription, _Mapping]]] = ..., format: _Optional[_Union[TopicFormat, str]] = ..., timestamp_type: _Optional[_Union[TimestampType, str]] = ..., partition_count: _Optional[int] = ...) -> None: ...
+    configs: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionDescription, _Mapping]]] = ..., format: _Optional[_Union[TopicFormat, str]] = ..., timestamp_type: _Optional[_Union[TimestampType, str]] = ..., partition_count: _Optional[int] = ..., configs: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class GetMetadataRequest(_message.Message):
     __slots__ = ("topics",)
@@ -230,16 +291,25 @@ class PartitionMetadata(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., leader_id: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class TopicMetadata(_message.Message):
-    __slots__ = ("name", "partitions", "format", "timestamp_type")
+    __slots__ = ("name", "partitions", "format", "timestamp_type", "configs")
+    class ConfigsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_TYPE_FIELD_NUMBER: _ClassVar[int]
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionMetadata]
     format: TopicFormat
     timestamp_type: TimestampType
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionMetadata, _Mapping]]] = ..., format: _Optional[_Union[TopicFormat, str]] = ..., timestamp_type: _Optional[_Union[TimestampType, str]] = ...) -> None: ...
+    configs: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionMetadata, _Mapping]]] = ..., format: _Optional[_Union[TopicFormat, str]] = ..., timestamp_type: _Optional[_Union[TimestampType, str]] = ..., configs: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Metadata(_message.Message):
     __slots__ = ("nodes", "topics", "node_id", "metadata_voters", "metadata_observers", "metadata_leader_id")

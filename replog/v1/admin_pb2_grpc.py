@@ -89,6 +89,16 @@ class AdminStub:
                 request_serializer=replog_dot_v1_dot_admin__pb2.CreatePartitionsRequest.SerializeToString,
                 response_deserializer=replog_dot_v1_dot_admin__pb2.CreatePartitionsResponse.FromString,
                 _registered_method=True)
+        self.DescribeConfigs = channel.unary_unary(
+                '/replog.v1.Admin/DescribeConfigs',
+                request_serializer=replog_dot_v1_dot_admin__pb2.DescribeConfigsRequest.SerializeToString,
+                response_deserializer=replog_dot_v1_dot_admin__pb2.DescribeConfigsResponse.FromString,
+                _registered_method=True)
+        self.AlterConfigs = channel.unary_unary(
+                '/replog.v1.Admin/AlterConfigs',
+                request_serializer=replog_dot_v1_dot_admin__pb2.AlterConfigsRequest.SerializeToString,
+                response_deserializer=replog_dot_v1_dot_admin__pb2.AlterConfigsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -183,6 +193,24 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeConfigs(self, request, context):
+        """Every config of a topic (docs/api.md, Topic configs) with its value and its source:
+        the topic's own, or the node's default. Any node answers, from its metadata.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterConfigs(self, request, context):
+        """Set some of a topic's configs and reset others to their defaults (incremental, like
+        Kafka's IncrementalAlterConfigs). Validated before anything is recorded
+        (INVALID_ARGUMENT: nothing changes); answers once recorded in the cluster metadata.
+        The topic's replicas take the change without a restart.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -240,6 +268,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.CreatePartitions,
                     request_deserializer=replog_dot_v1_dot_admin__pb2.CreatePartitionsRequest.FromString,
                     response_serializer=replog_dot_v1_dot_admin__pb2.CreatePartitionsResponse.SerializeToString,
+            ),
+            'DescribeConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeConfigs,
+                    request_deserializer=replog_dot_v1_dot_admin__pb2.DescribeConfigsRequest.FromString,
+                    response_serializer=replog_dot_v1_dot_admin__pb2.DescribeConfigsResponse.SerializeToString,
+            ),
+            'AlterConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterConfigs,
+                    request_deserializer=replog_dot_v1_dot_admin__pb2.AlterConfigsRequest.FromString,
+                    response_serializer=replog_dot_v1_dot_admin__pb2.AlterConfigsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -539,6 +577,60 @@ class Admin:
             '/replog.v1.Admin/CreatePartitions',
             replog_dot_v1_dot_admin__pb2.CreatePartitionsRequest.SerializeToString,
             replog_dot_v1_dot_admin__pb2.CreatePartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/replog.v1.Admin/DescribeConfigs',
+            replog_dot_v1_dot_admin__pb2.DescribeConfigsRequest.SerializeToString,
+            replog_dot_v1_dot_admin__pb2.DescribeConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/replog.v1.Admin/AlterConfigs',
+            replog_dot_v1_dot_admin__pb2.AlterConfigsRequest.SerializeToString,
+            replog_dot_v1_dot_admin__pb2.AlterConfigsResponse.FromString,
             options,
             channel_credentials,
             insecure,

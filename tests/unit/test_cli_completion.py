@@ -85,7 +85,7 @@ def test_the_bash_script_is_valid_bash_and_registers_a_completion_for_replog(
             ],
         ),
         ("replog to", ["topic", "token"]),
-        ("replog topic ", ["create", "list", "describe", "delete", "alter"]),
+        ("replog topic ", ["create", "list", "describe", "delete", "configs", "alter"]),
         ("replog topic de", ["describe", "delete"]),
         ("replog completion ", ["bash", "zsh"]),
         ("replog partition ", ["reassign", "transfer-leader"]),

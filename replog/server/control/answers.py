@@ -115,4 +115,5 @@ class MetadataAnswers:
             format=WIRE_FORMATS[meta.format],
             timestamp_type=WIRE_TIMESTAMP_TYPES[meta.timestamp_type],
             partitions=partitions,
+            configs=meta.configs,
         )

@@ -13,10 +13,11 @@ LEADER_UNKNOWN meanwhile).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from replog.errors import InvalidArgumentError
 from replog.server.control.routing import Router
+from replog.server.meta import topic_configs
 from replog.server.meta.metadata import (
     CREATE_TIME,
     ENVELOPE,
@@ -96,9 +97,13 @@ class Topics:
         internal: bool = False,
         format: str = RAW,
         timestamp_type: str = CREATE_TIME,
+        configs: Mapping[str, str] | None = None,
     ) -> None:
         """`internal`: the node creates an internal topic, on the metadata leader only.
-        `format`, `timestamp_type`: see `metadata` (raw, create time by default)."""
+        `format`, `timestamp_type`: see `metadata` (raw, create time by default);
+        `configs`: see `topic_configs` (validated here, before anything is proposed)."""
+        configs = topic_configs.checked(configs or {})
+        topic_configs.check_node_limits(configs, self.replicas.config)
         nodes = [i for i, _ in self.peers.nodes()]
         # Checks that need no metadata, so that a bad request fails on any node at once.
         validate_topic_name(name)
@@ -127,6 +132,7 @@ class Topics:
                 replication_factor=rf,
                 format=WIRE_FORMATS[format],
                 timestamp_type=WIRE_TIMESTAMP_TYPES[timestamp_type],
+                configs=configs,
             )
             await remote(self.peers.admin(leader).CreateTopic(request, timeout=self.timeout_s))
             return
@@ -134,7 +140,9 @@ class Topics:
         racks = await self.racks() if self.racks is not None else None
 
         def make(image: MetadataImage) -> CreateTopic:
-            command = image.create_topic(name, partitions, rf, nodes, format, timestamp_type, racks)
+            command = image.create_topic(
+                name, partitions, rf, nodes, format, timestamp_type, racks, configs
+            )
             hosted = sum(self.peers.node_id in replicas for replicas in command.assignment)
             replica_dirs.check_space(self.replicas.data_dir, hosted, self.replicas.config)
             self.replicas.check_capacity(command.assignment)
@@ -182,6 +190,31 @@ class Topics:
         await self.metadata.propose(make, self.timeout_s)
         await self.replicas.wait_passes(2, LOCAL_OPEN_WAIT_S)  # as a create (above)
         return self.metadata.image.topic(name).partitions
+
+    async def describe_configs(self, name: str) -> list[topic_configs.ConfigValue]:
+        """Every config of topic `name`: its own values, and this node's defaults."""
+        meta = await self.router.topic(name)
+        return topic_configs.describe(meta.configs, meta.timestamp_type, self.replicas.config)
+
+    async def alter_configs(
+        self, name: str, set_: Mapping[str, str], delete: Sequence[str]
+    ) -> None:
+        """Set configs `set_` of topic `name` and reset `delete` to their defaults: checked
+        here, proposed on the metadata leader (forwarded there); returns once applied
+        there. A refusal records nothing."""
+        set_, deletes = topic_configs.checked_alter(set_, delete)
+        topic_configs.check_node_limits(set_, self.replicas.config)
+        if name in (OFFSETS_TOPIC, METADATA_TOPIC):
+            raise InvalidArgumentError(f"{name} is internal: its configs are the node's")
+        await self.router.topic(name)  # UNKNOWN_TOPIC (or LEADER_UNKNOWN) before forwarding
+        leader = self.router.metadata_leader()
+        if leader != self.peers.node_id:
+            request = admin_pb2.AlterConfigsRequest(topic=name, set=set_, delete=deletes)
+            await remote(self.peers.admin(leader).AlterConfigs(request, timeout=self.timeout_s))
+            return
+        await self.metadata.propose(
+            lambda image: image.alter_topic_configs(name, set_, deletes), self.timeout_s
+        )
 
     async def reassign(
         self, name: str, partition: int, replicas: tuple[int, ...]

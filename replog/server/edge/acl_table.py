@@ -109,6 +109,8 @@ TABLE: dict[str, Rule] = {
     ADMIN + "CreatePartitions": _acl("alter", "topic", "topic"),  # as Kafka
     ADMIN + "AddNode": _acl("alter", "cluster"),
     ADMIN + "RemoveNode": _acl("alter", "cluster"),
+    ADMIN + "DescribeConfigs": _acl("describe", "topic", "topic"),
+    ADMIN + "AlterConfigs": _acl("alter", "topic", "topic"),
     ACLS + "AddAcl": _acl("alter", "cluster"),
     ACLS + "RemoveAcl": _acl("alter", "cluster"),
     ACLS + "ListAcls": _acl("describe", "cluster"),

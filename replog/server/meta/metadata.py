@@ -14,6 +14,10 @@ Record value, JSON (UTF-8), version 1 (written)::
      "assignment": [[1, 2, 3], [2, 3, 1], [3, 1, 2]]}
     {"kind": "create_topic", "version": 2, ..., "format": "envelope",
      "timestamp_type": "log_append_time"}     (version 2: a topic that is not raw)
+    {"kind": "create_topic", "version": 3, ..., "configs": {"retention.ms": "60000"}}
+                                          (version 3: a topic with configs, `topic_configs`)
+    {"kind": "alter_topic_configs", "version": 1, "name": "orders", "topic_id": 17,
+     "set": {"retention.bytes": "1048576"}, "delete": ["segment.bytes"]}
     {"kind": "delete_topic", "version": 1, "name": "orders"}
     {"kind": "add_acl", "version": 1, "acl": {"principal": "User:alice",
      "resource_type": "topic", "resource_name": "orders.", "prefix": true,
@@ -109,12 +113,13 @@ from replog.server.meta.acls import RESOURCE_TYPES as RESOURCE_TYPES
 from replog.server.meta.acls import AclEntry as AclEntry
 from replog.server.meta.partition_growth import CreatePartitions as CreatePartitions
 from replog.server.meta.placement import assign as assign
+from replog.server.meta.topic_configs import altered, checked, checked_alter, split_timestamp_type
 from replog.storage import validate_topic_name
 from replog.storage.names import PARTITIONS_MAX
 
 METADATA_TOPIC = "__cluster"
 COMMAND_VERSION = 1
-KNOWN_VERSIONS = (0, 1, 2)
+KNOWN_VERSIONS = (0, 1, 2, 3)
 RAW = "raw"
 ENVELOPE = "envelope"
 FORMATS = (RAW, ENVELOPE)
@@ -135,8 +140,21 @@ class CreateTopic:
     assignment: tuple[tuple[int, ...], ...]  # partition -> its replicas, preferred leader first
     format: str = RAW
     timestamp_type: str = CREATE_TIME
+    configs: Mapping[str, str] = field(default_factory=dict)  # `topic_configs`, canonical
 
     KIND = "create_topic"
+
+
+@dataclass(frozen=True, slots=True)
+class AlterTopicConfigs:
+    """Set some of a topic's configs and reset others to their defaults (incremental)."""
+
+    name: str
+    topic_id: int
+    set: Mapping[str, str]  # canonical (message.timestamp.type: the topic's timestamp_type)
+    delete: tuple[str, ...]
+
+    KIND = "alter_topic_configs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +269,7 @@ Command = (
     | AddNode
     | RemoveNode
     | CreatePartitions
+    | AlterTopicConfigs
 )
 
 
@@ -267,6 +286,7 @@ class TopicMeta:
     # partition -> the nodes outside its assignment that any target of the reassignment in
     # progress named (a cancelled target's too: they may hold a voter until it completes)
     joining: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    configs: Mapping[str, str] = field(default_factory=dict)  # what the topic set (canonical)
 
     def hosts(self, partition: int) -> tuple[int, ...]:
         """The nodes with a replica of `partition`: its assignment, then, while a
@@ -305,6 +325,10 @@ def encode(command: Command) -> bytes:
             body["version"] = 2
             body["format"] = command.format
             body["timestamp_type"] = command.timestamp_type
+        if command.configs:
+            body.update(version=3, configs=dict(command.configs))
+    if isinstance(command, AlterTopicConfigs):
+        body.update(topic_id=command.topic_id, set=dict(command.set), delete=command.delete)
     return json.dumps(body, sort_keys=True).encode()
 
 
@@ -318,8 +342,8 @@ def decode(value: bytes) -> Command:
         raise UnknownCommandError("a metadata command must be a JSON object")
     version = body.get("version", 0)
     kind = body.get("kind") if version else body.get("op")
-    if version == 2 and kind != CreateTopic.KIND:
-        version = f"2 of {kind!r}"  # only create_topic has a version 2
+    if version in (2, 3) and kind != CreateTopic.KIND:
+        version = f"{version} of {kind!r}"  # only create_topic has a version 2 or 3
     if version not in KNOWN_VERSIONS or isinstance(version, bool):
         raise UnknownCommandError(
             f"metadata command version {version!r} (kind {kind!r}) is newer than this node "
@@ -334,8 +358,12 @@ def decode(value: bytes) -> Command:
                     tuple(tuple(_int(r) for r in reps) for reps in body["assignment"]),
                     _choice(body.get("format", RAW), FORMATS),
                     _choice(body.get("timestamp_type", CREATE_TIME), TIMESTAMP_TYPES),
+                    checked(body.get("configs", {})) if version == 3 else {},
                 )
             )
+        if kind == AlterTopicConfigs.KIND and version == 1:
+            altered_ = checked_alter(body["set"], body["delete"])
+            return AlterTopicConfigs(_name(body["name"]), _int(body["topic_id"]), *altered_)
         if kind == DeleteTopic.KIND:
             return DeleteTopic(_name(body["name"]))
         if kind == CreatePartitions.KIND and version >= 1:
@@ -364,7 +392,7 @@ def decode(value: bytes) -> Command:
         if kind in (AddAcl.KIND, RemoveAcl.KIND) and version >= 1:
             acl = _acl(body["acl"])
             return AddAcl(acl) if kind == AddAcl.KIND else RemoveAcl(acl)
-    except (KeyError, TypeError, ValueError, InvalidArgumentError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, InvalidArgumentError) as exc:
         raise UnknownCommandError(f"malformed {kind!r} metadata command: {exc!r}") from None
     raise UnknownCommandError(
         f"unknown metadata command kind {kind!r} (version {version}): upgrade this node"
@@ -446,10 +474,14 @@ class MetadataImage:
         format: str = RAW,
         timestamp_type: str = CREATE_TIME,
         racks: Mapping[int, str] | None = None,
+        configs: Mapping[str, str] | None = None,
     ) -> CreateTopic:
         """The command that creates `name`, or the typed error a client should get
-        (`racks`: see `assign`)."""
+        (`racks`: see `assign`; `configs`: `topic_configs`, message.timestamp.type, when
+        given, sets `timestamp_type`)."""
         validate_topic_name(name)
+        kept, kafka_type = split_timestamp_type(checked(configs or {}))
+        timestamp_type = kafka_type or timestamp_type
         if name == METADATA_TOPIC:
             raise InvalidArgumentError(f"{METADATA_TOPIC} is reserved", topic=name)
         if not 1 <= partitions <= PARTITIONS_MAX:
@@ -471,7 +503,17 @@ class MetadataImage:
         if name in self.topics:
             raise TopicExistsError(f"topic {name!r} already exists", topic=name)
         assignment = assign(name, partitions, replication_factor, nodes, racks)
-        return CreateTopic(name, partitions, assignment, format, timestamp_type)
+        return CreateTopic(name, partitions, assignment, format, timestamp_type, kept)
+
+    def alter_topic_configs(
+        self, name: str, set_: Mapping[str, str], delete: Sequence[str]
+    ) -> AlterTopicConfigs:
+        """The command that sets configs `set_` of `name` and resets `delete` to their
+        defaults, or INVALID_ARGUMENT / UNKNOWN_TOPIC."""
+        meta = self.topic(name)
+        if name == METADATA_TOPIC:
+            raise InvalidArgumentError(f"{METADATA_TOPIC} has no configs", topic=name)
+        return AlterTopicConfigs(name, meta.topic_id, *checked_alter(set_, delete))
 
     def create_partitions(
         self,
@@ -701,9 +743,15 @@ class MetadataImage:
                     offset,
                     command.format,
                     command.timestamp_type,
+                    configs=command.configs,
                 )
         elif isinstance(command, DeleteTopic):
             self.topics.pop(command.name, None)
+        elif isinstance(command, AlterTopicConfigs):
+            meta = self.topics.get(command.name)
+            if meta is not None and meta.topic_id == command.topic_id:  # (else: it went)
+                new = altered(meta.configs, meta.timestamp_type, command.set, command.delete)
+                self.topics[meta.name] = replace(meta, configs=new[0], timestamp_type=new[1])
         elif isinstance(command, AddAcl):
             self.acls.add(command.acl)
         elif isinstance(command, RemoveAcl):
@@ -774,7 +822,12 @@ def _topic_of(command: Command | None) -> str | None:
     """The topic a command may change (None: it changes none)."""
     if isinstance(
         command,
-        CreateTopic | DeleteTopic | ReassignPartition | CompleteReassignment | CreatePartitions,
+        CreateTopic
+        | DeleteTopic
+        | ReassignPartition
+        | CompleteReassignment
+        | CreatePartitions
+        | AlterTopicConfigs,
     ):
         return command.name
     return None

@@ -13,7 +13,9 @@ whenever the image changes and performs, topic by topic:
   earlier release), open each hosted partition's log, start its replica (a partition being
   reassigned is hosted by its assignment's nodes and its target's: see `metadata`);
 * a partition of a topic still hosted here that the image no longer hosts here (a
-  completed reassignment moved it away): stop its replica, move its directory to the trash.
+  completed reassignment moved it away): stop its replica, move its directory to the trash;
+* a running replica of a topic whose configs changed (`topic_configs`): its log takes the
+  topic's storage config again (retention, segment size, record limit: no restart).
 
 What a pass looks at is what changed: the first pass (start-up) looks at every topic that
 exists locally or in the image, once each; every later pass only at the topics the image
@@ -43,7 +45,7 @@ from pathlib import Path
 
 from replog.errors import ReplogError, TooManyPartitionsError
 from replog.server.logs import log
-from replog.server.meta import timestamps
+from replog.server.meta import timestamps, topic_configs
 from replog.server.meta.metadata import MetadataImage, TopicMeta
 from replog.server.partitions import replica_dirs
 from replog.server.partitions.replica_dirs import LocalTopic
@@ -295,8 +297,13 @@ class ReplicaManager:
         hosting = set(hosted)
         for key in sorted(k for k in moved if k[1] not in hosting):
             await self._remove_partition(key, now)  # reassigned to other nodes
+        config = self._topic_config(meta)
         for p in hosted:
-            if (name, p) in self.replicas or not self._due((name, p), now):
+            running_part = self.replicas.get((name, p))
+            if running_part is not None and running_part.log.config != config:
+                await asyncio.to_thread(running_part.log.reconfigure, config)
+                log(_log, "replica.reconfigured", topic=name, partition=p)
+            if running_part is not None or not self._due((name, p), now):
                 continue
             try:
                 await self._start(meta, p)
@@ -327,7 +334,7 @@ class ReplicaManager:
 
     async def _start(self, meta: TopicMeta, p: int) -> None:
         directory = partition_dir(self.data_dir, meta.name, p)
-        config = timestamps.topic_config(self.config, meta)  # how its records are dated
+        config = self._topic_config(meta)
         plog = await asyncio.to_thread(PartitionLog, directory, meta.name, p, config, self.files)
         try:
             part = self._make_replica(meta, p, plog)
@@ -337,6 +344,13 @@ class ReplicaManager:
             raise
         self.replicas[(meta.name, p)] = part
         self._running.setdefault(meta.name, set()).add(p)
+
+    def _topic_config(self, meta: TopicMeta) -> StorageConfig:
+        """The storage config of a replica of `meta`: how its records are dated, and the
+        topic's configs over the node's."""
+        return topic_configs.storage_config(
+            timestamps.topic_config(self.config, meta), meta.configs
+        )
 
     async def _remove_partition(self, key: tuple[str, int], now: float) -> None:
         """Stop and delete the replica of a partition the image no longer hosts here (a

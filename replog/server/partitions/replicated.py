@@ -212,8 +212,11 @@ class ReplicatedPartition:
         # driver rebuild its core from disk (and a lone voter hold a new election).
         config = self.log.config
         # no record can be larger than the whole batch: measured one by one only past it
-        if values_bytes is None or values_bytes > config.record_bytes_max:
-            config.check_record_bytes(max(map(len, values)))
+        limit = min(
+            config.record_bytes_max, config.topic_record_bytes_max or config.record_bytes_max
+        )
+        if values_bytes is None or values_bytes > limit:
+            config.check_record_bytes(max(map(len, values)), new=True)
         if acks is Acks.NONE:  # nobody hears about later failures
             size_bytes = sum(map(len, values)) if values_bytes is None else values_bytes
             self.limits.take_acks_none(size_bytes)  # TOO_MANY_BYTES_IN_FLIGHT past the limit

@@ -114,8 +114,26 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             request.replication_factor,
             format=fmt,
             timestamp_type=timestamp_type,
+            configs=dict(request.configs),
         )
         return admin_pb2.CreateTopicResponse()
+
+    @unary("DescribeConfigs")
+    async def DescribeConfigs(
+        self, request: admin_pb2.DescribeConfigsRequest, context: Context
+    ) -> admin_pb2.DescribeConfigsResponse:
+        found = await self.topics.describe_configs(request.topic)
+        entries = [
+            admin_pb2.ConfigEntry(name=c.name, value=c.value, source=c.source) for c in found
+        ]
+        return admin_pb2.DescribeConfigsResponse(configs=entries)
+
+    @unary("AlterConfigs")
+    async def AlterConfigs(
+        self, request: admin_pb2.AlterConfigsRequest, context: Context
+    ) -> admin_pb2.AlterConfigsResponse:
+        await self.topics.alter_configs(request.topic, dict(request.set), list(request.delete))
+        return admin_pb2.AlterConfigsResponse()
 
     @unary("DeleteTopic")
     async def DeleteTopic(
@@ -150,6 +168,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             format=WIRE_FORMATS[meta.format],
             timestamp_type=WIRE_TIMESTAMP_TYPES[meta.timestamp_type],
             partition_count=meta.partitions,
+            configs=meta.configs,
         )
         asked = _Asked(request, _forwarded(context))
         first = min(request.first_partition, meta.partitions)  # (paging: docs/api.md)
