@@ -1,0 +1,164 @@
+"""Quotas: token buckets under a fake clock, the set_quota command, and the admission of
+calls by principal (edge/buckets.py, meta/quotas.py, edge/quotas.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from replog.errors import InvalidArgumentError, QuotaExceededError, error_from_reason
+from replog.server.edge.buckets import Buckets, TokenBucket
+from replog.server.edge.quotas import Quotas
+from replog.server.meta.metadata import (
+    MetadataImage,
+    UnknownCommandError,
+    decode,
+    encode,
+)
+from replog.server.meta.quotas import QUOTAS_MAX, QuotaEntry, apply_quota, check_room
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_bucket_lets_its_burst_through_then_refuses_with_the_wait_until_a_token() -> None:
+    bucket = TokenBucket.full(10.0, now=0.0)
+    assert [bucket.take(1, 0.0) for _ in range(10)] == [0.0] * 10
+    assert bucket.take(1, 0.0) == pytest.approx(0.1)
+    assert bucket.take(1, 0.05) == pytest.approx(0.05)
+    assert bucket.take(1, 0.1) == 0.0
+
+
+def test_a_cost_above_the_burst_needs_a_full_bucket_and_leaves_a_debt() -> None:
+    bucket = TokenBucket.full(100.0, now=0.0)  # burst 100 bytes
+    assert bucket.take(300, 0.0) == 0.0  # a full bucket lets one large call through
+    assert bucket.tokens == -200
+    assert bucket.take(1, 0.0) == pytest.approx(2.01)  # the debt is waited out first
+    assert bucket.take(300, 3.0) == 0.0
+
+
+def test_over_any_interval_a_bucket_admits_at_most_its_burst_plus_rate_times_time() -> None:
+    bucket = TokenBucket.full(50.0, now=0.0)
+    admitted = sum(7 for i in range(10_000) if bucket.take(7, i * 0.001) == 0.0)
+    assert admitted <= 50 + 50 * 10.0 + 7
+    assert admitted >= 50 * 10.0 - 7  # and it does let the rate through
+
+
+def test_a_clock_that_steps_back_refills_nothing() -> None:
+    bucket = TokenBucket.full(1.0, now=10.0)
+    assert bucket.take(1, 10.0) == 0.0
+    assert bucket.take(1, 5.0) > 0
+
+
+def test_a_new_rate_caps_the_tokens_to_its_burst() -> None:
+    bucket = TokenBucket.full(100.0, now=0.0)
+    bucket.set_rate(2.0, 0.0)
+    assert bucket.tokens == 2.0
+
+
+def test_buckets_are_bounded_and_the_least_recently_used_goes_first() -> None:
+    buckets = Buckets(buckets_max=3)
+    for name in ("a", "b", "c"):
+        buckets.take((name, "requests"), 1.0, 1, 0.0)
+    buckets.take(("a", "requests"), 1.0, 0, 0.0)  # a is used again: b is the oldest
+    buckets.take(("d", "requests"), 1.0, 1, 0.0)
+    assert len(buckets) == 3 and buckets.evicted == 1
+    assert buckets.take(("a", "requests"), 1.0, 1, 0.0) > 0  # a kept its (empty) bucket
+    assert buckets.take(("b", "requests"), 1.0, 1, 0.0) == 0.0  # b starts full again
+
+
+def test_quota_entries_are_validated() -> None:
+    assert QuotaEntry.checked("User:*", requests_per_s=5).requests_per_s == 5
+    for principal in ("alice", "Node:1", "User:", "User:" + "x" * 300):
+        with pytest.raises(InvalidArgumentError):
+            QuotaEntry.checked(principal, requests_per_s=1)
+    with pytest.raises(InvalidArgumentError):
+        QuotaEntry.checked("User:a", requests_per_s=-1)
+    with pytest.raises(InvalidArgumentError):
+        QuotaEntry.checked("User:a", bogus_per_s=1)
+
+
+def test_set_quota_round_trips_and_applies_the_last_setting_and_zero_removes() -> None:
+    image = MetadataImage()
+    entry = QuotaEntry.checked("User:alice", produce_bytes_per_s=1024, metadata_writes_per_s=5)
+    assert decode(encode(entry)) == entry
+    image.apply(0, decode(encode(entry)))
+    assert image.quotas == {"User:alice": entry}
+    image.apply(1, QuotaEntry.checked("User:alice", requests_per_s=3))
+    assert image.quotas["User:alice"].requests_per_s == 3
+    assert image.quotas["User:alice"].produce_bytes_per_s == 0
+    image.apply(2, QuotaEntry("User:alice"))
+    assert image.quotas == {}
+
+
+def test_a_malformed_set_quota_record_stops_the_node() -> None:
+    body = b'{"kind": "set_quota", "version": 1, "quota": {"principal": "User:a"}}'
+    with pytest.raises(UnknownCommandError):
+        decode(body)
+    bad = encode(QuotaEntry("User:a", requests_per_s=1)).replace(
+        b'"requests_per_s": 1', b'"requests_per_s": -1'
+    )
+    with pytest.raises(UnknownCommandError):
+        decode(bad)
+
+
+def test_entries_are_bounded() -> None:
+    quotas = {f"User:{i}": QuotaEntry(f"User:{i}", requests_per_s=1) for i in range(QUOTAS_MAX)}
+    extra = QuotaEntry("User:extra", requests_per_s=1)
+    with pytest.raises(InvalidArgumentError):
+        check_room(quotas, extra)
+    apply_quota(quotas, extra)
+    assert "User:extra" not in quotas
+    check_room(quotas, QuotaEntry("User:extra"))  # a removal always fits
+
+
+def _quotas(entries: list[QuotaEntry], clock: Clock) -> Quotas:
+    table = {e.principal: e for e in entries}
+    return Quotas(lambda context: str(context), lambda: table, clock)
+
+
+def test_a_principal_over_its_metadata_quota_is_refused_with_a_retry_hint() -> None:
+    clock = Clock()
+    quotas = _quotas([QuotaEntry("User:bob", metadata_writes_per_s=5)], clock)
+    costs = quotas.costs("/replog.v1.Log/InitProducer", None)
+    assert all(quotas.admit("User:bob", costs) is None for _ in range(5))
+    refused = quotas.admit("User:bob", costs)
+    assert isinstance(refused, QuotaExceededError)
+    assert refused.retriable and refused.reason == "QUOTA_EXCEEDED"
+    assert refused.quota == "metadata_writes" and refused.retry_after_ms == 200
+    back = error_from_reason(refused.reason, refused.message, refused.metadata)
+    assert isinstance(back, QuotaExceededError) and back.retry_after_ms == 200
+    assert quotas.admit("User:carol", costs) is None  # no entry, no default: unlimited
+    clock.now += 0.2
+    assert quotas.admit("User:bob", costs) is None
+    assert quotas.snapshot() == [("own", "metadata_writes", 1)]
+
+
+def test_the_default_entry_applies_to_principals_without_their_own() -> None:
+    clock = Clock()
+    quotas = _quotas(
+        [QuotaEntry("User:*", requests_per_s=1), QuotaEntry("User:vip", requests_per_s=100)],
+        clock,
+    )
+    costs = quotas.costs("/replog.v1.Admin/ListTopics", None)
+    assert quotas.admit("User:a", costs) is None
+    assert quotas.admit("User:b", costs) is None  # each principal has its own bucket
+    assert quotas.admit("User:a", costs) is not None
+    assert all(quotas.admit("User:vip", costs) is None for _ in range(100))
+    assert quotas.snapshot() == [("default", "requests", 1)]
+
+
+def test_fetched_bytes_leave_a_debt_that_refuses_the_next_fetch() -> None:
+    clock = Clock()
+    quotas = _quotas([QuotaEntry("User:r", fetch_bytes_per_s=1000)], clock)
+    costs = quotas.costs("/replog.v1.Log/Fetch", None)
+    assert quotas.admit("User:r", costs) is None
+    assert quotas.charge_fetch("User:r", 3000) == pytest.approx(2.0)
+    refused = quotas.admit("User:r", costs)
+    assert refused is not None and refused.retry_after_ms == 2000
+    clock.now += 2.0
+    assert quotas.admit("User:r", costs) is None
