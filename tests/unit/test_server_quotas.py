@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from replog.client.retry import Attempts, RetryPolicy, call_with_retry, retry_after_s
 from replog.errors import InvalidArgumentError, QuotaExceededError, error_from_reason
 from replog.server.edge.buckets import Buckets, TokenBucket
 from replog.server.edge.quotas import Quotas
@@ -162,3 +163,43 @@ def test_fetched_bytes_leave_a_debt_that_refuses_the_next_fetch() -> None:
     assert refused is not None and refused.retry_after_ms == 2000
     clock.now += 2.0
     assert quotas.admit("User:r", costs) is None
+
+
+def test_the_client_waits_at_least_the_servers_retry_after_hint() -> None:
+    policy = RetryPolicy(backoff_initial_ms=1, backoff_max_ms=1, deadline_ms=10_000)
+    attempts = Attempts(policy)
+    hinted = QuotaExceededError("over", quota="requests", retry_after_ms=750)
+    assert attempts.budget_left(hinted) == pytest.approx(0.75)
+    assert attempts.pause_s(0.75, rerouted=True) == pytest.approx(0.75)  # not skipped
+    assert 0 < attempts.budget_left(QuotaExceededError("over")) <= 0.001
+    for junk in ("-5", "1e9", "x", "99999999999"):
+        assert retry_after_s(QuotaExceededError("over", retry_after_ms=junk)) <= 60.0
+    assert retry_after_s(QuotaExceededError("over", retry_after_ms="99999999")) == 60.0
+    assert Attempts(RetryPolicy(deadline_ms=500)).budget_left(hinted) is None  # past budget
+
+
+def test_a_call_over_its_quota_succeeds_once_the_hint_has_passed() -> None:
+    clock = Clock()
+    quotas = _quotas([QuotaEntry("User:p", requests_per_s=2)], clock)
+    slept: list[float] = []
+    calls = 0
+
+    def call() -> str:
+        nonlocal calls
+        calls += 1
+        refused = quotas.admit("User:p", {"requests": 1.0})
+        if refused is not None:
+            raise refused
+        return "ok"
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock.now += seconds
+
+    policy = RetryPolicy(backoff_initial_ms=1, backoff_max_ms=1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("replog.client.retry.time.sleep", sleep)
+        results = [call_with_retry(call, policy) for _ in range(5)]
+    assert results == ["ok"] * 5
+    assert calls == 5 + len(slept)
+    assert all(s >= 0.5 - 1e-9 for s in slept)  # each wait honoured the hint (1/rate)
