@@ -48,9 +48,9 @@ METADATA_WRITES = frozenset(
         ADMIN + "ReassignPartition",
         ADMIN + "AddNode",
         ADMIN + "RemoveNode",
-        ADMIN + "SetQuota",
         ACLS + "AddAcl",
         ACLS + "RemoveAcl",
+        ACLS + "SetQuota",
         GROUPS + "JoinGroup",
         GROUPS + "DeleteGroup",
     }
