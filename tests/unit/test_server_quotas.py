@@ -117,6 +117,26 @@ def test_entries_are_bounded() -> None:
     check_room(quotas, QuotaEntry("User:extra"))  # a removal always fits
 
 
+class Sized:
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def ByteSize(self) -> int:
+        return self.size
+
+
+def test_a_produce_costs_its_request_bytes_and_is_refused_until_the_debt_is_paid() -> None:
+    clock = Clock()
+    quotas = _quotas([QuotaEntry("User:w", produce_bytes_per_s=1000)], clock)
+    append = "/replog.v1.Log/Append"
+    assert quotas.admit("User:w", append, Sized(2500)) is None  # a full bucket: it goes
+    refused = quotas.admit("User:w", append, Sized(10))
+    assert refused is not None and refused.quota == "produce_bytes"
+    assert refused.retry_after_ms == 1510  # the 1500-byte debt, then 10 bytes
+    clock.now += 1.51
+    assert quotas.admit("User:w", append, Sized(10)) is None
+
+
 def _quotas(entries: list[QuotaEntry], clock: Clock) -> Quotas:
     table = {e.principal: e for e in entries}
     return Quotas(lambda context: str(context), lambda: table, clock)
@@ -125,17 +145,17 @@ def _quotas(entries: list[QuotaEntry], clock: Clock) -> Quotas:
 def test_a_principal_over_its_metadata_quota_is_refused_with_a_retry_hint() -> None:
     clock = Clock()
     quotas = _quotas([QuotaEntry("User:bob", metadata_writes_per_s=5)], clock)
-    costs = quotas.costs("/replog.v1.Log/InitProducer", None)
-    assert all(quotas.admit("User:bob", costs) is None for _ in range(5))
-    refused = quotas.admit("User:bob", costs)
+    costs = "/replog.v1.Log/InitProducer"
+    assert all(quotas.admit("User:bob", costs, None) is None for _ in range(5))
+    refused = quotas.admit("User:bob", costs, None)
     assert isinstance(refused, QuotaExceededError)
     assert refused.retriable and refused.reason == "QUOTA_EXCEEDED"
     assert refused.quota == "metadata_writes" and refused.retry_after_ms == 200
     back = error_from_reason(refused.reason, refused.message, refused.metadata)
     assert isinstance(back, QuotaExceededError) and back.retry_after_ms == 200
-    assert quotas.admit("User:carol", costs) is None  # no entry, no default: unlimited
+    assert quotas.admit("User:carol", costs, None) is None  # no entry, no default: unlimited
     clock.now += 0.2
-    assert quotas.admit("User:bob", costs) is None
+    assert quotas.admit("User:bob", costs, None) is None
     assert quotas.snapshot() == [("own", "metadata_writes", 1)]
 
 
@@ -145,24 +165,24 @@ def test_the_default_entry_applies_to_principals_without_their_own() -> None:
         [QuotaEntry("User:*", requests_per_s=1), QuotaEntry("User:vip", requests_per_s=100)],
         clock,
     )
-    costs = quotas.costs("/replog.v1.Admin/ListTopics", None)
-    assert quotas.admit("User:a", costs) is None
-    assert quotas.admit("User:b", costs) is None  # each principal has its own bucket
-    assert quotas.admit("User:a", costs) is not None
-    assert all(quotas.admit("User:vip", costs) is None for _ in range(100))
+    costs = "/replog.v1.Admin/ListTopics"
+    assert quotas.admit("User:a", costs, None) is None
+    assert quotas.admit("User:b", costs, None) is None  # each principal has its own bucket
+    assert quotas.admit("User:a", costs, None) is not None
+    assert all(quotas.admit("User:vip", costs, None) is None for _ in range(100))
     assert quotas.snapshot() == [("default", "requests", 1)]
 
 
 def test_fetched_bytes_leave_a_debt_that_refuses_the_next_fetch() -> None:
     clock = Clock()
     quotas = _quotas([QuotaEntry("User:r", fetch_bytes_per_s=1000)], clock)
-    costs = quotas.costs("/replog.v1.Log/Fetch", None)
-    assert quotas.admit("User:r", costs) is None
-    assert quotas.charge_fetch("User:r", 3000) == pytest.approx(2.0)
-    refused = quotas.admit("User:r", costs)
+    costs = "/replog.v1.Log/Fetch"
+    assert quotas.admit("User:r", costs, None) is None
+    assert quotas.charge_fetch("User:r", Sized(3000)) == pytest.approx(2.0)
+    refused = quotas.admit("User:r", costs, None)
     assert refused is not None and refused.retry_after_ms == 2000
     clock.now += 2.0
-    assert quotas.admit("User:r", costs) is None
+    assert quotas.admit("User:r", costs, None) is None
 
 
 def test_the_client_waits_at_least_the_servers_retry_after_hint() -> None:
@@ -187,7 +207,7 @@ def test_a_call_over_its_quota_succeeds_once_the_hint_has_passed() -> None:
     def call() -> str:
         nonlocal calls
         calls += 1
-        refused = quotas.admit("User:p", {"requests": 1.0})
+        refused = quotas.admit("User:p", "/replog.v1.Admin/ListTopics", None)
         if refused is not None:
             raise refused
         return "ok"

@@ -57,6 +57,12 @@ METADATA_WRITES = frozenset(
 )
 PRODUCES = frozenset({LOG + "Append", LOG + "AppendStream"})
 FETCHES = frozenset({LOG + "Fetch", LOG + "StreamFrom"})
+# method -> the quotas a call of it is charged against, in the order they are checked
+QUOTAS_OF: dict[str, tuple[str, ...]] = {
+    **{m: ("requests", "metadata_writes") for m in METADATA_WRITES},
+    **{m: ("requests", "produce_bytes") for m in PRODUCES},
+    **{m: ("requests", "fetch_bytes") for m in FETCHES},
+}
 STREAM_WAIT_S_MAX = 5.0  # a StreamFrom sleeps at most this long at once (then re-checks)
 
 
@@ -77,17 +83,20 @@ class Quotas:
         """(principal_kind, quota, calls refused or delayed) for the metrics."""
         return [(kind, quota, n) for (kind, quota), n in sorted(self.throttled.items())]
 
-    def admit(self, principal: str, costs: dict[str, float]) -> QuotaExceededError | None:
-        """Take `costs` (quota -> tokens) from the principal's buckets, or the error that
-        refuses the call (then nothing is taken from the buckets after the first refusal)."""
+    def admit(self, principal: str, method: str, request: Any) -> QuotaExceededError | None:
+        """Take the call's costs from the principal's buckets, or the error that refuses
+        the call (then nothing is taken from the buckets after the first refusal)."""
         entry, own = quota_for(self.quotas(), principal)
         if entry is None:
             return None
         now = self.clock()
-        for quota, cost in costs.items():
+        for quota in QUOTAS_OF.get(method, ("requests",)):
             rate = entry.rate(quota)
             if not rate:
                 continue
+            cost = float(request.ByteSize()) if quota == "produce_bytes" else 1.0
+            if quota == "fetch_bytes":
+                cost = 0.0  # refused while in debt; the reply is charged once built
             wait_s = self.buckets.take((principal, quota), rate, cost, now)
             if wait_s > 0:
                 kind = "own" if own else "default"
@@ -102,26 +111,16 @@ class Quotas:
                 )
         return None
 
-    def charge_fetch(self, principal: str, reply_bytes: int) -> float:
+    def charge_fetch(self, principal: str, reply: Any) -> float:
         """Take a reply's bytes; the seconds the principal's fetch bucket is in debt."""
         entry, _own = quota_for(self.quotas(), principal)
         rate = entry.rate("fetch_bytes") if entry is not None else 0
         if not rate:
-            return 0.0
+            return 0.0  # (no quota: the reply's size is never computed)
         now = self.clock()
         bucket = self.buckets.bucket((principal, "fetch_bytes"), rate, now)
-        bucket.charge(reply_bytes, now)
+        bucket.charge(reply.ByteSize(), now)
         return max(0.0, -bucket.tokens / rate)
-
-    def costs(self, method: str, request: Any) -> dict[str, float]:
-        costs: dict[str, float] = {"requests": 1.0}
-        if method in METADATA_WRITES:
-            costs["metadata_writes"] = 1.0
-        if method in PRODUCES:
-            costs["produce_bytes"] = float(request.ByteSize())
-        if method in FETCHES:
-            costs["fetch_bytes"] = 0.0  # refused while in debt; the reply is charged after
-        return costs
 
     def wrap(self, method: str, handler: Handler) -> Handler:
         if not method.startswith(GUARDED_SERVICES):
@@ -147,12 +146,12 @@ class Quotas:
     def _unary(self, inner: Callable[..., Any], method: str) -> Callable[..., Any]:
         async def handle(request: Any, context: Any) -> Any:
             principal = self.principal(context)
-            refused = self.admit(principal, self.costs(method, request))
+            refused = self.admit(principal, method, request)
             if refused is not None:
                 await abort(context, refused)
             reply = await inner(request, context)
             if method in FETCHES:
-                self.charge_fetch(principal, reply.ByteSize())
+                self.charge_fetch(principal, reply)
             return reply
 
         return handle
@@ -160,12 +159,12 @@ class Quotas:
     def _streamed_replies(self, inner: Callable[..., Any], method: str) -> Callable[..., Any]:
         async def generate(request: Any, context: Any) -> AsyncIterator[Any]:
             principal = self.principal(context)
-            refused = self.admit(principal, self.costs(method, request))
+            refused = self.admit(principal, method, request)
             if refused is not None:
                 await abort(context, refused)
             async for reply in inner(request, context):
                 yield reply
-                debt_s = self.charge_fetch(principal, reply.ByteSize())
+                debt_s = self.charge_fetch(principal, reply)
                 if debt_s > 0:
                     self.throttled[("stream", "fetch_bytes")] += 1
                     await asyncio.sleep(min(debt_s, STREAM_WAIT_S_MAX))
@@ -178,7 +177,7 @@ class Quotas:
                 if isinstance(request, Refused):
                     yield request
                     continue
-                refused = self.admit(principal, self.costs(method, request))
+                refused = self.admit(principal, method, request)
                 yield request if refused is None else Refused(request, refused)
 
         async def handle(requests: AsyncIterator[Any], context: Any) -> Any:
