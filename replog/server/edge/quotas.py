@@ -21,6 +21,7 @@ least recently used). Refusals are counted by (`principal_kind`: "own" or "defau
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 import time
 from collections import Counter
@@ -157,19 +158,38 @@ class Quotas:
         return handle
 
     def _streamed_replies(self, inner: Callable[..., Any], method: str) -> Callable[..., Any]:
-        async def generate(request: Any, context: Any) -> AsyncIterator[Any]:
+        """StreamFrom: admitted like a unary call; then each reply is charged once sent and
+        the stream waits out the debt before the next. The handler writes its replies with
+        `context.write` (rpc.streaming), so it is given a context that charges them."""
+
+        async def admitted(request: Any, context: Any) -> str:
             principal = self.principal(context)
             refused = self.admit(principal, method, request)
             if refused is not None:
                 await abort(context, refused)
-            async for reply in inner(request, context):
-                yield reply
-                debt_s = self.charge_fetch(principal, reply)
-                if debt_s > 0:
-                    self.throttled[("stream", "fetch_bytes")] += 1
-                    await asyncio.sleep(min(debt_s, STREAM_WAIT_S_MAX))
+            return principal
 
-        return generate
+        if inspect.isasyncgenfunction(inner):
+
+            async def generate(request: Any, context: Any) -> AsyncIterator[Any]:
+                principal = await admitted(request, context)
+                async for reply in inner(request, context):
+                    yield reply
+                    await self._wait_debt(principal, reply)
+
+            return generate
+
+        async def handle(request: Any, context: Any) -> Any:
+            principal = await admitted(request, context)
+            return await inner(request, _ChargedContext(context, self, principal))
+
+        return handle
+
+    async def _wait_debt(self, principal: str, reply: Any) -> None:
+        debt_s = self.charge_fetch(principal, reply)
+        if debt_s > 0:
+            self.throttled[("stream", "fetch_bytes")] += 1
+            await asyncio.sleep(min(debt_s, STREAM_WAIT_S_MAX))
 
     def _streamed_requests(self, inner: Callable[..., Any], method: str) -> Callable[..., Any]:
         async def admitted(requests: AsyncIterator[Any], principal: str) -> AsyncIterator[Any]:
@@ -184,3 +204,20 @@ class Quotas:
             return await inner(admitted(requests, self.principal(context)), context)
 
         return handle
+
+
+class _ChargedContext:
+    """A call's context whose `write` charges each reply to the principal's fetch quota
+    and waits out the debt; everything else is the call's own context."""
+
+    def __init__(self, context: Any, quotas: Quotas, principal: str) -> None:
+        self._context = context
+        self._quotas = quotas
+        self._principal = principal
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+    async def write(self, reply: Any) -> None:
+        await self._context.write(reply)
+        await self._quotas._wait_debt(self._principal, reply)
