@@ -139,6 +139,10 @@ Command: `python bench/quotas.py --write-docs`. Machine: {machine}.
 | quota | achieved / setting, {opts.runs} runs | median | ceiling / setting (median) |
 |---|---|---|---|
 {chr(10).join(rows)}
+
+Produce stays under the setting by the round trips of refused attempts (a refused append
+is re-sent once its hint has passed: the bucket idles during that round trip); fetch is
+charged after the reply, so its debt is paid while the next request travels.
 """
         DOCS_FILE.write_text(replace_section(DOCS_FILE.read_text(), HEADING, body))
     return 0
