@@ -132,27 +132,59 @@ def test_init_producer_calls_over_the_metadata_quota_are_refused_and_the_log_sta
         assert all(q["principal"] != "User:bob" for q in admin.list_quotas())
 
 
+@pytest.mark.parametrize("streaming", [True, False], ids=["AppendStream", "Append"])
 def test_a_produce_quota_throttles_and_the_clients_retries_land_every_record(
-    quoted: Quoted,
+    quoted: Quoted, streaming: bool
 ) -> None:
     rate = 40_000
     value = b"v" * 10_000
     appends = 12
+    topic = f"throttled-{streaming}"
     with quoted.admin() as admin:
-        admin.create_topic("throttled", 1, replication_factor=1)
+        admin.create_topic(topic, 1, replication_factor=1)
         admin.set_quota("User:bob", produce_bytes_per_s=rate)
+    before = quoted.throttled("produce_bytes")
     started = time.monotonic()
-    with Client(quoted.cluster.bootstrap, tls=quoted.bob, retry=PATIENT) as bob:
+    with Client(
+        quoted.cluster.bootstrap, tls=quoted.bob, retry=PATIENT, streaming=streaming
+    ) as bob:
         for _ in range(appends):
-            bob.append("throttled", 0, [value], acks="all")
+            bob.append(topic, 0, [value], acks="all")
     elapsed_s = time.monotonic() - started
     # the bucket lets a burst (one second's worth) through, then the rate
     assert elapsed_s >= (appends * len(value) - rate) / rate * 0.9
-    throttled = quoted.throttled("produce_bytes")
+    throttled = quoted.throttled("produce_bytes") - before
     assert 1 <= throttled <= 2 * appends  # retries waited out the hint: few refusals
     with quoted.admin() as admin:
-        fetched = admin.fetch("throttled", 0, 0, max_bytes=10_000_000).records
+        fetched = admin.fetch(topic, 0, 0, max_bytes=10_000_000).records
         assert fetched.values == [value] * appends  # each record once (control records aside)
+
+
+def test_a_fetch_quota_slows_a_stream_down_to_its_rate(quoted: Quoted) -> None:
+    rate = 50_000
+    value = b"r" * 10_000
+    records = 10
+    with quoted.admin() as admin:
+        admin.create_topic("streamed", 1, replication_factor=1)
+        for _ in range(records):
+            admin.append("streamed", 0, [value], acks="all")
+        admin.set_quota("User:bob", fetch_bytes_per_s=rate)
+    before = quoted.throttled("fetch_bytes")
+    got = 0
+    started = time.monotonic()
+    with Client(quoted.cluster.bootstrap, tls=quoted.bob, retry=PATIENT) as bob:
+        batches = bob.stream("streamed", 0, 0, max_bytes=len(value) + 200)
+        for batch in batches:
+            got += len(batch.frames)
+            if batch.next_offset >= batch.high_watermark:  # every record appended above
+                break
+        batches.close()
+    elapsed_s = time.monotonic() - started
+    assert got >= records * len(value)
+    # one second's worth goes at once, the rest at the rate (the last reply's debt is
+    # waited out after it was sent)
+    assert elapsed_s >= (got - rate - len(value)) / rate * 0.9, (elapsed_s, got)
+    assert quoted.throttled("fetch_bytes") > before
 
 
 def test_the_cli_sets_and_lists_quotas(quoted: Quoted) -> None:
