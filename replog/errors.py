@@ -386,6 +386,23 @@ class TooManyBytesInFlightError(LimitExceededError):
     reason = "TOO_MANY_BYTES_IN_FLIGHT"
 
 
+class QuotaExceededError(LimitExceededError):
+    """The caller's principal is over one of its quotas (`quota`: produce_bytes,
+    fetch_bytes, requests or metadata_writes; set with `replog quota set`). Nothing was
+    done; `retry_after_ms` (Kafka's throttle time) says when the quota has room again:
+    clients wait at least that long before the next attempt."""
+
+    reason = "QUOTA_EXCEEDED"
+
+    @property
+    def quota(self) -> str | None:
+        return self.metadata.get("quota")
+
+    @property
+    def retry_after_ms(self) -> int | None:
+        return self._int("retry_after_ms")
+
+
 # --- INTERNAL: a bug -----------------------------------------------------------------------
 
 

@@ -11,13 +11,14 @@
     replog group list|describe|reset-offsets|delete ...      (groups.py)
     replog node list|add|remove|decommission ...             (nodes.py)
     replog acl add|remove|list ... ; replog token hash       (acls.py)
+    replog quota set|list ...                                (acls.py)
     replog certs ca|node|client ...                          (certs.py)
     replog verify DATA_DIR [...]     (offline check of a stopped node's files: verify.py)
     replog completion bash|zsh       (prints a shell completion script: completion.py)
     replog --version
 
 Read-only commands (topic list, topic describe, offsets, verify, group list, group describe,
-node list, acl list; and group reset-offsets, node add|remove|decommission) take
+node list, acl list, quota list; and group reset-offsets, node add|remove|decommission) take
 `--output json` (`-o json`): one JSON document on stdout with the keys listed in each
 command's help. `produce` and `consume` show progress on stderr when it is a terminal (or
 with `--progress`); stdout carries only the command's output.

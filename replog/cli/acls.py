@@ -4,6 +4,9 @@ replog acl add|remove --principal User:NAME --operation OP (--topic T | --group 
            --cluster) [--prefix]
 replog acl list [-o json]
 replog token hash --principal User:NAME < token     (a line of the server's token file)
+replog quota set --principal User:NAME|User:* [--produce-bytes-per-s N] [--fetch-bytes-per-s N]
+                 [--requests-per-s N] [--metadata-writes-per-s N]      (0 or absent: unlimited)
+replog quota list [-o json]
 """
 
 from __future__ import annotations
@@ -24,7 +27,15 @@ from replog.cli.common import (
 JSON_KEYS = {
     "acl list": '{"acls": [{"principal", "resource_type", "resource_name", "prefix", '
     '"operation"}]}',
+    "quota list": '{"quotas": [{"principal", "produce_bytes_per_s", "fetch_bytes_per_s", '
+    '"requests_per_s", "metadata_writes_per_s"}]}',
 }
+QUOTA_RATES = (
+    "produce_bytes_per_s",
+    "fetch_bytes_per_s",
+    "requests_per_s",
+    "metadata_writes_per_s",
+)
 
 
 def add_parsers(sub: Subparsers) -> None:
@@ -53,6 +64,21 @@ def add_parsers(sub: Subparsers) -> None:
             "--prefix", action="store_true", help="--topic/--group/--producer is a prefix"
         )
     add_output_argument(client_parser(asub, "list", "list ACLs"), JSON_KEYS["acl list"])
+
+    quota = sub.add_parser(
+        "quota",
+        help="manage quotas (how fast a principal may go)",
+        description="Manage quotas per principal and the default User:* (docs/security.md).",
+    )
+    quota.set_defaults(run=cmd_quota)
+    qsub = quota.add_subparsers(dest="quota_command", required=True, metavar="ACTION")
+    qset = client_parser(qsub, "set", "set a principal's quotas (all 0: remove them)")
+    qset.add_argument("--principal", required=True, help="User:<name>, or User:* (default)")
+    for rate in QUOTA_RATES:
+        qset.add_argument(
+            "--" + rate.replace("_", "-"), type=int, default=0, help="per second; 0: unlimited"
+        )
+    add_output_argument(client_parser(qsub, "list", "list quotas"), JSON_KEYS["quota list"])
 
     token = sub.add_parser(
         "token",
@@ -92,6 +118,24 @@ def cmd_acl(args: argparse.Namespace, out: TextIO) -> int:
             group=args.group or "",
             producer=args.producer or "",
         )
+    return 0
+
+
+def cmd_quota(args: argparse.Namespace, out: TextIO) -> int:
+    with cli_client(args) as client:
+        if args.quota_command == "set":
+            rates = {rate: getattr(args, rate) for rate in QUOTA_RATES}
+            if any(v < 0 for v in rates.values()):
+                raise UsageError("quota rates are 0 (unlimited) or more")
+            client.set_quota(args.principal, **rates)
+            return 0
+        quotas = client.list_quotas()
+        if args.output == "json":
+            print_json({"quotas": quotas}, out)
+            return 0
+        print("principal\t" + "\t".join(QUOTA_RATES), file=out)
+        for q in quotas:
+            print("\t".join(str(q[k]) for k in ("principal", *QUOTA_RATES)), file=out)
     return 0
 
 

@@ -404,6 +404,31 @@ class Client(Factories):
         acl = _acl(principal, operation, topic, prefix, cluster, group, producer)
         self._call(lambda node: node.acls.RemoveAcl(acl, timeout=self.commit_timeout_s))
 
+    def set_quota(self, principal: str, **rates: int) -> None:
+        """Set `principal`'s quotas ("User:<name>", or "User:*": the default): keyword
+        `produce_bytes_per_s`, `fetch_bytes_per_s`, `requests_per_s`,
+        `metadata_writes_per_s` (0 or absent: unlimited; all 0 removes the entry)."""
+        quota = acl_pb2.Quota(principal=principal, **rates)
+        self._call(lambda node: node.acls.SetQuota(quota, timeout=self.commit_timeout_s))
+
+    def list_quotas(self) -> list[dict[str, object]]:
+        resp = self._call(
+            lambda node: node.acls.ListQuotas(
+                acl_pb2.ListQuotasRequest(), timeout=self.attempt_timeout_s
+            ),
+            idempotent=True,
+        )
+        return [
+            {
+                "principal": q.principal,
+                "produce_bytes_per_s": q.produce_bytes_per_s,
+                "fetch_bytes_per_s": q.fetch_bytes_per_s,
+                "requests_per_s": q.requests_per_s,
+                "metadata_writes_per_s": q.metadata_writes_per_s,
+            }
+            for q in resp.quotas
+        ]
+
     def list_acls(self) -> list[dict[str, object]]:
         resp = self._call(
             lambda node: node.acls.ListAcls(

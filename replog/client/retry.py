@@ -2,6 +2,11 @@
 
 `Attempts` is one call's budget and the decision after each failure; `call_with_retry`
 (sync) and `acall_with_retry` (asyncio) are the two loops around it.
+
+A retriable error whose metadata carries `retry_after_ms` (QUOTA_EXCEEDED: when the
+principal's quota has room again, Kafka's throttle time) is retried no sooner than that,
+even when the failure rerouted the call; a hint past the time budget ends the retries.
+Hints are read from the wire: clipped to [0, RETRY_AFTER_MS_MAX].
 """
 
 from __future__ import annotations
@@ -16,6 +21,15 @@ from typing import TypeVar
 from replog.errors import ReplogError
 
 T = TypeVar("T")
+RETRY_AFTER_MS_MAX = 60_000
+
+
+def retry_after_s(err: ReplogError) -> float:
+    """The server's hint (metadata `retry_after_ms`) in seconds; 0.0 without a valid one."""
+    text = err.metadata.get("retry_after_ms", "")
+    if not (text.isascii() and text.isdigit() and len(text) <= 9):
+        return 0.0
+    return min(int(text), RETRY_AFTER_MS_MAX) / 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +75,7 @@ class Attempts:
         self.started = time.monotonic()
         self.count = 0
         self._rerouted = False
+        self._hinted = False  # the last failure carried a retry-after hint
 
     def budget_left(self, err: ReplogError) -> float | None:
         """Count a failure: the backoff before the next attempt, or None when `err` is final
@@ -68,14 +83,17 @@ class Attempts:
         self.count += 1
         if not err.retriable or self.count >= self.policy.attempts_max:
             return None
-        pause_s = self.policy.backoff_s(self.count)
+        hint_s = retry_after_s(err)
+        self._hinted = hint_s > 0
+        pause_s = max(self.policy.backoff_s(self.count), hint_s)
         if time.monotonic() - self.started + pause_s > self.policy.deadline_ms / 1000:
             return None
         return pause_s
 
     def pause_s(self, backoff_s: float, rerouted: bool) -> float:
-        """The wait before the retry: none after a first reroute in a row, else the backoff."""
-        if rerouted and not self._rerouted:
+        """The wait before the retry: none after a first reroute in a row (unless the server
+        said when to come back), else the backoff."""
+        if rerouted and not self._rerouted and not self._hinted:
             self._rerouted = True
             return 0.0
         self._rerouted = False

@@ -366,6 +366,23 @@ class _LimitsCollector(Collector):
         yield from (in_use, value, refused, malformed)
 
 
+class _QuotasCollector(Collector):
+    """Calls refused or delayed by a quota (edge/quotas.py), by whose entry and which quota."""
+
+    def __init__(self, throttled: Callable[[], Iterable[tuple[str, str, int]]]) -> None:
+        self._throttled = throttled
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "replog_quota_throttled",
+            "Calls refused (or StreamFrom replies delayed) by a quota",
+            labels=["principal_kind", "quota"],
+        )
+        for kind, quota, count in self._throttled():
+            family.add_metric([kind, quota], count)
+        yield family
+
+
 class Metrics:
     def __init__(self, partitions: Callable[[], Iterable[PartitionLog]]) -> None:
         self.registry = CollectorRegistry()
@@ -416,6 +433,10 @@ class Metrics:
         """Export `snapshot()`: (members, metadata voters, observers, metadata leader id or 0,
         1 while the metadata leader has a quorum change to make)."""
         self.registry.register(_MembershipCollector(snapshot))
+
+    def watch_quotas(self, throttled: Callable[[], Iterable[tuple[str, str, int]]]) -> None:
+        """Export `throttled()`: (principal_kind, quota, count) (edge/quotas.py)."""
+        self.registry.register(_QuotasCollector(throttled))
 
     def watch_limits(
         self,

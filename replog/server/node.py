@@ -79,6 +79,7 @@ from replog.server.edge.listeners import (
     generic_handlers_only,
     server_options,
 )
+from replog.server.edge.quotas import Quotas
 from replog.server.edge.readiness import READY_SERVICE, report_readiness
 from replog.server.edge.reflection import enable_reflection
 from replog.server.groups import service as groups_service
@@ -506,6 +507,9 @@ def _servers(node: Node, settings: Settings, supervisor: Supervisor) -> Servers:
         settings.super_users,
         lambda: node.metadata.image,
     )
+    for wrapper in authorizer:
+        if isinstance(wrapper, Quotas):  # replog_quota_throttled_total (edge/quotas.py)
+            node.metrics.watch_quotas(wrapper.snapshot)
     server = grpc.aio.server(
         options=[*server_options(settings.message_bytes_max), *guard_options(node.limits)],
         maximum_concurrent_rpcs=maximum_concurrent_rpcs(node.limits),

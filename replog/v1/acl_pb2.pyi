@@ -33,3 +33,31 @@ class ListAclsResponse(_message.Message):
     ACLS_FIELD_NUMBER: _ClassVar[int]
     acls: _containers.RepeatedCompositeFieldContainer[Acl]
     def __init__(self, acls: _Optional[_Iterable[_Union[Acl, _Mapping]]] = ...) -> None: ...
+
+class Quota(_message.Message):
+    __slots__ = ("principal", "produce_bytes_per_s", "fetch_bytes_per_s", "requests_per_s", "metadata_writes_per_s")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    PRODUCE_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    FETCH_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    METADATA_WRITES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    produce_bytes_per_s: int
+    fetch_bytes_per_s: int
+    requests_per_s: int
+    metadata_writes_per_s: int
+    def __init__(self, principal: _Optional[str] = ..., produce_bytes_per_s: _Optional[int] = ..., fetch_bytes_per_s: _Optional[int] = ..., requests_per_s: _Optional[int] = ..., metadata_writes_per_s: _Optional[int] = ...) -> None: ...
+
+class QuotaChangeResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListQuotasRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListQuotasResponse(_message.Message):
+    __slots__ = ("quotas",)
+    QUOTAS_FIELD_NUMBER: _ClassVar[int]
+    quotas: _containers.RepeatedCompositeFieldContainer[Quota]
+    def __init__(self, quotas: _Optional[_Iterable[_Union[Quota, _Mapping]]] = ...) -> None: ...

@@ -51,6 +51,16 @@ class AclsStub:
                 request_serializer=replog_dot_v1_dot_acl__pb2.ListAclsRequest.SerializeToString,
                 response_deserializer=replog_dot_v1_dot_acl__pb2.ListAclsResponse.FromString,
                 _registered_method=True)
+        self.SetQuota = channel.unary_unary(
+                '/replog.v1.Acls/SetQuota',
+                request_serializer=replog_dot_v1_dot_acl__pb2.Quota.SerializeToString,
+                response_deserializer=replog_dot_v1_dot_acl__pb2.QuotaChangeResponse.FromString,
+                _registered_method=True)
+        self.ListQuotas = channel.unary_unary(
+                '/replog.v1.Acls/ListQuotas',
+                request_serializer=replog_dot_v1_dot_acl__pb2.ListQuotasRequest.SerializeToString,
+                response_deserializer=replog_dot_v1_dot_acl__pb2.ListQuotasResponse.FromString,
+                _registered_method=True)
 
 
 class AclsServicer:
@@ -76,6 +86,19 @@ class AclsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetQuota(self, request, context):
+        """Quotas (docs/security.md, Quotas): `alter` (set) or `describe` (list) on the cluster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQuotas(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AclsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -93,6 +116,16 @@ def add_AclsServicer_to_server(servicer, server):
                     servicer.ListAcls,
                     request_deserializer=replog_dot_v1_dot_acl__pb2.ListAclsRequest.FromString,
                     response_serializer=replog_dot_v1_dot_acl__pb2.ListAclsResponse.SerializeToString,
+            ),
+            'SetQuota': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetQuota,
+                    request_deserializer=replog_dot_v1_dot_acl__pb2.Quota.FromString,
+                    response_serializer=replog_dot_v1_dot_acl__pb2.QuotaChangeResponse.SerializeToString,
+            ),
+            'ListQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQuotas,
+                    request_deserializer=replog_dot_v1_dot_acl__pb2.ListQuotasRequest.FromString,
+                    response_serializer=replog_dot_v1_dot_acl__pb2.ListQuotasResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -178,6 +211,60 @@ class Acls:
             '/replog.v1.Acls/ListAcls',
             replog_dot_v1_dot_acl__pb2.ListAclsRequest.SerializeToString,
             replog_dot_v1_dot_acl__pb2.ListAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetQuota(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/replog.v1.Acls/SetQuota',
+            replog_dot_v1_dot_acl__pb2.Quota.SerializeToString,
+            replog_dot_v1_dot_acl__pb2.QuotaChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/replog.v1.Acls/ListQuotas',
+            replog_dot_v1_dot_acl__pb2.ListQuotasRequest.SerializeToString,
+            replog_dot_v1_dot_acl__pb2.ListQuotasResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -78,6 +78,7 @@ def test_the_bash_script_is_valid_bash_and_registers_a_completion_for_replog(
                 "console",
                 "dev-cluster",
                 "acl",
+                "quota",
                 "token",
                 "certs",
                 "verify",

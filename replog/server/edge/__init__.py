@@ -9,6 +9,8 @@
     listeners      the node's listeners and the channels it dials its peers with
     exposure       no plaintext cluster by accident; no peer call on the client listener
     limits         what clients may hold on a node at once: calls, streams, acks=none bytes
+    quotas         how fast each principal may go (quotas of the metadata image, enforced)
+    buckets        the token buckets quotas are kept in (pure, bounded)
     memory         giving memory back to the operating system after streams end
     draining       how every stream ends when the node stops (UNAVAILABLE SHUTTING_DOWN)
     readiness      the `replog.ready` health name

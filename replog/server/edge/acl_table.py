@@ -114,6 +114,8 @@ TABLE: dict[str, Rule] = {
     ACLS + "AddAcl": _acl("alter", "cluster"),
     ACLS + "RemoveAcl": _acl("alter", "cluster"),
     ACLS + "ListAcls": _acl("describe", "cluster"),
+    ACLS + "SetQuota": _acl("alter", "cluster"),
+    ACLS + "ListQuotas": _acl("describe", "cluster"),
     # Consumer groups: the group's ACLs, and read on every topic the call names (a member
     # then reads its partitions with the topics' ACLs).
     GROUPS + "FindCoordinator": _acl("describe", "group", "group"),

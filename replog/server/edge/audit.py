@@ -125,6 +125,14 @@ CHANGES: dict[str, tuple[str, Callable[[Any], str]]] = {
     "/replog.v1.Admin/AlterConfigs": ("alter_configs", lambda r: f"topic:{r.topic}"),
     "/replog.v1.Acls/AddAcl": ("add_acl", _acl),
     "/replog.v1.Acls/RemoveAcl": ("remove_acl", _acl),
+    "/replog.v1.Acls/SetQuota": (
+        "set_quota",
+        lambda r: (
+            f"quota:{r.principal} produce={r.produce_bytes_per_s} "
+            f"fetch={r.fetch_bytes_per_s} requests={r.requests_per_s} "
+            f"metadata_writes={r.metadata_writes_per_s}"
+        ),
+    ),
     "/replog.v1.Groups/DeleteGroup": ("delete", lambda r: f"group:{r.group}"),
 }
 

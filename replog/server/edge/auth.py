@@ -52,6 +52,7 @@ from replog.server.edge.acl_table import (
     rule_for,
 )
 from replog.server.edge.audit import Audit
+from replog.server.edge.quotas import Quotas
 from replog.server.edge.security import peer_sans
 from replog.server.edge.status import Refused, abort
 from replog.server.meta.metadata import MetadataImage
@@ -333,13 +334,15 @@ def authorizers(
     token_file: Path | None,
     super_users: str,
     image: Callable[[], MetadataImage],
-) -> list[Authorizer | Audit]:
-    """The client listener's authorization wrapper (none with authorization off), then the
-    audit of the calls that change the cluster (audit.py; always)."""
+) -> list[Authorizer | Quotas | Audit]:
+    """The client listener's authorization wrapper (none with authorization off), the
+    quotas of the caller's principal (quotas.py; always), then the audit of the calls that
+    change the cluster (audit.py; always)."""
     tokens = TokenFile(token_file) if token_file is not None else None
     authenticator = Authenticator(tokens)
     changes = Audit(authenticator.audited_principal)  # innermost: calls that were allowed
+    quotas = Quotas(authenticator.audited_principal, lambda: image().quotas)
     if authorization != "acl":
-        return [changes]
+        return [quotas, changes]
     supers = frozenset(p.strip() for p in super_users.split(",") if p.strip())
-    return [Authorizer(authenticator, image, supers), changes]
+    return [Authorizer(authenticator, image, supers), quotas, changes]

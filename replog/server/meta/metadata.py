@@ -74,6 +74,7 @@ ACLs (`AclEntry`) allow a principal an operation on a resource: a topic or a con
 group (by name, or by prefix), or the cluster. `MetadataImage.allowed` is the authorizer's
 question; a cluster ACL of an operation covers every topic and group too. Principals are
 "User:<name>" ("User:*": any authenticated user) and "Node:<id>".
+Quotas (`set_quota`: rates per principal and a default) are kept in `quotas.py`.
 
 Version 0 (read, never written) is the untyped format of earlier releases, with "op" in
 place of "kind" and no "version". A record whose kind or version this node does not know,
@@ -113,6 +114,7 @@ from replog.server.meta.acls import RESOURCE_TYPES as RESOURCE_TYPES
 from replog.server.meta.acls import AclEntry as AclEntry
 from replog.server.meta.partition_growth import CreatePartitions as CreatePartitions
 from replog.server.meta.placement import assign as assign
+from replog.server.meta.quotas import QuotaEntry, apply_quota, decode_entry
 from replog.server.meta.topic_configs import altered, checked, checked_alter, split_timestamp_type
 from replog.storage import validate_topic_name
 from replog.storage.names import PARTITIONS_MAX
@@ -270,6 +272,7 @@ Command = (
     | RemoveNode
     | CreatePartitions
     | AlterTopicConfigs
+    | QuotaEntry  # kind set_quota (quotas.py)
 )
 
 
@@ -305,6 +308,8 @@ def encode(command: Command) -> bytes:
     body: dict[str, Any] = {"kind": command.KIND, "version": COMMAND_VERSION}
     if isinstance(command, AddAcl | RemoveAcl):
         body["acl"] = command.acl.as_dict()
+    elif isinstance(command, QuotaEntry):
+        body["quota"] = command.as_dict()
     elif isinstance(command, AddNode | RemoveNode):
         body["node_id"] = command.node_id
         if isinstance(command, AddNode):
@@ -392,6 +397,8 @@ def decode(value: bytes) -> Command:
         if kind in (AddAcl.KIND, RemoveAcl.KIND) and version >= 1:
             acl = _acl(body["acl"])
             return AddAcl(acl) if kind == AddAcl.KIND else RemoveAcl(acl)
+        if kind == QuotaEntry.KIND and version == 1:
+            return decode_entry(body["quota"])
     except (KeyError, TypeError, ValueError, AttributeError, InvalidArgumentError) as exc:
         raise UnknownCommandError(f"malformed {kind!r} metadata command: {exc!r}") from None
     raise UnknownCommandError(
@@ -454,6 +461,7 @@ class MetadataImage:
         self.nodes: dict[int, NodeAddress] = dict(bootstrap or {})
         self.topics: dict[str, TopicMeta] = {}
         self.acls: set[AclEntry] = set()
+        self.quotas: dict[str, QuotaEntry] = {}  # principal -> its quotas (quotas.py)
         self.producer_names: dict[str, tuple[int, int]] = {}  # name -> (id, epoch)
         self.producers_made: dict[int, tuple[int, int]] = {}  # offset -> (id, epoch), recent
         self.applied_offset = 0  # the next __cluster offset to apply
@@ -756,6 +764,8 @@ class MetadataImage:
             self.acls.add(command.acl)
         elif isinstance(command, RemoveAcl):
             self.acls.discard(command.acl)
+        elif isinstance(command, QuotaEntry):
+            apply_quota(self.quotas, command)
         elif isinstance(command, InitProducer):
             self._apply_init_producer(offset, command.name)
         elif isinstance(command, ReassignPartition | CompleteReassignment):

@@ -1,4 +1,5 @@
-"""`replog.v1.Acls`: add, remove and list the ACLs kept in the replicated cluster metadata.
+"""`replog.v1.Acls`: add, remove and list the ACLs kept in the replicated cluster metadata;
+set and list the quotas kept there too (meta/quotas.py).
 
 Changes are proposed by the `__cluster` leader (`MetadataLog.propose`, validated against
 its caught-up image); another node forwards the call to it once, on the peer listener.
@@ -14,6 +15,7 @@ from replog.errors import LeaderUnknownError
 from replog.server.edge.rpc import Context, unary
 from replog.server.meta.metadata import AclEntry, MetadataImage
 from replog.server.meta.metadata_log import MetadataLog
+from replog.server.meta.quotas import QuotaEntry, check_room
 from replog.server.metrics import Metrics
 from replog.server.peering.peers import remote
 from replog.v1 import acl_pb2, acl_pb2_grpc
@@ -37,6 +39,16 @@ def to_proto(entry: AclEntry) -> acl_pb2.Acl:
     )
 
 
+def to_quota(quota: acl_pb2.Quota) -> QuotaEntry:
+    return QuotaEntry.checked(
+        quota.principal,
+        produce_bytes_per_s=quota.produce_bytes_per_s,
+        fetch_bytes_per_s=quota.fetch_bytes_per_s,
+        requests_per_s=quota.requests_per_s,
+        metadata_writes_per_s=quota.metadata_writes_per_s,
+    )
+
+
 class AclService(acl_pb2_grpc.AclsServicer):
     def __init__(
         self, metadata: MetadataLog, node_id: int, stub: Forward, metrics: Metrics, timeout_s: float
@@ -49,6 +61,14 @@ class AclService(acl_pb2_grpc.AclsServicer):
 
     async def _change(self, request: acl_pb2.Acl, method: str, add: bool) -> None:
         entry = to_entry(request)  # INVALID_ARGUMENT on any node, before forwarding
+
+        def make(image: MetadataImage) -> Any:
+            return image.add_acl(entry) if add else image.remove_acl(entry)
+
+        await self._propose(request, method, make)
+
+    async def _propose(self, request: Any, method: str, make: Any) -> None:
+        """Propose `make(image)` on the metadata leader (forward `request` to it once)."""
         if not self.metadata.ready:
             raise LeaderUnknownError("this node has not caught up with the cluster metadata")
         leader = self.metadata.leader()
@@ -56,10 +76,6 @@ class AclService(acl_pb2_grpc.AclsServicer):
             call = getattr(self.stub(leader), method)
             await remote(call(request, timeout=self.timeout_s))
             return
-
-        def make(image: MetadataImage) -> Any:
-            return image.add_acl(entry) if add else image.remove_acl(entry)
-
         await self.metadata.propose(make, self.timeout_s)
 
     @unary("AddAcl")
@@ -79,3 +95,18 @@ class AclService(acl_pb2_grpc.AclsServicer):
         return acl_pb2.ListAclsResponse(
             acls=[to_proto(e) for e in sorted(self.metadata.image.acls)]
         )
+
+    @unary("SetQuota")
+    async def SetQuota(
+        self, request: acl_pb2.Quota, context: Context
+    ) -> acl_pb2.QuotaChangeResponse:
+        entry = to_quota(request)  # INVALID_ARGUMENT on any node, before forwarding
+        await self._propose(request, "SetQuota", lambda image: check_room(image.quotas, entry))
+        return acl_pb2.QuotaChangeResponse()
+
+    @unary("ListQuotas")
+    async def ListQuotas(
+        self, request: acl_pb2.ListQuotasRequest, context: Context
+    ) -> acl_pb2.ListQuotasResponse:
+        quotas = sorted(self.metadata.image.quotas.values(), key=lambda q: q.principal)
+        return acl_pb2.ListQuotasResponse(quotas=[acl_pb2.Quota(**q.as_dict()) for q in quotas])
