@@ -131,7 +131,10 @@ def test_an_append_waiting_for_a_flush_brings_the_short_tick_back(tmp_path: Path
         end = log.log_end_offset
         append = asyncio.ensure_future(driver.append([b"x"], Acks.LEADER, DEADLINE_S))
         await wait_for(lambda: log.log_end_offset > end)
-        assert not append.done() and driver._tick_wakeup.at is not None
+        # The short tick is armed again (waited for: at the instant a wake-up fires and
+        # the owner has not re-armed yet, `at` is None even though ticks go on).
+        await wait_for(lambda: driver._tick_wakeup.at is not None)
+        assert not append.done()  # nothing flushed the record yet
         log.flush()
         base, last = await asyncio.wait_for(append, DEADLINE_S)
         assert base == last and log.flushed_offset > last

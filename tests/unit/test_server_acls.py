@@ -8,7 +8,7 @@ import pytest
 
 from replog.errors import InvalidArgumentError, InvalidConfigError, NotFoundError
 from replog.server.edge.auth import TokenFile, hash_token
-from replog.server.meta import metadata
+from replog.server.meta import command_codec
 from replog.server.meta.metadata import AclEntry, AddAcl, MetadataImage, RemoveAcl
 
 
@@ -25,7 +25,7 @@ def entry(principal: str = "User:alice", **kw: object) -> AclEntry:
 
 def test_acl_commands_round_trip_through_their_records() -> None:
     for command in (AddAcl(entry(prefix=True, resource_name="orders.")), RemoveAcl(entry())):
-        assert metadata.decode(metadata.encode(command)) == command
+        assert command_codec.decode(command_codec.encode(command)) == command
 
 
 def test_an_applied_acl_grants_exactly_its_operation_and_resource() -> None:
@@ -101,8 +101,8 @@ def test_group_acls_grant_their_group_only_and_cluster_acls_every_group() -> Non
     assert image.allowed("User:bob", "delete", "group", "team.a")
     assert not image.allowed("User:bob", "read", "topic", "team.a")
     assert image.allowed("User:ops", "describe", "group", "anything")
-    assert metadata.decode(
-        metadata.encode(AddAcl(entry(resource_type="group", resource_name="g h")))
+    assert command_codec.decode(
+        command_codec.encode(AddAcl(entry(resource_type="group", resource_name="g h")))
     ) == AddAcl(entry(resource_type="group", resource_name="g h"))
 
 

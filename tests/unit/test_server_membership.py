@@ -17,7 +17,7 @@ from replog.errors import (
     UnknownNodeError,
 )
 from replog.server.cluster.membership import Change, Transfer, Wait, decide
-from replog.server.meta import metadata
+from replog.server.meta import command_codec, metadata
 from replog.server.meta.metadata import (
     NODES_MAX,
     AddNode,
@@ -37,7 +37,7 @@ def _image() -> MetadataImage:
 
 def _commit(image: MetadataImage, command: metadata.Command) -> None:
     """As the cluster does: encode, decode, apply."""
-    image.apply(image.applied_offset, metadata.decode(metadata.encode(command)))
+    image.apply(image.applied_offset, command_codec.decode(command_codec.encode(command)))
 
 
 def test_members_start_from_the_bootstrap_and_follow_add_and_remove_in_log_order() -> None:
@@ -134,7 +134,7 @@ def test_a_malformed_member_command_stops_the_node_rather_than_being_skipped(
     body: dict[str, object],
 ) -> None:
     with pytest.raises(UnknownCommandError):
-        metadata.decode(json.dumps(body).encode())
+        command_codec.decode(json.dumps(body).encode())
 
 
 # -- decide -----------------------------------------------------------------------------------

@@ -16,13 +16,12 @@ from replog.errors import (
     TopicNotFoundError,
 )
 from replog.replication import Acks, Message, ReplicaConfig
+from replog.server.meta.command_codec import decode, encode
 from replog.server.meta.metadata import (
     CreateTopic,
     DeleteTopic,
     MetadataImage,
     UnknownCommandError,
-    decode,
-    encode,
 )
 from replog.server.meta.metadata_log import MetadataLog
 from replog.server.supervisor import Supervisor

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from replog.errors import InvalidArgumentError, TopicNotFoundError
+from replog.server.meta.command_codec import decode, encode
 from replog.server.meta.metadata import (
     METADATA_TOPIC,
     CreatePartitions,
@@ -16,8 +17,6 @@ from replog.server.meta.metadata import (
     MetadataImage,
     UnknownCommandError,
     assign,
-    decode,
-    encode,
 )
 
 NODES = [1, 2, 3]

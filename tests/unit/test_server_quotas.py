@@ -9,11 +9,10 @@ from replog.client.retry import Attempts, RetryPolicy, call_with_retry, retry_af
 from replog.errors import InvalidArgumentError, QuotaExceededError, error_from_reason
 from replog.server.edge.buckets import Buckets, TokenBucket
 from replog.server.edge.quotas import Quotas
+from replog.server.meta.command_codec import decode, encode
 from replog.server.meta.metadata import (
     MetadataImage,
     UnknownCommandError,
-    decode,
-    encode,
 )
 from replog.server.meta.quotas import QUOTAS_MAX, QuotaEntry, apply_quota, check_room
 

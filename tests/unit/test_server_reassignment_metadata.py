@@ -13,6 +13,7 @@ from replog.errors import (
     ReassignmentInProgressError,
     TopicNotFoundError,
 )
+from replog.server.meta.command_codec import decode, encode
 from replog.server.meta.metadata import (
     CompleteReassignment,
     CreateTopic,
@@ -20,8 +21,6 @@ from replog.server.meta.metadata import (
     MetadataImage,
     ReassignPartition,
     UnknownCommandError,
-    decode,
-    encode,
 )
 
 NODES = [1, 2, 3, 4]

@@ -8,12 +8,11 @@ import json
 import pytest
 
 from replog.errors import InvalidArgumentError
+from replog.server.meta.command_codec import decode, encode
 from replog.server.meta.metadata import (
     CreateTopic,
     MetadataImage,
     UnknownCommandError,
-    decode,
-    encode,
 )
 
 

@@ -9,13 +9,12 @@ import pytest
 
 from replog.errors import InvalidArgumentError, RecordTooLargeError, TopicNotFoundError
 from replog.server.meta import topic_configs
+from replog.server.meta.command_codec import decode, encode
 from replog.server.meta.metadata import (
     AlterTopicConfigs,
     CreateTopic,
     MetadataImage,
     UnknownCommandError,
-    decode,
-    encode,
 )
 from replog.storage import StorageConfig
 

@@ -30,7 +30,7 @@ from replog.errors import LeaderUnknownError, NotLeaderError
 from replog.replication import Acks, ReplicaConfig, Role
 from replog.replication.driver import ReplicaDriver, Spawn, Transport
 from replog.server.logs import log
-from replog.server.meta import metadata
+from replog.server.meta import command_codec
 from replog.server.meta.metadata import (
     METADATA_TOPIC,
     Command,
@@ -104,7 +104,7 @@ class MetadataLog:
                 command: Command | None = None
                 if not is_control:
                     try:
-                        command = metadata.decode(value)
+                        command = command_codec.decode(value)
                     except UnknownCommandError as exc:
                         log(
                             _log,
@@ -166,7 +166,7 @@ class MetadataLog:
             # applied before the next command is validated.
             await self.wait_applied(self.log.log_end_offset - 1, timeout_s)
             command = make(self.image)
-            _, last = await self.driver.append([metadata.encode(command)], Acks.ALL, timeout_s)
+            _, last = await self.driver.append([command_codec.encode(command)], Acks.ALL, timeout_s)
             await self.wait_applied(last, timeout_s)
             return command, last
 

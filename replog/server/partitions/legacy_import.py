@@ -20,7 +20,8 @@ import shutil
 from pathlib import Path
 
 from replog.errors import InvalidConfigError
-from replog.server.meta.metadata import METADATA_TOPIC, CreateTopic, encode
+from replog.server.meta.command_codec import encode
+from replog.server.meta.metadata import METADATA_TOPIC, CreateTopic
 from replog.server.partitions import replica_dirs
 from replog.storage import PartitionLog, StorageConfig, checkpoint
 
