@@ -53,6 +53,7 @@ from typing import Any, TypeVar, Unpack, overload
 import grpc
 
 from replog.client import connect, environment, formats
+from replog.client.acl_calls import AclCalls
 from replog.client.append_stream import AppendStreams, Pipeline
 from replog.client.channels import (
     ATTEMPT_TIMEOUT_S,
@@ -81,7 +82,6 @@ from replog.client.routing import (
     topic_partition_moved,
 )
 from replog.client.sequences import Identity, Sequences
-from replog.client.wire import acl as _acl
 from replog.client.wire import partition_info
 from replog.errors import (
     ConnectFailedError,
@@ -93,7 +93,7 @@ from replog.errors import (
 )
 from replog.rpc_errors import from_rpc_error
 from replog.tls import ClientTls, channel
-from replog.v1 import acl_pb2, acl_pb2_grpc, admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
+from replog.v1 import acl_pb2_grpc, admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
 
 T = TypeVar("T")
 __all__ = [
@@ -125,7 +125,7 @@ class Node:
         self.admin = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
 
 
-class Client(Factories):
+class Client(Factories, AclCalls):
     def __init__(
         self,
         address: str,
@@ -371,81 +371,6 @@ class Client(Factories):
         req = admin_pb2.AlterConfigsRequest(topic=topic, set=set or {}, delete=delete)
         call = lambda node: node.admin.AlterConfigs(req, timeout=self.commit_timeout_s)  # noqa: E731
         self._call(call, idempotent=True)  # (the same change twice: the same configs)
-
-    # -- ACLs (replog.v1.Acls): principal x resource x operation -----------------------------
-
-    def add_acl(
-        self,
-        principal: str,
-        operation: str,
-        *,
-        topic: str = "",
-        prefix: bool = False,
-        cluster: bool = False,
-        group: str = "",
-        producer: str = "",
-    ) -> None:
-        """Allow `principal` ("User:alice") `operation` on `topic`, consumer `group` or
-        `producer` name (a prefix with `prefix`), or on the cluster."""
-        acl = _acl(principal, operation, topic, prefix, cluster, group, producer)
-        self._call(lambda node: node.acls.AddAcl(acl, timeout=self.commit_timeout_s))
-
-    def remove_acl(
-        self,
-        principal: str,
-        operation: str,
-        *,
-        topic: str = "",
-        prefix: bool = False,
-        cluster: bool = False,
-        group: str = "",
-        producer: str = "",
-    ) -> None:
-        acl = _acl(principal, operation, topic, prefix, cluster, group, producer)
-        self._call(lambda node: node.acls.RemoveAcl(acl, timeout=self.commit_timeout_s))
-
-    def set_quota(self, principal: str, **rates: int) -> None:
-        """Set `principal`'s quotas ("User:<name>", or "User:*": the default): keyword
-        `produce_bytes_per_s`, `fetch_bytes_per_s`, `requests_per_s`,
-        `metadata_writes_per_s` (0 or absent: unlimited; all 0 removes the entry)."""
-        quota = acl_pb2.Quota(principal=principal, **rates)
-        self._call(lambda node: node.acls.SetQuota(quota, timeout=self.commit_timeout_s))
-
-    def list_quotas(self) -> list[dict[str, object]]:
-        resp = self._call(
-            lambda node: node.acls.ListQuotas(
-                acl_pb2.ListQuotasRequest(), timeout=self.attempt_timeout_s
-            ),
-            idempotent=True,
-        )
-        return [
-            {
-                "principal": q.principal,
-                "produce_bytes_per_s": q.produce_bytes_per_s,
-                "fetch_bytes_per_s": q.fetch_bytes_per_s,
-                "requests_per_s": q.requests_per_s,
-                "metadata_writes_per_s": q.metadata_writes_per_s,
-            }
-            for q in resp.quotas
-        ]
-
-    def list_acls(self) -> list[dict[str, object]]:
-        resp = self._call(
-            lambda node: node.acls.ListAcls(
-                acl_pb2.ListAclsRequest(), timeout=self.attempt_timeout_s
-            ),
-            idempotent=True,
-        )
-        return [
-            {
-                "principal": a.principal,
-                "resource_type": a.resource_type,
-                "resource_name": a.resource_name,
-                "prefix": a.prefix,
-                "operation": a.operation,
-            }
-            for a in resp.acls
-        ]
 
     def list_topics(self) -> dict[str, int]:
         resp = self._call(
