@@ -59,13 +59,23 @@ def _arm_after_open() -> None:
 def _break_replica_ticks() -> None:
     _arm_after_open()
     tick = Replica.tick
+    next_tick_ms = Replica.next_tick_ms
 
     def broken_tick(self: Replica, now_ms: int) -> Any:
         if time.monotonic() > _armed_at[0]:
             raise AssertionError("injected bug: replica tick")
         return tick(self, now_ms)
 
+    def soon(self: Replica) -> int | None:
+        # An idle replica (a single node's) has no timer at all: once armed, ask for a
+        # tick within a second so that the broken one runs.
+        due = next_tick_ms(self)
+        if _armed_at[0] == float("inf"):
+            return due
+        return 0 if due is None else min(due, 0)
+
     Replica.tick = broken_tick  # type: ignore[method-assign]
+    Replica.next_tick_ms = soon  # type: ignore[method-assign]
 
 
 def _break_metadata_apply() -> None:

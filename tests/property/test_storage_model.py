@@ -208,7 +208,10 @@ class BudgetedSegmentLogMachine(SegmentLogMachine):
 
     @rule()
     def park_like_an_idle_log(self) -> None:
+        had_open_files = not self.log.parked
         assert self.log.park() and self.log.parked
+        if had_open_files:  # closing files flushes them and checkpoints the HW first
+            self.checkpointed_hw = self.hw
 
     @invariant()
     def the_open_segments_stay_within_the_budget(self) -> None:

@@ -374,7 +374,16 @@ def test_unknown_options_are_rejected_naming_them(
     with pytest.raises(Exception, match=r"option 'kafka\.group\.id' is not supported"):
         stream(spark, server, subscribe=topic, **{"kafka.group.id": "g"})
     df = spark.createDataFrame([(b"v",)], "value binary")
-    with pytest.raises(Exception, match="unknown option 'partitioner'"):
+    with pytest.raises(Exception, match="unknown option 'partitionr'"):
+        (
+            df.write.format("replog")
+            .options(**server.options)
+            .option("topic", topic)
+            .option("partitionr", "murmur2")
+            .mode("append")
+            .save()
+        )
+    with pytest.raises(Exception, match="option partitioner: partitioner is one of murmur2, crc32"):
         (
             df.write.format("replog")
             .options(**server.options)
