@@ -161,9 +161,12 @@ class Routing:
         another node and is worth making at once (no backoff)."""
         if isinstance(err, NotLeaderError) and topic is not None:
             return self.not_leader(topic, partition, err.leader_address or "", now)
-        if isinstance(err, LeaderUnknownError) and topic is not None:
-            # This replica is between leaders; another node may already know the new one.
-            self.leaders.pop((topic, partition), None)
+        if isinstance(err, LeaderUnknownError):
+            # This replica (or, for a call without a topic, this node's cluster metadata) is
+            # between leaders; another node may already know the new one. A node cut off
+            # from its peers answers this forever: staying on it would spend the budget.
+            if topic is not None:
+                self.leaders.pop((topic, partition), None)
             self._rotate(self.current, now)
             return False
         if isinstance(err, PartitionOfflineError) and topic is not None:

@@ -117,6 +117,18 @@ def test_leader_unknown_moves_on_without_suspecting_the_node() -> None:
     assert not routing.suspect(A)
 
 
+def test_metadata_calls_leave_a_node_that_knows_no_metadata_leader() -> None:
+    """A node cut off from its peers answers LEADER_UNKNOWN to every metadata call (create
+    topic, InitProducer) forever; the next attempt goes to another node, which may already
+    know the new metadata leader (a client stuck on the cut-off node spent its budget)."""
+    routing = Routing([A, B])
+    err = LeaderUnknownError("the cluster metadata has no leader right now")
+    assert routing.failed(err, A, idempotent=False) is err
+    assert routing.reroute(err, None, 0) is False  # after the usual backoff
+    assert routing.current == B
+    assert not routing.suspect(A)
+
+
 def test_errors_that_are_not_about_the_node_change_nothing() -> None:
     routing = Routing([A, B])
     err = TopicNotFoundError("no such topic", topic="orders")
