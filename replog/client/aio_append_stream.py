@@ -115,13 +115,14 @@ class _AioStream:
             return DeadlineExceededError("no answer on the append stream before the deadline")
         if self._unimplemented:
             return from_code(grpc.StatusCode.UNIMPLEMENTED, "the node has no AppendStream")
-        if isinstance(exc, grpc.RpcError) and not self._answered:
+        if isinstance(exc, grpc.RpcError):
             err = from_rpc_error(exc)
-            if isinstance(err, TransportError):  # grpc's own failure (no ErrorInfo): retry
+            if isinstance(err, TransportError):
+                # grpc's own failure (no ErrorInfo), before or after answers: a stream cut
+                # by a node that died is sometimes INTERNAL ("Internal error from Core").
+                # Its unanswered requests have an unknown outcome: resent (idempotent).
                 return UnavailableError(f"the append stream failed: {err.message}")
             return err
-        if isinstance(exc, grpc.RpcError):
-            return from_rpc_error(exc)
         return UnavailableError("the append stream ended", address=self.address)
 
     async def _read(self) -> None:

@@ -175,6 +175,8 @@ class _Stream:
                 err = from_rpc_error(exc)
                 if unimplemented(err):
                     self._on_unimplemented(self.address)
+                elif isinstance(err, TransportError):  # grpc's own failure: as in aio
+                    err = UnavailableError(f"the append stream failed: {err.message}")
         finally:
             with self._lock:
                 self.broken = True
