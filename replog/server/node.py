@@ -597,6 +597,7 @@ def _add_services(
         lambda: (node.metadata.driver.membership.voters, node.metadata.driver.membership.observers),
         Joins(node.members, node.metrics, accept=settings.join == "auto").join,
         kafka_address=lambda: kafka.advertised if kafka is not None else "",
+        founders=lambda: node.identity.founders,
     )
     peer_nodes = IdentifyGuard(nodes, authenticate)  # Identify: members, proven nodes
     nodes_pb2_grpc.add_NodesServicer_to_server(peer_nodes, peer_server or server)  # type: ignore[no-untyped-call]

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15replog/v1/nodes.proto\x12\treplog.v1\"E\n\x0bJoinRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\r\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x14\n\x0cpeer_address\x18\x03 \x01(\t\"2\n\x0cJoinResponse\x12\"\n\x07members\x18\x01 \x03(\x0b\x32\x11.replog.v1.Member\"\"\n\x0fIdentifyRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\r\"\xb8\x02\n\x10IdentifyResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\r\x12\x14\n\x0c\x64irectory_id\x18\x02 \x01(\t\x12\x10\n\x08\x64\x65\x63iding\x18\x03 \x01(\x08\x12\x16\n\x0emetadata_epoch\x18\x04 \x01(\x04\x12\x1b\n\x13metadata_end_offset\x18\x05 \x01(\x04\x12\x13\n\x0breplacement\x18\x06 \x01(\x08\x12\x0c\n\x04rack\x18\x07 \x01(\t\x12\"\n\x07members\x18\x08 \x03(\x0b\x32\x11.replog.v1.Member\x12#\n\x1bmetadata_membership_changed\x18\t \x01(\x08\x12\x17\n\x0fmetadata_voters\x18\n \x03(\r\x12\x1a\n\x12metadata_observers\x18\x0b \x03(\r\x12\x15\n\rkafka_address\x18\x0c \x01(\t\";\n\x06Member\x12\n\n\x02id\x18\x01 \x01(\r\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x14\n\x0cpeer_address\x18\x03 \x01(\t2\x85\x01\n\x05Nodes\x12\x43\n\x08Identify\x12\x1a.replog.v1.IdentifyRequest\x1a\x1b.replog.v1.IdentifyResponse\x12\x37\n\x04Join\x12\x16.replog.v1.JoinRequest\x1a\x17.replog.v1.JoinResponseB1Z/github.com/replog/replog/gen/replog/v1;replogv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15replog/v1/nodes.proto\x12\treplog.v1\"E\n\x0bJoinRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\r\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x14\n\x0cpeer_address\x18\x03 \x01(\t\"2\n\x0cJoinResponse\x12\"\n\x07members\x18\x01 \x03(\x0b\x32\x11.replog.v1.Member\"\"\n\x0fIdentifyRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\r\"\xde\x02\n\x10IdentifyResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\r\x12\x14\n\x0c\x64irectory_id\x18\x02 \x01(\t\x12\x10\n\x08\x64\x65\x63iding\x18\x03 \x01(\x08\x12\x16\n\x0emetadata_epoch\x18\x04 \x01(\x04\x12\x1b\n\x13metadata_end_offset\x18\x05 \x01(\x04\x12\x13\n\x0breplacement\x18\x06 \x01(\x08\x12\x0c\n\x04rack\x18\x07 \x01(\t\x12\"\n\x07members\x18\x08 \x03(\x0b\x32\x11.replog.v1.Member\x12#\n\x1bmetadata_membership_changed\x18\t \x01(\x08\x12\x17\n\x0fmetadata_voters\x18\n \x03(\r\x12\x1a\n\x12metadata_observers\x18\x0b \x03(\r\x12\x15\n\rkafka_address\x18\x0c \x01(\t\x12$\n\x08\x66ounders\x18\r \x03(\x0b\x32\x12.replog.v1.Founder\"0\n\x07\x46ounder\x12\x0f\n\x07node_id\x18\x01 \x01(\r\x12\x14\n\x0c\x64irectory_id\x18\x02 \x01(\t\";\n\x06Member\x12\n\n\x02id\x18\x01 \x01(\r\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x14\n\x0cpeer_address\x18\x03 \x01(\t2\x85\x01\n\x05Nodes\x12\x43\n\x08Identify\x12\x1a.replog.v1.IdentifyRequest\x1a\x1b.replog.v1.IdentifyResponse\x12\x37\n\x04Join\x12\x16.replog.v1.JoinRequest\x1a\x17.replog.v1.JoinResponseB1Z/github.com/replog/replog/gen/replog/v1;replogv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,9 +39,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_IDENTIFYREQUEST']._serialized_start=159
   _globals['_IDENTIFYREQUEST']._serialized_end=193
   _globals['_IDENTIFYRESPONSE']._serialized_start=196
-  _globals['_IDENTIFYRESPONSE']._serialized_end=508
-  _globals['_MEMBER']._serialized_start=510
-  _globals['_MEMBER']._serialized_end=569
-  _globals['_NODES']._serialized_start=572
-  _globals['_NODES']._serialized_end=705
+  _globals['_IDENTIFYRESPONSE']._serialized_end=546
+  _globals['_FOUNDER']._serialized_start=548
+  _globals['_FOUNDER']._serialized_end=596
+  _globals['_MEMBER']._serialized_start=598
+  _globals['_MEMBER']._serialized_end=657
+  _globals['_NODES']._serialized_start=660
+  _globals['_NODES']._serialized_end=793
 # @@protoc_insertion_point(module_scope)

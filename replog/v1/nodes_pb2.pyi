@@ -29,7 +29,7 @@ class IdentifyRequest(_message.Message):
     def __init__(self, node_id: _Optional[int] = ...) -> None: ...
 
 class IdentifyResponse(_message.Message):
-    __slots__ = ("node_id", "directory_id", "deciding", "metadata_epoch", "metadata_end_offset", "replacement", "rack", "members", "metadata_membership_changed", "metadata_voters", "metadata_observers", "kafka_address")
+    __slots__ = ("node_id", "directory_id", "deciding", "metadata_epoch", "metadata_end_offset", "replacement", "rack", "members", "metadata_membership_changed", "metadata_voters", "metadata_observers", "kafka_address", "founders")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     DIRECTORY_ID_FIELD_NUMBER: _ClassVar[int]
     DECIDING_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +42,7 @@ class IdentifyResponse(_message.Message):
     METADATA_VOTERS_FIELD_NUMBER: _ClassVar[int]
     METADATA_OBSERVERS_FIELD_NUMBER: _ClassVar[int]
     KAFKA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    FOUNDERS_FIELD_NUMBER: _ClassVar[int]
     node_id: int
     directory_id: str
     deciding: bool
@@ -54,7 +55,16 @@ class IdentifyResponse(_message.Message):
     metadata_voters: _containers.RepeatedScalarFieldContainer[int]
     metadata_observers: _containers.RepeatedScalarFieldContainer[int]
     kafka_address: str
-    def __init__(self, node_id: _Optional[int] = ..., directory_id: _Optional[str] = ..., deciding: _Optional[bool] = ..., metadata_epoch: _Optional[int] = ..., metadata_end_offset: _Optional[int] = ..., replacement: _Optional[bool] = ..., rack: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., metadata_membership_changed: _Optional[bool] = ..., metadata_voters: _Optional[_Iterable[int]] = ..., metadata_observers: _Optional[_Iterable[int]] = ..., kafka_address: _Optional[str] = ...) -> None: ...
+    founders: _containers.RepeatedCompositeFieldContainer[Founder]
+    def __init__(self, node_id: _Optional[int] = ..., directory_id: _Optional[str] = ..., deciding: _Optional[bool] = ..., metadata_epoch: _Optional[int] = ..., metadata_end_offset: _Optional[int] = ..., replacement: _Optional[bool] = ..., rack: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., metadata_membership_changed: _Optional[bool] = ..., metadata_voters: _Optional[_Iterable[int]] = ..., metadata_observers: _Optional[_Iterable[int]] = ..., kafka_address: _Optional[str] = ..., founders: _Optional[_Iterable[_Union[Founder, _Mapping]]] = ...) -> None: ...
+
+class Founder(_message.Message):
+    __slots__ = ("node_id", "directory_id")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORY_ID_FIELD_NUMBER: _ClassVar[int]
+    node_id: int
+    directory_id: str
+    def __init__(self, node_id: _Optional[int] = ..., directory_id: _Optional[str] = ...) -> None: ...
 
 class Member(_message.Message):
     __slots__ = ("id", "address", "peer_address")

@@ -24,13 +24,17 @@ PATIENT = RetryPolicy(attempts_max=1000, backoff_max_ms=500, deadline_ms=90_000)
 
 
 def leader_of(client: Client, topic: str, partition: int = 0) -> int:
+    """The partition's leader, as its replicas describe it. (Not from GetMetadata: a node
+    that holds no replica of the partition answers it with no leader, and the node the
+    client asks may be such a node, e.g. after a metadata call moved it on.)"""
+
     def known() -> int | None:
         try:
-            meta = client.refresh_metadata([topic])
+            described = client.describe_topic(topic)
         except ReplogError:
             return None
-        leader = meta.topics[0].partitions[partition].leader_id
-        return leader if leader > 0 else None
+        leader = described[partition].leader_id if partition < len(described) else None
+        return leader if leader else None
 
     return wait_until(known, "a leader is known")
 

@@ -218,3 +218,57 @@ def test_a_node_whose_peers_found_with_other_voters_waits_and_never_bootstraps()
     # once the cluster exists, the log's quorum decides: node 4 joins
     recorded = Answer(False, 1, 2, membership_changed=True, voters=(1, 2, 3))
     assert decide(4, (1, 2, 3, 4), {1: recorded, 2: three}) == JOINING
+
+
+def test_a_founder_that_decides_late_bootstraps_and_a_lost_disk_stays_a_replacement(
+    tmp_path: Path,
+) -> None:
+    """Nodes 2 and 3 founded the cluster counting node 1 (deciding, directory "d1"), and
+    elected and created topics before node 1 asked again. Node 1 with that same directory
+    is a founder (it never voted): "bootstrap", no vote floors (a replacement's floor on a
+    partition of two replicas would let no leader be elected). A node 1 with another
+    directory (a lost disk since) is a replacement as before."""
+    founders = ((1, "d1"), (2, "d2"), (3, "d3"))
+    founded = Answer(False, 3, 120, membership_changed=True, voters=(1, 2, 3), founders=founders)
+    assert decide(1, (1, 2, 3), {2: founded}, "d1") == BOOTSTRAP
+    assert decide(1, (1, 2, 3), {2: founded}, "other") == REPLACEMENT
+    assert decide(1, (1, 2, 3), {2: founded}) == REPLACEMENT  # no id: as before
+    assert decide(4, (1, 2, 3, 4), {2: founded}, "d1") == JOINING  # not node 4's entry
+
+    asked: list[int] = []
+
+    async def ask(peer: int) -> Answer | None:
+        asked.append(peer)
+        return founded if peer == 2 else None
+
+    data_dir = tmp_path / "late"
+    late = asyncio.run(
+        ids.establish(data_dir, 1, (1, 2, 3), (1, 2, 3), ask, interval_s=0, directory_id="d1")
+    )
+    assert late.start == BOOTSTRAP and not late.catching_up and not late.floors(0)
+    assert late.founders == founders and late.directory_id == "d1"
+    assert (late.voters, late.observers) == ((1, 2, 3), ())  # the log's quorum
+    assert ids.load(data_dir) == late
+
+
+def test_a_bootstrap_records_whom_it_counted_with_their_directory_ids(tmp_path: Path) -> None:
+    empty_2 = Answer(True, 0, 0, directory_id="d2")
+    old_release = Answer(True, 0, 0)  # no directory id while deciding: not recorded
+    answers = {2: empty_2, 3: old_release}
+    assert decide(1, (1, 2, 3), answers, "d1") == BOOTSTRAP
+    assert ids.counted_founders(1, "d1", (1, 2, 3), answers) == ((1, "d1"), (2, "d2"))
+
+    async def ask(peer: int) -> Answer | None:
+        return answers[peer]
+
+    data_dir = tmp_path / "founder"
+    made = asyncio.run(
+        ids.establish(data_dir, 1, (1, 2, 3), (1, 2, 3), ask, interval_s=0, directory_id="d1")
+    )
+    assert made.founders == ((1, "d1"), (2, "d2"))
+    assert ids.load(data_dir) == made  # kept, and answered in Identify after restarts
+
+
+def test_a_single_node_with_id_0_reads_its_identity_back(tmp_path: Path) -> None:
+    made = asyncio.run(ids.establish(tmp_path / "one", 0, (0,), (), ids._nobody))
+    assert made.start == BOOTSTRAP and ids.load(tmp_path / "one") == made

@@ -37,6 +37,16 @@ holds that record, the node asks again.
 * neither (peers unreachable, or not enough of them): ask again; nothing is decided while
   the peers that would tell are down.
 
+A founder that decides late: nodes started together count each other's answers, and a
+majority may found the cluster (and elect, and create topics) before a slower one asks
+again; that one then finds a cluster that exists and would take itself for a lost disk,
+floor its replicas and, in a partition of two replicas, never let the other be elected.
+So a node that bootstraps records whom it counted (`founders`: node id and the directory
+id each answered with, which a deciding node picks before it asks, and keeps) and
+reports them in `Identify`; a deciding node that finds itself there with its own directory
+id bootstraps too (it never voted: the very directory it answered with was counted empty),
+from the quorum the peers' log holds.
+
 While deciding, the node answers `Identify` itself (`deciding=true`) on a temporary server
 on its peer address, so that nodes started together on empty directories find each other.
 The decision is written (with a new random directory id) to `node-identity.json` before any
@@ -47,7 +57,8 @@ File `node-identity.json` (JSON, written atomically)::
 
     {"node_id": 2, "directory_id": "0b6c...", "start": "replacement",
      "caught_up_at": 1234,      (null until the metadata partition caught up)
-     "voters": [2, 3, 4], "observers": [5]}   (optional: the starting quorum, see above)
+     "voters": [2, 3, 4], "observers": [5],   (optional: the starting quorum, see above)
+     "founders": [[1, "9f2e..."], [2, "0b6c..."]]}   (optional: a "bootstrap", see above)
 
 What this does not close: a replacement forgets the votes it cast before the loss, and it
 may vote again, after catching up, in an election of an epoch it had voted in already (a
@@ -94,6 +105,7 @@ CATCHING_UP_STARTS = (REPLACEMENT, JOINING)  # floored until caught up
 ASK_TIMEOUT_S = 1.0
 ASK_INTERVAL_S = 0.2
 WAITING_LOG_INTERVAL_S = 10.0
+DIRECTORY_ID_CHARS_MAX = 64
 # A floor no log reaches: votes for nobody until caught up with a leader (see above).
 UNREACHABLE_FLOOR = QuorumState(vote_floor=OFFSET_MAX, vote_floor_epoch=EPOCH_MAX)
 
@@ -108,6 +120,8 @@ class Identity:
     # had changed it: the most advanced peer's, this node an observer unless a voter there.
     voters: tuple[int, ...] = ()
     observers: tuple[int, ...] = ()
+    # bootstrap: the nodes counted as empty when the cluster was founded (id, directory id)
+    founders: tuple[tuple[int, str], ...] = ()
 
     def floors(self, topic_id: int) -> bool:
         """Whether a new replica of the topic created at metadata offset `topic_id` starts
@@ -146,14 +160,47 @@ class Answer:
     membership_changed: bool = False  # its metadata log holds a membership record
     voters: tuple[int, ...] = ()  # its metadata quorum (empty: it does not say)
     observers: tuple[int, ...] = ()
+    directory_id: str = ""  # (a deciding node's too: the id it will keep)
+    founders: tuple[tuple[int, str], ...] = ()  # whom it counted when it bootstrapped
 
 
-def decide(node_id: int, voters: Sequence[int], answers: Mapping[int, Answer]) -> str | None:
+def founded_with(node_id: int, directory_id: str, answers: Mapping[int, Answer]) -> bool:
+    """Whether a peer founded the cluster counting this very directory (a late founder)."""
+    return bool(directory_id) and any(
+        (node_id, directory_id) in a.founders for a in answers.values()
+    )
+
+
+def counted_founders(
+    node_id: int, directory_id: str, voters: Sequence[int], answers: Mapping[int, Answer]
+) -> tuple[tuple[int, str], ...]:
+    """Whom a node that bootstraps counted as empty (itself included), with the directory
+    ids they answered with; a late founder keeps those the peers reported instead."""
+    if founded_with(node_id, directory_id, answers):
+        return tuple(sorted({f for a in answers.values() for f in a.founders}))
+    counted = {(node_id, directory_id)} if directory_id else set()
+    counted.update(
+        (peer, a.directory_id)
+        for peer, a in answers.items()
+        if peer in voters and a.directory_id and _empty(a)
+    )
+    return tuple(sorted(counted))
+
+
+def _empty(a: Answer) -> bool:
+    return not a.replacement and a.metadata_epoch == 0 and a.metadata_end_offset == 0
+
+
+def decide(
+    node_id: int, voters: Sequence[int], answers: Mapping[int, Answer], directory_id: str = ""
+) -> str | None:
     """BOOTSTRAP, REPLACEMENT, JOINING, or None (ask again). `voters`: the metadata
     partition's voters of this node's settings; `answers`: the peers that answered (this
-    node not among them)."""
+    node not among them); `directory_id`: the one this node answers with while deciding."""
+    if founded_with(node_id, directory_id, answers):
+        return BOOTSTRAP  # counted empty by a founder: it never voted (module docstring)
     for answer in answers.values():
-        if answer.replacement or answer.metadata_epoch > 0 or answer.metadata_end_offset > 0:
+        if not _empty(answer):
             return _joining_or_replacement(node_id, answers)
     if disagreeing(voters, answers):
         return None  # founders with other voters: never found a cluster over theirs
@@ -238,6 +285,7 @@ def load(data_dir: Path) -> Identity | None:
             data.get("caught_up_at"),
             tuple(data.get("voters", ())),
             tuple(data.get("observers", ())),
+            tuple((f[0], f[1]) for f in data.get("founders", ())),
         )
         ids = (*identity.voters, *identity.observers)
         ok = (
@@ -246,15 +294,25 @@ def load(data_dir: Path) -> Identity | None:
             and (not identity.observers or bool(identity.voters))
             and type(identity.node_id) is int
             and isinstance(identity.directory_id, str)
-            and 0 < len(identity.directory_id) <= 64
+            and 0 < len(identity.directory_id) <= DIRECTORY_ID_CHARS_MAX
             and identity.start in STARTS
             and (identity.caught_up_at is None or type(identity.caught_up_at) is int)
+            and all(_founder_ok(i, d) for i, d in identity.founders)
         )
     except (ValueError, TypeError, KeyError):
         ok = False
     if not ok:
         raise CorruptDataError(f"{data_dir / IDENTITY_FILE}: invalid {raw[:200]!r}")
     return identity
+
+
+def _founder_ok(node_id: object, directory_id: object) -> bool:
+    return (
+        type(node_id) is int
+        and 0 <= node_id <= NODE_ID_MAX
+        and isinstance(directory_id, str)
+        and 0 < len(directory_id) <= DIRECTORY_ID_CHARS_MAX
+    )
 
 
 def save(data_dir: Path, identity: Identity) -> None:
@@ -267,6 +325,8 @@ def save(data_dir: Path, identity: Identity) -> None:
     if identity.voters:
         data["voters"] = list(identity.voters)
         data["observers"] = list(identity.observers)
+    if identity.founders:
+        data["founders"] = [list(f) for f in identity.founders]
     checkpoint.write_atomic(data_dir / IDENTITY_FILE, json.dumps(data).encode())
 
 
@@ -301,9 +361,12 @@ async def establish(
     ask: Ask,
     *,
     interval_s: float = ASK_INTERVAL_S,
+    directory_id: str | None = None,
 ) -> Identity:
     """This node's identity: from its file, or adopted (a directory with data and no file),
-    or decided by asking `peers` (an empty directory). Written before it returns."""
+    or decided by asking `peers` (an empty directory). Written before it returns.
+    `directory_id`: the new directory's id (a random one if None), which the node answers
+    `Identify` with while it decides."""
     known = load(data_dir)
     if known is not None:
         if known.node_id != node_id:
@@ -311,12 +374,13 @@ async def establish(
                 f"{data_dir} belongs to node {known.node_id}, not to node {node_id}"
             )
         return known
-    start, quorum = (
-        (EXISTING, None)
+    directory_id = directory_id or new_directory_id()
+    start, quorum, founders = (
+        (EXISTING, None, ())
         if not is_empty(data_dir)
-        else await _decide(node_id, voters, peers, ask, interval_s)
+        else await _decide(node_id, voters, peers, ask, interval_s, directory_id)
     )
-    identity = Identity(node_id, uuid.uuid4().hex, start)
+    identity = Identity(node_id, directory_id, start, founders=founders)
     if quorum is not None:
         identity = replace(identity, voters=quorum[0], observers=quorum[1])
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -325,18 +389,31 @@ async def establish(
     return identity
 
 
+def new_directory_id() -> str:
+    return uuid.uuid4().hex
+
+
 async def _decide(
-    node_id: int, voters: Sequence[int], peers: Sequence[int], ask: Ask, interval_s: float
-) -> tuple[str, tuple[tuple[int, ...], tuple[int, ...]] | None]:
+    node_id: int,
+    voters: Sequence[int],
+    peers: Sequence[int],
+    ask: Ask,
+    interval_s: float,
+    directory_id: str,
+) -> tuple[str, tuple[tuple[int, ...], tuple[int, ...]] | None, tuple[tuple[int, str], ...]]:
+    """(start, starting quorum or None, founders) once the answers decide."""
     others = [p for p in peers if p != node_id]
     logged = 0.0
     while True:
         replies = await asyncio.gather(*(ask(p) for p in others))
         answers = {p: a for p, a in zip(others, replies, strict=True) if a is not None}
-        start = decide(node_id, voters, answers)
+        start = decide(node_id, voters, answers, directory_id)
         if start is not None:
-            quorum = None if start == BOOTSTRAP else starting_quorum(node_id, answers)
-            return start, quorum
+            if start != BOOTSTRAP:
+                return start, starting_quorum(node_id, answers), ()
+            founders = counted_founders(node_id, directory_id, voters, answers)
+            # a late founder: the quorum the peers' log holds, if it changed already
+            return start, starting_quorum(node_id, answers), founders
         now = time.monotonic()
         if now - logged >= WAITING_LOG_INTERVAL_S:
             logged = now
@@ -377,9 +454,19 @@ def asker(channel_for: Callable[[int], grpc.aio.Channel], node_id: int) -> Ask:
             membership_changed=reply.metadata_membership_changed,
             voters=voters,
             observers=observers,
+            directory_id=_bounded_id(reply.directory_id),
+            founders=tuple(
+                (f.node_id, f.directory_id)
+                for f in reply.founders[:NODES_MAX]
+                if _founder_ok(f.node_id, f.directory_id)
+            ),
         )
 
     return ask
+
+
+def _bounded_id(directory_id: str) -> str:
+    return directory_id if len(directory_id) <= DIRECTORY_ID_CHARS_MAX else ""
 
 
 def _is_quorum(voters: tuple[int, ...], observers: tuple[int, ...]) -> bool:
@@ -412,11 +499,13 @@ class NodesService:
         quorum: Callable[[], tuple[Sequence[int], Sequence[int]]] = lambda: ((), ()),
         join: JoinHandler | None = None,
         kafka_address: Callable[[], str] = lambda: "",
+        founders: Callable[[], Sequence[tuple[int, str]]] = lambda: (),
     ) -> None:
         """`members()`: (id, address, peer_address) of the members this node's metadata has;
         `membership_changed()`: whether its metadata log holds a membership record;
         `kafka_address()`: its Kafka listener's advertised address ("": none)."""
         self.kafka_address = kafka_address
+        self.founders = founders
         self.node_id = node_id
         self.state = state
         self.rack = rack
@@ -451,6 +540,7 @@ class NodesService:
             metadata_voters=voters,
             metadata_observers=observers,
             kafka_address=self.kafka_address(),
+            founders=[nodes_pb2.Founder(node_id=i, directory_id=d) for i, d in self.founders()],
         )
 
 
@@ -468,8 +558,9 @@ async def establish_for(settings: Settings) -> Identity:
         return await establish(data_dir, node_id, voters, [], _nobody)
     temporary = grpc.aio.server(options=server_options(settings.message_bytes_max))
     # (its starting voters too: a peer with other ones does not found a cluster with it)
+    directory_id = new_directory_id()  # answered while deciding, kept (late founders)
     deciding = NodesService(
-        node_id, lambda: ("", True, 0, 0, False), quorum=lambda: (voters, observers)
+        node_id, lambda: (directory_id, True, 0, 0, False), quorum=lambda: (voters, observers)
     )
     nodes_pb2_grpc.add_NodesServicer_to_server(deciding, temporary)  # type: ignore[no-untyped-call]
     address = settings.peer_listen or settings.listen
@@ -489,7 +580,14 @@ async def establish_for(settings: Settings) -> Identity:
         return channels[peer]
 
     try:
-        return await establish(data_dir, node_id, voters, members, asker(channel_for, node_id))
+        return await establish(
+            data_dir,
+            node_id,
+            voters,
+            members,
+            asker(channel_for, node_id),
+            directory_id=directory_id,
+        )
     finally:
         await temporary.stop(0)
         for channel in channels.values():

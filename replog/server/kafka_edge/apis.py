@@ -28,6 +28,7 @@ from replog.errors import (
     LeaderUnknownError,
     ReplogError,
     TopicExistsError,
+    UnavailableError,
 )
 from replog.kafka.errors import ErrorCode
 from replog.kafka.protocol import ApiKey, RequestHeader
@@ -432,18 +433,25 @@ async def _once_elected(call: Callable[[], Awaitable[None]]) -> None:
     """`call()`, tried again for up to CONTROLLER_WAIT_S while the cluster metadata has no
     leader (a cluster that just started, an election): clients such as librdkafka do not
     retry NOT_CONTROLLER for CreateTopics, and their `timeout_ms` (0 by default) is how
-    long to wait for the creation to complete, not for a controller."""
+    long to wait for the creation to complete, not for a controller. A forward to the
+    metadata leader that could not connect (gRPC's "failed to connect to all addresses":
+    nothing was sent, e.g. a leader that just stopped) is tried again the same way."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + CONTROLLER_WAIT_S
     backoff_s = BACKOFF_S_MIN
     while True:
         try:
             return await call()
-        except LeaderUnknownError:
-            if loop.time() + backoff_s > deadline:
+        except (LeaderUnknownError, UnavailableError) as exc:
+            if not _nothing_sent(exc) or loop.time() + backoff_s > deadline:
                 raise
             await asyncio.sleep(backoff_s)
             backoff_s = min(2 * backoff_s, BACKOFF_S_MAX)
+
+
+def _nothing_sent(exc: ReplogError) -> bool:
+    """Whether `exc` certainly changed nothing: no metadata leader, or no connection to it."""
+    return isinstance(exc, LeaderUnknownError) or "failed to connect to all addresses" in str(exc)
 
 
 def _timestamp_type(configs: list[Body]) -> str:
