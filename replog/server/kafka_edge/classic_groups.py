@@ -127,9 +127,12 @@ class ClassicCoordinator:
 
     async def join_group(self, version: int, client_id: str | None, body: Body) -> Body:
         name, member_id = body["group_id"], body["member_id"]
-        code = await self._own(name)
-        if code is not None:
-            return _join_body(version, JoinReply(code, member_id))
+        shard = await self._shard(name)
+        if isinstance(shard, ErrorCode):
+            return _join_body(version, JoinReply(shard, member_id))
+        replog_group = shard.groups.groups.get(name)
+        if replog_group is not None and replog_group.members:  # replog's own consumers
+            return _join_body(version, JoinReply(E.INCONSISTENT_GROUP_PROTOCOL, member_id))
         session_ms = body["session_timeout_ms"]
         client = (client_id or "")[:CLIENT_ID_CHARS_MAX]
         got = self.state.join(
