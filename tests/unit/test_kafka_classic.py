@@ -285,3 +285,16 @@ def test_join_answers_encode_at_every_advertised_version(version: int) -> None:
         frame = protocol.encode_response(header, _join_body(version, reply), any_version=True)
         _, body = protocol.decode_response(ApiKey.JOIN_GROUP, version, frame[4:])
         assert body["member_id"] == reply.member_id and body["error_code"] == reply.error
+
+
+@pytest.mark.parametrize("version", range(0, 6))
+def test_sync_answers_encode_at_every_advertised_version(version: int) -> None:
+    from replog.kafka import protocol
+    from replog.kafka.protocol import RequestHeader
+    from replog.server.kafka_edge.classic_groups import _sync_body
+
+    header = RequestHeader(ApiKey.SYNC_GROUP, version, 1, "c")
+    for reply in (SyncReply(E.REBALANCE_IN_PROGRESS), SyncReply(E.NONE, "consumer", "range", b"a")):
+        frame = protocol.encode_response(header, _sync_body(version, reply), any_version=True)
+        _, body = protocol.decode_response(ApiKey.SYNC_GROUP, version, frame[4:])
+        assert body["assignment"] == reply.assignment and body["error_code"] == reply.error
