@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import socket
+import struct
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,6 +18,9 @@ import pytest
 
 from replog.client import Client, RetryPolicy
 from replog.devcluster import free_port
+from replog.kafka import protocol
+from replog.kafka.errors import ErrorCode
+from replog.kafka.protocol import ApiKey, RequestHeader
 from tests.integration.servers import ServerProcess
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -176,3 +181,98 @@ def test_kafka_python_group_consumer_consumes_and_commits(server: ServerProcess)
         committed = client.committed_offsets(group, [(topic, 0), (topic, 1)])
     ends = [max(m.offset for m in got if m.partition == p) + 1 for p in (0, 1)]
     assert [c.offset for c in committed] == ends  # through replog's own client
+
+
+def _request(sock: socket.socket, api_key: int, version: int, body: dict[str, Any]) -> Any:
+    sock.sendall(protocol.encode_request(RequestHeader(api_key, version, 7, "raw"), body))
+    size = struct.unpack(">i", _read(sock, 4))[0]
+    correlation_id, answer = protocol.decode_response(api_key, version, _read(sock, size))
+    assert correlation_id == 7
+    return answer
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        assert chunk, "connection closed"
+        buf += chunk
+    return buf
+
+
+def test_the_wire_answers_kafka_group_errors_and_fences_stale_commits(
+    server: ServerProcess,
+) -> None:
+    topic = new_topic(server, 1)
+    group = f"raw-{topic}"
+    host, port = bootstrap(server).split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        deadline = time.monotonic() + DEADLINE_S
+        while True:  # the group's coordinator is loaded (a first FindCoordinator creates it)
+            found = _request(sock, ApiKey.FIND_COORDINATOR, 3, {"key": group, "key_type": 0})
+            if found["error_code"] == ErrorCode.NONE:
+                break
+            assert time.monotonic() < deadline, found
+            time.sleep(0.1)
+        join: dict[str, Any] = {
+            "group_id": group,
+            "session_timeout_ms": 10_000,
+            "rebalance_timeout_ms": 10_000,
+            "member_id": "",
+            "group_instance_id": None,
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b"x" * 300_000}],
+        }
+        too_big = _request(sock, ApiKey.JOIN_GROUP, 5, join)
+        assert too_big["error_code"] == ErrorCode.INVALID_REQUEST
+        join["protocols"] = [{"name": "range", "metadata": b"sub"}]
+        first = _request(sock, ApiKey.JOIN_GROUP, 5, join)
+        assert first["error_code"] == ErrorCode.MEMBER_ID_REQUIRED and first["member_id"]
+        member = first["member_id"]
+        joined = _request(sock, ApiKey.JOIN_GROUP, 5, join | {"member_id": member})
+        assert joined["error_code"] == ErrorCode.NONE and joined["leader"] == member
+        generation = joined["generation_id"]
+        assert [m["member_id"] for m in joined["members"]] == [member]
+        sync = {"group_id": group, "generation_id": generation, "member_id": member}
+        sync |= {
+            "group_instance_id": None,
+            "assignments": [{"member_id": member, "assignment": b"A"}],
+        }
+        synced = _request(sock, ApiKey.SYNC_GROUP, 3, sync)
+        assert synced["error_code"] == ErrorCode.NONE and synced["assignment"] == b"A"
+        beat = {"group_id": group, "member_id": member, "group_instance_id": None}
+        stale = _request(sock, ApiKey.HEARTBEAT, 3, beat | {"generation_id": generation - 1})
+        assert stale["error_code"] == ErrorCode.ILLEGAL_GENERATION
+        fine = _request(sock, ApiKey.HEARTBEAT, 3, beat | {"generation_id": generation})
+        assert fine["error_code"] == ErrorCode.NONE
+        commit: dict[str, Any] = {
+            "group_id": group,
+            "member_id": member,
+            "group_instance_id": None,
+            "retention_time_ms": -1,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {"partition_index": 0, "committed_offset": 1, "committed_metadata": ""}
+                    ],
+                }
+            ],
+        }
+        for gen, code in ((generation - 1, ErrorCode.ILLEGAL_GENERATION), (generation, 0)):
+            answer = _request(
+                sock, ApiKey.OFFSET_COMMIT, 7, commit | {"generation_id_or_member_epoch": gen}
+            )
+            assert answer["topics"][0]["partitions"][0]["error_code"] == code
+        described = _request(sock, ApiKey.DESCRIBE_GROUPS, 4, {"groups": [group]})["groups"][0]
+        assert described["group_state"] == "Stable" and described["protocol_data"] == "range"
+        assert [m["member_assignment"] for m in described["members"]] == [b"A"]
+        left = _request(
+            sock, ApiKey.LEAVE_GROUP, 3, {"group_id": group, "members": [{"member_id": member}]}
+        )
+        assert [m["error_code"] for m in left["members"]] == [ErrorCode.NONE]
+        gone = _request(sock, ApiKey.HEARTBEAT, 3, beat | {"generation_id": generation})
+        assert gone["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
+    with Client(server.address, timeout_s=30, retry=RetryPolicy(attempts_max=5)) as client:
+        (committed,) = client.committed_offsets(group, [(topic, 0)])
+    assert committed.offset == 1  # the commit at the group's generation, not the stale one
