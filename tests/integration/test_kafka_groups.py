@@ -61,9 +61,10 @@ def produce(server: ServerProcess, topic: str, per_partition: int, partitions: i
     assert producer.flush(30) == 0
 
 
-def consumer(server: ServerProcess, group: str) -> Any:
+def consumer(server: ServerProcess, group: str, assignors: str = "range,roundrobin") -> Any:
     return confluent_kafka.Consumer(
         {
+            "partition.assignment.strategy": assignors,
             "bootstrap.servers": bootstrap(server),
             "group.id": group,
             "enable.auto.commit": False,
@@ -91,12 +92,15 @@ def partitions_of(c: Any) -> set[int]:
     return {tp.partition for tp in c.assignment()}
 
 
+# librdkafka's default assignors, and the cooperative one (incremental rebalances: the
+# clients' own rejoins, nothing of the broker)
+@pytest.mark.parametrize("assignors", ["range,roundrobin", "cooperative-sticky"])
 def test_librdkafka_consumers_share_partitions_rebalance_commit_and_resume(
-    server: ServerProcess,
+    server: ServerProcess, assignors: str
 ) -> None:
     topic = new_topic(server, 4)
     group = f"grp-{topic}"
-    a, b = consumer(server, group), consumer(server, group)
+    a, b = consumer(server, group, assignors), consumer(server, group, assignors)
     c = None
     try:
         a.subscribe([topic])
@@ -127,7 +131,7 @@ def test_librdkafka_consumers_share_partitions_rebalance_commit_and_resume(
         tps = [confluent_kafka.TopicPartition(topic, p, fourth[p]) for p in range(4)]
         a.commit(offsets=tps, asynchronous=False)
         a.close()
-        c = consumer(server, group)
+        c = consumer(server, group, assignors)
         c.subscribe([topic])
         resumed: dict[int, list[Any]] = {}
         poll_until([c], lambda: len(resumed.get(0, [])) >= 8, resumed)
