@@ -6,6 +6,9 @@
     Metadata        -> the metadata image (topics, assignment), the local replicas (leaders)
     InitProducerId  -> ProducerIds.init (the gRPC InitProducer's code)
     CreateTopics    -> Topics.create (envelope topics), DeleteTopics -> Topics.delete
+    FindCoordinator, OffsetCommit, OffsetFetch -> GroupsService (group_offsets.py)
+    JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups, DescribeGroups
+                    -> the classic group coordinator (classic_groups.py, rules: classic.py)
     ApiVersions     -> `SUPPORTED`, exactly what the handlers below serve
 
 Errors of replog's tree become Kafka codes through one table (`kafka_edge.errors`), per
@@ -36,6 +39,7 @@ from replog.kafka.records import decode_batches
 from replog.server.control.producer_ids import ProducerIds
 from replog.server.control.routing import Router
 from replog.server.control.topics import Topics
+from replog.server.kafka_edge.classic_groups import ClassicCoordinator
 from replog.server.kafka_edge.convert import batch_of_frames, values_of
 from replog.server.kafka_edge.errors import code_of
 from replog.server.kafka_edge.group_offsets import GroupOffsets
@@ -57,6 +61,14 @@ SUPPORTED: Final[Mapping[int, tuple[int, int]]] = {
     ApiKey.FIND_COORDINATOR: (0, 4),
     ApiKey.OFFSET_COMMIT: (2, 8),  # 9+: KIP-848 member epochs
     ApiKey.OFFSET_FETCH: (1, 7),  # 8+: several groups per request
+    # the classic group protocol (classic_groups.py); versions checked against what
+    # librdkafka 2.x, kafka-python and aiokafka send (tests/unit/test_kafka_classic.py)
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
 }
 KAFKA_ACKS: Final[dict[int, log_pb2.Acks]] = {
     0: log_pb2.ACKS_NONE,
@@ -110,8 +122,15 @@ class Apis:
             ApiKey.FIND_COORDINATOR: self.find_coordinator,
             ApiKey.OFFSET_COMMIT: self.offset_commit,
             ApiKey.OFFSET_FETCH: self.offset_fetch,
+            ApiKey.JOIN_GROUP: self.join_group,
+            ApiKey.SYNC_GROUP: self.sync_group,
+            ApiKey.HEARTBEAT: self.heartbeat,
+            ApiKey.LEAVE_GROUP: self.leave_group,
+            ApiKey.LIST_GROUPS: self.list_groups,
+            ApiKey.DESCRIBE_GROUPS: self.describe_groups,
         }
         self.group_offsets: GroupOffsets | None = None  # set before the listener starts
+        self.classic: ClassicCoordinator | None = None  # likewise
         assert set(self.handlers) == set(SUPPORTED)
 
     async def answer(self, header: RequestHeader, body: Body) -> Body | None:
@@ -382,6 +401,30 @@ class Apis:
     async def offset_fetch(self, header: RequestHeader, body: Body) -> Body:
         assert self.group_offsets is not None, "the groups are wired before the listener starts"
         return await self.group_offsets.offset_fetch(body)
+
+    # -- the classic group protocol (classic_groups.py) -------------------------------------
+
+    def _classic(self) -> ClassicCoordinator:
+        assert self.classic is not None, "the groups are wired before the listener starts"
+        return self.classic
+
+    async def join_group(self, header: RequestHeader, body: Body) -> Body:
+        return await self._classic().join_group(header.api_version, header.client_id, body)
+
+    async def sync_group(self, header: RequestHeader, body: Body) -> Body:
+        return await self._classic().sync_group(header.api_version, body)
+
+    async def heartbeat(self, header: RequestHeader, body: Body) -> Body:
+        return await self._classic().heartbeat(body)
+
+    async def leave_group(self, header: RequestHeader, body: Body) -> Body:
+        return await self._classic().leave_group(header.api_version, body)
+
+    async def list_groups(self, header: RequestHeader, body: Body) -> Body:
+        return self._classic().list_groups(header.api_version, body)
+
+    async def describe_groups(self, header: RequestHeader, body: Body) -> Body:
+        return await self._classic().describe_groups(header.api_version, body)
 
     # -- CreateTopics, DeleteTopics ---------------------------------------------------------
 

@@ -6,9 +6,12 @@ own members are fenced as they are over gRPC). Each request goes to the Groups s
 own code (`GroupsService.find_coordinator` / `commit_offsets` / `fetch_committed_offsets`):
 the offsets are the same ones replog's clients commit and read, in `__consumer_offsets`.
 
-A commit with a member id is a member of Kafka's classic group protocol, which replog does
-not serve (no JoinGroup): it is answered UNKNOWN_MEMBER_ID. A commit is all or nothing in
-replog, so one error answers every partition of the request.
+A commit with a member id or a generation is a member of Kafka's classic group protocol:
+it is fenced by the group's generation first (`ClassicCoordinator.check_commit`: Kafka's
+REBALANCE_IN_PROGRESS / UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION), then written as the same
+offsets (the classic group's membership is the Kafka edge's; replog's groups see a commit
+without a member). A commit is all or nothing in replog, so one error answers every
+partition of the request.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 from replog.errors import ReplogError
 from replog.kafka.errors import ErrorCode
 from replog.server.groups.service import GroupsService
+from replog.server.kafka_edge.classic_groups import ClassicCoordinator
 from replog.server.kafka_edge.errors import code_of
 from replog.v1 import groups_pb2
 
@@ -31,9 +35,11 @@ class GroupOffsets:
         self,
         groups: GroupsService,
         brokers: Callable[[], Awaitable[dict[int, tuple[str, int]]]],
+        classic: ClassicCoordinator,
     ) -> None:
         self.groups = groups
         self.brokers = brokers
+        self.classic = classic
 
     async def find_coordinator(self, version: int, body: Body) -> Body:
         keys = body["coordinator_keys"] if version >= 4 else [body["key"]]
@@ -69,10 +75,11 @@ class GroupOffsets:
                     offset=p["committed_offset"],
                     metadata=p["committed_metadata"] or "",
                 )
-        code = ErrorCode.NONE
-        if body["member_id"]:
-            code = ErrorCode.UNKNOWN_MEMBER_ID  # a classic-protocol member: not served
-        else:
+        fenced = await self.classic.check_commit(
+            body["group_id"], body["member_id"], body["generation_id_or_member_epoch"]
+        )
+        code = fenced or ErrorCode.NONE
+        if code == ErrorCode.NONE:
             try:
                 await self.groups.commit_offsets(request)
             except ReplogError as exc:

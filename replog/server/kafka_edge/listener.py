@@ -48,6 +48,8 @@ from replog.server.edge.limits import RequestPool
 from replog.server.groups.service import GroupsService
 from replog.server.kafka_edge.apis import SUPPORTED, Apis
 from replog.server.kafka_edge.apis import Node as ApiNode
+from replog.server.kafka_edge.classic import ClassicLimits
+from replog.server.kafka_edge.classic_groups import CLIENT_HOST, ClassicCoordinator, peer_host
 from replog.server.kafka_edge.group_offsets import GroupOffsets
 from replog.server.logs import log
 from replog.v1 import nodes_pb2, nodes_pb2_grpc
@@ -197,8 +199,18 @@ class KafkaListener:
         self._connections: set[asyncio.Task[None]] = set()
 
     def serve_groups(self, groups: GroupsService) -> None:
-        """Committed offsets through the node's Groups service (before `start`)."""
-        self.apis.group_offsets = GroupOffsets(groups, self.brokers.current)
+        """Committed offsets through the node's Groups service, and the classic group
+        protocol on its coordinator (before `start`)."""
+        config = groups.config
+        limits = ClassicLimits(
+            groups_max=config.groups_max,
+            members_max=config.members_max,
+            session_timeout_ms_min=config.session_timeout_ms_min,
+            session_timeout_ms_max=config.session_timeout_ms_max,
+            rebalance_timeout_ms_max=config.rebalance_timeout_ms_max,
+        )
+        self.apis.classic = ClassicCoordinator(groups.coordinator, limits)
+        self.apis.group_offsets = GroupOffsets(groups, self.brokers.current, self.apis.classic)
 
     async def start(self) -> str:
         """Bind and serve; the address Kafka clients are told (advertised)."""
@@ -224,6 +236,8 @@ class KafkaListener:
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
         await self.brokers.close()
+        if self.apis.classic is not None:
+            self.apis.classic.close()
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -236,6 +250,7 @@ class KafkaListener:
             return
         self._connections.add(task)
         self.metrics.connections.inc()
+        CLIENT_HOST.set(peer_host(writer.get_extra_info("peername")))  # this task's own
         try:
             await self._serve(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
