@@ -605,7 +605,7 @@ def _add_services(
         node.groups, node.metrics, server, peer_server, authenticate, supervisor.spawn
     )
     if kafka is not None:
-        kafka.serve_groups(groups)
+        kafka.serve_groups(groups, lambda exc: supervisor.fail(exc, "kafka group timer"))
     return replication, kafka
 
 

@@ -52,11 +52,15 @@ class Supervisor:
         exc = task.exception()
         if exc is None:
             return
+        self.fail(exc, task.get_name())
+
+    def fail(self, exc: BaseException, what: str) -> None:
+        """`what` (a task, a timer callback) failed with `exc`: a bug; the process stops."""
         log(
             _log,
             "task.failed",
             logging.CRITICAL,
-            task=task.get_name(),
+            task=what,
             error=repr(exc),
             exc_info=(type(exc), exc, exc.__traceback__),
         )

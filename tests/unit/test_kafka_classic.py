@@ -298,3 +298,25 @@ def test_sync_answers_encode_at_every_advertised_version(version: int) -> None:
         frame = protocol.encode_response(header, _sync_body(version, reply), any_version=True)
         _, body = protocol.decode_response(ApiKey.SYNC_GROUP, version, frame[4:])
         assert body["assignment"] == reply.assignment and body["error_code"] == reply.error
+
+
+def test_a_failing_timer_pass_is_fatal_not_silent() -> None:
+    """The one timer that expires sessions must not stop quietly: what its pass raises goes
+    to the node's supervisor (which stops the process), or is raised without one."""
+    import types
+
+    from replog.server.kafka_edge.classic_groups import ClassicCoordinator
+
+    stub: Any = types.SimpleNamespace(now_ms=lambda: 1_000)
+    seen: list[BaseException] = []
+    coordinator = ClassicCoordinator(stub, ClassicLimits(), seen.append)
+
+    def broken(_now: int) -> list[tuple[str, str, str]]:
+        raise RuntimeError("a bug in expire")
+
+    coordinator.state.expire = broken  # type: ignore[method-assign]
+    coordinator._tick()
+    assert [str(e) for e in seen] == ["a bug in expire"]
+    coordinator.on_fatal = None
+    with pytest.raises(RuntimeError):
+        coordinator._tick()

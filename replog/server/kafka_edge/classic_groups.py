@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, Final
 
@@ -45,7 +46,15 @@ CONSUMER: Final = "consumer"
 
 
 class ClassicCoordinator:
-    def __init__(self, coordinator: Coordinator, limits: ClassicLimits) -> None:
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        limits: ClassicLimits,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        """`on_fatal`: called with what the timer's pass raised (a bug: the node's
+        supervisor stops the process; None: re-raised, for tests)."""
+        self.on_fatal = on_fatal
         self.coordinator = coordinator
         self.now_ms = coordinator.now_ms
         self.state = ClassicGroups(limits)
@@ -112,6 +121,14 @@ class ClassicCoordinator:
             self._timer = asyncio.get_running_loop().call_later(delay_s, self._tick)
 
     def _tick(self) -> None:
+        try:
+            self._pass()
+        except Exception as exc:  # crash loudly: a timer that stops would expire nobody
+            if self.on_fatal is None:
+                raise
+            self.on_fatal(exc)
+
+    def _pass(self) -> None:
         self._timer = self._timer_at = None
         now = self.now_ms()
         for group, member_id, why in self.state.expire(now):

@@ -198,9 +198,11 @@ class KafkaListener:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
-    def serve_groups(self, groups: GroupsService) -> None:
+    def serve_groups(
+        self, groups: GroupsService, on_fatal: Callable[[BaseException], None] | None = None
+    ) -> None:
         """Committed offsets through the node's Groups service, and the classic group
-        protocol on its coordinator (before `start`)."""
+        protocol on its coordinator (before `start`); `on_fatal`: see ClassicCoordinator."""
         config = groups.config
         limits = ClassicLimits(
             groups_max=config.groups_max,
@@ -209,7 +211,7 @@ class KafkaListener:
             session_timeout_ms_max=config.session_timeout_ms_max,
             rebalance_timeout_ms_max=config.rebalance_timeout_ms_max,
         )
-        self.apis.classic = ClassicCoordinator(groups.coordinator, limits)
+        self.apis.classic = ClassicCoordinator(groups.coordinator, limits, on_fatal)
         self.apis.group_offsets = GroupOffsets(groups, self.brokers.current, self.apis.classic)
 
     async def start(self) -> str:
