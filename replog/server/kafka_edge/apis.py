@@ -57,7 +57,11 @@ SUPPORTED: Final[Mapping[int, tuple[int, int]]] = {
     ApiKey.FIND_COORDINATOR: (0, 4),
     ApiKey.OFFSET_COMMIT: (2, 8),  # 9+: KIP-848 member epochs
     ApiKey.OFFSET_FETCH: (1, 7),  # 8+: several groups per request
+    ApiKey.SASL_HANDSHAKE: (1, 1),  # 0: raw SASL frames (before SaslAuthenticate existed)
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
 }
+# Answered by the connection's security session (security.py), never reaching `Apis`.
+SESSION_APIS: Final = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 KAFKA_ACKS: Final[dict[int, log_pb2.Acks]] = {
     0: log_pb2.ACKS_NONE,
     1: log_pb2.ACKS_LEADER,
@@ -112,7 +116,7 @@ class Apis:
             ApiKey.OFFSET_FETCH: self.offset_fetch,
         }
         self.group_offsets: GroupOffsets | None = None  # set before the listener starts
-        assert set(self.handlers) == set(SUPPORTED)
+        assert set(self.handlers) | SESSION_APIS == set(SUPPORTED)
 
     async def answer(self, header: RequestHeader, body: Body) -> Body | None:
         """The response body (None: no response, for acks=0 produces)."""
