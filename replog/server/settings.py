@@ -294,8 +294,8 @@ class Settings:
         default=None,
         metadata=_help(
             "Kafka SASL/SCRAM credentials: lines `User:<name> SCRAM-SHA-256|SCRAM-SHA-512 "
-            "iterations=.. salt=.. stored_key=.. server_key=..` (reloaded; `replog "
-            "kafka-scram`; needs TLS; SASL/PLAIN uses --token-file)"
+            "iterations=.. salt=.. stored_key=.. server_key=..` (reloaded; `replog token "
+            "scram`; needs TLS; SASL/PLAIN uses --token-file)"
         ),
     )
     tls_client_auth: ClientAuth = field(

@@ -356,3 +356,20 @@ def test_a_scram_file_line_out_of_shape_is_refused_with_its_line_number(tmp_path
     )
     with pytest.raises(Exception, match=":1: expected"):
         sasl.ScramFile(path)
+
+
+def test_the_cli_prints_a_scram_line_that_authenticates_its_password(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    from replog.cli import run as cli
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("s3cret\n"))
+    argv = ["token", "scram", "--principal", ALICE, "--mechanism", "SCRAM-SHA-512"]
+    assert cli([*argv, "--iterations", "4096"]) == 0
+    line = capsys.readouterr().out
+    assert line.startswith("User:alice SCRAM-SHA-512 iterations=4096 ") and "s3cret" not in line
+    (tmp_path / "scram").write_text(line)
+    sec = security(scram_file=tmp_path / "scram")
+    assert authenticate(sec, Session("p"), "SCRAM-SHA-512", "s3cret")["error_code"] == 0

@@ -20,7 +20,8 @@ what Kafka's `kafka-configs --add-config 'SCRAM-SHA-256=[...]'` keeps::
 
     User:alice SCRAM-SHA-256 iterations=8192 salt=<base64> stored_key=<base64> server_key=<base64>
 
-`replog kafka-scram User:alice SCRAM-SHA-256` prints one (password read from stdin).
+`replog token scram --principal User:alice --mechanism SCRAM-SHA-256 < password` prints
+one (`--iterations`, default 8192).
 The authenticated principal is `User:<name>`: the namespace of gRPC's tokens and client
 certificates, so the same ACLs apply.
 """
