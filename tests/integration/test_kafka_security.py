@@ -1,11 +1,13 @@
 """The Kafka listener is no back door: a real `replog serve` with TLS, `--authorization acl`
 and SCRAM credentials, and librdkafka (confluent-kafka) over SASL_SSL: an allowed principal
 produces and consumes, one without an ACL is refused with TOPIC_AUTHORIZATION_FAILED (and
-audited), a plaintext client gets no Kafka answer at all."""
+audited), a plaintext client gets no Kafka answer at all; with `--tls-client-auth require`
+a client certificate is the principal, and a client without one gets no connection."""
 
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import time
 from pathlib import Path
@@ -72,9 +74,11 @@ def test_sasl_ssl_scram_clients_are_held_to_the_acls_and_plaintext_is_refused(
         ],
     ).start()  # fmt: skip
     try:
-        # The super-user creates the topic through Kafka; the ACLs go in through gRPC.
+        # The super-user creates the topic through Kafka (SASL/PLAIN with its gRPC bearer
+        # token); the ACLs go in through gRPC.
         admin = admin_api.AdminClient(
-            kafka_config(address, ca.cert_file, "User:admin", "SCRAM-SHA-512")
+            kafka_config(address, ca.cert_file, "User:admin", "PLAIN")
+            | {"sasl.password": ADMIN_TOKEN}
         )
         admin.create_topics([admin_api.NewTopic("orders", 1, 1)])["orders"].result(60)
         grpc_tls = ClientTls(ca.cert_file)
@@ -150,3 +154,71 @@ def plaintext_answer(address: str) -> bytes:
         (correlation,) = struct.unpack(">i", out[4:8])
         assert correlation != 42, "a Kafka answer came back in plaintext"
     return out
+
+
+def test_a_required_client_certificate_is_the_kafka_principal(tmp_path: Path) -> None:
+    ca = certs.create_ca(tmp_path / "tls")
+    node = certs.issue_node(ca, tmp_path / "tls", 0)
+    who = {n: certs.issue_client(ca, tmp_path / "tls", n) for n in ("admin", "erin")}
+    address = f"127.0.0.1:{free_port()}"
+    server = ServerProcess(
+        tmp_path / "data",
+        tmp_path,
+        [
+            "--tls-cert-file", str(node.cert_file),
+            "--tls-key-file", str(node.key_file),
+            "--tls-ca-file", str(ca.cert_file),
+            "--tls-client-auth", "require",
+            "--authorization", "acl",
+            "--super-users", "User:admin",
+            "--kafka-listen", address,
+        ],
+    ).start()  # fmt: skip
+
+    def ssl_config(name: str) -> dict[str, Any]:
+        return {
+            "bootstrap.servers": address,
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(ca.cert_file),
+            "ssl.certificate.location": str(who[name].cert_file),
+            "ssl.key.location": str(who[name].key_file),
+        }
+
+    def produce_as_erin() -> list[Any]:
+        errors: list[Any] = []
+        producer = confluent_kafka.Producer(ssl_config("erin") | {"message.timeout.ms": 30_000})
+        producer.produce("certs", value=b"e", on_delivery=lambda err, _m: errors.append(err))
+        producer.flush(60)
+        return errors
+
+    try:
+        admin = admin_api.AdminClient(ssl_config("admin"))
+        admin.create_topics([admin_api.NewTopic("certs", 1, 1)])["certs"].result(60)
+        denied = produce_as_erin()
+        assert [e.code() for e in denied] == [confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED]
+        as_admin = ClientTls(ca.cert_file, who["admin"].cert_file, who["admin"].key_file)
+        with Client(server.address, tls=as_admin, retry=PATIENT) as c:
+            c.add_acl("User:erin", "write", topic="certs")
+        assert produce_as_erin() == [None], "User:erin, named by its certificate, may write"
+
+        # Without a certificate the TLS handshake itself is refused: no Kafka answer.
+        assert answer_without_certificate(address, ca.cert_file) == b""
+    finally:
+        assert server.terminate() == 0
+
+
+def answer_without_certificate(address: str, ca_file: Path) -> bytes:
+    """What an ApiVersions request over TLS without a client certificate gets back (b"":
+    the handshake, or the first read after it with TLS 1.3, failed)."""
+    context = ssl.create_default_context(cafile=str(ca_file))
+    host, port = address.rsplit(":", 1)
+    request = protocol.encode_request(RequestHeader(ApiKey.API_VERSIONS, 0, 1, "nocert"), {})
+    try:
+        with (
+            socket.create_connection((host, int(port)), timeout=30) as raw,
+            context.wrap_socket(raw, server_hostname=host) as tls,
+        ):
+            tls.sendall(request)
+            return tls.recv(4096)
+    except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
+        return b""
