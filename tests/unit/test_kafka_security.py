@@ -373,3 +373,23 @@ def test_the_cli_prints_a_scram_line_that_authenticates_its_password(
     (tmp_path / "scram").write_text(line)
     sec = security(scram_file=tmp_path / "scram")
     assert authenticate(sec, Session("p"), "SCRAM-SHA-512", "s3cret")["error_code"] == 0
+
+
+def test_the_kafka_listener_runs_with_tls_and_acls_and_scram_credentials_need_tls(
+    tmp_path: Path,
+) -> None:
+    from replog.errors import InvalidConfigError
+    from replog.server.settings import Settings
+
+    files = {}
+    for name in ("tls_cert_file", "tls_key_file", "tls_ca_file"):
+        (tmp_path / name).write_text("")
+        files[name] = str(tmp_path / name)
+    scram = scram_file(tmp_path)
+    secured = {**files, "kafka_listen": "0.0.0.0:9092", "authorization": "acl"}
+    settings = Settings.from_sources({**secured, "kafka_scram_file": str(scram)}, env={})
+    assert settings.kafka_scram_file == scram and settings.tls is not None
+    with pytest.raises(InvalidConfigError, match="kafka_scram_file needs TLS"):
+        Settings.from_sources({"kafka_scram_file": str(scram)}, env={})
+    with pytest.raises(InvalidConfigError, match="Kafka clients in plaintext"):
+        Settings.from_sources({"kafka_listen": "0.0.0.0:9092"}, env={})

@@ -45,7 +45,7 @@ from replog.server.edge import audit
 from replog.server.edge.acl_table import may as acl_may
 from replog.server.edge.auth import ANONYMOUS, TokenFile
 from replog.server.edge.quotas import Quotas
-from replog.server.edge.security import _check_pair
+from replog.server.edge.security import check_pair
 from replog.server.kafka_edge import authz, sasl
 from replog.server.logs import log
 from replog.server.meta.metadata import MetadataImage
@@ -88,7 +88,7 @@ class ReloadingContext:
         if signature == self._signature:
             return
         try:
-            _check_pair(self.files)
+            check_pair(self.files)
             self._load()
         except (OSError, ValueError, ssl.SSLError) as exc:
             log(_log, "kafka.tls_reload_failed", logging.WARNING, error=str(exc)[:200])
@@ -119,7 +119,6 @@ class Session:
     close: bool = False  # after this response (a failed authentication)
     mute_s: float = 0.0  # before the next request is read (quota throttling)
     sasl_done: bool = False  # a SASL exchange succeeded: no other on this connection
-    denied: int = 0
 
     def peer_context(self) -> _Peer:
         return _Peer(self.peer)
@@ -226,7 +225,6 @@ class KafkaSecurity:
     ) -> None:
         anonymous = session.principal == ANONYMOUS
         for operation, resource_type, name in denied:
-            session.denied += 1
             audit.refused(
                 "audit.unauthenticated" if anonymous else "audit.denied",
                 principal=session.principal,
