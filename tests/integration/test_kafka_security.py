@@ -123,6 +123,7 @@ def test_sasl_ssl_scram_clients_are_held_to_the_acls_and_plaintext_is_refused(
         log = server.log_file.read_text()
         assert "audit.denied" in log and "User:bob" in log
         assert "audit.change" in log and "topic:orders" in log
+        assert 'replog_kafka_refused_total{outcome="denied"}' in server.metrics()
 
         # Plaintext on the TLS port: no Kafka answer, the connection is closed.
         answer = plaintext_answer(address)

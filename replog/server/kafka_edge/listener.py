@@ -179,6 +179,14 @@ class KafkaMetrics:
             ["reason"],
             registry=registry,
         )
+        self.refused = Counter(
+            "replog_kafka_refused",
+            "Kafka requests refused by security: sasl_failed (an authentication), denied (an "
+            "authenticated principal the ACLs refuse some resource), unauthenticated (an "
+            "anonymous connection on a node with ACLs)",
+            ["outcome"],
+            registry=registry,
+        )
 
 
 class KafkaListener:
@@ -197,6 +205,7 @@ class KafkaListener:
         self.pool = pool
         self.brokers = brokers
         self.metrics = KafkaMetrics(registry)
+        self.security.count_refusal = lambda outcome: self.metrics.refused.labels(outcome).inc()
         # Known before binding unless the port is 0: peers may ask (Nodes.Identify) as soon
         # as the gRPC listener is up, before this one is.
         listen_port = split_address(config.listen)[1]

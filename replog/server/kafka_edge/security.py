@@ -156,6 +156,8 @@ class KafkaSecurity:
         self.tokens = TokenFile(config.token_file) if config.token_file is not None else None
         self.scram = sasl.ScramFile(config.scram_file) if config.scram_file is not None else None
         self.quotas: Quotas | None = None  # the gRPC listener's (shared buckets)
+        # outcome -> counted (the listener's metric): sasl_failed, denied, unauthenticated
+        self.count_refusal: Callable[[str], None] = lambda _outcome: None
         self.mechanisms = [
             *(sasl.MECHANISMS if self.scram is not None else ()),
             *((sasl.PLAIN,) if self.tokens is not None else ()),
@@ -175,9 +177,10 @@ class KafkaSecurity:
         image = self.image()
 
         def check(operation: str, resource_type: str, name: str) -> bool:
-            if operation == "idempotent_write":  # an anonymous idempotent producer
-                return any(
-                    a.operation in ("write", "all", "idempotent_write")
+            if operation == "idempotent_write":  # a producer id without a transactional id
+                # (acl_table.denial's rule for an InitProducer without a name)
+                return image.allowed(principal, "idempotent_write", "cluster", "") or any(
+                    a.operation in ("write", "all")
                     and a.resource_type in ("topic", "cluster")
                     and a.grants(principal, a.operation, a.resource_type, a.resource_name)
                     for a in image.acls
@@ -211,19 +214,19 @@ class KafkaSecurity:
             guarded = authz.Guarded(body, lambda r: r)
         if guarded.denied:
             self._refused(session, guarded.denied, api)
-        started = time.monotonic()
         response = await handle(header, guarded.body) if guarded.body is not None else None
         response = guarded.merge(response)
         if api in CHANGES and guarded.body is not None and response is not None:
             self._audit_changes(session, api, response)
         if response is not None or api == ApiKey.PRODUCE:
-            self._throttle(session, rule.method, guarded.body, response, started)
+            self._throttle(session, rule.method, guarded.body, response)
         return response
 
     def _refused(
         self, session: Session, denied: tuple[tuple[str, str, str], ...], api: int
     ) -> None:
         anonymous = session.principal == ANONYMOUS
+        self.count_refusal("unauthenticated" if anonymous else "denied")
         for operation, resource_type, name in denied:
             audit.refused(
                 "audit.unauthenticated" if anonymous else "audit.denied",
@@ -256,7 +259,6 @@ class KafkaSecurity:
         method: str,
         body: Body | None,
         response: Body | None,
-        started: float,
     ) -> None:
         if self.quotas is None:
             return
@@ -321,6 +323,7 @@ class KafkaSecurity:
             final = session.scram.final(message)
             return self._authenticated(session, session.scram.principal, final)
         except UnauthenticatedError as exc:
+            self.count_refusal("sasl_failed")
             audit.refused(
                 "audit.unauthenticated",
                 principal=session.scram.principal if session.scram else "?",
