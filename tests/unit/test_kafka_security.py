@@ -7,6 +7,7 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import os
 from pathlib import Path
 from typing import Any
 
@@ -393,3 +394,60 @@ def test_the_kafka_listener_runs_with_tls_and_acls_and_scram_credentials_need_tl
         Settings.from_sources({"kafka_scram_file": str(scram)}, env={})
     with pytest.raises(InvalidConfigError, match="Kafka clients in plaintext"):
         Settings.from_sources({"kafka_listen": "0.0.0.0:9092"}, env={})
+
+
+def test_a_rotated_ca_bundle_holds_from_the_next_handshake_a_removed_ca_included(
+    tmp_path: Path,
+) -> None:
+    import math
+    import shutil
+    import ssl
+
+    from replog import certs
+    from replog.server.kafka_edge.security import ReloadingContext
+    from replog.tls import TlsFiles
+
+    old, new = certs.create_ca(tmp_path / "old"), certs.create_ca(tmp_path / "new", "new CA")
+    node = certs.issue_node(old, tmp_path / "old", 0)
+    clients = {"old": certs.issue_client(old, tmp_path / "c", "o")}
+    clients["new"] = certs.issue_client(new, tmp_path / "c2", "n")
+    ca_file = tmp_path / "ca.pem"
+    shutil.copy(old.cert_file, ca_file)
+    tls = ReloadingContext(
+        TlsFiles(node.cert_file, node.key_file, ca_file), require_client_auth=True
+    )
+
+    async def accepted(who: str) -> bool:
+        async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                writer.write(await reader.readexactly(1))
+                await writer.drain()
+            except (ConnectionError, asyncio.IncompleteReadError):
+                pass
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(echo, "127.0.0.1", 0, ssl=tls.context)
+        port = server.sockets[0].getsockname()[1]
+        client = ssl.create_default_context(cafile=str(old.cert_file))
+        client.load_cert_chain(clients[who].cert_file, clients[who].key_file)
+        try:
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, ssl=client, server_hostname="localhost"
+            )
+            writer.write(b"x")
+            got = await reader.read(1)  # TLS 1.3: a refused certificate shows here
+            writer.close()
+            return got == b"x"
+        except (ssl.SSLError, ConnectionError):
+            return False
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    assert asyncio.run(accepted("old")) and not asyncio.run(accepted("new"))
+    shutil.copy(new.cert_file, ca_file)  # the old CA taken out, the new one in
+    os.utime(ca_file, ns=(1, 1))  # a different signature whatever the clock's resolution
+    tls.check(now=math.inf)
+    assert tls.reloads == 1
+    assert asyncio.run(accepted("new")) and not asyncio.run(accepted("old"))

@@ -264,8 +264,6 @@ class KafkaListener:
             return
         self._connections.add(task)
         self.metrics.connections.inc()
-        if self.security.tls is not None:
-            self.security.tls.check()  # a rotated certificate: for the next handshakes
         peer = writer.get_extra_info("peername")
         where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "?"
         session = self.security.session(where, writer.get_extra_info("peercert"))

@@ -3,7 +3,7 @@
 TLS (`ReloadingContext`): the node's own files (`--tls-cert-file`, `--tls-key-file`,
 `--tls-ca-file`), TLS 1.2 or later; with `--tls-client-auth require` a client certificate
 signed by the CA is required, as on the gRPC client listener. Files that change are
-loaded for the connections accepted after the next check (at most one a second). A node
+loaded at the next handshake (checked at most once a second), as gRPC's are. A node
 with TLS serves Kafka over TLS only: a plaintext client fails the handshake.
 
 The principal of a connection (`Session.principal`), as gRPC's (edge/auth.py) derives it:
@@ -61,26 +61,38 @@ CHANGES: Final[dict[int, str]] = {ApiKey.CREATE_TOPICS: "create", ApiKey.DELETE_
 
 
 class ReloadingContext:
-    """A server SSLContext for `files`, reloaded in place when they change."""
+    """Server TLS for `files`. `context` is what the listener binds with; at each handshake
+    (its SNI callback, which runs for every ClientHello, with or without a server name) the
+    files are checked, at most once a second, and the connection is handed the context of
+    their latest good load: a new certificate, key or CA bundle (a CA taken out too) holds
+    from the next handshake on, and a half-written rotation keeps the previous one."""
 
     def __init__(self, files: TlsFiles, *, require_client_auth: bool) -> None:
         self.files = files
+        self.require_client_auth = require_client_auth
         self.reloads = 0
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self.context.verify_mode = ssl.CERT_REQUIRED if require_client_auth else ssl.CERT_NONE
-        self._load()
         self._signature = files.signature()
         self._checked_at = time.monotonic()
+        self.current = self._build()
+        self.context = self._build()
+        self.context.sni_callback = self._hello
 
-    def _load(self) -> None:
+    def _build(self) -> ssl.SSLContext:
         f = self.files
-        self.context.load_cert_chain(f.cert_file, f.key_file)
-        self.context.load_verify_locations(cafile=f.ca_file)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.verify_mode = ssl.CERT_REQUIRED if self.require_client_auth else ssl.CERT_NONE
+        context.load_cert_chain(f.cert_file, f.key_file)
+        context.load_verify_locations(cafile=f.ca_file)
+        return context
 
-    def check(self) -> None:
-        """Load the files again if they changed (a rotation half-written waits)."""
-        now = time.monotonic()
+    def _hello(self, connection: Any, _server_name: str | None, _context: Any) -> None:
+        self.check()
+        connection.context = self.current
+
+    def check(self, *, now: float | None = None) -> None:
+        """Load the files again if they changed (`now`: tests skip the once-a-second)."""
+        now = time.monotonic() if now is None else now
         if now - self._checked_at < RELOAD_CHECK_INTERVAL_S:
             return
         self._checked_at = now
@@ -89,7 +101,7 @@ class ReloadingContext:
             return
         try:
             check_pair(self.files)
-            self._load()
+            self.current = self._build()
         except (OSError, ValueError, ssl.SSLError) as exc:
             log(_log, "kafka.tls_reload_failed", logging.WARNING, error=str(exc)[:200])
             return
