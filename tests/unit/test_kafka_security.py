@@ -451,3 +451,25 @@ def test_a_rotated_ca_bundle_holds_from_the_next_handshake_a_removed_ca_included
     tls.check(now=math.inf)
     assert tls.reloads == 1
     assert asyncio.run(accepted("new")) and not asyncio.run(accepted("old"))
+
+
+def test_topic_checks_through_matchers_agree_with_the_grpc_rule_on_every_case() -> None:
+    from replog.server.edge.acl_table import may as grpc_may
+
+    acls = [
+        AclEntry(ALICE, "topic", "orders.", True, "write"),
+        AclEntry(ALICE, "topic", "audit", False, "read"),
+        AclEntry("User:*", "topic", "public", False, "describe"),
+        AclEntry("User:bob", "cluster", "", False, "all"),
+        AclEntry(ALICE, "topic", "x", False, "all"),
+        AclEntry(ALICE, "group", "orders.eu", False, "read"),
+    ]
+    image = image_with(*acls)
+    sec = KafkaSecurity(SecurityConfig(authorization=True), lambda: image)
+    names = ["orders.eu", "orders", "audit", "public", "x", "y", "orders.eu.x"]
+    for principal in (ALICE, "User:bob", "User:carol"):
+        may = sec.may(principal)
+        for operation in ("read", "write", "describe", "delete", "create", "alter"):
+            for name in names:
+                expected = grpc_may(image.allowed, principal, operation, "topic", name)
+                assert may(operation, "topic", name) == expected, (principal, operation, name)

@@ -42,6 +42,7 @@ from replog.errors import UnauthenticatedError
 from replog.kafka.errors import ErrorCode
 from replog.kafka.protocol import ApiKey, RequestHeader
 from replog.server.edge import audit
+from replog.server.edge.acl_table import IMPLYING_DESCRIBE, topic_matcher
 from replog.server.edge.acl_table import may as acl_may
 from replog.server.edge.auth import ANONYMOUS, TokenFile
 from replog.server.edge.quotas import Quotas
@@ -187,6 +188,9 @@ class KafkaSecurity:
         if principal == ANONYMOUS:
             return lambda _op, _type, _name: False
         image = self.image()
+        # topic checks through one matcher per operation, built once per request: a
+        # Metadata listing costs a lookup per topic, not a scan of the ACLs per topic
+        matchers: dict[str, Callable[[str], bool]] = {}
 
         def check(operation: str, resource_type: str, name: str) -> bool:
             if operation == "idempotent_write":  # a producer id without a transactional id
@@ -197,6 +201,13 @@ class KafkaSecurity:
                     and a.grants(principal, a.operation, a.resource_type, a.resource_name)
                     for a in image.acls
                 )
+            if resource_type == "topic":
+                matcher = matchers.get(operation)
+                if matcher is None:
+                    implying = IMPLYING_DESCRIBE if operation == "describe" else ()
+                    operations = (operation, *implying)
+                    matcher = matchers[operation] = topic_matcher(image.acls, principal, operations)
+                return matcher(name)
             return acl_may(image.allowed, principal, operation, resource_type, name)
 
         return check
