@@ -4,6 +4,8 @@ replog acl add|remove --principal User:NAME --operation OP (--topic T | --group 
            --cluster) [--prefix]
 replog acl list [-o json]
 replog token hash --principal User:NAME < token     (a line of the server's token file)
+replog token scram --principal User:NAME [--mechanism SCRAM-SHA-256|SCRAM-SHA-512]
+                   [--iterations N] < password       (a line of --kafka-scram-file)
 replog quota set --principal User:NAME|User:* [--produce-bytes-per-s N] [--fetch-bytes-per-s N]
                  [--requests-per-s N] [--metadata-writes-per-s N]      (0 or absent: unlimited)
 replog quota list [-o json]
@@ -87,8 +89,17 @@ def add_parsers(sub: Subparsers) -> None:
         "`User:<name> sha256:<hex>` (the server stores hashes only).",
     )
     token.set_defaults(run=lambda args, out: cmd_token(args, sys.stdin, out))
-    token.add_argument("token_command", choices=["hash"])
+    token.add_argument("token_command", choices=["hash", "scram"])
     token.add_argument("--principal", required=True, help="User:<name>")
+    token.add_argument(
+        "--mechanism",
+        choices=["SCRAM-SHA-256", "SCRAM-SHA-512"],
+        default="SCRAM-SHA-256",
+        help="scram: the Kafka SASL mechanism the credential is for",
+    )
+    token.add_argument(
+        "--iterations", type=int, default=8192, help="scram: PBKDF2 iterations (>= 4096)"
+    )
 
 
 def cmd_acl(args: argparse.Namespace, out: TextIO) -> int:
@@ -147,5 +158,15 @@ def cmd_token(args: argparse.Namespace, stdin: TextIO, out: TextIO) -> int:
     token = stdin.readline().strip()
     if not token:
         raise UsageError("give the token on stdin")
+    if args.token_command == "scram":  # a Kafka SASL/SCRAM credential: the password's keys
+        from replog.errors import InvalidConfigError
+        from replog.server.kafka_edge.sasl import scram_credential
+
+        try:
+            credential = scram_credential(args.mechanism, token, iterations=args.iterations)
+        except InvalidConfigError as exc:
+            raise UsageError(str(exc)) from None
+        print(credential.entry(args.principal), file=out)
+        return 0
     print(f"{args.principal} sha256:{hashlib.sha256(token.encode()).hexdigest()}", file=out)
     return 0

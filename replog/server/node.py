@@ -527,6 +527,8 @@ def _servers(node: Node, settings: Settings, supervisor: Supervisor) -> Servers:
         generic_handlers_only(peer_server)
         serve_through(peer_server, [draining, guard])  # peers' bodies decode safely too
     replication, kafka = _add_services(node, settings, supervisor, server, peer_server)
+    if kafka is not None:  # one principal, one set of quota buckets, whatever the protocol
+        kafka.security.quotas = next(w for w in authorizer if isinstance(w, Quotas))
     health_servicer = Health()  # its Watch ends once the node stops
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     # Plaintext grpc.health.v1 only, for probes that cannot speak TLS (the kubelet's).

@@ -290,6 +290,14 @@ class Settings:
         default="",
         metadata=_help("address Kafka clients are told to use (default: the bound Kafka one)"),
     )
+    kafka_scram_file: Path | None = field(
+        default=None,
+        metadata=_help(
+            "Kafka SASL/SCRAM credentials: lines `User:<name> SCRAM-SHA-256|SCRAM-SHA-512 "
+            "iterations=.. salt=.. stored_key=.. server_key=..` (reloaded; `replog token "
+            "scram`; needs TLS; SASL/PLAIN uses --token-file)"
+        ),
+    )
     tls_client_auth: ClientAuth = field(
         default=ClientAuth.NONE,
         metadata=_help(
@@ -524,8 +532,8 @@ class Settings:
             value = getattr(self, name)
             _need(value == "" or _is_address(value), f"{name} must be host:port or empty")
         _need(
-            not self.kafka_listen or (self.tls is None and self.authorization is Authorization.OFF),
-            "the Kafka listener has no TLS or SASL yet: it needs --authorization off and no TLS",
+            self.kafka_scram_file is None or self.tls is not None,
+            "kafka_scram_file needs TLS: SASL credentials never cross the network in the clear",
         )
 
     def _validate_cluster(self) -> None:

@@ -275,14 +275,14 @@ def test_the_listener_advertises_the_group_versions_the_clients_send() -> None:
 def test_join_answers_encode_at_every_advertised_version(version: int) -> None:
     from replog.kafka import protocol
     from replog.kafka.protocol import RequestHeader
-    from replog.server.kafka_edge.classic_groups import _join_body
+    from replog.server.kafka_edge.classic_groups import join_body
 
     header = RequestHeader(ApiKey.JOIN_GROUP, version, 1, "c")
     for reply in (
         JoinReply(E.MEMBER_ID_REQUIRED, "m1"),
         JoinReply(E.NONE, "m", 3, "consumer", "range", "m", (("m", b"s"),)),
     ):
-        frame = protocol.encode_response(header, _join_body(version, reply), any_version=True)
+        frame = protocol.encode_response(header, join_body(version, reply), any_version=True)
         _, body = protocol.decode_response(ApiKey.JOIN_GROUP, version, frame[4:])
         assert body["member_id"] == reply.member_id and body["error_code"] == reply.error
 
@@ -291,11 +291,11 @@ def test_join_answers_encode_at_every_advertised_version(version: int) -> None:
 def test_sync_answers_encode_at_every_advertised_version(version: int) -> None:
     from replog.kafka import protocol
     from replog.kafka.protocol import RequestHeader
-    from replog.server.kafka_edge.classic_groups import _sync_body
+    from replog.server.kafka_edge.classic_groups import sync_body
 
     header = RequestHeader(ApiKey.SYNC_GROUP, version, 1, "c")
     for reply in (SyncReply(E.REBALANCE_IN_PROGRESS), SyncReply(E.NONE, "consumer", "range", b"a")):
-        frame = protocol.encode_response(header, _sync_body(version, reply), any_version=True)
+        frame = protocol.encode_response(header, sync_body(version, reply), any_version=True)
         _, body = protocol.decode_response(ApiKey.SYNC_GROUP, version, frame[4:])
         assert body["assignment"] == reply.assignment and body["error_code"] == reply.error
 

@@ -66,12 +66,12 @@ def refusal(
     kafka_listen: str = "",
 ) -> str | None:
     """Why a node with these settings must not start (None: it may). `peers`: the nodes of
-    its peer list, itself included (0 or 1: a single node). The Kafka listener has no TLS
-    yet: off loopback it needs --insecure whatever the gRPC listeners do."""
-    if kafka_listen and not is_loopback(kafka_listen) and not insecure:
+    its peer list, itself included (0 or 1: a single node). The Kafka listener serves TLS
+    with the node's files: without them, off loopback, it needs --insecure as gRPC's do."""
+    if kafka_listen and not is_loopback(kafka_listen) and not (tls or insecure):
         return (
-            f"refusing to serve Kafka clients in plaintext on {kafka_listen} (the Kafka "
-            f"listener has no TLS yet): bind it to loopback, or give {INSECURE_FLAG}"
+            f"refusing to serve Kafka clients in plaintext on {kafka_listen}: give "
+            f"--tls-cert-file, --tls-key-file and --tls-ca-file, or {INSECURE_FLAG}"
         )
     several = peers > 1
     if several and not peer_listen:

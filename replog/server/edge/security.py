@@ -62,7 +62,7 @@ class ReloadingCredentials:
         if signature == self._signature:
             return None
         try:
-            _check_pair(self.files)
+            check_pair(self.files)
             config = self._config()
         except (OSError, ValueError) as exc:
             log(_log, "tls.reload_failed", logging.WARNING, error=str(exc)[:200])
@@ -73,7 +73,7 @@ class ReloadingCredentials:
         return config
 
 
-def _check_pair(files: TlsFiles) -> None:
+def check_pair(files: TlsFiles) -> None:
     """Raise ValueError unless the key matches the certificate (a rotation in progress)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization

@@ -69,7 +69,11 @@ SUPPORTED: Final[Mapping[int, tuple[int, int]]] = {
     ApiKey.LEAVE_GROUP: (0, 5),
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.SASL_HANDSHAKE: (1, 1),  # 0: raw SASL frames (before SaslAuthenticate existed)
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
 }
+# Answered by the connection's security session (security.py), never reaching `Apis`.
+SESSION_APIS: Final = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 KAFKA_ACKS: Final[dict[int, log_pb2.Acks]] = {
     0: log_pb2.ACKS_NONE,
     1: log_pb2.ACKS_LEADER,
@@ -131,7 +135,7 @@ class Apis:
         }
         self.group_offsets: GroupOffsets | None = None  # set before the listener starts
         self.classic: ClassicCoordinator | None = None  # likewise
-        assert set(self.handlers) == set(SUPPORTED)
+        assert set(self.handlers) | SESSION_APIS == set(SUPPORTED)
 
     async def answer(self, header: RequestHeader, body: Body) -> Body | None:
         """The response body (None: no response, for acks=0 produces)."""

@@ -146,10 +146,10 @@ class ClassicCoordinator:
         name, member_id = body["group_id"], body["member_id"]
         shard = await self._shard(name)
         if isinstance(shard, ErrorCode):
-            return _join_body(version, JoinReply(shard, member_id))
+            return join_body(version, JoinReply(shard, member_id))
         replog_group = shard.groups.groups.get(name)
         if replog_group is not None and replog_group.members:  # replog's own consumers
-            return _join_body(version, JoinReply(E.INCONSISTENT_GROUP_PROTOCOL, member_id))
+            return join_body(version, JoinReply(E.INCONSISTENT_GROUP_PROTOCOL, member_id))
         session_ms = body["session_timeout_ms"]
         client = (client_id or "")[:CLIENT_ID_CHARS_MAX]
         got = self.state.join(
@@ -170,13 +170,13 @@ class ClassicCoordinator:
         else:
             self._after()
         assert isinstance(got, JoinReply)
-        return _join_body(version, got)
+        return join_body(version, got)
 
     async def sync_group(self, version: int, body: Body) -> Body:
         name, member_id = body["group_id"], body["member_id"]
         code = await self._own(name)
         if code is not None:
-            return _sync_body(version, SyncReply(code))
+            return sync_body(version, SyncReply(code))
         got = self.state.sync(
             name,
             member_id,
@@ -191,7 +191,7 @@ class ClassicCoordinator:
         else:
             self._after()
         assert isinstance(got, SyncReply)
-        return _sync_body(version, got)
+        return sync_body(version, got)
 
     async def heartbeat(self, body: Body) -> Body:
         name = body["group_id"]
@@ -297,7 +297,7 @@ class ClassicCoordinator:
         }
 
 
-def _join_body(version: int, r: JoinReply) -> Body:
+def join_body(version: int, r: JoinReply) -> Body:
     none_name = None if version >= 7 else ""
     return {
         "error_code": r.error,
@@ -313,7 +313,7 @@ def _join_body(version: int, r: JoinReply) -> Body:
     }
 
 
-def _sync_body(version: int, r: SyncReply) -> Body:
+def sync_body(version: int, r: SyncReply) -> Body:
     return {
         "error_code": r.error,
         "protocol_type": r.protocol_type,

@@ -23,6 +23,11 @@ Bounds and hostile input:
 A handler that fails with anything but a replog error is a bug: it is logged
 (`kafka.failed`, with the traceback) and the connection closed; the node keeps serving.
 
+Security (security.py): TLS with the node's files when it has them (no plaintext then),
+SASL, the gRPC ACLs per API (authz.py) and the principal's quotas; a request the session
+must not survive (a failed authentication, an API whose cluster right is missing) is
+answered, then the connection closed.
+
 Kafka node ids are replog's node ids. The brokers a Metadata response lists are this node
 (its advertised address) and the peers whose Kafka address their `Nodes.Identify` answer
 published (`Brokers`, asked in the background and kept).
@@ -40,7 +45,7 @@ from typing import Any
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from replog.errors import InvalidConfigError, UnavailableError
+from replog.errors import InvalidConfigError, UnauthenticatedError, UnavailableError
 from replog.kafka import protocol
 from replog.kafka.errors import KafkaDecodeError, UnsupportedVersionError
 from replog.kafka.protocol import ApiKey
@@ -51,6 +56,7 @@ from replog.server.kafka_edge.apis import Node as ApiNode
 from replog.server.kafka_edge.classic import ClassicLimits
 from replog.server.kafka_edge.classic_groups import CLIENT_HOST, ClassicCoordinator, peer_host
 from replog.server.kafka_edge.group_offsets import GroupOffsets
+from replog.server.kafka_edge.security import KafkaSecurity, SecurityConfig, Session
 from replog.server.logs import log
 from replog.v1 import nodes_pb2, nodes_pb2_grpc
 
@@ -175,6 +181,14 @@ class KafkaMetrics:
             ["reason"],
             registry=registry,
         )
+        self.refused = Counter(
+            "replog_kafka_refused",
+            "Kafka requests refused by security: sasl_failed (an authentication), denied (an "
+            "authenticated principal the ACLs refuse some resource), unauthenticated (an "
+            "anonymous connection on a node with ACLs)",
+            ["outcome"],
+            registry=registry,
+        )
 
 
 class KafkaListener:
@@ -185,12 +199,15 @@ class KafkaListener:
         pool: RequestPool,
         brokers: Brokers,
         registry: CollectorRegistry | None = None,
+        security: KafkaSecurity | None = None,
     ) -> None:
         self.config = config
+        self.security = security or KafkaSecurity(SecurityConfig(), lambda: _no_image())
         self.apis = apis
         self.pool = pool
         self.brokers = brokers
         self.metrics = KafkaMetrics(registry)
+        self.security.count_refusal = lambda outcome: self.metrics.refused.labels(outcome).inc()
         # Known before binding unless the port is 0: peers may ask (Nodes.Identify) as soon
         # as the gRPC listener is up, before this one is.
         listen_port = split_address(config.listen)[1]
@@ -218,7 +235,11 @@ class KafkaListener:
         """Bind and serve; the address Kafka clients are told (advertised)."""
         host, port = split_address(self.config.listen)
         try:
-            self._server = await asyncio.start_server(self._accepted, host, port)
+            tls = self.security.tls.context if self.security.tls is not None else None
+            handshake_s = self.config.read_timeout_s if tls is not None else None
+            self._server = await asyncio.start_server(
+                self._accepted, host, port, ssl=tls, ssl_handshake_timeout=handshake_s
+            )
         except OSError as exc:
             raise UnavailableError(f"cannot listen on {self.config.listen}: {exc}") from None
         bound_port = self._server.sockets[0].getsockname()[1]
@@ -226,7 +247,14 @@ class KafkaListener:
             self.advertised = f"{host}:{bound_port}"
         self.brokers.own = split_address(self.advertised)
         self.brokers()  # starts asking the peers for their Kafka addresses
-        log(_log, "kafka.serving", address=f"{host}:{bound_port}", advertised=self.advertised)
+        log(
+            _log,
+            "kafka.serving",
+            address=f"{host}:{bound_port}",
+            advertised=self.advertised,
+            tls=tls is not None,
+            sasl=",".join(self.security.mechanisms) or "off",
+        )
         return self.advertised
 
     async def close(self) -> None:
@@ -253,8 +281,11 @@ class KafkaListener:
         self._connections.add(task)
         self.metrics.connections.inc()
         CLIENT_HOST.set(peer_host(writer.get_extra_info("peername")))  # this task's own
+        peer = writer.get_extra_info("peername")
+        where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "?"
+        session = self.security.session(where, writer.get_extra_info("peercert"))
         try:
-            await self._serve(reader, writer)
+            await self._serve(reader, writer, session)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass  # the client went away, or idled past the limit: nothing to answer
         except KafkaDecodeError as exc:
@@ -272,23 +303,28 @@ class KafkaListener:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session
+    ) -> None:
         config = self.config
-        while True:
+        while not session.close:
+            if session.mute_s > 0:  # over a quota: Kafka mutes the connection
+                await asyncio.sleep(session.mute_s)
+                session.mute_s = 0.0
             prefix = await asyncio.wait_for(reader.readexactly(4), config.idle_timeout_s)
             size = protocol.frame_size(prefix, config.frame_bytes_max)
             await self.pool.reserve(size)
             try:
                 payload = await asyncio.wait_for(reader.readexactly(size), config.read_timeout_s)
                 self.pool.resize(size, size)
-                response = await self._answer(payload)
+                response = await self._answer(payload, session)
             finally:
                 self.pool.release(size, read=True)
             if response is not None:
                 writer.write(response)
                 await writer.drain()
 
-    async def _answer(self, payload: bytes) -> bytes | None:
+    async def _answer(self, payload: bytes, session: Session) -> bytes | None:
         api_key, version, correlation_id = protocol.peek_header(payload)
         supported = SUPPORTED.get(api_key)
         if supported is None or not supported[0] <= version <= supported[1]:
@@ -300,7 +336,14 @@ class KafkaListener:
                 api_version=version,
             )
         request = protocol.decode_request(payload, trailing_ok=True)  # as Kafka's brokers
-        body = await self.apis.answer(request.header, request.body)
+        try:
+            body = await self.security.answer(
+                session, request.header, request.body, self.apis.answer
+            )
+        except UnauthenticatedError as exc:  # a request out of SASL's order: closed
+            log(_log, "kafka.unauthenticated", logging.INFO, error=str(exc)[:200])
+            session.close = True
+            return None
         self.metrics.requests.labels(ApiKey(api_key).name).inc()
         if body is None:
             return None
@@ -328,4 +371,19 @@ def build(settings: Any, node: Any, log_service: Any, producer_ids: Any) -> Kafk
         settings.fetch_wait_ms_max,
     )
     registry = node.metrics.registry
-    return KafkaListener(config, Apis(parts), node.limits.requests, brokers, registry)
+    security = KafkaSecurity(
+        SecurityConfig(
+            tls=settings.tls,
+            require_client_auth=settings.tls_client_auth == "require",
+            authorization=settings.authorization == "acl",
+            super_users=frozenset(p.strip() for p in settings.super_users.split(",") if p.strip()),
+            token_file=settings.token_file,
+            scram_file=settings.kafka_scram_file,
+        ),
+        lambda: node.metadata.image,
+    )
+    return KafkaListener(config, Apis(parts), node.limits.requests, brokers, registry, security)
+
+
+def _no_image() -> Any:
+    raise AssertionError("authorization off: the ACLs are never asked")
