@@ -48,7 +48,7 @@ from replog.client.groups import (
     summaries,
     wire_tps,
 )
-from replog.client.member_rules import Heartbeat, Membership
+from replog.client.member_rules import Heartbeat, Member, Membership
 from replog.client.results import FetchResult
 from replog.client.retry import RetryPolicy, acall_with_retry
 from replog.errors import (
@@ -199,7 +199,7 @@ class _Partition:
     task: asyncio.Task[None] | None = None
 
 
-class AsyncGroupConsumer:
+class AsyncGroupConsumer(Member):
     def __init__(
         self,
         client: Any,
@@ -250,19 +250,6 @@ class AsyncGroupConsumer:
         self._heartbeats: asyncio.Task[None] | None = None
         self._epochs = 0
         self._poll_api = False
-
-    @property
-    def member_id(self) -> str | None:
-        return self._member.member_id
-
-    @property
-    def generation(self) -> int:
-        return self._member.generation
-
-    @property
-    def rebalances(self) -> int:
-        """Times partitions were taken or released (for tests, metrics)."""
-        return self._member.rebalances
 
     # -- membership ----------------------------------------------------------------------
 

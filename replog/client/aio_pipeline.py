@@ -23,7 +23,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from replog.client.pipeline_rules import Batch, Failures, PipelineRules, Reroute
+from replog.client.pipeline_rules import Batch, Failures, Limits, PipelineRules, Reroute
 from replog.client.pipeline_rules import Send as RuleSend
 from replog.client.results import AppendResult
 from replog.client.retry import Attempts, RetryPolicy
@@ -53,7 +53,7 @@ class _Item:
             self.left.set_result(None)
 
 
-class AsyncPipeline:
+class AsyncPipeline(Limits):
     """Idempotent batches pipelined per partition (see the module doc)."""
 
     def __init__(
@@ -80,24 +80,6 @@ class AsyncPipeline:
         self._sender: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
-
-    @property
-    def partition_in_flight_max(self) -> int:
-        return self._rules.partition_in_flight_max
-
-    @property
-    def in_flight_bytes_max(self) -> int:
-        """Bytes of requests written and not answered yet, all partitions together: a batch
-        waits while it would pass the cap (one batch alone always passes)."""
-        return self._rules.in_flight_bytes_max
-
-    @in_flight_bytes_max.setter
-    def in_flight_bytes_max(self, value: int) -> None:
-        self._rules.in_flight_bytes_max = value
-
-    @property
-    def in_flight_bytes(self) -> int:
-        return self._rules.in_flight_bytes
 
     async def append(self, request: log_pb2.AppendRequest) -> AppendResult:
         """Send `request` (its producer fields are set here) after the partition's earlier

@@ -53,6 +53,7 @@ from replog.client.pipeline_rules import (
     NOTHING_WRITTEN,
     Batch,
     Failures,
+    Limits,
     Need,
     PipelineRules,
     Reroute,
@@ -275,7 +276,7 @@ class _Item:
         self.future = future
 
 
-class Pipeline:
+class Pipeline(Limits):
     """Idempotent batches pipelined over AppendStreams (see the module doc): a thread-driven
     `pipeline_rules.PipelineRules`."""
 
@@ -305,18 +306,6 @@ class Pipeline:
         self._closing = False
         self._sender = threading.Thread(target=self._run, name="replog-pipeline", daemon=True)
         self._sender.start()
-
-    @property
-    def partition_in_flight_max(self) -> int:
-        return self._rules.partition_in_flight_max
-
-    @property
-    def in_flight_bytes_max(self) -> int:
-        return self._rules.in_flight_bytes_max
-
-    @property
-    def in_flight_bytes(self) -> int:
-        return self._rules.in_flight_bytes
 
     def _busy(self) -> bool:
         """Batches queued or in flight (a test's probe)."""

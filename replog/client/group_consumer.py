@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from replog.client.groups import GroupCalls, TopicPartition
-from replog.client.member_rules import Heartbeat, Membership
+from replog.client.member_rules import Heartbeat, Member, Membership
 from replog.client.results import FetchResult
 from replog.client.retry import RetryPolicy
 from replog.errors import (
@@ -181,7 +181,7 @@ class _Partition:
     stop: threading.Event | None = None
 
 
-class GroupConsumer:
+class GroupConsumer(Member):
     def __init__(
         self,
         client: Any,
@@ -233,19 +233,6 @@ class GroupConsumer:
         self._epochs = 0
         self._poll_api = False  # poll() was used: what it returned is processed at close
         self._answered = threading.Event()  # set at each heartbeat answer
-
-    @property
-    def member_id(self) -> str | None:
-        return self._member.member_id
-
-    @property
-    def generation(self) -> int:
-        return self._member.generation
-
-    @property
-    def rebalances(self) -> int:
-        """Times partitions were taken or released (for tests, metrics)."""
-        return self._member.rebalances
 
     # -- membership ----------------------------------------------------------------------
 

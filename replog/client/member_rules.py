@@ -154,3 +154,23 @@ class Membership:
             return False
         self.last_auto_commit = now
         return True
+
+
+class Member:
+    """The member's id, generation and rebalance count of a consumer's core (`_member`), as
+    its attributes (both consumers inherit this view)."""
+
+    _member: Membership
+
+    @property
+    def member_id(self) -> str | None:
+        return self._member.member_id
+
+    @property
+    def generation(self) -> int:
+        return self._member.generation
+
+    @property
+    def rebalances(self) -> int:
+        """Times partitions were taken or released (for tests, metrics)."""
+        return self._member.rebalances

@@ -361,3 +361,28 @@ class PipelineRules(Generic[P]):
                 b.done = True
                 failures.append((b, err))
         return failures
+
+
+class Limits:
+    """The limits and the bytes in flight of a driver's rules (`_rules`), as its attributes
+    (both drivers inherit this view)."""
+
+    _rules: PipelineRules[Any]
+
+    @property
+    def partition_in_flight_max(self) -> int:
+        return self._rules.partition_in_flight_max
+
+    @property
+    def in_flight_bytes_max(self) -> int:
+        """Bytes of batches written and not answered yet, all partitions together: a batch
+        waits while it would pass the cap (one batch alone always passes)."""
+        return self._rules.in_flight_bytes_max
+
+    @in_flight_bytes_max.setter
+    def in_flight_bytes_max(self, value: int) -> None:
+        self._rules.in_flight_bytes_max = value
+
+    @property
+    def in_flight_bytes(self) -> int:
+        return self._rules.in_flight_bytes
