@@ -29,7 +29,6 @@ from replog.client.aio_append_stream import AsyncAppendStreams
 from replog.client.aio_groups import AsyncGroupCalls, AsyncGroupConsumer
 from replog.client.aio_pipeline import Answered, AsyncPipeline
 from replog.client.aio_producer import AsyncProducer
-from replog.client.append_stream import unimplemented
 from replog.client.assigned_consumer import AsyncAssignedConsumer
 from replog.client.channels import ATTEMPT_TIMEOUT_S, COMMIT_TIMEOUT_S, channel_options
 from replog.client.client import ACKS, Node, metadata_request
@@ -38,6 +37,7 @@ from replog.client.factories import GroupOptions
 from replog.client.group_consumer import FETCH_BYTES_MAX
 from replog.client.groups import CommittedOffset, GroupDescription, GroupSummary
 from replog.client.partitioner import DEFAULT_PARTITIONER, Partitioner
+from replog.client.pipeline_rules import unimplemented
 from replog.client.results import AppendResult, FetchResult, Offsets, PartitionInfo
 from replog.client.retry import Attempts, RetryPolicy, acall_with_retry, one_try_each
 from replog.client.routing import (

@@ -6,7 +6,8 @@
 
 The same protocol and guarantees as `group_consumer.GroupConsumer` (at least once: see its
 docstring), in one event loop: a heartbeat task, one fetch task per partition into a
-bounded queue, and joining, reconciling and auto-commits inside `poll()` / the iterator.
+bounded queue, and joining, reconciling and auto-commits inside `poll()` / the iterator,
+driving the same sans-I/O member core (`member_rules.Membership`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from replog.client.groups import (
     summaries,
     wire_tps,
 )
+from replog.client.member_rules import Heartbeat, Member, Membership
 from replog.client.results import FetchResult
 from replog.client.retry import RetryPolicy, acall_with_retry
 from replog.errors import (
@@ -197,7 +199,7 @@ class _Partition:
     task: asyncio.Task[None] | None = None
 
 
-class AsyncGroupConsumer:
+class AsyncGroupConsumer(Member):
     def __init__(
         self,
         client: Any,
@@ -236,24 +238,16 @@ class AsyncGroupConsumer:
         self.fetch_wait_ms = fetch_wait_ms
         self.on_assign = on_assign
         self.on_revoke = on_revoke
-        self.member_id: str | None = None
-        self.generation = -1
-        self.rebalances = 0
-        self._assigned: frozenset[TopicPartition] = frozenset()
+        # the member's state and decisions (join, heartbeat, reconcile, auto-commit)
+        self._member = Membership(auto_commit, self.auto_commit_interval_s, time.monotonic())
         self._partitions: dict[TopicPartition, _Partition] = {}
-        self._changed = asyncio.Event()
-        self._lost = False
         self._heartbeat_now = asyncio.Event()
         self._answered = asyncio.Event()
-        self._heartbeat_ms = 3000
-        self._session_ms = 10_000
-        self._last_heartbeat = 0.0
         self._queue: asyncio.Queue[tuple[TopicPartition, int, object]] = asyncio.Queue(
             QUEUE_BATCHES_MAX
         )
         self._closed = False
         self._heartbeats: asyncio.Task[None] | None = None
-        self._last_auto_commit = time.monotonic()
         self._epochs = 0
         self._poll_api = False
 
@@ -267,51 +261,33 @@ class AsyncGroupConsumer:
             rebalance_timeout_ms=self.rebalance_timeout_ms,
             client_id=self.client_id,
         )
-        self.member_id = answer.member_id
-        self._session_ms = session_ms
-        self._lost = False
-        self._take(answer)
-        self._changed.set()
-        self._last_heartbeat = time.monotonic()
+        self._member.joined(answer, session_ms, time.monotonic())
         if self._heartbeats is None:
             self._heartbeats = asyncio.create_task(self._heartbeat_loop())
 
-    def _take(self, answer: Answer) -> None:
-        self.generation = answer.generation
-        self._heartbeat_ms = answer.heartbeat_interval_ms or self._heartbeat_ms
-        if answer.partitions != self._assigned:
-            self._assigned = answer.partitions
-            self._changed.set()
-
     async def _heartbeat_loop(self) -> None:
         while not self._closed:
-            member = self.member_id
-            session_s = self._session_ms / 1000
-            if member is not None and not self._lost:
-                owned = sorted(set(self._assigned) | set(self._partitions))
-                policy = RetryPolicy(attempts_max=1000, deadline_ms=int(session_s * 500))
-                try:
-                    answer = await self.calls.heartbeat(
-                        self.group, member, self.generation, owned, policy, session_s / 2
-                    )
-                except UnknownMemberError:
-                    self._mark_lost(member)
-                except ReplogError:
-                    if time.monotonic() - self._last_heartbeat > session_s:
-                        self._mark_lost(member)
-                else:
-                    if self.member_id == member and not self._lost:
-                        self._last_heartbeat = time.monotonic()
-                        self._take(answer)
-                    self._answered.set()
+            beat = self._member.heartbeat(self._partitions)
+            if beat is not None:
+                await self._heartbeat(beat)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._heartbeat_now.wait(), self._heartbeat_ms / 1000)
+                await asyncio.wait_for(
+                    self._heartbeat_now.wait(), self._member.heartbeat_interval_s
+                )
             self._heartbeat_now.clear()
 
-    def _mark_lost(self, member: str) -> None:
-        if self.member_id == member:
-            self._lost = True
-            self._changed.set()
+    async def _heartbeat(self, beat: Heartbeat) -> None:
+        policy = RetryPolicy(attempts_max=1000, deadline_ms=beat.deadline_ms)
+        try:
+            answer = await self.calls.heartbeat(
+                self.group, beat.member_id, beat.generation, beat.owned, policy, beat.timeout_s
+            )
+        except ReplogError as err:
+            unknown = isinstance(err, UnknownMemberError)
+            self._member.heartbeat_failed(beat, unknown, time.monotonic())
+        else:
+            self._member.heartbeat_answered(beat, answer, time.monotonic())
+            self._answered.set()
 
     # -- the caller's task ---------------------------------------------------------------
 
@@ -338,7 +314,7 @@ class AsyncGroupConsumer:
                 state.position = record.offset + 1
                 yield record
                 state.consumed = max(state.consumed, record.offset + 1)
-                if self._changed.is_set() and i + 1 < len(batch):
+                if self._member.changed and i + 1 < len(batch):
                     for tp, offset in first_offsets(batch[i + 1 :]).items():
                         held = self._partitions.get(tp)
                         if held is not None:
@@ -366,7 +342,7 @@ class AsyncGroupConsumer:
             except (asyncio.QueueEmpty, TimeoutError):
                 break
             out.extend(await self._accept(*item))
-            if self._changed.is_set():
+            if self._member.changed:
                 break
         return self._held.cut(out, self.max_poll_records, self._epoch_of)
 
@@ -388,31 +364,25 @@ class AsyncGroupConsumer:
     async def _maintain(self) -> None:
         if self._closed:
             raise ReplogError("the consumer is closed")
-        if self._lost or self.member_id is None:
+        if self._member.needs_join():
             await self._drop(set(self._partitions), commit=False)
             await self._join()
-        if self._changed.is_set() or set(self._partitions) != self._assigned:
-            self._changed.clear()
-            await self._reconcile()
-        if self.auto_commit and time.monotonic() - self._last_auto_commit >= (
-            self.auto_commit_interval_s
-        ):
-            self._last_auto_commit = time.monotonic()
+        plan = self._member.reconcile(self._partitions)
+        if plan is not None:
+            await self._reconcile(*plan)
+        if self._member.auto_commit_due(time.monotonic()):
             with contextlib.suppress(ReplogError):
                 await self._commit({tp: s.consumed for tp, s in self._partitions.items()})
 
-    async def _reconcile(self) -> None:
-        if self._lost:
-            return
-        revoked = set(self._partitions) - self._assigned
-        added = self._assigned - set(self._partitions)
+    async def _reconcile(self, revoked: set[TopicPartition], added: set[TopicPartition]) -> None:
+        """Release `revoked` (committed, then `on_revoke`), then take `added`."""
         if revoked:
             await self._drop(revoked, commit=True)
         if added:
-            await self._add(set(added))
+            await self._add(added)
         if revoked or added:
-            self.rebalances += 1
-            self._heartbeat_now.set()
+            self._member.rebalanced()
+            self._heartbeat_now.set()  # tell the coordinator at once
 
     async def _drop(self, tps: set[TopicPartition], *, commit: bool) -> None:
         if not tps:
@@ -501,10 +471,10 @@ class AsyncGroupConsumer:
             self._answered.clear()
             self._heartbeat_now.set()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._answered.wait(), self._session_ms / 1000)
+                await asyncio.wait_for(self._answered.wait(), self._member.session_s)
             await self.calls.commit(self.group, offsets, member, self.generation)
         except UnknownMemberError:
-            self._mark_lost(member)
+            self._member.mark_lost(member)
             raise
 
     async def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
@@ -565,7 +535,7 @@ class AsyncGroupConsumer:
             return
         member = self.member_id
         try:
-            if member is not None and not self._lost:
+            if member is not None and not self._member.lost:
                 if self.auto_commit:
                     if self._poll_api:
                         for state in self._partitions.values():

@@ -1,77 +1,59 @@
-"""Pipelined idempotent appends for the asyncio client: `append_stream.Pipeline`'s rules in
-asyncio (one event loop, no threads).
+"""Pipelined idempotent appends for the asyncio client: `pipeline_rules.PipelineRules` (the
+rules `append_stream.Pipeline` drives with threads) driven by one event loop.
 
-Each partition (`_Part`) keeps its unanswered batches in sequence order, at most
-`partition_in_flight_max` (5, Kafka's `max.in.flight.requests.per.connection`: the leader
-recognises a resend of any of the last 5 batches it appended). `AsyncPipeline.append`
-numbers a batch (`sequences.Sequences`) and queues it; `_pump` writes the partition's
-batches not yet sent in this generation, in order, under the partition's lock, so that
-they reach the leader in sequence order. Until a partition has acknowledged a batch of the
-client's current producer id, one batch at a time goes out (its first one, or the first
-resent): a leader that does not know the producer yet accepts any first sequence, so a
-later batch must not reach it before the first one (seen with a fresh topic: the first
-batch refused with LEADER_UNKNOWN while the leader's epoch committed, the next accepted a
-moment later, and the first one's resend then refused as too old).
+The rules (per-partition sequence order, at most `partition_in_flight_max` batches in
+flight, one at a time until the partition knows the producer, pause / reroute / resend in
+order with generations, renumbering only when a failed batch certainly wrote nothing, the
+in-flight byte cap over all partitions) are the core's; this module performs its actions:
+one sender task (started on first use) writes the batches the core says may go, in order
+(`send`: over the node's AppendStream, or a unary Append), asks for the producer's identity
+and reroutes a partition that failed (each reroute in a task of its own: a metadata refresh
+holds no other partition); each write's answer is awaited in a task that hands it to the
+core.
 
-When a batch fails with a retriable error (NOT_LEADER, LEADER_UNKNOWN, OUT_OF_ORDER_SEQUENCE,
-a broken stream, ACK_TIMEOUT, ...), the partition is paused (no new batch is sent), routing
-is updated (`reroute`: a NOT_LEADER hint, a node passed over), and after the batch's backoff
-(`retry.Attempts`) every unanswered batch of the partition is resent, in order, with its
-numbers: the partition's generation changes, and answers to the older sends are ignored
-unless they acknowledge a batch (a resend of it is then answered as a duplicate with the
-same offsets). Resending one batch alone could let a later one land first on a leader
-that does not know the producer yet (it accepts any first sequence): the order is kept.
-
-A batch that fails for good (an error that is not retriable, or its `RetryPolicy` spent)
-fails its caller and drops the client's identity (the next batches number from 0 under a
-new producer id). The partition's other unanswered batches are then renumbered and resent
-when the failed one certainly wrote nothing (INVALID_ARGUMENT, NOT_FOUND, ...), else they
-fail with the same error (their outcome is as unknown as its). A node without AppendStream
-(UNIMPLEMENTED: nothing was appended) gets the partition resent at once, as unary Appends
-(the client's `send` remembers the node).
-
-`close()` fails every batch still unanswered with SHUTTING_DOWN (outcome unknown).
+`enqueue` returns once its batch has been written (or has failed): a caller has at most one
+batch waiting, and a partition's batches enqueued one after another are appended in that
+order. `close()` fails every batch still unanswered with SHUTTING_DOWN (outcome unknown).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 
-from replog.client.append_stream import NOTHING_WRITTEN, unimplemented
+from replog.client.pipeline_rules import Batch, Failures, Limits, PipelineRules, Reroute
+from replog.client.pipeline_rules import Send as RuleSend
 from replog.client.results import AppendResult
 from replog.client.retry import Attempts, RetryPolicy
 from replog.client.sequences import Identity, Sequences
-from replog.errors import DuplicateSequenceError, ReplogError, ShuttingDownError
+from replog.errors import ReplogError, ShuttingDownError
 from replog.v1 import log_pb2
+
+log = logging.getLogger("replog.client.pipeline")
 
 Answered = Callable[[], Awaitable[AppendResult]]
 Send = Callable[[log_pb2.AppendRequest], Awaitable[Answered]]
 
 
-class _Batch:
-    __slots__ = ("attempts", "future", "identity", "request", "sent_in")
+class _Item:
+    """A batch's driver side: its request, its answer's future, and `left` (done once the
+    batch was first written, or failed: `enqueue` waits for it)."""
 
-    def __init__(self, request: log_pb2.AppendRequest, future: asyncio.Future[AppendResult]):
+    __slots__ = ("future", "left", "request")
+
+    def __init__(self, request: log_pb2.AppendRequest, loop: asyncio.AbstractEventLoop) -> None:
         self.request = request
-        self.future = future
-        self.identity: Identity | None = None  # None: to be numbered
-        self.attempts = Attempts(RetryPolicy())  # replaced by the pipeline's policy
-        self.sent_in = -1  # the generation it was last sent in
+        self.future: asyncio.Future[AppendResult] = loop.create_future()
+        self.left: asyncio.Future[None] = loop.create_future()
+
+    def leave(self) -> None:
+        if not self.left.done():
+            self.left.set_result(None)
 
 
-class _Part:
-    def __init__(self) -> None:
-        self.order = asyncio.Lock()  # held while batches are numbered and written
-        self.room = asyncio.Condition()  # notified when `batches` shrinks
-        self.batches: deque[_Batch] = deque()  # unanswered, in sequence order
-        self.generation = 0  # bumped each time the partition is to be resent
-        self.paused = False  # a resend is due (after its backoff): nothing goes out
-        self.confirmed: Identity | None = None  # the identity of the last acknowledged batch
-
-
-class AsyncPipeline:
+class AsyncPipeline(Limits):
     """Idempotent batches pipelined per partition (see the module doc)."""
 
     def __init__(
@@ -85,18 +67,17 @@ class AsyncPipeline:
         partition_in_flight_max: int = 5,
         in_flight_bytes_max: int = 64 * 1024 * 1024,
     ) -> None:
+        self._rules: PipelineRules[_Item] = PipelineRules(
+            sequences,
+            lambda: Attempts(retry),
+            partition_in_flight_max=partition_in_flight_max,
+            in_flight_bytes_max=in_flight_bytes_max,
+        )
         self._send_request = send
         self._reroute = reroute
         self._identity = identity
-        self._sequences = sequences
-        self._retry = retry
-        self.partition_in_flight_max = partition_in_flight_max
-        # Bytes of requests taken and not answered yet, all partitions together: a caller
-        # waits while another batch would pass the cap (one batch alone always passes).
-        self.in_flight_bytes_max = in_flight_bytes_max
-        self.in_flight_bytes = 0
-        self._bytes_freed = asyncio.Event()
-        self._parts: dict[tuple[str, int], _Part] = {}
+        self._wake = asyncio.Event()
+        self._sender: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
 
@@ -106,183 +87,125 @@ class AsyncPipeline:
         return await asyncio.shield(await self.enqueue(request))
 
     async def enqueue(self, request: log_pb2.AppendRequest) -> asyncio.Future[AppendResult]:
-        """Number `request` and queue it after the partition's earlier batches (waiting for
-        room in its window and under the byte cap); the future of its answer. Batches of
-        one partition enqueued one after another are appended in that order. Cancelled
-        before it returns, the batch was not queued (nothing sent) or is in flight (its
-        answer then goes to no one); the caller cannot tell which: outcome unknown."""
+        """Queue `request` after the partition's earlier batches and wait until it is written
+        (room in its partition's window and under the byte cap, numbered); the future of its
+        answer. Batches of one partition enqueued one after another are appended in that
+        order. Cancelled before it returns, the batch was not written (it is taken back:
+        nothing sent) or it was (its answer then goes to no one); the caller cannot tell
+        which: outcome unknown."""
         if self._closed:
             raise ShuttingDownError("the client is closed")
-        key = (request.topic, request.partition)
-        part = self._parts.get(key)
-        if part is None:
-            part = self._parts[key] = _Part()
-        batch = _Batch(request, asyncio.get_running_loop().create_future())
-        batch.attempts = Attempts(self._retry)
-        size = request.ByteSize()
-        await self._take_bytes(size)
-        # Given back once the batch is answered (a caller cancelled meanwhile leaves it in
-        # flight: its bytes stay counted), or at once if it never joins the partition.
-        batch.future.add_done_callback(lambda _f: self._give_bytes(size))
+        item = _Item(request, asyncio.get_running_loop())
+        batch = self._rules.submit(
+            request.topic, request.partition, item, len(request.values), request.ByteSize()
+        )
+        if self._sender is None:
+            self._sender = asyncio.ensure_future(self._run())
+            self._sender.add_done_callback(self._sender_ended)
+        self._wake.set()
         try:
-            while True:
-                async with part.room:
-                    await part.room.wait_for(
-                        lambda: len(part.batches) < self.partition_in_flight_max
-                    )
-                async with part.order:
-                    if len(part.batches) >= self.partition_in_flight_max:
-                        continue  # taken meanwhile
-                    await self._number(batch)
-                    part.batches.append(batch)
-                    await self._pump(part)
-                    break
+            await asyncio.shield(item.left)
         except BaseException:
-            if batch not in part.batches and not batch.future.done():
-                batch.future.cancel()  # never sent: its bytes go back (the callback)
+            if self._rules.withdraw(batch):
+                item.future.cancel()
             raise
-        return batch.future
+        return item.future
 
-    async def _take_bytes(self, size: int) -> None:
-        while self.in_flight_bytes and self.in_flight_bytes + size > self.in_flight_bytes_max:
-            self._bytes_freed.clear()
-            await self._bytes_freed.wait()
-        self.in_flight_bytes += size
+    # -- the sender task ----------------------------------------------------------------------
 
-    def _give_bytes(self, size: int) -> None:
-        self.in_flight_bytes -= size
-        self._bytes_freed.set()
-
-    def _window(self, part: _Part) -> int:
-        """How many batches may be in flight: one until the leader knows this producer."""
-        identity = self._sequences.identity
-        known = identity is not None and part.confirmed == identity
-        return self.partition_in_flight_max if known else 1
-
-    async def _number(self, batch: _Batch) -> None:
-        request = batch.request
-        while True:
-            identity = await self._identity()
-            seq = self._sequences.reserve(
-                identity, request.topic, request.partition, len(request.values)
-            )
-            if seq is not None:
-                identity.stamp(request, seq)
-                batch.identity = identity
-                return
-
-    async def _pump(self, part: _Part) -> None:
-        """Send the batches not sent in this generation, in order, within the window (the
-        partition's lock held)."""
-        if part.paused or self._closed:
-            return
-        generation = part.generation
-        window = self._window(part)
-        in_flight = sum(b.sent_in == generation for b in part.batches)
-        for batch in list(part.batches):
-            if batch.sent_in == generation:
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            self._wake.clear()
+            sends, need, wait_s = self._rules.next(loop.time())
+            for send in sends:
+                if self._rules.current(send):  # not taken back while an earlier one was written
+                    await self._write(send)
+            if isinstance(need, Reroute):
+                self._spawn(self._rerouting(need))
+            elif need is not None:
+                await self._number()
+            if sends or need is not None:
                 continue
-            if in_flight >= window or batch.future.done():
-                return
-            if batch.identity is None:  # its old numbers left a gap: new ones
-                await self._number(batch)
-            batch.sent_in = generation
-            in_flight += 1
-            try:
-                answered = await self._send_request(batch.request)
-            except ReplogError as err:
-                answered = _raising(err)
-            self._spawn(self._await(part, batch, generation, answered))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait_s)
+
+    def _sender_ended(self, task: asyncio.Task[None]) -> None:
+        """The sender ends only with `close`; a bug that ends it fails every batch loudly."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        self._closed = True
+        log.error("the append pipeline's sender failed", exc_info=exc)
+        for batch in self._rules.abandon():
+            batch.payload.leave()
+            if not batch.payload.future.done():
+                batch.payload.future.set_exception(
+                    ShuttingDownError(f"the pipeline failed: {exc!r}")
+                )
+
+    async def _write(self, send: RuleSend[_Item]) -> None:
+        batch, item = send.batch, send.batch.payload
+        batch.identity.stamp(item.request, batch.base_sequence)
+        try:
+            answered = await self._send_request(item.request)
+        except ReplogError as err:
+            answered = _raising(err)
+        item.leave()
+        self._spawn(self._await(batch, send.generation, answered))
+
+    async def _number(self) -> None:
+        try:
+            await self._identity()
+        except ReplogError as err:
+            self._settle(self._rules.identity_failed(err))
+
+    async def _rerouting(self, reroute: Reroute[_Item]) -> None:
+        topic, partition = reroute.partition.key
+        moved = False
+        try:
+            moved = await self._reroute(reroute.error, topic, partition)
+        finally:  # whatever happened, the partition is not held
+            self._rules.rerouted(reroute, moved, asyncio.get_running_loop().time())
+            self._wake.set()
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _await(self, part: _Part, batch: _Batch, generation: int, answered: Answered) -> None:
+    async def _await(self, batch: Batch[_Item], generation: int, answered: Answered) -> None:
         try:
             result = await answered()
         except ReplogError as err:
-            await self._failed(part, batch, generation, err)
-            return
-        async with part.room:
-            if not batch.future.done():
-                batch.future.set_result(result)
-            part.confirmed = batch.identity
-            _remove(part.batches, batch)
-            part.room.notify_all()
-        async with part.order:
-            await self._pump(part)  # room in the window (maybe a wider one)
+            self._settle(self._rules.failed(batch, generation, err))
+        else:
+            if self._rules.acked(batch):
+                batch.payload.leave()
+                if not batch.payload.future.done():
+                    batch.payload.future.set_result(result)
+        self._wake.set()
 
-    async def _failed(self, part: _Part, batch: _Batch, generation: int, err: ReplogError) -> None:
-        if batch.future.done() or generation != part.generation or self._closed:
-            return  # acknowledged by another send, or an older send: its resend answers
-        if unimplemented(err):  # nothing appended; the node gets unary Appends from now on
-            self._resend_later(part, err, 0.0, batch)
-            return
-        backoff_s = batch.attempts.budget_left(err)
-        if backoff_s is None:
-            await self._give_up(part, batch, err)
-            return
-        self._resend_later(part, err, backoff_s, batch)
-
-    def _resend_later(self, part: _Part, err: ReplogError, backoff_s: float, head: _Batch) -> None:
-        part.generation += 1
-        part.paused = True
-        self._spawn(self._resend(part, err, backoff_s, head))
-
-    async def _resend(self, part: _Part, err: ReplogError, backoff_s: float, head: _Batch) -> None:
-        """Reroute, back off, then send the partition's unanswered batches again, in order."""
-        request = head.request
-        rerouted = await self._reroute(err, request.topic, request.partition)
-        pause_s = head.attempts.pause_s(backoff_s, rerouted) if backoff_s else 0.0
-        if pause_s:
-            await asyncio.sleep(pause_s)
-        async with part.order:
-            part.paused = False
-            await self._pump(part)
-
-    async def _give_up(self, part: _Part, batch: _Batch, err: ReplogError) -> None:
-        async with part.room:
-            _remove(part.batches, batch)
-            batch.future.set_exception(err)
-            part.room.notify_all()
-        if isinstance(err, DuplicateSequenceError):
-            return  # written before (a resumed writer's resend): the numbering holds
-        assert batch.identity is not None
-        self._sequences.abandon(batch.identity)
-        others = [b for b in part.batches if b.identity == batch.identity]
-        if not isinstance(err, NOTHING_WRITTEN):
-            async with part.room:
-                for b in others:
-                    _remove(part.batches, b)
-                    if not b.future.done():
-                        b.future.set_exception(err)
-                part.room.notify_all()
-            return
-        for b in others:  # the gap it leaves means none of them was appended: renumbered
-            b.identity = None
-        if part.batches:
-            self._resend_later(part, err, 0.0, part.batches[0])
+    def _settle(self, failures: Failures[_Item]) -> None:
+        for batch, err in failures:
+            batch.payload.leave()
+            if not batch.payload.future.done():
+                batch.payload.future.set_exception(err)
 
     async def close(self) -> None:
         """Fail every batch still unanswered (SHUTTING_DOWN, outcome unknown)."""
         self._closed = True
         err = ShuttingDownError("the client closed before the batch was answered")
-        for part in self._parts.values():
-            for batch in part.batches:
-                if not batch.future.done():
-                    batch.future.set_exception(err)
-            part.batches.clear()
+        for batch in self._rules.abandon():
+            batch.payload.leave()
+            if not batch.payload.future.done():
+                batch.payload.future.set_exception(err)
         tasks = list(self._tasks)
+        if self._sender is not None:
+            tasks.append(self._sender)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def _remove(batches: deque[_Batch], batch: _Batch) -> None:
-    if batch in batches:
-        batches.remove(batch)
 
 
 def _raising(err: ReplogError) -> Answered:

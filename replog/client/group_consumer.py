@@ -9,7 +9,10 @@ group="g")`).
 Threads: a heartbeat thread keeps the membership alive and learns the member's partitions
 (`replog.v1.Groups.Heartbeat`); one fetch thread per partition long-polls its leader
 (`Fetch`) into a bounded queue. Everything else happens in the caller's thread, inside
-`poll()` (or the iterator): joining, taking and releasing partitions, auto-commits.
+`poll()` (or the iterator): joining, taking and releasing partitions, auto-commits. The
+member's state and decisions (when to join again, what to revoke and add, whether a failed
+heartbeat loses the membership, when an auto-commit is due) are
+`member_rules.Membership`'s, the sans-I/O core it shares with the asyncio twin.
 
 Delivery is at least once. A record counts as processed once the caller comes back for the
 next one (the iterator) or calls `poll()` again; auto-commit commits processed positions
@@ -37,7 +40,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from replog.client.groups import Answer, GroupCalls, TopicPartition
+from replog.client.groups import GroupCalls, TopicPartition
+from replog.client.member_rules import Heartbeat, Member, Membership
 from replog.client.results import FetchResult
 from replog.client.retry import RetryPolicy
 from replog.errors import (
@@ -177,7 +181,7 @@ class _Partition:
     stop: threading.Event | None = None
 
 
-class GroupConsumer:
+class GroupConsumer(Member):
     def __init__(
         self,
         client: Any,
@@ -216,27 +220,19 @@ class GroupConsumer:
         self.fetch_wait_ms = fetch_wait_ms
         self.on_assign = on_assign
         self.on_revoke = on_revoke
-        self.member_id: str | None = None
-        self.generation = -1
+        # the member's state and decisions (join, heartbeat, reconcile, auto-commit)
+        self._member = Membership(auto_commit, self.auto_commit_interval_s, time.monotonic())
         self._lock = threading.Lock()
-        self._assigned: frozenset[TopicPartition] = frozenset()  # as last told
         self._partitions: dict[TopicPartition, _Partition] = {}  # being consumed
-        self._changed = threading.Event()  # the coordinator's answer differs: reconcile
-        self._lost = False  # membership lost: drop everything, join again
         self._heartbeat_now = threading.Event()
-        self._heartbeat_ms = 3000
-        self._session_ms = 10_000
-        self._last_heartbeat = 0.0
         self._queue: queue.Queue[tuple[TopicPartition, int, object]] = queue.Queue(
             QUEUE_BATCHES_MAX
         )
         self._closed = threading.Event()
         self._heartbeats: threading.Thread | None = None
-        self._last_auto_commit = time.monotonic()
         self._epochs = 0
         self._poll_api = False  # poll() was used: what it returned is processed at close
         self._answered = threading.Event()  # set at each heartbeat answer
-        self.rebalances = 0  # times partitions were taken or released (for tests, metrics)
 
     # -- membership ----------------------------------------------------------------------
 
@@ -249,67 +245,37 @@ class GroupConsumer:
             client_id=self.client_id,
         )
         with self._lock:
-            self.member_id = answer.member_id
-            self._session_ms = session_ms
-            self._lost = False
-            self._take(answer)
-            self._changed.set()
-            self._last_heartbeat = time.monotonic()
+            self._member.joined(answer, session_ms, time.monotonic())
         if self._heartbeats is None:
             self._heartbeats = threading.Thread(
                 target=self._heartbeat_loop, name=f"replog-heartbeat-{self.group}", daemon=True
             )
             self._heartbeats.start()
 
-    def _take(self, answer: Answer) -> None:
-        """A coordinator's answer (under the lock)."""
-        self.generation = answer.generation
-        self._heartbeat_ms = answer.heartbeat_interval_ms or self._heartbeat_ms
-        if answer.partitions != self._assigned:
-            self._assigned = answer.partitions
-            self._changed.set()
-
-    def _owned(self) -> list[TopicPartition]:
-        """What the member may still be consuming: its last answer and what it has not
-        released yet (under the lock)."""
-        return sorted(set(self._assigned) | set(self._partitions))
-
     def _heartbeat_loop(self) -> None:
         while not self._closed.is_set():
             with self._lock:
-                member, generation, owned = self.member_id, self.generation, self._owned()
-                interval_s = self._heartbeat_ms / 1000
-                session_s = self._session_ms / 1000
-            if member is None or self._lost:
-                self._heartbeat_now.wait(interval_s)
-                self._heartbeat_now.clear()
-                continue
-            # One heartbeat may retry for at most half the session: a member must hear
-            # within its session whether it is still one.
-            policy = RetryPolicy(attempts_max=1000, deadline_ms=int(session_s * 500))
-            try:
-                answer = self.calls.heartbeat(
-                    self.group, member, generation, owned, policy, timeout_s=session_s / 2
-                )
-            except UnknownMemberError:
-                self._mark_lost(member)
-            except ReplogError:
-                with self._lock:
-                    if time.monotonic() - self._last_heartbeat > session_s:
-                        self._mark_lost(member)
-            else:
-                with self._lock:
-                    if self.member_id == member and not self._lost:
-                        self._last_heartbeat = time.monotonic()
-                        self._take(answer)
-                self._answered.set()
+                beat = self._member.heartbeat(self._partitions)
+                interval_s = self._member.heartbeat_interval_s
+            if beat is not None:
+                self._heartbeat(beat)
             self._heartbeat_now.wait(interval_s)
             self._heartbeat_now.clear()
 
-    def _mark_lost(self, member: str) -> None:
-        if self.member_id == member:
-            self._lost = True
-            self._changed.set()
+    def _heartbeat(self, beat: Heartbeat) -> None:
+        policy = RetryPolicy(attempts_max=1000, deadline_ms=beat.deadline_ms)
+        try:
+            answer = self.calls.heartbeat(
+                self.group, beat.member_id, beat.generation, beat.owned, policy, beat.timeout_s
+            )
+        except ReplogError as err:
+            with self._lock:
+                unknown = isinstance(err, UnknownMemberError)
+                self._member.heartbeat_failed(beat, unknown, time.monotonic())
+        else:
+            with self._lock:
+                self._member.heartbeat_answered(beat, answer, time.monotonic())
+            self._answered.set()
 
     # -- the caller's thread -------------------------------------------------------------
 
@@ -337,7 +303,7 @@ class GroupConsumer:
                 state.position = record.offset + 1
                 yield record
                 state.consumed = max(state.consumed, record.offset + 1)
-                if self._changed.is_set() and i + 1 < len(batch):
+                if self._member.changed and i + 1 < len(batch):
                     # Partitions are moving: hand the rest back to the fetchers.
                     self._rewind(batch[i + 1 :])
                     break
@@ -360,7 +326,7 @@ class GroupConsumer:
             except queue.Empty:
                 break
             out.extend(self._accept(*item))
-            if self._changed.is_set():
+            if self._member.changed:
                 break  # reconcile before delivering more of partitions that may be moving
         return self._held.cut(out, self.max_poll_records, self._epoch_of)
 
@@ -396,33 +362,29 @@ class GroupConsumer:
         if self._closed.is_set():
             raise ReplogError("the consumer is closed")
         with self._lock:
-            lost = self._lost
-        if lost or self.member_id is None:
+            rejoin = self._member.needs_join()
+        if rejoin:
             self._drop(set(self._partitions), commit=False)
             self._join()
         with self._lock:
-            behind = set(self._partitions) != self._assigned  # (a reconcile that failed)
-        if self._changed.is_set() or behind:
-            self._changed.clear()
-            self._reconcile()
-        if self.auto_commit and time.monotonic() - self._last_auto_commit >= (
-            self.auto_commit_interval_s
-        ):
-            self._auto_commit()
-
-    def _reconcile(self) -> None:
+            plan = self._member.reconcile(self._partitions)
+        if plan is not None:
+            self._reconcile(*plan)
         with self._lock:
-            if self._lost:
-                return
-            assigned = set(self._assigned)
-        revoked = set(self._partitions) - assigned
-        added = assigned - set(self._partitions)
+            due = self._member.auto_commit_due(time.monotonic())
+        if due:
+            with contextlib.suppress(ReplogError):  # next time (or the next owner re-reads)
+                self._commit({tp: s.consumed for tp, s in self._partitions.items()})
+
+    def _reconcile(self, revoked: set[TopicPartition], added: set[TopicPartition]) -> None:
+        """Release `revoked` (committed, then `on_revoke`), then take `added`."""
         if revoked:
             self._drop(revoked, commit=True)
         if added:
             self._add(added)
         if revoked or added:
-            self.rebalances += 1
+            with self._lock:
+                self._member.rebalanced()
             self._heartbeat_now.set()  # tell the coordinator at once
 
     def _drop(self, tps: set[TopicPartition], *, commit: bool) -> None:
@@ -521,17 +483,12 @@ class GroupConsumer:
             # A heartbeat answer crossed this commit: learn the new generation, once.
             self._answered.clear()
             self._heartbeat_now.set()
-            self._answered.wait(self._session_ms / 1000)
+            self._answered.wait(self._member.session_s)
             self.calls.commit(self.group, offsets, member, self.generation)
         except UnknownMemberError:
             with self._lock:
-                self._mark_lost(member)
+                self._member.mark_lost(member)
             raise
-
-    def _auto_commit(self) -> None:
-        self._last_auto_commit = time.monotonic()
-        with contextlib.suppress(ReplogError):  # next time (or the next owner re-reads)
-            self._commit({tp: s.consumed for tp, s in self._partitions.items()})
 
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         """Commit `offsets` ((topic, partition) -> next offset to read), or the position of
@@ -601,7 +558,7 @@ class GroupConsumer:
             return
         member = self.member_id
         try:
-            if member is not None and not self._lost:
+            if member is not None and not self._member.lost:
                 if self.auto_commit:
                     if self._poll_api:
                         self._processed()

@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 import grpc
 
+from replog.client.member_rules import Answer as Answer  # re-exported: the calls return it
 from replog.client.retry import RetryPolicy, call_with_retry
 from replog.client.routing import unreachable_error
 from replog.errors import (
@@ -86,17 +87,6 @@ class GroupDescription:
     coordinator_id: int
     members: tuple[MemberInfo, ...]
     partitions: tuple[PartitionLag, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """What a member should consume now (JoinGroup and Heartbeat answers)."""
-
-    member_id: str
-    generation: int
-    partitions: frozenset[TopicPartition]
-    heartbeat_interval_ms: int
-    reconciling: bool
 
 
 def tps(items: Iterable[Any]) -> frozenset[TopicPartition]:
