@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
+import logging
 import os
 import socket
 from pathlib import Path
@@ -142,6 +143,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     except ValueError as exc:
         raise ConsoleUsageError(str(exc)) from None
     config = config_from(args, host)
+    _log_audit_lines()
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -166,6 +168,16 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         client.close()
         sock.close()
     return 0
+
+
+def _log_audit_lines() -> None:
+    """The console's `audit.console` lines (admin_pages) to stderr, unless already routed."""
+    audit = logging.getLogger("replog.audit")
+    if not audit.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        audit.addHandler(handler)
+        audit.setLevel(logging.INFO)
 
 
 async def _serve(
