@@ -143,13 +143,18 @@ async def login_page(request: Request) -> Response:
     form = await console.posted_form(request)
     context["next"] = _next_path(text_field(form, "next"))
     token = field(form, "token").strip()
+    address = request.client.host if request.client else "?"
     try:
         if console.config.admin_refusal:
             raise forms.FormError(console.config.admin_refusal)
+        if not console.sign_ins.allowed(address):
+            raise forms.FormError("too many failed sign-ins from here: wait a minute")
         if not token or len(token) > TOKEN_CHARS_MAX or not token.isprintable():
             raise forms.FormError(f"a token is 1 to {TOKEN_CHARS_MAX} printable characters")
         client = await console.call(_signed_in_client, console.client, token)
     except (forms.FormError, ReplogError) as err:
+        if isinstance(err, ReplogError):
+            console.sign_ins.failed(address)
         context["error"] = err.message
         status = 403 if isinstance(err, ReplogError) else 400
         return console.render(request, "login.html", context, status)

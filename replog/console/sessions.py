@@ -14,8 +14,11 @@ token stays in the console's memory, never in a cookie, a page or a log; the con
 a signed-in session by `fingerprint` ("sha256:" and the first 16 hex digits of the token's
 SHA-256: the prefix of the token file's entry for it).
 
-Bounds: at most `sessions_max` sessions (the least recently used goes first, its client
-closed), each ends `idle_s` after its last request and `lifetime_s` after it began.
+Bounds: at most `sessions_max` sessions not signed in (the least recently used goes
+first) and at most `signed_in_max` signed in (likewise, its client closed): a flood of new
+browsers never signs anyone out. Each ends `idle_s` after its last request and
+`lifetime_s` after it began. Failed sign-ins are throttled per browser address
+(`SignInThrottle`): at most `failures_max` per `window_s`, then refused until it passes.
 """
 
 from __future__ import annotations
@@ -63,9 +66,11 @@ class Sessions:
         idle_s: float = 1800.0,
         lifetime_s: float = 12 * 3600.0,
         clock: Callable[[], float] = time.monotonic,
+        signed_in_max: int = 100,
     ) -> None:
-        assert sessions_max >= 1 and idle_s > 0 and lifetime_s > 0
+        assert sessions_max >= 1 and signed_in_max >= 1 and idle_s > 0 and lifetime_s > 0
         self.sessions_max = sessions_max
+        self.signed_in_max = signed_in_max
         self.idle_s = idle_s
         self.lifetime_s = lifetime_s
         self.clock = clock
@@ -91,14 +96,19 @@ class Sessions:
         _close(ended)
         return None
 
-    def new(self) -> Session:
+    def new(self, client: Client | None = None, principal: str = "") -> Session:
         now = self.clock()
         session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32), now, now)
+        session.client, session.principal = client, principal
+        signed_in = client is not None
+        cap = self.signed_in_max if signed_in else self.sessions_max
         evicted: list[Session] = []
         with self._lock:
             self._sessions[session.session_id] = session
-            while len(self._sessions) > self.sessions_max:
-                evicted.append(self._sessions.popitem(last=False)[1])
+            alike = [s for s in self._sessions.values() if s.signed_in == signed_in]
+            for old in alike[: max(0, len(alike) - cap)]:  # least recently used first
+                del self._sessions[old.session_id]
+                evicted.append(old)
         for old in evicted:
             _close(old)
         return session
@@ -106,9 +116,7 @@ class Sessions:
     def sign_in(self, session: Session, client: Client, principal: str) -> Session:
         """A new session (new id, new CSRF token: no fixation) signed in with `client`."""
         self.end(session)
-        fresh = self.new()
-        fresh.client, fresh.principal = client, principal
-        return fresh
+        return self.new(client, principal)
 
     def end(self, session: Session) -> None:
         with self._lock:
@@ -130,3 +138,41 @@ def _close(session: Session) -> None:
     if session.client is not None and not session.closed:
         session.closed = True
         session.client.close()
+
+
+class SignInThrottle:
+    """Failed sign-ins per browser address: at most `failures_max` within `window_s`."""
+
+    def __init__(
+        self,
+        failures_max: int = 5,
+        window_s: float = 60.0,
+        addresses_max: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.failures_max = failures_max
+        self.window_s = window_s
+        self.addresses_max = addresses_max
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._failures: OrderedDict[str, list[float]] = OrderedDict()
+
+    def _recent(self, address: str, now: float) -> list[float]:
+        times = [t for t in self._failures.get(address, ()) if now - t < self.window_s]
+        if times:
+            self._failures[address] = times
+        else:
+            self._failures.pop(address, None)
+        return times
+
+    def allowed(self, address: str) -> bool:
+        with self._lock:
+            return len(self._recent(address, self.clock())) < self.failures_max
+
+    def failed(self, address: str) -> None:
+        now = self.clock()
+        with self._lock:
+            self._failures[address] = [*self._recent(address, now), now]
+            self._failures.move_to_end(address)
+            while len(self._failures) > self.addresses_max:
+                self._failures.popitem(last=False)

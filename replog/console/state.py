@@ -31,7 +31,7 @@ from replog.console.cluster import Prober, Snapshot
 from replog.console.forms import FormError
 from replog.console.sampler import Sampler
 from replog.console.security import CSRF_FIELD, LOOPBACK_HOSTS, token_ok
-from replog.console.sessions import SESSION_COOKIE, Session, Sessions
+from replog.console.sessions import SESSION_COOKIE, Session, Sessions, SignInThrottle
 
 T = TypeVar("T")
 HERE = Path(__file__).parent
@@ -72,6 +72,7 @@ class Console:
         self.config = config
         self.prober = prober
         self.sessions = Sessions(config.sessions_max, config.session_idle_s)
+        self.sign_ins = SignInThrottle()
         self.follow_streams = 0
         self._snapshot: Snapshot | None = None
         self._snapshot_at = 0.0

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.expected_conditions import staleness_of
+from selenium.webdriver.support.ui import WebDriverWait
 
 from replog.client import Client, Record
 from replog.devcluster import DevCluster
@@ -45,12 +47,17 @@ def acls(client: Client) -> None:
 def sign_in(browser: WebDriver, console: ConsoleProcess, token: str) -> None:
     browser.get(console.url + "/login")
     browser.find_element(By.ID, "token").send_keys(token)
-    browser.find_element(By.ID, "login-submit").click()
+    submit(browser, "login-submit")
 
 
 def submit(browser: WebDriver, button_id: str) -> None:
+    """Click a form's button and wait for the page it loads (the old one gone, the new one
+    complete)."""
+    old = browser.find_element(By.TAG_NAME, "html")
     browser.find_element(By.ID, button_id).click()
-    wait_until(lambda: browser.find_element(By.TAG_NAME, "h1").text, "a page loaded", 30)
+    WebDriverWait(browser, 30).until(staleness_of(old))
+    done = lambda: browser.execute_script("return document.readyState") == "complete"  # noqa: E731
+    wait_until(done, "the page loaded", 30)
 
 
 def test_a_user_creates_a_topic_finds_a_record_and_deletes_it_after_typing_its_name(

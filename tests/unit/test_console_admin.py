@@ -15,7 +15,7 @@ from replog.client import Client, RetryPolicy
 from replog.console import forms, search
 from replog.console.app import create_app
 from replog.console.server import admin_refusal
-from replog.console.sessions import SESSION_COOKIE, Sessions, fingerprint
+from replog.console.sessions import SESSION_COOKIE, Sessions, SignInThrottle, fingerprint
 from replog.console.state import ConsoleConfig
 
 BASE = "http://127.0.0.1:8080"
@@ -134,3 +134,24 @@ def test_a_search_matches_key_value_or_header_as_asked() -> None:
 def test_a_search_window_is_bounded_in_records_examined(web: TestClient) -> None:
     page = web.get("/topics/t/search?contains=a&scan=100001")
     assert page.status_code == 400 and "must be in [1, 100000]" in page.text
+
+
+def test_new_browsers_never_evict_a_signed_in_session_and_sign_ins_are_bounded() -> None:
+    sessions = Sessions(sessions_max=2, signed_in_max=1)
+    with Client(NOWHERE) as c1, Client(NOWHERE) as c2:
+        alice = sessions.sign_in(sessions.new(), c1, "a")
+        for _ in range(5):
+            sessions.new()
+        assert sessions.get(alice.session_id) is alice and len(sessions) == 3
+        bob = sessions.sign_in(sessions.new(), c2, "b")
+        assert sessions.get(alice.session_id) is None and sessions.get(bob.session_id) is bob
+
+
+def test_failed_sign_ins_are_throttled_per_address_for_a_window() -> None:
+    now = [0.0]
+    throttle = SignInThrottle(failures_max=2, window_s=60, clock=lambda: now[0])
+    throttle.failed("10.0.0.1")
+    throttle.failed("10.0.0.1")
+    assert not throttle.allowed("10.0.0.1") and throttle.allowed("10.0.0.2")
+    now[0] = 61
+    assert throttle.allowed("10.0.0.1")
