@@ -102,10 +102,12 @@ async def change(
     operation: str,
     resource: str,
     fn: Callable[..., T],
+    /,
     *args: Any,
     **kwargs: Any,
 ) -> T:
-    """`fn(*args, **kwargs)`, a call of the session's client, audited with its outcome."""
+    """`fn(*args, **kwargs)`, a call of the session's client, audited with its outcome
+    (positional-only: `kwargs` may name `operation` or `principal`, as ACL calls do)."""
     try:
         result = await console_of(request).call(fn, *args, **kwargs)
     except ReplogError as err:

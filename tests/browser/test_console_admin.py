@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.expected_conditions import staleness_of
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import Select
 
 from replog.client import Client, Record
 from replog.devcluster import DevCluster
@@ -55,7 +56,7 @@ def submit(browser: WebDriver, button_id: str) -> None:
     complete)."""
     old = browser.find_element(By.TAG_NAME, "html")
     browser.find_element(By.ID, button_id).click()
-    WebDriverWait(browser, 30).until(staleness_of(old))
+    wait_gone(old)
     done = lambda: browser.execute_script("return document.readyState") == "complete"  # noqa: E731
     wait_until(done, "the page loaded", 30)
 
@@ -120,3 +121,91 @@ def test_a_user_the_acls_do_not_allow_is_refused_and_an_unknown_token_does_not_s
     assert "web-mallory" not in client.list_topics()
     submit(browser, "signout")
     assert text(browser, "done") == "Signed out." and not text(browser, "signed-in-as")
+
+
+def test_configs_partitions_acls_and_quotas_change_through_the_forms_and_confirmations(
+    browser: WebDriver, console: ConsoleProcess, client: Client
+) -> None:
+    topic = "web-configs"
+    client.create_topic(topic, 1, 3)
+    console_errors(browser)  # drain the earlier tests' refusals
+    sign_in(browser, console, ALICE)
+    wait_until(lambda: "signed in" in text(browser, "signed-in-as"), "signed in", 30)
+    browser.get(console.url + f"/topics/{topic}")
+    Select(browser.find_element(By.ID, "config-name")).select_by_value("retention.ms")
+    browser.find_element(By.ID, "config-value").send_keys("120000")
+    submit(browser, "config-submit")
+    assert text(browser, "done") == "Config set."
+    assert client.describe_configs(topic)["retention.ms"].value == "120000"
+    remove_row(browser, "#configs tr", "retention.ms")
+    assert "Reset config retention.ms" in text(browser, "confirm-what")
+    assert client.describe_configs(topic)["retention.ms"].source == "topic"  # not yet
+    submit(browser, "confirm-submit")
+    assert client.describe_configs(topic)["retention.ms"].source == "default"
+    browser.find_element(By.ID, "grow-partitions").clear()
+    browser.find_element(By.ID, "grow-partitions").send_keys("3")
+    submit(browser, "grow-submit")
+    assert "cannot be undone" in text(browser, "confirm-what")
+    assert client.partition_count(topic) == 1
+    submit(browser, "confirm-submit")
+    assert text(browser, "done") == "Partitions added." and client.partition_count(topic) == 3
+
+    # alice may not change ACLs (no ACL on the cluster): the cluster's refusal is shown
+    browser.get(console.url + "/acls")
+    browser.find_element(By.ID, "acl-principal").send_keys("User:bob")
+    browser.find_element(By.ID, "acl-name").send_keys("web-")
+    submit(browser, "acl-submit")
+    assert "PERMISSION_DENIED" in browser.find_element(By.TAG_NAME, "h1").text
+    assert "User:alice" in text(browser, "error-message")
+    errors = console_errors(browser)
+    assert all("/acls/add - " in e and "403" in e for e in errors), errors
+    client.add_acl("User:alice", "alter", cluster=True)
+    browser.get(console.url + "/acls")
+    browser.find_element(By.ID, "acl-principal").send_keys("User:bob")
+    browser.find_element(By.ID, "acl-name").send_keys("web-")
+    submit(browser, "acl-submit")
+    assert text(browser, "done") == "ACL added."
+    bob = [a for a in client.list_acls() if a["principal"] == "User:bob"]
+    assert [(a["operation"], a["resource_name"]) for a in bob] == [("read", "web-")]
+    remove_row(browser, "#acls tr", "User:bob")
+    assert "Remove acl User:bob read topic:web-" in text(browser, "confirm-what")
+    submit(browser, "confirm-submit")
+    assert text(browser, "done") == "ACL removed."
+    assert not [a for a in client.list_acls() if a["principal"] == "User:bob"]
+
+    browser.get(console.url + "/quotas")
+    browser.find_element(By.NAME, "principal").send_keys("User:bob")
+    browser.find_element(By.NAME, "produce_bytes_per_s").clear()
+    browser.find_element(By.NAME, "produce_bytes_per_s").send_keys("1048576")
+    submit(browser, "quota-submit")
+    assert text(browser, "done") == "Quota set."
+    bob_quotas = [q for q in client.list_quotas() if q["principal"] == "User:bob"]
+    assert [q["produce_bytes_per_s"] for q in bob_quotas] == [1048576]
+    remove_row(browser, "#quotas tr", "User:bob")
+    assert "Remove the quotas of User:bob" in text(browser, "confirm-what")
+    submit(browser, "confirm-submit")
+    assert not [q for q in client.list_quotas() if q["principal"] == "User:bob"]
+    assert console_errors(browser) == []
+
+
+def remove_row(browser: WebDriver, rows: str, principal: str) -> None:
+    """Click the Remove button of the table row naming `principal` (a confirmation loads)."""
+    row = next(r for r in browser.find_elements(By.CSS_SELECTOR, rows) if principal in r.text)
+    old = browser.find_element(By.TAG_NAME, "html")
+    row.find_element(By.TAG_NAME, "button").click()
+    wait_gone(old)
+    done = lambda: browser.execute_script("return document.readyState") == "complete"  # noqa: E731
+    wait_until(done, "the page loaded", 30)
+
+
+def wait_gone(element: WebElement) -> None:
+    """Until `element` left the document (a new page replaced it)."""
+
+    def gone() -> bool:
+        try:
+            element.tag_name  # noqa: B018
+        except WebDriverException:  # stale, or Chromium's "does not belong to the document"
+            return True
+        return False
+
+    wait_until(gone, "the old page replaced", 30)
