@@ -74,7 +74,7 @@ def test_a_user_creates_a_topic_finds_a_record_and_deletes_it_after_typing_its_n
     browser.find_element(By.ID, "new-configs").send_keys("retention.ms=3600000")
     submit(browser, "new-submit")
     assert text(browser, "done") == "Topic created.", browser.page_source[:2000]
-    assert "3600000" in text(browser, "config-retention.ms")
+    wait_shown(browser, "config-retention.ms", "3600000")
     assert client.partition_count(TOPIC) == 2
 
     client.append(TOPIC, 1, [Record(b"v%d" % i, key=b"customer-%d" % i) for i in range(20)])
@@ -189,13 +189,38 @@ def test_configs_partitions_acls_and_quotas_change_through_the_forms_and_confirm
 
 
 def remove_row(browser: WebDriver, rows: str, principal: str) -> None:
-    """Click the Remove button of the table row naming `principal` (a confirmation loads)."""
-    row = next(r for r in browser.find_elements(By.CSS_SELECTOR, rows) if principal in r.text)
+    """Click the Remove button of the table row naming `principal` (a confirmation loads).
+    The page lists what the node it asked knows: reload until that node has the change."""
+
+    def row_found() -> WebElement | None:
+        found = [
+            r
+            for r in browser.find_elements(By.CSS_SELECTOR, rows)
+            if principal in r.text and r.find_elements(By.TAG_NAME, "button")
+        ]
+        if not found:
+            browser.refresh()
+        return found[0] if found else None
+
+    row = wait_until(row_found, f"a row of {principal} listed", 30)
     old = browser.find_element(By.TAG_NAME, "html")
     row.find_element(By.TAG_NAME, "button").click()
     wait_gone(old)
     done = lambda: browser.execute_script("return document.readyState") == "complete"  # noqa: E731
     wait_until(done, "the page loaded", 30)
+
+
+def wait_shown(browser: WebDriver, element_id: str, needle: str) -> None:
+    """Reload until the element shows `needle`: a page lists what the node it asked knows,
+    and that node may apply a change a moment after the one that took it."""
+
+    def shown() -> bool:
+        if needle in text(browser, element_id):
+            return True
+        browser.refresh()
+        return False
+
+    wait_until(shown, f"#{element_id} showing {needle}", 30)
 
 
 def wait_gone(element: WebElement) -> None:
