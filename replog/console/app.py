@@ -9,7 +9,12 @@
     GET  /groups?q=&page=                   consumer groups
     GET  /groups/{group}                    members, assignment, committed offsets, lag
     POST /groups/{group}/reset              reset offsets: dry run (step=plan), then apply
-    GET  /acls?q=                           ACLs, read-only
+    GET  /topics/{topic}/search?partition=&contains=&where=&offset=|time=&scan=   search
+    GET  /acls?q=                           ACLs (add and remove: admin_pages)
+    GET  /quotas                            quotas (set and remove: admin_pages)
+    GET  /login, POST /login, POST /logout  sign in with a cluster token (sessions.py)
+    POST /topics/new, /topics/{topic}/delete|partitions|configs, /acls/add|remove,
+         /quotas/set                        administration (admin_pages.py)
     GET  /charts                            produce/consume rates, lag, leader and size skew
     GET  /charts/data                       the charts' points (JSON, sampled in the background)
     GET  /healthz                           the console process is up (no cluster call)
@@ -36,7 +41,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from replog.client import Client
-from replog.console import charts, group_pages, pages, records_pages
+from replog.console import admin_pages, charts, group_pages, pages, records_pages, search
 from replog.console.cluster import Prober
 from replog.console.forms import FormError
 from replog.console.security import Guard
@@ -86,7 +91,7 @@ async def on_replog_error(request: Request, exc: Exception) -> Response:
 
 async def on_form_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, FormError)
-    status = 403 if isinstance(exc, CsrfError) else 400
+    status = 403 if isinstance(exc, CsrfError | admin_pages.NotSignedIn) else 400
     return _error_page(request, status, "Not accepted", exc.message)
 
 
@@ -127,6 +132,7 @@ async def _sampling(app: Starlette) -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        console.sessions.close()
 
 
 def create_app(
@@ -139,7 +145,14 @@ def create_app(
     routes = [
         Route("/", pages.cluster_page),
         Route("/topics", pages.topics_page),
+        Route("/login", admin_pages.login_page, methods=["GET", "POST"]),
+        Route("/logout", admin_pages.logout, methods=["POST"]),
+        Route("/topics/new", admin_pages.new_topic_page, methods=["GET", "POST"]),
         Route("/topics/{topic}", pages.topic_page),
+        Route("/topics/{topic}/delete", admin_pages.delete_topic, methods=["POST"]),
+        Route("/topics/{topic}/partitions", admin_pages.grow_partitions, methods=["POST"]),
+        Route("/topics/{topic}/configs", admin_pages.alter_config, methods=["POST"]),
+        Route("/topics/{topic}/search", search.search_page),
         Route("/topics/{topic}/records", records_pages.records_page),
         Route("/topics/{topic}/records/live", records_pages.live_records),
         Route("/topics/{topic}/produce", records_pages.produce_page, methods=["GET", "POST"]),
@@ -147,6 +160,10 @@ def create_app(
         Route("/groups/{group}", group_pages.group_page),
         Route("/groups/{group}/reset", group_pages.reset, methods=["POST"]),
         Route("/acls", pages.acls_page),
+        Route("/acls/add", admin_pages.add_acl, methods=["POST"]),
+        Route("/acls/remove", admin_pages.remove_acl, methods=["POST"]),
+        Route("/quotas", admin_pages.quotas_page),
+        Route("/quotas/set", admin_pages.set_quota, methods=["POST"]),
         Route("/charts", charts.charts_page),
         Route("/charts/data", charts.charts_data),
         Route("/healthz", healthz),
@@ -166,5 +183,6 @@ def create_app(
         max_body_size=FORM_BYTES_MAX,
         lifespan=_sampling,
     )
+    console.templates.globals["done_messages"] = admin_pages.DONE
     app.state.console = console
     return app

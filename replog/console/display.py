@@ -79,29 +79,39 @@ def shown_records(
     batch: frames.DecodedFrames | records.DecodedRecords, decoding: str, limit: int
 ) -> Iterator[ShownRecord]:
     """At most `limit` records of a decoded batch (control records already skipped)."""
-    rows: Iterator[tuple[int, bytes | None, Meta]]
-    if isinstance(batch, records.DecodedRecords):
-        meta = zip(batch.keys, batch.headers, batch.timestamps, strict=True)
-        rows = zip(batch.offsets, batch.values, meta, strict=True)
-    else:
-        rows = zip(batch.offsets, batch.values, repeat(None))
+    rows = record_rows(batch)
     for n, (offset, value, m) in enumerate(rows):
         if n >= limit:
             return
-        if value is None:  # a null value: a tombstone
-            text, truncated, note = "", False, "null value (a tombstone)"
-        else:
-            text, truncated, note = decode_value(bytes(value), decoding)
-        key: str | None = None
-        headers: tuple[tuple[str, str], ...] = ()
-        when = ""
-        if m is not None:
-            raw_key, raw_headers, ts = m
-            key = None if raw_key is None else text_or_hex(bytes(raw_key))
-            headers = tuple((name, text_or_hex(bytes(v))) for name, v in raw_headers)
-            when = timestamp(int(ts))
-        shown_size = 0 if value is None else len(value)
-        yield ShownRecord(int(offset), when, key, headers, text, shown_size, truncated, note)
+        yield shown_record(int(offset), value, m, decoding)
+
+
+def record_rows(
+    batch: frames.DecodedFrames | records.DecodedRecords,
+) -> Iterator[tuple[int, bytes | None, Meta]]:
+    """(offset, value, (key, headers, timestamp) or None on a raw topic) of each record."""
+    if isinstance(batch, records.DecodedRecords):
+        meta = zip(batch.keys, batch.headers, batch.timestamps, strict=True)
+        yield from zip(batch.offsets, batch.values, meta, strict=True)
+    else:
+        yield from zip(batch.offsets, batch.values, repeat(None))
+
+
+def shown_record(offset: int, value: bytes | None, m: Meta, decoding: str) -> ShownRecord:
+    if value is None:  # a null value: a tombstone
+        text, truncated, note = "", False, "null value (a tombstone)"
+    else:
+        text, truncated, note = decode_value(bytes(value), decoding)
+    key: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    when = ""
+    if m is not None:
+        raw_key, raw_headers, ts = m
+        key = None if raw_key is None else text_or_hex(bytes(raw_key))
+        headers = tuple((name, text_or_hex(bytes(v))) for name, v in raw_headers)
+        when = timestamp(int(ts))
+    shown_size = 0 if value is None else len(value)
+    return ShownRecord(offset, when, key, headers, text, shown_size, truncated, note)
 
 
 def size(n: int) -> str:

@@ -8,6 +8,7 @@ or raises `FormError` with a message for people (the text it echoes is cut to
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Sequence
 
 from replog.client.formats import parse_time_ms
@@ -129,3 +130,53 @@ def value_bytes(text: str | None) -> bytes:
     if len(data) > VALUE_BYTES_MAX:
         raise FormError(f"the value is {len(data)} bytes; at most {VALUE_BYTES_MAX} here")
     return data
+
+
+CONFIGS_MAX = 100
+CONFIG_VALUE_CHARS_MAX = 1000
+PRINCIPAL_CHARS_MAX = 255
+
+
+def config_name(text: str | None) -> str:
+    """A topic config's name (the nodes know which exist: docs/api.md, Topic configs)."""
+    text = (text or "").strip()
+    if not text or len(text) > 100 or not all(c.isalnum() or c in "._-" for c in text):
+        raise FormError(f"a config name is letters, digits, '.', '_' or '-', got {echo(text)}")
+    return text
+
+
+def config_value(text: str | None) -> str:
+    text = (text or "").strip()
+    if not text or len(text) > CONFIG_VALUE_CHARS_MAX or not text.isprintable():
+        raise FormError(f"a config value is 1 to {CONFIG_VALUE_CHARS_MAX} printable characters")
+    return text
+
+
+def configs(text: str | None) -> dict[str, str]:
+    """Lines of NAME=VALUE (empty lines skipped): a new topic's configs."""
+    out: dict[str, str] = {}
+    for line in (text or "").splitlines():
+        if not line.strip():
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise FormError(f"configs are lines of NAME=VALUE, got {echo(line)}")
+        out[config_name(key)] = config_value(value)
+    if len(out) > CONFIGS_MAX:
+        raise FormError(f"at most {CONFIGS_MAX} configs")
+    return out
+
+
+def principal(text: str | None) -> str:
+    """`User:<name>` (or `User:*`); the nodes check the rest."""
+    text = (text or "").strip()
+    if not text.startswith("User:") or len(text) <= len("User:"):
+        raise FormError(f"a principal is User:<name>, got {echo(text)}")
+    if len(text) > PRINCIPAL_CHARS_MAX or not text.isprintable():
+        raise FormError(f"a principal is at most {PRINCIPAL_CHARS_MAX} printable characters")
+    return text
+
+
+def quoted(text: str) -> str:
+    """`text` as one path segment of a URL."""
+    return urllib.parse.quote(text, safe="")

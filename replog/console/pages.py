@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from replog.console import forms
+from replog.console.admin_pages import ACL_OPERATIONS, ACL_RESOURCES
 from replog.console.cluster import NodeStatus, TopicView
 from replog.console.state import console_of
 
@@ -94,6 +95,7 @@ async def topic_page(request: Request) -> Response:
     client = console.client
     partitions = await console.call(client.describe_topic, name)
     fmt, timestamp_type = await console.call(client.topic_config, name)
+    configs = await console.call(client.describe_configs, name)
     snap = await console.snapshot()
     states = {n.node_id: n.state for n in snap.nodes}
     return console.render(
@@ -105,6 +107,7 @@ async def topic_page(request: Request) -> Response:
             "timestamp_type": timestamp_type,
             "partitions": partitions,
             "states": states,
+            "configs": sorted(configs.items()),
             "size_total": sum(p.size_bytes for p in partitions),
             "records_total": sum(p.high_watermark - p.log_start_offset for p in partitions),
         },
@@ -116,4 +119,11 @@ async def acls_page(request: Request) -> Response:
     q = forms.search(request.query_params.get("q")).lower()
     acls = await console.call(console.client.list_acls)
     rows = [a for a in acls if not q or any(q in str(v).lower() for v in a.values())]
-    return console.render(request, "acls.html", {"rows": rows, "q": q, "total": len(acls)})
+    context = {
+        "rows": rows,
+        "q": q,
+        "total": len(acls),
+        "acl_operations": (*ACL_OPERATIONS, "all"),
+        "acl_resources": ACL_RESOURCES,
+    }
+    return console.render(request, "acls.html", context)

@@ -4,10 +4,11 @@
   refused (400). By default the allowed names are the loopback ones (`127.0.0.1`,
   `localhost`, `[::1]`) and the host the console listens on; `--allowed-host NAME` adds
   one, `--allowed-host '*'` allows any (behind a proxy or in a cluster).
-* **CSRF**: every form carries the process's random token (`csrf` field); a POST without
-  it, or with a cross-site `Origin` or `Sec-Fetch-Site`, is refused (403) before anything
-  is read from or sent to the cluster. The token is a secret of the process (another site
-  cannot read the console's pages, so it cannot learn it).
+* **CSRF**: every form carries its browser session's random token (`csrf` field;
+  sessions.py); a POST without it, or with a cross-site `Origin` or `Sec-Fetch-Site`, is
+  refused (403) before anything is read from or sent to the cluster. The session cookie
+  is SameSite=Strict and HttpOnly; another site cannot read the console's pages, so it
+  cannot learn the token.
 * **Headers**: a Content-Security-Policy that allows only the console's own scripts and
   styles (no inline code: templates carry none), no framing, no referrer to other sites,
   no sniffing, no caching of pages.
@@ -16,7 +17,6 @@
 from __future__ import annotations
 
 import hmac
-import secrets
 from collections.abc import Iterable, Mapping
 
 from starlette.datastructures import Headers
@@ -38,10 +38,6 @@ RESPONSE_HEADERS = [
     (b"referrer-policy", b"same-origin"),
     (b"cache-control", b"no-store"),
 ]
-
-
-def new_token() -> str:
-    return secrets.token_urlsafe(32)
 
 
 def token_ok(expected: str, given: str | None) -> bool:

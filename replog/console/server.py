@@ -5,7 +5,8 @@ It takes the client options every CLI command takes (`--address`, `--tls-ca`, `-
 its HTTP listener before it says it is ready (port 0 picks a free one), prints its URL,
 writes it to `--ready-file` (first line the URL, then `pid=N`) and serves with uvicorn until
 SIGINT or SIGTERM. It listens on 127.0.0.1 unless told otherwise; see `security` for the
-host check (`--allowed-host`).
+host check (`--allowed-host`). Signing in (administration: admin_pages, sessions) is off
+on a listener that is not loopback unless `--insecure` says a TLS proxy is in front.
 
 Starlette, Jinja2 and uvicorn are the `replog[console]` extra: without them the command
 says so (exit 2).
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
+import logging
 import os
 import socket
 from pathlib import Path
@@ -47,6 +50,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="a Host name browsers may use besides the loopback names and the --listen host "
         "(repeat; '*' allows any: behind a proxy or in a cluster)",
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow signing in (and so administration) although --listen is not a loopback "
+        "address and the console serves plain HTTP (only behind a proxy that terminates TLS)",
     )
     p.add_argument("--ready-file", help="write the URL and pid here once listening")
     p.add_argument(
@@ -86,8 +95,30 @@ def config_from(args: argparse.Namespace, listen_host: str) -> ConsoleConfig:
     bind = f"[{listen_host}]" if ":" in listen_host else listen_host
     hosts = (*LOOPBACK_HOSTS, bind, *args.allowed_host)
     return ConsoleConfig(
-        refresh_ms=args.refresh_ms, allowed_hosts=hosts, chart_interval_s=args.chart_interval_s
+        refresh_ms=args.refresh_ms,
+        allowed_hosts=hosts,
+        chart_interval_s=args.chart_interval_s,
+        admin_refusal=admin_refusal(listen_host, args.insecure),
     )
+
+
+def admin_refusal(listen_host: str, insecure: bool) -> str:
+    """Why signing in is off ("" = on): a token typed into a plain-HTTP page that is not on
+    this machine would cross the network in the clear."""
+    if insecure or is_loopback(listen_host):
+        return ""
+    return (
+        f"administration is off: the console listens on {listen_host} over plain HTTP, where "
+        "a token would cross the network in the clear (listen on 127.0.0.1, or put it behind "
+        "a TLS proxy and start it with --insecure)"
+    )
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
@@ -112,6 +143,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     except ValueError as exc:
         raise ConsoleUsageError(str(exc)) from None
     config = config_from(args, host)
+    _log_audit_lines()
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -136,6 +168,16 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         client.close()
         sock.close()
     return 0
+
+
+def _log_audit_lines() -> None:
+    """The console's `audit.console` lines (admin_pages) to stderr, unless already routed."""
+    audit = logging.getLogger("replog.audit")
+    if not audit.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        audit.addHandler(handler)
+        audit.setLevel(logging.INFO)
 
 
 async def _serve(

@@ -30,7 +30,8 @@ from replog.console import display
 from replog.console.cluster import Prober, Snapshot
 from replog.console.forms import FormError
 from replog.console.sampler import Sampler
-from replog.console.security import CSRF_FIELD, LOOPBACK_HOSTS, new_token, token_ok
+from replog.console.security import CSRF_FIELD, LOOPBACK_HOSTS, token_ok
+from replog.console.sessions import SESSION_COOKIE, Session, Sessions, SignInThrottle
 
 T = TypeVar("T")
 HERE = Path(__file__).parent
@@ -51,6 +52,11 @@ class ConsoleConfig:
     chart_interval_s: float = 10.0  # the Charts page's sampling interval
     chart_points: int = 360  # points kept per chart series (360 x 10 s: one hour)
     chart_series_max: int = 256  # series kept in all (a bound on the sampler's memory)
+    # Why signing in (and so every admin action) is off ("" = on): server.config_from
+    # refuses it on a plaintext listener off loopback without --insecure.
+    admin_refusal: str = ""
+    sessions_max: int = 1000
+    session_idle_s: float = 1800.0
 
     def __post_init__(self) -> None:
         assert self.refresh_ms >= 100 and self.page_size >= 1 and self.records_max >= 1
@@ -65,7 +71,8 @@ class Console:
         self.client = client
         self.config = config
         self.prober = prober
-        self.csrf_token = new_token()
+        self.sessions = Sessions(config.sessions_max, config.session_idle_s)
+        self.sign_ins = SignInThrottle()
         self.follow_streams = 0
         self._snapshot: Snapshot | None = None
         self._snapshot_at = 0.0
@@ -89,11 +96,18 @@ class Console:
     def render(
         self, request: Request, name: str, context: Mapping[str, Any], status_code: int = 200
     ) -> Response:
-        """The page `name`; only its `live` block when the page's script asks for it."""
+        """The page `name`; only its `live` block when the page's script asks for it. A
+        browser without a session gets one (its cookie is set here)."""
         template = self.templates.get_template(name)
+        session = self.session_of(request)
+        created = session is None
+        if session is None:
+            session = self.sessions.new()
         ctx = {
             "request": request,
-            "csrf_token": self.csrf_token,
+            "csrf_token": session.csrf_token,
+            "session": session,
+            "admin_refusal": self.config.admin_refusal,
             "refresh_ms": self.config.refresh_ms,
             **context,
         }
@@ -101,7 +115,13 @@ class Console:
             body = "".join(template.blocks["live"](template.new_context(ctx)))
         else:
             body = template.render(ctx)
-        return HTMLResponse(body, status_code)
+        response = HTMLResponse(body, status_code)
+        if created:
+            set_session_cookie(request, response, session)
+        return response
+
+    def session_of(self, request: Request) -> Session | None:
+        return self.sessions.get(request.cookies.get(SESSION_COOKIE))
 
     async def posted_form(self, request: Request) -> FormData:
         """The form of a POST, once its CSRF token checks out."""
@@ -110,7 +130,9 @@ class Console:
             raise FormError(f"the form is larger than {FORM_BYTES_MAX} bytes")
         form = await request.form(max_files=0, max_fields=64, max_part_size=FORM_BYTES_MAX)
         token = form.get(CSRF_FIELD)
-        if not token_ok(self.csrf_token, token if isinstance(token, str) else None):
+        session = self.session_of(request)
+        given = token if isinstance(token, str) else None
+        if session is None or not token_ok(session.csrf_token, given):
             raise CsrfError("the form's token is missing or stale: reload the page and retry")
         return form
 
@@ -140,6 +162,17 @@ def query(**params: object) -> str:
 
 class CsrfError(FormError):
     """A POST without the console's token (403)."""
+
+
+def set_session_cookie(request: Request, response: Response, session: Session) -> None:
+    response.set_cookie(
+        SESSION_COOKIE,
+        session.session_id,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
 
 
 def console_of(request: Request) -> Console:

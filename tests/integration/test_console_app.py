@@ -312,3 +312,27 @@ def test_over_tls_with_a_token_the_console_shows_what_its_principal_may_see(
             c.close()
         admin.close()
         alice.close()
+
+
+def test_a_search_finds_records_by_key_value_or_header_within_its_window(
+    web: TestClient, client: Client
+) -> None:
+    name = f"console-search-{next(_names)}"
+    client.create_topic(name, 1, format="envelope")
+    base = client.append(
+        name,
+        0,
+        [Record(b"v%d" % i, key=b"k-%d" % i, headers=[("h", b"x%d" % i)]) for i in range(30)],
+    ).base_offset
+    page = web.get(f"/topics/{name}/search?contains=k-2&where=key")
+    assert page.status_code == 200
+    offsets = re.findall(r'data-offset="(\d+)"', page.text)
+    assert [int(o) - base for o in offsets] == [2, *range(20, 30)]
+    assert "reached the high watermark" in page.text
+    found = web.get(f"/topics/{name}/search?contains=x7&where=headers").text
+    assert re.findall(r'data-offset="(\d+)"', found) == [str(base + 7)]
+    assert "data-offset" not in web.get(f"/topics/{name}/search?contains=x7&where=value").text
+    bounded = web.get(f"/topics/{name}/search?contains=v&scan=10&offset={base + 5}")
+    assert "examined 10 records" in bounded.text
+    assert f"offsets {base + 5} to {base + 15}" in bounded.text
+    assert 'id="search-next"' in bounded.text and f"offset={base + 15}" in bounded.text

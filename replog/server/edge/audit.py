@@ -123,6 +123,10 @@ CHANGES: dict[str, tuple[str, Callable[[Any], str]]] = {
     "/replog.v1.Admin/AddNode": ("add_node", lambda r: f"node:{r.node_id}"),
     "/replog.v1.Admin/RemoveNode": ("remove_node", lambda r: f"node:{r.node_id}"),
     "/replog.v1.Admin/AlterConfigs": ("alter_configs", lambda r: f"topic:{r.topic}"),
+    "/replog.v1.Admin/CreatePartitions": (
+        "create_partitions",
+        lambda r: f"topic:{r.topic} partitions={r.partitions}",
+    ),
     "/replog.v1.Acls/AddAcl": ("add_acl", _acl),
     "/replog.v1.Acls/RemoveAcl": ("remove_acl", _acl),
     "/replog.v1.Acls/SetQuota": (
