@@ -140,9 +140,11 @@ path the cleaner reads through. Command: `python bench/cleaner.py --write-docs`
 | throttled at {args.throttle_mb} MB/s ({args.throttle_log_mb} MB log): achieved / setting \
 | {runs(3, 3)} | **{throttled.median:.3f}** |
 
-A pass reads the dirty part twice (the map, then the rewrite) and writes what it keeps,
-so it runs at a fraction of the plain read: the cleaner is pure Python per record (one
-envelope header decode and a dict lookup each). The throttle counts reads and writes.
+A pass reads the dirty part twice (the map, then the rewrite), fsyncs what it keeps and
+swaps each segment in (renames and directory fsyncs); the per-record work is columnar
+(numpy over the frame headers and envelope fixed parts; a dict update and lookup per key,
+at C level). The throttle counts reads and writes. Before the columnar rewrite (5ac4ec2,
+one Python step per record): 3.1 MB/s against a 35.9 MB/s plain read, same command.
 """
     write_section("## Log cleaner (bench/cleaner.py)", body)
 

@@ -42,16 +42,17 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from replog.errors import InvalidConfigError, OffsetOutOfRangeError
-from replog.frames import CONTROL_FLAG, HEADER, HEADER_BYTES, LENGTH_MASK
-from replog.records import ATTR_KEY, ATTR_NULL_VALUE, FIXED, FIXED_BYTES, VERSION
+from replog.frames import CONTROL_FLAG, HEADER, HEADER_BYTES, LENGTH_MASK, FrameError, scan
+from replog.records import ATTR_KEY, ATTR_NULL_VALUE, FIXED_BYTES, VERSION
 from replog.storage.config import MIB
 from replog.storage.partition_log import PartitionLog
 from replog.storage.segment import Segment
 from replog.storage.swaps import cleaning_dir
 
 _unpack_header = HEADER.unpack_from
-_unpack_fixed = FIXED.unpack_from
 DAY_MS = 86_400_000
 
 
@@ -116,34 +117,77 @@ class Throttle:
             self._sleep(ahead_s)
 
 
-def envelope_key(value: bytes | memoryview) -> tuple[bytes | None, bool, int] | None:
-    """(key, or None for a record without one; whether it is a tombstone; its timestamp)
-    of an envelope (`replog.records`); None if `value` does not start like one."""
-    if len(value) < FIXED_BYTES:
-        return None
-    version, attributes, timestamp_ms, key_length, _, _ = _unpack_fixed(value, 0)
-    if version != VERSION or FIXED_BYTES + key_length > len(value):
-        return None
-    key = bytes(value[FIXED_BYTES : FIXED_BYTES + key_length]) if attributes & ATTR_KEY else None
-    return key, bool(attributes & ATTR_NULL_VALUE), timestamp_ms
+_COLUMNS = np.dtype(  # a frame header and an envelope's fixed part, 32 bytes
+    [
+        ("offset", ">u8"),
+        ("length", ">u4"),
+        ("version", "u1"),
+        ("attributes", "u1"),
+        ("ts", ">i8"),
+        ("key_length", ">u4"),
+        ("count", ">u2"),
+        ("value_length", ">u4"),
+    ]
+)
+_SPAN = np.arange(_COLUMNS.itemsize)
 
 
-def _walk(buf: bytes) -> list[tuple[int, int, int, bool]]:
-    """(offset, start, end, control) of each whole frame of `buf` (a log read: whole frames)."""
+class _Chunk:
+    """The frames of one log read as columns (numpy, no Python step per frame but for the
+    keys): `offsets`, `starts`, `ends`, and for each frame whether it is a control record,
+    an envelope, keyed, a tombstone, its timestamp, and the keys of the keyed ones."""
+
+    def __init__(self, buf: bytes) -> None:
+        self.buf = buf
+        try:
+            ends = np.array(scan(buf), dtype=np.int64)  # consecutive offsets: numpy's path
+        except FrameError:
+            ends = np.array(_walk_ends(buf), dtype=np.int64)  # a segment with gaps
+        starts = np.empty_like(ends)
+        starts[:1] = 0
+        starts[1:] = ends[:-1]
+        padded = np.frombuffer(buf + bytes(_COLUMNS.itemsize), dtype=np.uint8)
+        cols = padded[starts[:, None] + _SPAN].copy().view(_COLUMNS).reshape(-1)
+        length = cols["length"].astype(np.int64)
+        value_bytes = length & LENGTH_MASK
+        self.offsets = cols["offset"].astype(np.int64)
+        self.starts, self.ends = starts, ends
+        self.control = (length & CONTROL_FLAG) != 0
+        self.envelope = (
+            ~self.control
+            & (value_bytes >= FIXED_BYTES)
+            & (cols["version"] == VERSION)
+            & (FIXED_BYTES + cols["key_length"].astype(np.int64) <= value_bytes)
+        )
+        self.keyed = self.envelope & ((cols["attributes"] & ATTR_KEY) != 0)
+        self.tombstone = self.envelope & ((cols["attributes"] & ATTR_NULL_VALUE) != 0)
+        self.ts = cols["ts"]
+        keyed = np.flatnonzero(self.keyed)
+        key_starts = (starts[keyed] + HEADER_BYTES + FIXED_BYTES).tolist()
+        key_ends = (np.array(key_starts, dtype=np.int64) + cols["key_length"][keyed]).tolist()
+        self.keyed_at = keyed
+        self.keys: list[bytes] = list(map(buf.__getitem__, map(slice, key_starts, key_ends)))
+
+    @property
+    def last_offset(self) -> int:
+        return int(self.offsets[-1])
+
+
+def _walk_ends(buf: bytes) -> list[int]:
+    """End of each whole frame of `buf` (a log read: whole frames, offsets ascending)."""
     out = []
     pos, size = 0, len(buf)
     while pos + HEADER_BYTES <= size:
-        offset, raw_len = _unpack_header(buf, pos)
-        end = pos + HEADER_BYTES + (raw_len & LENGTH_MASK)
-        assert end <= size, "log reads return whole frames"
-        out.append((offset, pos, end, bool(raw_len & CONTROL_FLAG)))
-        pos = end
+        _, raw_len = _unpack_header(buf, pos)
+        pos += HEADER_BYTES + (raw_len & LENGTH_MASK)
+        assert pos <= size, "log reads return whole frames"
+        out.append(pos)
     return out
 
 
 def _chunks(
     log: PartitionLog, base: int, end: int, config: CleanerConfig, throttle: Throttle
-) -> Iterator[tuple[bytes, list[tuple[int, int, int, bool]]]]:
+) -> Iterator[_Chunk]:
     """The frames of `[base, end)`, a read at a time (verified against the checksums)."""
     offset = base
     while offset < end:
@@ -151,9 +195,9 @@ def _chunks(
         if not buf:
             return
         throttle.spend(len(buf))
-        frames = _walk(buf)
-        yield buf, frames
-        offset = frames[-1][0] + 1
+        chunk = _Chunk(buf)
+        yield chunk
+        offset = chunk.last_offset + 1
 
 
 def dirty_ratio(segments: list[tuple[int, int, int]], cleaned_end: int) -> float:
@@ -203,38 +247,28 @@ def _offset_map(
     latest: dict[bytes, int] = {}
     map_end = dirty[0][0]
     for base, end, _ in dirty:
-        for buf, frames in _chunks(log, base, end, config, throttle):
-            result.bytes_read += len(buf)
-            view = memoryview(buf)
-            for offset, start, stop, control in frames:
-                if control:
-                    continue
-                found = envelope_key(view[start + HEADER_BYTES : stop])
-                if found is not None and found[0] is not None:
-                    latest[found[0]] = offset
+        for chunk in _chunks(log, base, end, config, throttle):
+            result.bytes_read += len(chunk.buf)
+            latest.update(zip(chunk.keys, chunk.offsets[chunk.keyed_at].tolist(), strict=True))
         map_end = end
         if len(latest) >= config.offset_map_keys_max:
             break
     return latest, map_end
 
 
-def keeps(
-    offset: int,
-    value: bytes | memoryview,
-    control: bool,
-    latest: dict[bytes, int],
-    horizon_ms: int,
-) -> bool:
-    """Whether a cleaning pass keeps the record (the rule in the module doc)."""
-    if control:
-        return True
-    found = envelope_key(value)
-    if found is None:
-        return True
-    key, tombstone, timestamp_ms = found
-    if key is None or latest.get(key, offset) > offset:
-        return False
-    return not (tombstone and timestamp_ms < horizon_ms)
+def _kept(chunk: _Chunk, latest: dict[bytes, int], horizon_ms: int) -> np.ndarray:
+    """Which frames of `chunk` a pass keeps (the rule of the module doc's step 3): control
+    records, values that are not envelopes, and each key's latest record unless it is an
+    expired tombstone; records without a key are dropped."""
+    keep: np.ndarray = chunk.control | ~chunk.envelope
+    at = chunk.keyed_at
+    offsets = chunk.offsets[at]
+    newest = np.fromiter(
+        map(latest.get, chunk.keys, offsets.tolist()), dtype=np.int64, count=len(at)
+    )
+    expired = chunk.tombstone[at] & (chunk.ts[at] < horizon_ms)
+    keep[at] = (newest <= offsets) & ~expired
+    return keep
 
 
 def _clean_segment(
@@ -252,23 +286,14 @@ def _clean_segment(
     copy = Segment(directory, base, log.config, create=True, sparse=True, offset_end=end)
     dropped = 0
     try:
-        for buf, frames in _chunks(log, base, end, config, throttle):
-            result.bytes_read += len(buf)
-            view = memoryview(buf)
-            run: list[tuple[int, int, int, bool]] = []
-            for frame in frames:
-                offset, start, stop, control = frame
-                value = view[start + HEADER_BYTES : stop]
-                if not keeps(offset, value, control, latest, horizon_ms):
-                    dropped += 1
-                    _append_run(copy, view, run, throttle)
-                    run = []
-                elif run and run[-1][0] + 1 != offset:
-                    _append_run(copy, view, run, throttle)
-                    run = [frame]
-                else:
-                    run.append(frame)
-            _append_run(copy, view, run, throttle)
+        for chunk in _chunks(log, base, end, config, throttle):
+            result.bytes_read += len(chunk.buf)
+            kept = np.flatnonzero(_kept(chunk, latest, horizon_ms))
+            dropped += len(chunk.offsets) - len(kept)
+            offsets = chunk.offsets[kept]
+            breaks = np.flatnonzero(np.diff(offsets) != 1) + 1  # runs of consecutive offsets
+            for run in np.split(kept, breaks) if len(kept) else ():
+                _append_run(copy, chunk, run, throttle)
         if not dropped:
             copy.delete()
             return
@@ -287,15 +312,12 @@ def _clean_segment(
     result.records_dropped += dropped
 
 
-def _append_run(
-    copy: Segment, view: memoryview, run: list[tuple[int, int, int, bool]], throttle: Throttle
-) -> None:
-    """Append frames of consecutive offsets, adjacent in `view`, to the cleaned copy."""
-    if not run:
-        return
-    first, lo = run[0][0], run[0][1]
-    hi = run[-1][2]
-    ends = [stop - lo for _, _, stop, _ in run]
+def _append_run(copy: Segment, chunk: _Chunk, run: np.ndarray, throttle: Throttle) -> None:
+    """Append frames `run` of `chunk` (consecutive offsets, adjacent) to the cleaned copy."""
+    first = int(chunk.offsets[run[0]])
+    lo, hi = int(chunk.starts[run[0]]), int(chunk.ends[run[-1]])
+    ends = (chunk.ends[run] - lo).tolist()
     copy.next_offset = first  # over the gap the dropped records leave
-    copy.append(view[lo:hi], first, ends, 0, len(ends), 0)
+    with memoryview(chunk.buf) as view:
+        copy.append(view[lo:hi], first, ends, 0, len(ends), 0)
     throttle.spend(hi - lo)
