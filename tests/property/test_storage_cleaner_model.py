@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from replog import frames, records
-from replog.storage import FlushPolicy, PartitionLog, StorageConfig, swaps
+from replog.storage import FlushPolicy, PartitionLog, StorageConfig, checksums, swaps
 from replog.storage.cleaner import CleanerConfig, clean
+from replog.storage.open_files import FILES_MAX_MIN, OpenFiles
 from tests.storage_helpers import as_after_a_crash
 
 CONFIG = StorageConfig(
@@ -55,10 +56,13 @@ class CleanerMachine(RuleBasedStateMachine):
         # In-process crashes lose nothing fsync would keep: fsyncs only cost time here.
         os.fsync = os.fdatasync = _no_sync  # type: ignore[assignment]
         self.dir = Path(tempfile.mkdtemp(prefix="replog-cleaner-"))
-        self.log = PartitionLog(self.dir, "t", 0, CONFIG)
+        self.log = self.open()
         self.now = 1_000_000
         self.appended: list[tuple[bytes | None, bytes | None, int]] = []  # by offset
         self.present: set[int] = set()
+
+    def open(self) -> PartitionLog:
+        return PartitionLog(self.dir, "t", 0, CONFIG)
 
     def teardown(self) -> None:
         os.fsync, os.fdatasync = REAL_FSYNC, REAL_FDATASYNC
@@ -77,6 +81,15 @@ class CleanerMachine(RuleBasedStateMachine):
         for i, (key, value) in enumerate(batch):
             self.appended.append((key, value, self.now))
             self.present.add(base + i)
+
+    @rule(batch=st.lists(record_st, min_size=1, max_size=8))
+    def an_uncommitted_tail_is_truncated(
+        self, batch: list[tuple[bytes | None, bytes | None]]
+    ) -> None:
+        hw = self.log.high_watermark
+        self.log.append([records.encode(v, key=k, timestamp_ms=self.now) for k, v in batch])
+        self.log.truncate_to(hw)  # a new leader's log ends at the HW: the tail goes
+        assert self.log.log_end_offset == hw
 
     @rule(ms=st.integers(min_value=0, max_value=1500))
     def time_passes(self, ms: int) -> None:
@@ -127,7 +140,7 @@ class CleanerMachine(RuleBasedStateMachine):
             swaps.os.rename, swaps.os.replace = REAL_RENAME, REAL_REPLACE
         self.log.crash()
         as_after_a_crash(self.dir)
-        self.log = PartitionLog(self.dir, "t", 0, CONFIG)
+        self.log = self.open()
         seen = {offset for offset, _ in self.read_all()}
         assert self.expected_after(intended_end) <= seen <= before
         if result is not None:
@@ -137,7 +150,7 @@ class CleanerMachine(RuleBasedStateMachine):
     @rule()
     def reopen(self) -> None:
         self.log.close()
-        self.log = PartitionLog(self.dir, "t", 0, CONFIG)
+        self.log = self.open()
 
     @rule()
     def crash(self) -> None:
@@ -145,7 +158,7 @@ class CleanerMachine(RuleBasedStateMachine):
         self.log.checkpoint_high_watermark()
         self.log.crash()
         as_after_a_crash(self.dir)
-        self.log = PartitionLog(self.dir, "t", 0, CONFIG)
+        self.log = self.open()
 
     def read_all(self) -> list[tuple[int, bytes]]:
         out: list[tuple[int, bytes]] = []
@@ -166,6 +179,14 @@ class CleanerMachine(RuleBasedStateMachine):
         assert self.log.log_end_offset == len(self.appended)
 
     @invariant()
+    def every_segment_has_a_sidecar_covering_it_and_nothing_is_corrupt(self) -> None:
+        for path in self.dir.glob("*.log"):
+            coverage = checksums.parse(path.with_suffix(".crc").read_bytes())
+            assert coverage.covered_end == path.stat().st_size
+            assert not coverage.damaged and not coverage.lost_blocks
+        assert self.log.integrity_issues() == []
+
+    @invariant()
     def no_keys_latest_value_is_lost(self) -> None:
         latest: dict[bytes, int] = {}
         for offset, (key, _, _) in enumerate(self.appended):
@@ -176,5 +197,27 @@ class CleanerMachine(RuleBasedStateMachine):
                 assert offset in self.present
 
 
+class BudgetedCleanerMachine(CleanerMachine):
+    """The same rules under a node-wide budget of a few open segments: cleaned segments are
+    closed and opened again all the time (LRU eviction), and idle logs are parked."""
+
+    def __init__(self) -> None:
+        self.files = OpenFiles(FILES_MAX_MIN)
+        super().__init__()
+
+    def open(self) -> PartitionLog:
+        return PartitionLog(self.dir, "t", 0, CONFIG, self.files)
+
+    @rule()
+    def park_like_an_idle_log(self) -> None:
+        assert self.log.park() and self.log.parked
+
+    @invariant()
+    def the_open_segments_stay_within_the_budget(self) -> None:
+        assert self.files.total <= self.files.files_max
+
+
 TestCleaner = CleanerMachine.TestCase
 TestCleaner.settings = settings(max_examples=50, stateful_step_count=30, deadline=None)
+TestBudgetedCleaner = BudgetedCleanerMachine.TestCase
+TestBudgetedCleaner.settings = settings(max_examples=30, stateful_step_count=30, deadline=None)

@@ -315,3 +315,25 @@ def test_retention_deleting_segments_under_a_pass_ends_it_and_the_next_one_finis
     after = {k: (o, v) for o, k, v in read_from(log)}
     assert after == before, "each key's latest value survives both"
     log.close()
+
+
+def test_a_truncation_never_leaves_a_cleaned_segment_last(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    updates(log, 5)
+    hw = log.high_watermark
+    for _ in range(20):  # roll to a segment that starts at HW
+        if log.cleanable_segments(None)[-1][1] == hw:
+            break
+        log.append([rec(b"k0", b"uncommitted")])
+    assert log.cleanable_segments(None)[-1][1] == hw
+    clean(log, ALWAYS, NOW)  # cleans the segment that ends at HW too
+    kept = read_from(log)
+    log.truncate_to(hw)  # drops every uncommitted record: the segment at HW is emptied
+    assert log.log_end_offset == hw
+    committed(log, [rec(b"k1", b"after")])
+    log.close()
+    as_after_a_crash(tmp_path)
+    log = open_log(tmp_path)
+    assert log.log_end_offset == hw + 1, "the log end survives a recovery of every segment"
+    assert read_from(log) == [*kept, (hw, b"k1", b"after")]
+    log.close()
