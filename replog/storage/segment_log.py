@@ -121,7 +121,6 @@ class SegmentLog:
         self._lock = lock
         self._entries: dict[Segment, _OpenSegment] = {}  # the open segments
         directory.mkdir(parents=True, exist_ok=True)
-        swaps.recover(directory)
         self.segments: list[Segment] = []
         self._bases: list[int] = []
         self._dirty: set[Segment] = set()
@@ -130,6 +129,10 @@ class SegmentLog:
         sizes: dict[int, int] = {}
         with os.scandir(directory) as listing:
             names = [(e.name, e) for e in listing]
+        if any(swaps.is_cleaner_leftover(name) for name, _ in names):
+            swaps.recover(directory)  # a swap a crash cut: finished or discarded first
+            with os.scandir(directory) as listing:
+                names = [(e.name, e) for e in listing]
         for name, entry in names:
             if m := _LOG_NAME.fullmatch(name):
                 sizes[int(m.group(1))] = entry.stat().st_size

@@ -12,7 +12,8 @@ stage; same formats as any segment, offsets with gaps) and fsyncs it. The swap i
    file), delete `B.timeindex` (rebuilt from the log on use), rename `B.log.swap` -> `B.log`
    last; fsync the directory.
 
-`recover` runs when a log is opened, before its segments are listed: for every `B.log.swap`
+`recover` runs when a log is opened and its listing shows a `.swap` file or `cleaning/`
+(`is_cleaner_leftover`), before the segments are taken from it: for every `B.log.swap`
 (committed) it finishes step 3, whatever part of it was done; every other `*.swap` file (a
 swap cut before its commit point) and everything in `cleaning/` is deleted, which leaves
 the old segment as it was. So a crash at any step leaves either the old segment or the new
@@ -75,6 +76,11 @@ def finish(directory: Path, base_offset: int) -> None:
     fsync_dir(directory)
 
 
+def is_cleaner_leftover(name: str) -> bool:
+    """Whether a name in a partition directory means `recover` has work to do."""
+    return name.endswith(".swap") or name == CLEANING_DIR
+
+
 def recover(directory: Path) -> None:
     """Finish committed swaps, discard the rest (see the module doc)."""
     with os.scandir(directory) as listing:
@@ -89,5 +95,5 @@ def recover(directory: Path) -> None:
     if staging.is_dir():
         for entry in os.scandir(staging):
             os.unlink(entry.path)
-    if left:
-        fsync_dir(directory)
+        staging.rmdir()  # made again by the next pass
+    fsync_dir(directory)
