@@ -7,7 +7,8 @@ File format: back-to-back 12-byte entries, big-endian::
 
 An entry exists for the segment's first record and then for the first record that starts at
 least `index_interval_bytes` after the previously indexed one. Entries are strictly
-increasing in both fields.
+increasing in both fields. The first is (0, 0), but in a segment the log cleaner rewrote
+(`cleaner.py`, offsets with gaps) it is (its first record's relative offset, 0).
 
 The file is memory-mapped (stdlib `mmap`), pre-sized to `index_bytes_initial`, grown by
 doubling (the blocks are reserved with `posix_fallocate`, so a full disk raises ENOSPC at
@@ -31,8 +32,13 @@ ENTRY_BYTES = ENTRY.size  # 12
 
 
 class SparseIndex:
-    def __init__(self, path: Path, initial_bytes: int, log_size: int) -> None:
+    def __init__(
+        self, path: Path, initial_bytes: int, log_size: int, *, sparse: bool = False
+    ) -> None:
+        """`sparse`: the segment's offsets may have gaps (a cleaned segment), so its first
+        entry may name a relative offset above 0 (its position is still 0)."""
         self.path = path
+        self._sparse = sparse
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             file_size = os.fstat(self._fd).st_size
@@ -64,7 +70,7 @@ class SparseIndex:
             if rels:
                 if rel <= rels[-1] or pos <= poss[-1]:
                     break
-            elif rel != 0 or pos != 0:
+            elif pos != 0 or (rel != 0 and not self._sparse):
                 break
             if pos >= log_size:
                 break

@@ -20,6 +20,13 @@ Directory `{data_dir}/{topic}/partition_{N}/` holds the segment files and:
   files disagree, it is recovered after all). Removed, and the directory fsynced, before the
   first change to the files after the open, so it never outlives the state it describes.
 
+* `cleaner-sparse-end` and `cleaner-offset-checkpoint`: ASCII decimal + newline each,
+  written atomically (fsynced) by the log cleaner (`cleaner.py`). The first before it swaps
+  a cleaned segment in: segments that start below it may have offset gaps (read as such,
+  `segment_base.sparse`). The second after its last swap: the end of the range it cleaned
+  (Kafka's file of that name: the first dirty offset). Missing: 0 (never cleaned). A crash
+  in a swap is finished or undone when the log is opened (`swaps.py`).
+
 After a crash, only the segments past the recovery point are recovered (torn tails cut,
 indexes rebuilt, as `segment_recovery.py` says); they count as written until the next flush,
 which moves the recovery point past them. The open costs a directory listing and a `stat`
@@ -71,12 +78,15 @@ from replog.storage import checkpoint
 from replog.storage.config import FlushPolicy, StorageConfig
 from replog.storage.integrity import CORRUPT, IntegrityIssue
 from replog.storage.open_files import OpenFiles, OwnedLock
+from replog.storage.segment import Segment
 from replog.storage.segment_log import SegmentLog, storage_error
 from replog.storage.space import DiskSpace
 
 HW_FILE = "high-watermark"
 RECOVERY_POINT_FILE = "recovery-point"
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
+CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+CLEANER_SPARSE_FILE = "cleaner-sparse-end"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +122,8 @@ class PartitionLog:
         recovery_point = checkpoint.read_hint(directory / RECOVERY_POINT_FILE)
         clean_end = checkpoint.read_hint(directory / CLEAN_SHUTDOWN_FILE)
         self._clean_marker = clean_end is not None or (directory / CLEAN_SHUTDOWN_FILE).exists()
+        self._cleaned_end = checkpoint.read_int(directory / CLEANER_CHECKPOINT_FILE) or 0
+        self._sparse_end = checkpoint.read_int(directory / CLEANER_SPARSE_FILE) or 0
         log = SegmentLog(
             directory,
             config,
@@ -119,6 +131,7 @@ class PartitionLog:
             clean_end=clean_end,
             files=files,
             lock=self._lock,
+            sparse_end=self._sparse_end,
         )
         self._log = log
         self._leo = log.log_end_offset
@@ -440,6 +453,9 @@ class PartitionLog:
                 raise self._fault(exc, f"reset {self.directory}") from exc
             self._leo = self._flushed_offset = self._durable_offset = self._hw = offset
             self._checkpoint_locked()
+            if self._cleaned_end > offset:  # what comes next is dirty again
+                self._write_cleaner_file(CLEANER_CHECKPOINT_FILE, offset)
+                self._cleaned_end = offset
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete whole closed segments past the retention limits, below HW. Returns how many."""
@@ -458,6 +474,59 @@ class PartitionLog:
                 except OSError as exc:
                     raise self._fault(exc, f"retention {self.directory}") from exc
             return count
+
+    # -- the log cleaner (cleaner.py) -----------------------------------------------------
+
+    @property
+    def cleaned_end(self) -> int:
+        """The end of the range the cleaner last cleaned (0: never cleaned)."""
+        return self._cleaned_end
+
+    def cleanable_segments(self, newest_ms_max: int | None) -> list[tuple[int, int, int]]:
+        """(base offset, end offset, bytes) of the closed segments below HW, oldest first,
+        up to the first one with a record newer than `newest_ms_max` (min.compaction.lag.ms)."""
+        with self._lock:
+            return self._opened().closed_below(self._hw, newest_ms_max)
+
+    def mark_sparse(self, offset: int) -> None:
+        """Record (fsynced) that segments below `offset` may get gaps; before a swap."""
+        with self._lock:
+            self._check_open()
+            if offset > self._sparse_end:
+                self._write_cleaner_file(CLEANER_SPARSE_FILE, offset)
+                self._sparse_end = self._log.sparse_end = offset
+
+    def mark_cleaned(self, offset: int) -> None:
+        """Record (fsynced) that the cleaner cleaned up to `offset`; after its swaps."""
+        with self._lock:
+            self._check_open()
+            if offset != self._cleaned_end:
+                self._write_cleaner_file(CLEANER_CHECKPOINT_FILE, offset)
+                self._cleaned_end = offset
+
+    def _write_cleaner_file(self, name: str, offset: int) -> None:
+        self._changing()
+        try:
+            checkpoint.write_int(self.directory / name, offset)
+        except OSError as exc:
+            raise self._fault(exc, f"checkpoint {self.directory / name}") from exc
+
+    def swap_cleaned(self, base_offset: int, end_offset: int, cleaned: Segment) -> bool:
+        """Put the cleaned copy `cleaned` of the closed segment `[base_offset, end_offset)`
+        in its place (`swaps.py`); False (nothing changed) if that segment is gone or changed
+        meanwhile (retention, truncation) or is the active one."""
+        assert end_offset <= self._sparse_end, "mark_sparse first"
+        with self._lock:
+            log = self._opened()
+            seg = log.segment_at(base_offset)
+            if seg is None or seg is log.active or seg.next_offset != end_offset:
+                return False
+            self._changing()
+            try:
+                log.swap_cleaned(seg, cleaned)
+            except OSError as exc:
+                raise self._fault(exc, f"swap a cleaned segment in {self.directory}") from exc
+            return True
 
     # -- reads ---------------------------------------------------------------------------
 

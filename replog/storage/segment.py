@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from replog.errors import CorruptDataError
-from replog.frames import HEADER, HEADER_BYTES, LENGTH_MASK
+from replog.frames import HEADER, HEADER_BYTES, LENGTH_MASK, OFFSET_MAX
 from replog.storage.checksums import checksum_file_name
 from replog.storage.config import StorageConfig
 from replog.storage.index import SparseIndex
@@ -48,11 +48,17 @@ class Segment(TimedSegment):
         *,
         create: bool,
         known: tuple[int, int] | None = None,
+        sparse: bool = False,
+        offset_end: int = OFFSET_MAX,
     ) -> None:
         """Open a new segment (`create`), or recover an existing one after a crash; or, with
         `known` = (next_offset, size), make a closed handle of a segment whose bytes are
         known to be whole (flushed before the recovery point, or closed cleanly): no I/O
-        until `open_files`, which then opens it without a recovery scan."""
+        until `open_files`, which then opens it without a recovery scan. `sparse`: its
+        offsets may have gaps (a cleaned segment, see `segment_base`), all below
+        `offset_end`."""
+        self.sparse = sparse
+        self._offset_end = offset_end
         self.base_offset = base_offset
         self.next_offset = base_offset
         self.size = 0
@@ -93,7 +99,9 @@ class Segment(TimedSegment):
         try:
             log_size = os.fstat(fd).st_size
             self._fd = fd
-            index = self.index = SparseIndex(self.index_path, config.index_bytes_initial, log_size)
+            index = self.index = SparseIndex(
+                self.index_path, config.index_bytes_initial, log_size, sparse=self.sparse
+            )
             coverage = self._open_sidecar(config, log_size, create=create)
         except BaseException:
             self._fd = -1
@@ -184,6 +192,8 @@ class Segment(TimedSegment):
             raise
         for rel, pos in entries:
             index.append(rel, pos)
+        if self._times is not None and self.sparse:
+            self._times = None  # its frame numbers are not relative offsets: rebuilt on use
         if self._times is not None:
             self._extend_times(chunk, ends, lo, hi, bias, first_offset - self.base_offset, entries)
         self.size = base_pos + total
@@ -257,6 +267,9 @@ class Segment(TimedSegment):
         if offset >= self.next_offset:
             assert offset == self.next_offset
             return self.size
+        sparse = self.sparse
+        if sparse:
+            return self._sparse_position_of(offset)
         entry, rel, pos = self.index.floor_by_offset(offset - self.base_offset)
         expected = self.base_offset + rel
         if expected == offset:
@@ -277,6 +290,32 @@ class Segment(TimedSegment):
             expected += 1
         self._verify_range(pos, stop)  # raises if the bytes are corrupt, which explains it
         raise _IndexMismatch(pos)  # intact bytes, no frame of the offset: the index is wrong
+
+    def _sparse_position_of(self, offset: int) -> int:
+        """`position_of` in a segment with gaps: the position of the first frame whose
+        offset is >= `offset` (`size` if there is none)."""
+        index = self.index
+        if not len(index) or offset - self.base_offset < index.relative_offsets[0]:
+            return 0 if len(index) else self.size
+        entry, rel, pos = index.floor_by_offset(offset - self.base_offset)
+        if self.base_offset + rel == offset:
+            return pos
+        stop = index.position_after(entry, self.size)
+        buf = os.pread(self._fd, stop - pos, pos)
+        p = 0
+        expected = self.base_offset + rel
+        while p + HEADER_BYTES <= len(buf):
+            found, raw_len = _unpack_header(buf, p)
+            if found < expected or (p == 0 and found != expected):
+                break
+            if found >= offset:
+                return pos + p
+            p += HEADER_BYTES + (raw_len & LENGTH_MASK)
+            expected = found + 1
+        if p == len(buf):
+            return stop  # past the last frame of the interval: the next one is above `offset`
+        self._verify_range(pos, stop)
+        raise _IndexMismatch(pos)
 
     def read(
         self, offset: int, max_bytes: int, end_offset: int, *, first: bool
@@ -310,13 +349,15 @@ class Segment(TimedSegment):
     ) -> tuple[bytes, bool]:
         start = self.position_of(offset)
         stop = self.size if end_offset >= self.next_offset else self.position_of(end_offset)
+        if start >= stop and self.sparse:
+            return b"", True  # a gap up to the range's or the segment's end
         if stop - start <= max_bytes:
             data, after = self._read_verified(start, stop)
             self._check_first(data, offset, start)
             if stop < self.size:  # the next frame's header, if the blocks read hold it
                 if len(after) < HEADER_BYTES:
                     self._check_header_at(stop, end_offset)
-                elif _unpack_header(after)[0] != end_offset:
+                elif not self._header_fits(_unpack_header(after)[0], end_offset):
                     raise _IndexMismatch(stop)
             return data, True
         limit = start + max_bytes
@@ -346,13 +387,18 @@ class Segment(TimedSegment):
         self._check_first(data, offset, start)
         return data, False
 
+    def _header_fits(self, found: int, offset: int) -> bool:
+        """Whether a frame of offset `found` is the one a position of `offset` names: that
+        very offset, or in a segment with gaps the first one present from it."""
+        return found == offset or (self.sparse and found > offset)
+
     def _check_first(self, data: bytes, offset: int, start: int) -> None:
-        if len(data) < HEADER_BYTES or _unpack_header(data)[0] != offset:
+        if len(data) < HEADER_BYTES or not self._header_fits(_unpack_header(data)[0], offset):
             raise _IndexMismatch(start)  # the bytes are verified: the position is wrong
 
     def _check_header_at(self, position: int, offset: int) -> None:
         header = os.pread(self._fd, HEADER_BYTES, position)
-        if len(header) < HEADER_BYTES or _unpack_header(header)[0] != offset:
+        if len(header) < HEADER_BYTES or not self._header_fits(_unpack_header(header)[0], offset):
             self._verify_range(position, position + HEADER_BYTES)
             raise _IndexMismatch(position)
 

@@ -54,6 +54,10 @@ class SegmentBase:
     _issues: list[tuple[str, int, int, str, tuple[int, int] | None]]
     _index_checked: bool
     _config: StorageConfig
+    # Offsets may have gaps (the log cleaner removed records, `cleaner.py`): frames still
+    # ascend, and a read from an offset in a gap starts at the next frame present.
+    sparse: bool
+    _offset_end: int  # a sparse segment's offsets are below it (the next segment's base)
 
     @property
     def checksummed(self) -> bool:

@@ -30,6 +30,8 @@ from replog.errors import (
     StorageFullError,
     TooManyOpenFilesError,
 )
+from replog.frames import OFFSET_MAX
+from replog.storage import swaps
 from replog.storage.config import StorageConfig
 from replog.storage.integrity import IntegrityIssue
 from replog.storage.open_files import FILES_PER_SEGMENT, OpenFiles, OwnedLock
@@ -102,13 +104,18 @@ class SegmentLog:
         clean_end: int | None = None,
         files: OpenFiles | None = None,
         lock: OwnedLock | None = None,
+        sparse_end: int = 0,
     ) -> None:
         """Open the log in `directory`. Segments that end at or below `recovery_point`
         (every byte below it was flushed) are not recovered, nor opened: their handles are
         opened on first use. With `clean_end` (the log end offset a clean close recorded)
         nothing is recovered. `files` is the node's open-file budget and `lock` the lock
-        its owner holds around every call (a segment is closed by the LRU only under it)."""
+        its owner holds around every call (a segment is closed by the LRU only under it).
+        Segments that start below `sparse_end` may have offset gaps (the log cleaner's,
+        `cleaner.py`); a swap of a cleaned segment that a crash interrupted is finished or
+        discarded first."""
         self.directory = directory
+        self.sparse_end = sparse_end
         self.config = config
         self._files = files
         self._lock = lock
@@ -122,6 +129,10 @@ class SegmentLog:
         sizes: dict[int, int] = {}
         with os.scandir(directory) as listing:
             names = [(e.name, e) for e in listing]
+        if any(swaps.is_cleaner_leftover(name) for name, _ in names):
+            swaps.recover(directory)  # a swap a crash cut: finished or discarded first
+            with os.scandir(directory) as listing:
+                names = [(e.name, e) for e in listing]
         for name, entry in names:
             if m := _LOG_NAME.fullmatch(name):
                 sizes[int(m.group(1))] = entry.stat().st_size
@@ -139,11 +150,22 @@ class SegmentLog:
                     Segment(directory, base, config, create=False, known=(base, 0)).delete()
                     continue
                 end = clean_end if i == len(bases) - 1 else bases[i + 1]
+                sparse = base < sparse_end and i < len(bases) - 1
+                opening = partial(
+                    Segment,
+                    directory,
+                    base,
+                    config,
+                    create=False,
+                    sparse=sparse,
+                    offset_end=bases[i + 1] if sparse else OFFSET_MAX,
+                )
                 if end is not None and trusted_end is not None and base <= end <= trusted_end:
-                    known = (end, sizes[base])
-                    self._add(Segment(directory, base, config, create=False, known=known))
+                    self._add(opening(known=(end, sizes[base])))
                     continue
-                seg = self._opening(partial(Segment, directory, base, config, create=False))
+                seg = self._opening(opening)
+                if sparse:  # its last records may be gone: it still ends where the next starts
+                    seg.next_offset = bases[i + 1]
                 self.recovered += 1
                 RECOVERIES["segments"] += 1
                 self._add(seg)
@@ -337,7 +359,12 @@ class SegmentLog:
     def truncate_to(self, offset: int) -> None:
         """Drop every record at or above `offset` (log_start_offset <= offset <= LEO)."""
         assert self.log_start_offset <= offset <= self.log_end_offset
-        while len(self.segments) > 1 and self.active.base_offset >= offset:
+        # A cleaned segment never becomes the last one (its end offset would be lost): the
+        # one after it is emptied instead.
+        while len(self.segments) > 1 and (
+            self.active.base_offset > offset
+            or (self.active.base_offset == offset and not self.segments[-2].sparse)
+        ):
             seg = self.segments.pop()
             self._bases.pop()
             self._forget(seg)
@@ -392,6 +419,46 @@ class SegmentLog:
     @property
     def dirty(self) -> bool:
         return bool(self._dirty or self._unsynced)
+
+    def segment_at(self, base_offset: int) -> Segment | None:
+        i = bisect_right(self._bases, base_offset) - 1
+        return self.segments[i] if i >= 0 and self._bases[i] == base_offset else None
+
+    def closed_below(
+        self, offset_limit: int, newest_ms_max: int | None
+    ) -> list[tuple[int, int, int]]:
+        """(base, end, bytes) of the closed segments ending at or below `offset_limit`, up to
+        the first one whose newest record (or file, `_newest_ms`) is after `newest_ms_max`
+        (None: no such limit, and no segment is opened)."""
+        out = []
+        for seg in self.segments[:-1]:
+            if seg.next_offset > offset_limit:
+                break
+            if newest_ms_max is not None and _newest_ms(self.use(seg)) > newest_ms_max:
+                break
+            out.append((seg.base_offset, seg.next_offset, seg.size))
+        return out
+
+    def swap_cleaned(self, seg: Segment, cleaned: Segment) -> None:
+        """Put the cleaned copy `cleaned` (closed, flushed, in `swaps.cleaning_dir`) in the
+        place of `seg`, a closed segment of this log (see `swaps.py`). On an OSError before
+        the commit point nothing changed; after it, the new files are in place."""
+        i = self.segments.index(seg)
+        assert i < len(self.segments) - 1, "the active segment is never cleaned"
+        assert (cleaned.base_offset, cleaned.next_offset) == (seg.base_offset, seg.next_offset)
+        self._forget(seg)
+        seg.close()
+        swaps.swap_in(self.directory, seg.base_offset)
+        new = Segment(
+            self.directory,
+            seg.base_offset,
+            self.config,
+            create=False,
+            known=(cleaned.next_offset, cleaned.size),
+            sparse=True,
+            offset_end=self.segments[i + 1].base_offset,
+        )
+        self.segments[i] = new
 
     # -- reads ---------------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ the end of the coverage: a failing block at or past the flushed position is a to
 cut at the newest entry end in it that still verifies (else at the last whole frame before
 the block); a failing block below it is corruption, marked and kept. Then it scans frames
 from the last good index entry, up to the verified end, and stops at the first frame whose
-offset is not the next one or that is cut short (inside a corrupt block it searches for the
+offset is not the next one (in a cleaned segment, `sparse`: not a larger one below the
+segment's end) or that is cut short (inside a corrupt block it searches for the
 next frame instead of cutting committed data). The log is truncated there, the sidecar
 rewritten to match, index entries past it dropped and missing ones rebuilt.
 
@@ -159,10 +160,11 @@ class RecoveredSegment(ChecksummedSegment):
         bad = self._bad
         suspect: tuple[int, int, int] | None = None  # first frame touching a corrupt block
         last_touching = (0, expected, len(index))  # the last one (pos, offset, index entries)
+        sparse = self.sparse
         while True:
             while pos + HEADER_BYTES <= size:
                 offset, raw_len = _unpack_header(buf, pos)
-                if offset != expected:
+                if offset != expected and not (sparse and expected < offset < self._offset_end):
                     break
                 end = pos + HEADER_BYTES + (raw_len & LENGTH_MASK)
                 if end > size:
@@ -182,7 +184,7 @@ class RecoveredSegment(ChecksummedSegment):
                         index.append(offset - self.base_offset, record_pos)
                     last_indexed = record_pos
                 pos = end
-                expected += 1
+                expected = offset + 1
             at = start_pos + pos
             header_bad = bool(bad) and any(
                 k in bad for k in range(at // c, (at + HEADER_BYTES - 1) // c + 1)

@@ -50,12 +50,16 @@ class ScrubbedSegment(RecoveredSegment):
         index = self.index
         index.truncate_entries(0)
         index.reserve(1)
-        if self.size:
-            index.append(0, 0)  # the first frame starts the segment, readable or not
         buf = os.pread(self._fd, self.size, 0)
+        if self.size:  # the first frame starts the segment, readable or not
+            rel = 0
+            if self.sparse and len(buf) >= HEADER_BYTES:  # a cleaned segment's may be later
+                rel = _unpack_header(buf, 0)[0] - self.base_offset
+                rel = rel if 0 <= rel < self._offset_end - self.base_offset else 0
+            index.append(rel, 0)
         pos, expected = self._scan_frames(buf, 0, self.base_offset)
         self._note(integrity.INDEX_REBUILT, 0, self.size, "index disagreed with the log: rebuilt")
-        if pos < self.size or expected != self.next_offset:
+        if pos < self.size or (expected != self.next_offset and not self.sparse):
             self._note(
                 integrity.CORRUPT, pos, self.size, "frames end early while rebuilding the index"
             )

@@ -12,10 +12,12 @@ from bisect import bisect_left
 
 import numpy as np
 
-from replog.frames import FrameError, scan
+from replog.frames import HEADER, HEADER_BYTES, LENGTH_MASK, FrameError, scan
 from replog.storage.config import NO_TIMESTAMP
 from replog.storage.segment_scrub import ScrubbedSegment
 from replog.storage.time_index import TimeIndex, build
+
+_unpack_header = HEADER.unpack_from
 
 
 class TimedSegment(ScrubbedSegment):
@@ -36,10 +38,10 @@ class TimedSegment(ScrubbedSegment):
                 loaded = TimeIndex.load(self.time_index_path, self.size, rels)
             if loaded is None:
                 data = self._read_verified(0, self.size)[0]
-                starts = _frame_starts(data, self.base_offset)
-                count = len(starts)
+                starts, frame_rels = self._starts(data, self.base_offset)
                 stamps = self._time_reader(data, np.array(starts, dtype=np.int64))
-                loaded = build(stamps, range(count), [r for r in rels if r < count])
+                present = set(frame_rels)
+                loaded = build(stamps, frame_rels, [r for r in rels if r in present])
                 self._times = loaded
                 self._save_times()
             self._times = loaded
@@ -67,14 +69,14 @@ class TimedSegment(ScrubbedSegment):
         stop = self.index.position_after(entry, self.size)
         while pos < self.size:
             data = self._read_verified(pos, stop)[0]
-            starts = _frame_starts(data, self.base_offset + rel)
+            starts, frame_rels = self._starts(data, self.base_offset + rel)
             stamps = reader(data, np.array(starts, dtype=np.int64))
             hit = np.flatnonzero(stamps >= timestamp_ms)
             if len(hit):
                 j = int(hit[0])
-                return self.base_offset + rel + j, int(stamps[j])
+                return self.base_offset + rel + frame_rels[j], int(stamps[j])
             # Not in its interval: only if the index is wrong; the rest of the segment then.
-            rel += len(starts)
+            rel += frame_rels[-1] + 1 if frame_rels else 0
             pos, stop = stop, self.size
         return None
 
@@ -96,6 +98,24 @@ class TimedSegment(ScrubbedSegment):
         starts[1:] = np.fromiter(ends[lo : hi - 1], dtype=np.int64, count=hi - lo - 1) - bias
         stamps = reader(chunk, starts)
         times.extend(stamps, [(rel, rel) for rel, _ in entries], first_rel)
+
+    def _starts(self, data: bytes, first_offset: int) -> tuple[list[int], list[int]]:
+        """(start positions, offsets relative to `first_offset`) of the whole frames at the
+        beginning of `data`; in a segment with gaps (`sparse`) by a walk of the headers."""
+        if not self.sparse:
+            starts = _frame_starts(data, first_offset)
+            return starts, list(range(len(starts)))
+        starts, rels, pos, size = [], [], 0, len(data)
+        previous = first_offset - 1
+        while pos + HEADER_BYTES <= size:
+            offset, raw_len = _unpack_header(data, pos)
+            end = pos + HEADER_BYTES + (raw_len & LENGTH_MASK)
+            if offset <= previous or end > size:
+                break
+            starts.append(pos)
+            rels.append(offset - first_offset)
+            previous, pos = offset, end
+        return starts, rels
 
     def _save_times(self) -> None:
         """Write the built time index if no file describes these bytes (best effort)."""

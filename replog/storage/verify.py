@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TextIO
 
 from replog.frames import HEADER, HEADER_BYTES, LENGTH_MASK
-from replog.storage import checksums
+from replog.storage import checkpoint, checksums
 from replog.storage.checksums import SidecarHeaderError, crc32c_extend, crc32c_value
 from replog.storage.index import ENTRY, ENTRY_BYTES
 
@@ -99,6 +99,7 @@ def verify_partition(directory: Path, report: VerifyReport) -> None:
         if m and int(m.group(1)) not in bases:
             report.add(WARNING, directory / n, "left over without its .log (removed on open)")
     expected: int | None = None
+    sparse_end = checkpoint.read_int(directory / "cleaner-sparse-end") or 0
     for i, base in enumerate(bases):
         path = directory / f"{base:020d}.log"
         if expected is not None and base != expected:
@@ -108,18 +109,24 @@ def verify_partition(directory: Path, report: VerifyReport) -> None:
                 f"starts at offset {base} but the previous segment ends at {expected}: "
                 "a gap (opening would drop this and later segments)",
             )
-        expected = verify_segment(directory, base, last=i == len(bases) - 1, report=report)
+        last = i == len(bases) - 1
+        # A segment the log cleaner rewrote has offset gaps and ends where the next starts.
+        end = bases[i + 1] if base < sparse_end and not last else None
+        expected = verify_segment(directory, base, last=last, report=report, sparse_end=end)
 
 
-def verify_segment(directory: Path, base: int, *, last: bool, report: VerifyReport) -> int:
-    """Check one segment's three files; return the offset after its last whole frame."""
+def verify_segment(
+    directory: Path, base: int, *, last: bool, report: VerifyReport, sparse_end: int | None = None
+) -> int:
+    """Check one segment's three files; return the offset after its last whole frame (with
+    `sparse_end`, a cleaned segment whose offsets ascend with gaps below it: that offset)."""
     report.segments += 1
     log_path = directory / f"{base:020d}.log"
     log = log_path.read_bytes()
     size = len(log)
     report.bytes_checked += size
-    starts, frames_end, next_offset = _scan(log, base)
-    report.records += next_offset - base
+    starts, frames_end, next_offset = _scan(log, base, sparse_end)
+    report.records += len(starts)
     crc_path = directory / checksums.checksum_file_name(base)
     written = max(size, _covered_end(crc_path))  # the log's size before any torn tail
     index_path = directory / f"{base:020d}.idx"
@@ -133,10 +140,10 @@ def verify_segment(directory: Path, base: int, *, last: bool, report: VerifyRepo
             log_path,
             f"frames stop at position {frames_end} of {size} (offset {next_offset}): {what}",
         )
-    return next_offset
+    return next_offset if sparse_end is None or frames_end < size else sparse_end
 
 
-def _scan(log: bytes, base: int) -> tuple[dict[int, int], int, int]:
+def _scan(log: bytes, base: int, sparse_end: int | None) -> tuple[dict[int, int], int, int]:
     """Frame starts (position -> offset), the end of the last whole frame, the next offset."""
     starts: dict[int, int] = {}
     pos, expected, size = 0, base, len(log)
@@ -144,10 +151,11 @@ def _scan(log: bytes, base: int) -> tuple[dict[int, int], int, int]:
     while pos + HEADER_BYTES <= size:
         offset, raw_len = unpack(log, pos)
         end = pos + HEADER_BYTES + (raw_len & LENGTH_MASK)
-        if offset != expected or end > size:
+        gap_ok = sparse_end is not None and expected < offset < sparse_end
+        if (offset != expected and not gap_ok) or end > size:
             break
         starts[pos] = offset
-        pos, expected = end, expected + 1
+        pos, expected = end, offset + 1
     return starts, pos, expected
 
 
@@ -179,7 +187,8 @@ def _check_index(
     last_rel = last_pos = -1
     kept = 0
     for i, (rel, pos) in enumerate(ENTRY.iter_unpack(whole)):
-        in_order = (rel == 0 and pos == 0) if i == 0 else (rel > last_rel and pos > last_pos)
+        first = pos == 0 and (rel == 0 or starts.get(0) == base + rel)  # cleaned: any rel
+        in_order = first if i == 0 else (rel > last_rel and pos > last_pos)
         if not in_order or pos >= size:
             break
         if starts.get(pos) != base + rel:
