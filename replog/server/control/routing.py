@@ -34,6 +34,7 @@ from replog.server.meta.metadata import TopicMeta
 from replog.server.meta.metadata_log import MetadataLog
 from replog.server.partitions.replica_manager import ReplicaManager
 from replog.server.partitions.replicated import ReplicatedPartition
+from replog.server.peering.leader_directory import LeaderDirectory
 from replog.server.peering.peers import Peers
 from replog.storage import validate_topic_name
 from replog.v1 import admin_pb2
@@ -61,6 +62,8 @@ class Router:
         self.peers = peers
         self.node_id = peers.node_id
         self.shutting_down = False
+        # every partition's leader as heard from peers (a hint: leader_news.py fills it)
+        self.leaders = LeaderDirectory(metadata.image)
 
     # -- topics ----------------------------------------------------------------------------
 
