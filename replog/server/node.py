@@ -253,6 +253,16 @@ class Node:
         self.metrics.watch_limits(self.limits.snapshot, lambda: self.limits.malformed)
         self.metrics.watch_reassignments(self.reassigner.snapshot)
         self.metrics.watch_membership(self._membership_snapshot)
+        news = self.leader_news
+        self.metrics.watch_leader_news(
+            lambda: (
+                news.messages_sent,
+                news.entries_sent,
+                news.bytes_sent,
+                news.messages_received,
+                news.directory.held(),
+            )
+        )
         self.metrics.watch_failures(
             lambda: [(f.topic, f.partition, f.action, f.attempts) for f in self.replicas.failures()]
         )

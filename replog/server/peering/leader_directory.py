@@ -34,7 +34,9 @@ from replog.replication.state import EPOCH_MAX, NODE_ID_MAX
 from replog.server.meta.metadata import MetadataImage, TopicMeta
 from replog.storage.names import PARTITIONS_MAX, TOPIC_NAME_CHARS_MAX
 
-EARLY_ENTRIES_MAX = 4096  # entries of topics (or partitions) not applied here yet
+# Entries of topics (or partitions) not applied here yet: a node that starts gets its peers'
+# directories before it has caught up on the metadata (~200 bytes each at most).
+EARLY_ENTRIES_MAX = 65_536
 TOPIC_ID_MAX = 2**63 - 1
 
 
@@ -78,8 +80,8 @@ class LeaderDirectory:
         self.image = image
         self.early_entries_max = early_entries_max
         self._topics: dict[str, _Topic] = {}
-        self._early: dict[tuple[str, int], Entry] = {}  # (topic, partition) -> newest
-        self._early_topics: set[str] = set()
+        self._early: dict[str, dict[int, Entry]] = {}  # topic -> partition -> newest
+        self._early_count = 0
         self._swept_version = -1
         self.dropped = 0  # entries dropped as stale, deleted or over the bound (tests, metrics)
 
@@ -113,24 +115,25 @@ class LeaderDirectory:
         return True
 
     def _keep_early(self, entry: Entry) -> bool:
-        key = (entry.topic, entry.partition)
-        now = self._early.get(key)
+        mine = self._early.get(entry.topic)
+        now = mine.get(entry.partition) if mine is not None else None
         if now is not None and (now.topic_id, now.epoch) >= (entry.topic_id, entry.epoch):
             return False
-        if now is None and len(self._early) >= self.early_entries_max:
+        if now is None and self._early_count >= self.early_entries_max:
             self.dropped += 1
             return False
-        self._early[key] = entry
-        self._early_topics.add(entry.topic)
+        if mine is None:
+            mine = self._early[entry.topic] = {}
+        self._early_count += now is None
+        mine[entry.partition] = entry
         return True
 
     def _promote(self, name: str) -> None:
-        """Merge the early entries of topic `name` that the image now has."""
-        self._early_topics.discard(name)
-        mine = [e for k, e in self._early.items() if k[0] == name]
-        for entry in mine:
-            del self._early[(entry.topic, entry.partition)]
-        self.merge(mine)
+        """Merge the early entries of topic `name` (those the image does not have yet are
+        kept aside again)."""
+        mine = self._early.pop(name, {})
+        self._early_count -= len(mine)
+        self.merge(list(mine.values()))
 
     def _sweep(self) -> None:
         """Forget the entries of topics the image no longer has (with that id), once per
@@ -144,10 +147,13 @@ class LeaderDirectory:
             if meta is None or meta.topic_id != held.topic_id:
                 self.dropped += len(held.leaders)
                 del self._topics[name]
-        if self._early:
-            stale = [k for k, e in self._early.items() if self._stale(e)]
-            for key in stale:
-                del self._early[key]
+        for name, mine in list(self._early.items()):
+            stale = [p for p, e in mine.items() if self._stale(e)]
+            for p in stale:
+                del mine[p]
+            if not mine:
+                del self._early[name]
+            self._early_count -= len(stale)
             self.dropped += len(stale)
 
     def _stale(self, entry: Entry) -> bool:
@@ -160,7 +166,7 @@ class LeaderDirectory:
     def version(self, meta: TopicMeta) -> int:
         """How many times the topic's entries changed (answer caches compare it)."""
         self._sweep()
-        if meta.name in self._early_topics:
+        if meta.name in self._early:
             self._promote(meta.name)
         held = self._topics.get(meta.name)
         if held is None or held.topic_id != meta.topic_id:
@@ -169,7 +175,7 @@ class LeaderDirectory:
 
     def leader(self, meta: TopicMeta, partition: int) -> tuple[int, int] | None:
         """(epoch, leader id) of `partition` of `meta`'s topic, as heard (None: unknown)."""
-        if meta.name in self._early_topics:
+        if meta.name in self._early:
             self._promote(meta.name)
         held = self._topics.get(meta.name)
         if held is None or held.topic_id != meta.topic_id:
@@ -183,6 +189,10 @@ class LeaderDirectory:
             for partition, (epoch, leader) in list(held.leaders.items()):
                 yield Entry(name, held.topic_id, partition, epoch, leader)
 
+    def held(self) -> int:
+        """Entries held, without sweeping (safe from the metrics thread: reads only)."""
+        return sum(len(h.leaders) for h in list(self._topics.values())) + self._early_count
+
     def __len__(self) -> int:
         self._sweep()
-        return sum(len(held.leaders) for held in self._topics.values()) + len(self._early)
+        return sum(len(held.leaders) for held in self._topics.values()) + self._early_count
