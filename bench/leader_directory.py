@@ -208,7 +208,9 @@ def section(
         "leader |"
     )
     restart_row = (
-        f"| node 3 restarted (its peers' copies, paged) | {now['restart_messages']:.0f} | "
+        "| node 3 restarted: all nodes' messages until it names every leader (its peers' "
+        "copies, paged, and its own news of the partitions it leads again) | "
+        f"{now['restart_messages']:.0f} | "
         f"{now['restart_bytes']:.0f} | spawn to a GetMetadata naming all {now['total']} "
         f"leaders: {now['restart_s']:.1f} s |"
     )
@@ -236,12 +238,14 @@ Two 3-node clusters, one after the other in the same run: this commit, and the a
 {change_row}
 {restart_row}
 
-A leadership change is one entry to each of the 2 peers, {per_message:.0f} bytes a message
+News goes out on leadership changes only: messages "while idle" are changes in that window
+(elections settling, the leader balancer), 2 per change. A leadership change is one entry
+to each of the 2 peers, {per_message:.0f} bytes a message
 here (protobuf: the entry with a 5-character topic name and the incarnation; gRPC's and
-HTTP/2's framing not counted); nothing is sent while nothing changes (no timer), so the idle
-CPU is compared with the anchor's in the same run. A restarted node gets each peer's whole
-directory once, in pages of at most 1,024 entries (~32 KiB). The machine is shared (load
-average above): CPU figures carry the other work on it.
+HTTP/2's framing not counted); nothing is sent while nothing changes (no timer). A
+restarted node gets each peer's whole directory once, in pages of at most 1,024 entries
+(~32 KiB). The machine is shared (load average above): CPU figures carry the other work
+on it; compare the two rows of the same run.
 """
 
 

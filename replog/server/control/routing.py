@@ -134,7 +134,7 @@ class Router:
     async def leader_replica(self, topic: str, partition: int) -> ReplicatedPartition:
         route = await self.locate(topic, partition)
         if isinstance(route, Elsewhere):
-            hint = route.replicas[0]
+            hint = self._heard_leader(topic, partition, route.replicas)
             raise NotLeaderError(
                 f"node {self.node_id} holds no replica of {topic}/{partition}; its replicas "
                 f"are {list(route.replicas)}",
@@ -144,6 +144,13 @@ class Router:
         await route.replica.wait_leadership()
         route.replica.check_leader()
         return route.replica
+
+    def _heard_leader(self, topic: str, partition: int, replicas: tuple[int, ...]) -> int:
+        """The leader the directory has heard of, if still a replica; else the first
+        replica (a hint either way: it answers NOT_LEADER with what it knows)."""
+        meta = self.metadata.image.topics.get(topic)
+        heard = self.leaders.leader(meta, partition) if meta is not None else None
+        return heard[1] if heard is not None and heard[1] in replicas else replicas[0]
 
     # -- metadata --------------------------------------------------------------------------
 
