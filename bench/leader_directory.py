@@ -3,19 +3,21 @@
     .venv/bin/python bench/leader_directory.py [--partitions 2000] [--changes 20]
         [--windows 3] [--anchor-commit 8ac6d00] [--write]
 
-Two 3-node clusters (127.0.0.1, port 0, plaintext, defaults), one after the other: this
-commit's code, then the anchor's (`git archive` of `--anchor-commit`, the commit before the
-directory, run with the same client), with the same topics: `--partitions` partitions of
-replication factor 1 (topics of 100: each node hosts about a third of them, so the others'
-leaders come from the directory) and a topic "moves" of `--changes` partitions of rf 3.
-For each: the partitions whose leader each node's GetMetadata names (once every node's own
-replicas have leaders; the directory's are waited for up to 60 s), then idle CPU per node
-(after 5 s idle, `--windows` windows of 10 s, /proc/PID/stat; median), and the news sent
-while idle (metrics, this commit only). This commit only: `--changes` leadership changes
-(TransferLeadership of each partition of "moves", one at a time, each waited for on every
-node), with the ShareLeaders messages and bytes the cluster sent for them (the nodes'
-`replog_leader_news_*` counters); then node 3 restarted (SIGTERM, start): what its peers
-sent it (messages, bytes) and the time from its start to a GetMetadata naming every leader.
+Two 3-node clusters (127.0.0.1, port 0, plaintext, defaults but no leader balancer), one
+after the other: this commit's code, then the anchor's (`git archive` of `--anchor-commit`,
+the commit before the directory, run with the same client), with the same topics:
+`--partitions` partitions of replication factor 1 (topics of 100: each node hosts about a
+third of them, so the others' leaders come from the directory) and a topic "moves" of
+`--changes` partitions of rf 3. For each: the partitions whose leader each node's
+GetMetadata names (once every node's own replicas have leaders; the directory's are waited
+for up to 60 s), then idle CPU per node (after 5 s idle, `--windows` windows of 10 s,
+/proc/PID/stat; median), and the news sent while idle (metrics, this commit only). This
+commit only: `--changes` leadership changes (TransferLeadership of each partition of
+"moves", one at a time, each waited for on every node), with the ShareLeaders messages and
+bytes the cluster sent for them (the nodes' `replog_leader_news_*` counters); then node 3
+restarted (SIGTERM, start): the messages and bytes all nodes sent (its peers' copies of
+their directories, and its own news of the partitions it leads again) until its GetMetadata
+names every leader, and that time from its spawn.
 With `--write` the section "Leader directory" of docs/benchmarks.md is replaced.
 """
 
@@ -108,7 +110,10 @@ def idle_cpu(cluster: DevCluster, windows: int) -> list[float]:
 
 
 def run(data: Path, args: argparse.Namespace, measure_news: bool) -> dict[str, Any]:
-    cluster = DevCluster(data / "cluster", 3)
+    # No leader balancer: its moves of "moves"'s leaders to their preferred replicas, about
+    # 15 s after the create, are leadership changes (news) in the idle window otherwise.
+    quiet = ["--leader-balance-interval-ms", "0"]
+    cluster = DevCluster(data / "cluster", 3, extra_args=quiet)
     cluster.start()
     out: dict[str, Any] = {}
     try:
@@ -221,7 +226,8 @@ issue 27 for costs that grow with the work). Command: `python bench/leader_direc
 
 Machine: {machine}.
 
-Two 3-node clusters, one after the other in the same run: this commit, and the anchor
+Two 3-node clusters (defaults, but no leader balancer: its moves would be leadership
+changes in the idle window), one after the other in the same run: this commit, and the anchor
 ({args.anchor_commit}, the commit before the directory) with the same topics:
 {args.partitions} partitions of replication factor 1 (each node hosts about a third) and
 "moves", {args.changes} partitions of rf 3. *Leaders named*: partitions (of
@@ -238,8 +244,8 @@ Two 3-node clusters, one after the other in the same run: this commit, and the a
 {change_row}
 {restart_row}
 
-News goes out on leadership changes only: messages "while idle" are changes in that window
-(elections settling, the leader balancer), 2 per change. A leadership change is one entry
+News goes out on leadership changes only (2 messages per change, one per peer). A
+leadership change is one entry
 to each of the 2 peers, {per_message:.0f} bytes a message
 here (protobuf: the entry with a 5-character topic name and the incarnation; gRPC's and
 HTTP/2's framing not counted); nothing is sent while nothing changes (no timer). A
