@@ -263,6 +263,31 @@ class _RepairCollector(Collector):
         yield family
 
 
+class _LeaderNewsCollector(Collector):
+    """The leader directory's news (peering/leader_news.py): what went out and came in."""
+
+    def __init__(self, snapshot: Callable[[], tuple[int, int, int, int, int]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        sent, entries, sent_bytes, received, held = self._snapshot()
+        yield CounterMetricFamily(
+            "replog_leader_news_messages_sent", "ShareLeaders messages delivered", value=sent
+        )
+        yield CounterMetricFamily(
+            "replog_leader_news_entries_sent", "leader entries delivered to peers", value=entries
+        )
+        yield CounterMetricFamily(
+            "replog_leader_news_sent_bytes", "ShareLeaders bytes delivered", value=sent_bytes
+        )
+        yield CounterMetricFamily(
+            "replog_leader_news_messages_received", "ShareLeaders messages taken", value=received
+        )
+        yield GaugeMetricFamily(
+            "replog_leader_directory_entries", "partition leaders the directory holds", value=held
+        )
+
+
 class _ReassignmentCollector(Collector):
     """Partition moves (see `reassignment`): how many this node's metadata shows, and, on
     each moved partition's leader, how far its joining replicas are behind."""
@@ -428,6 +453,11 @@ class Metrics:
     def watch_reassignments(self, snapshot: Callable[[], tuple[int, Iterable[Moving]]]) -> None:
         """Export `snapshot()`: (partitions being reassigned, the moves led here)."""
         self.registry.register(_ReassignmentCollector(snapshot))
+
+    def watch_leader_news(self, snapshot: Callable[[], tuple[int, int, int, int, int]]) -> None:
+        """Export `snapshot()`: (messages sent, entries sent, bytes sent, messages received,
+        directory entries)."""
+        self.registry.register(_LeaderNewsCollector(snapshot))
 
     def watch_membership(self, snapshot: Callable[[], tuple[int, int, int, int, int]]) -> None:
         """Export `snapshot()`: (members, metadata voters, observers, metadata leader id or 0,

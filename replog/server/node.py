@@ -96,6 +96,7 @@ from replog.server.partitions.legacy_import import import_legacy_topics, metadat
 from replog.server.partitions.repair import Repairer, corrupt_found, run_scrubber
 from replog.server.partitions.replica_manager import ReplicaManager
 from replog.server.partitions.replicated import ReplicatedPartition
+from replog.server.peering.leader_news import LeaderNews
 from replog.server.peering.peers import Peers
 from replog.server.peering.replication_transport import (
     CHANNEL_OPTIONS,
@@ -184,6 +185,9 @@ class Node:
             partitions_max=settings.partitions_max,
         )
         self.router = Router(self.metadata, self.replicas, self.peers)
+        # every partition's leader, told by peers (leader_news.py, the directory's writer)
+        self.leader_news = LeaderNews(node_id, self.router.leaders, self.peers.channel)
+        self.roster_keeper.subscribe(self.leader_news.follow)
         self.topics = Topics(
             self.router,
             self.metadata,
@@ -249,6 +253,16 @@ class Node:
         self.metrics.watch_limits(self.limits.snapshot, lambda: self.limits.malformed)
         self.metrics.watch_reassignments(self.reassigner.snapshot)
         self.metrics.watch_membership(self._membership_snapshot)
+        news = self.leader_news
+        self.metrics.watch_leader_news(
+            lambda: (
+                news.messages_sent,
+                news.entries_sent,
+                news.bytes_sent,
+                news.messages_received,
+                news.directory.held(),
+            )
+        )
         self.metrics.watch_failures(
             lambda: [(f.topic, f.partition, f.action, f.attempts) for f in self.replicas.failures()]
         )
@@ -291,11 +305,18 @@ class Node:
             spawn=self.supervisor.spawn,
             topic_id=meta.topic_id,
             limits=self.limits,
-            on_serving=self._serving if meta.name == OFFSETS_TOPIC else None,
+            on_serving=self._serving,
         )
 
-    def _serving(self, _part: ReplicatedPartition) -> None:
-        self.groups.wake()  # its group coordinator takes over the partition's groups now
+    def _serving(self, part: ReplicatedPartition) -> None:
+        if part.topic == OFFSETS_TOPIC:
+            self.groups.wake()  # its group coordinator takes over the partition's groups now
+        self.leader_news.led(part.topic, part.topic_id, part.partition, part.driver.epoch)
+
+    def heard_from(self, peer: int) -> None:
+        """A peer opened a replication stream here: it is up (links and news retry now)."""
+        self.links.heard_from(peer)
+        self.leader_news.heard_from(peer)
 
     def identify(self) -> tuple[str, bool, int, int, bool]:
         """What `Nodes.Identify` answers: directory id, deciding (never, once running),
@@ -373,6 +394,7 @@ class Node:
         if self.imported:
             log(_log, "legacy.imported", topics=len(self.imported))
         self.links.start(spawn)
+        self.leader_news.start(spawn, self.links.addresses())
         await self.replicas.load()
         await self.metadata.start()
         self._tasks = [
@@ -412,6 +434,7 @@ class Node:
         await self.groups.close()
         await self.replicas.close()
         await self.metadata.close()
+        await self.leader_news.close()
         await self.links.close()
         await self.peers.close()
         await asyncio.to_thread(self.metadata.log.close)
@@ -575,7 +598,7 @@ def _add_services(
     )
     acl_pb2_grpc.add_AclsServicer_to_server(acl_service, server)  # type: ignore[no-untyped-call]
     # a peer that opens a stream here is up: the link to it stops waiting out its backoff
-    replication = ReplicationService(node.route, authenticate, node.links.heard_from)
+    replication = ReplicationService(node.route, authenticate, node.heard_from, node.leader_news)
     if peer_server is not None:
         peer_admin = (
             admin_service if authenticate is None else MembersOnly(admin_service, authenticate)

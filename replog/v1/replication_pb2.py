@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1breplog/v1/replication.proto\x12\treplog.v1\"3\n\tEnvelopes\x12&\n\tenvelopes\x18\x01 \x03(\x0b\x32\x13.replog.v1.Envelope\"\x8c\x03\n\x08\x45nvelope\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x0f\n\x07\x66rom_id\x18\x03 \x01(\r\x12\x37\n\rfetch_request\x18\x04 \x01(\x0b\x32\x1e.replog.v1.ReplicaFetchRequestH\x00\x12\x39\n\x0e\x66\x65tch_response\x18\x05 \x01(\x0b\x32\x1f.replog.v1.ReplicaFetchResponseH\x00\x12.\n\x0cvote_request\x18\x06 \x01(\x0b\x32\x16.replog.v1.VoteRequestH\x00\x12\x30\n\rvote_response\x18\x07 \x01(\x0b\x32\x17.replog.v1.VoteResponseH\x00\x12,\n\x0b\x62\x65gin_epoch\x18\x08 \x01(\x0b\x32\x15.replog.v1.BeginEpochH\x00\x12,\n\x0btimeout_now\x18\t \x01(\x0b\x32\x15.replog.v1.TimeoutNowH\x00\x12\x10\n\x08topic_id\x18\n \x01(\x04\x42\t\n\x07message\"$\n\x0f\x45xchangeSummary\x12\x11\n\tenvelopes\x18\x01 \x01(\x04\"j\n\x13ReplicaFetchRequest\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x12\n\nreplica_id\x18\x02 \x01(\r\x12\x14\n\x0c\x66\x65tch_offset\x18\x03 \x01(\x04\x12\x1a\n\x12last_fetched_epoch\x18\x04 \x01(\x04\"D\n\x0fMembershipEntry\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0e\n\x06voters\x18\x02 \x03(\r\x12\x11\n\tobservers\x18\x03 \x03(\r\"4\n\rEpochBoundary\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x04\"\xb8\x06\n\x14ReplicaFetchResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x11\n\tleader_id\x18\x02 \x01(\r\x12\x14\n\x0c\x66\x65tch_offset\x18\x03 \x01(\x04\x12\x1a\n\x12last_fetched_epoch\x18\x04 \x01(\x04\x12:\n\x07records\x18\x05 \x01(\x0b\x32\'.replog.v1.ReplicaFetchResponse.RecordsH\x00\x12>\n\tdiverging\x18\x06 \x01(\x0b\x32).replog.v1.ReplicaFetchResponse.DivergingH\x00\x12\x38\n\x06\x66\x65nced\x18\x07 \x01(\x0b\x32&.replog.v1.ReplicaFetchResponse.FencedH\x00\x12;\n\x08start_at\x18\x08 \x01(\x0b\x32\'.replog.v1.ReplicaFetchResponse.StartAtH\x00\x1a\xe8\x01\n\x07Records\x12\x14\n\x0cstart_offset\x18\x01 \x01(\x04\x12\x12\n\nend_offset\x18\x02 \x01(\x04\x12,\n\nboundaries\x18\x03 \x03(\x0b\x32\x18.replog.v1.EpochBoundary\x12\x16\n\x0ehigh_watermark\x18\x04 \x01(\x04\x12\x0e\n\x06\x66rames\x18\x05 \x01(\x0c\x12\x1a\n\rframes_crc32c\x18\x06 \x01(\rH\x00\x88\x01\x01\x12/\n\x0bmemberships\x18\x07 \x03(\x0b\x32\x1a.replog.v1.MembershipEntryB\x10\n\x0e_frames_crc32c\x1a.\n\tDiverging\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x12\n\nend_offset\x18\x02 \x01(\x04\x1au\n\x07StartAt\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12)\n\x07history\x18\x02 \x03(\x0b\x32\x18.replog.v1.EpochBoundary\x12/\n\x0bmemberships\x18\x03 \x03(\x0b\x32\x1a.replog.v1.MembershipEntry\x1a=\n\x06\x46\x65nced\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x16\n\tleader_id\x18\x02 \x01(\rH\x00\x88\x01\x01\x42\x0c\n\n_leader_idB\x08\n\x06result\"\xa6\x01\n\x0bVoteRequest\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x14\n\x0c\x63\x61ndidate_id\x18\x02 \x01(\r\x12\x12\n\nlast_epoch\x18\x03 \x01(\x04\x12\x16\n\x0elog_end_offset\x18\x04 \x01(\x04\x12\x10\n\x08pre_vote\x18\x05 \x01(\x08\x12\x1e\n\x11membership_offset\x18\x06 \x01(\x04H\x00\x88\x01\x01\x42\x14\n\x12_membership_offset\"R\n\x0cVoteResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x10\n\x08voter_id\x18\x02 \x01(\r\x12\x0f\n\x07granted\x18\x03 \x01(\x08\x12\x10\n\x08pre_vote\x18\x04 \x01(\x08\".\n\nBeginEpoch\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x11\n\tleader_id\x18\x02 \x01(\r\".\n\nTimeoutNow\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x11\n\tleader_id\x18\x02 \x01(\r\"E\n\x11LeaderEpochMarker\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x11\n\tleader_id\x18\x02 \x01(\r\x12\x0e\n\x06voters\x18\x03 \x03(\r\"5\n\x10MembershipChange\x12\x0e\n\x06voters\x18\x01 \x03(\r\x12\x11\n\tobservers\x18\x02 \x03(\r2\x93\x01\n\x0bReplication\x12=\n\x08\x45xchange\x12\x13.replog.v1.Envelope\x1a\x1a.replog.v1.ExchangeSummary(\x01\x12\x45\n\x0f\x45xchangeBatches\x12\x14.replog.v1.Envelopes\x1a\x1a.replog.v1.ExchangeSummary(\x01\x42\x31Z/github.com/replog/replog/gen/replog/v1;replogv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1breplog/v1/replication.proto\x12\treplog.v1\"J\n\nLeaderNews\x12\'\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x16.replog.v1.LeaderEntry\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\"c\n\x0bLeaderEntry\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x10\n\x08topic_id\x18\x02 \x01(\x04\x12\x11\n\tpartition\x18\x03 \x01(\r\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\x12\x11\n\tleader_id\x18\x05 \x01(\r\"6\n\rLeaderNewsAck\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\r\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\"3\n\tEnvelopes\x12&\n\tenvelopes\x18\x01 \x03(\x0b\x32\x13.replog.v1.Envelope\"\x8c\x03\n\x08\x45nvelope\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x0f\n\x07\x66rom_id\x18\x03 \x01(\r\x12\x37\n\rfetch_request\x18\x04 \x01(\x0b\x32\x1e.replog.v1.ReplicaFetchRequestH\x00\x12\x39\n\x0e\x66\x65tch_response\x18\x05 \x01(\x0b\x32\x1f.replog.v1.ReplicaFetchResponseH\x00\x12.\n\x0cvote_request\x18\x06 \x01(\x0b\x32\x16.replog.v1.VoteRequestH\x00\x12\x30\n\rvote_response\x18\x07 \x01(\x0b\x32\x17.replog.v1.VoteResponseH\x00\x12,\n\x0b\x62\x65gin_epoch\x18\x08 \x01(\x0b\x32\x15.replog.v1.BeginEpochH\x00\x12,\n\x0btimeout_now\x18\t \x01(\x0b\x32\x15.replog.v1.TimeoutNowH\x00\x12\x10\n\x08topic_id\x18\n \x01(\x04\x42\t\n\x07message\"$\n\x0f\x45xchangeSummary\x12\x11\n\tenvelopes\x18\x01 \x01(\x04\"j\n\x13ReplicaFetchRequest\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x12\n\nreplica_id\x18\x02 \x01(\r\x12\x14\n\x0c\x66\x65tch_offset\x18\x03 \x01(\x04\x12\x1a\n\x12last_fetched_epoch\x18\x04 \x01(\x04\"D\n\x0fMembershipEntry\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0e\n\x06voters\x18\x02 \x03(\r\x12\x11\n\tobservers\x18\x03 \x03(\r\"4\n\rEpochBoundary\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x04\"\xb8\x06\n\x14ReplicaFetchResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x11\n\tleader_id\x18\x02 \x01(\r\x12\x14\n\x0c\x66\x65tch_offset\x18\x03 \x01(\x04\x12\x1a\n\x12last_fetched_epoch\x18\x04 \x01(\x04\x12:\n\x07records\x18\x05 \x01(\x0b\x32\'.replog.v1.ReplicaFetchResponse.RecordsH\x00\x12>\n\tdiverging\x18\x06 \x01(\x0b\x32).replog.v1.ReplicaFetchResponse.DivergingH\x00\x12\x38\n\x06\x66\x65nced\x18\x07 \x01(\x0b\x32&.replog.v1.ReplicaFetchResponse.FencedH\x00\x12;\n\x08start_at\x18\x08 \x01(\x0b\x32\'.replog.v1.ReplicaFetchResponse.StartAtH\x00\x1a\xe8\x01\n\x07Records\x12\x14\n\x0cstart_offset\x18\x01 \x01(\x04\x12\x12\n\nend_offset\x18\x02 \x01(\x04\x12,\n\nboundaries\x18\x03 \x03(\x0b\x32\x18.replog.v1.EpochBoundary\x12\x16\n\x0ehigh_watermark\x18\x04 \x01(\x04\x12\x0e\n\x06\x66rames\x18\x05 \x01(\x0c\x12\x1a\n\rframes_crc32c\x18\x06 \x01(\rH\x00\x88\x01\x01\x12/\n\x0bmemberships\x18\x07 \x03(\x0b\x32\x1a.replog.v1.MembershipEntryB\x10\n\x0e_frames_crc32c\x1a.\n\tDiverging\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x12\n\nend_offset\x18\x02 \x01(\x04\x1au\n\x07StartAt\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12)\n\x07history\x18\x02 \x03(\x0b\x32\x18.replog.v1.EpochBoundary\x12/\n\x0bmemberships\x18\x03 \x03(\x0b\x32\x1a.replog.v1.MembershipEntry\x1a=\n\x06\x46\x65nced\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x16\n\tleader_id\x18\x02 \x01(\rH\x00\x88\x01\x01\x42\x0c\n\n_leader_idB\x08\n\x06result\"\xa6\x01\n\x0bVoteRequest\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x14\n\x0c\x63\x61ndidate_id\x18\x02 \x01(\r\x12\x12\n\nlast_epoch\x18\x03 \x01(\x04\x12\x16\n\x0elog_end_offset\x18\x04 \x01(\x04\x12\x10\n\x08pre_vote\x18\x05 \x01(\x08\x12\x1e\n\x11membership_offset\x18\x06 \x01(\x04H\x00\x88\x01\x01\x42\x14\n\x12_membership_offset\"R\n\x0cVoteResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x10\n\x08voter_id\x18\x02 \x01(\r\x12\x0f\n\x07granted\x18\x03 \x01(\x08\x12\x10\n\x08pre_vote\x18\x04 \x01(\x08\".\n\nBeginEpoch\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x11\n\tleader_id\x18\x02 \x01(\r\".\n\nTimeoutNow\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x11\n\tleader_id\x18\x02 \x01(\r\"E\n\x11LeaderEpochMarker\x12\r\n\x05\x65poch\x18\x01 \x01(\x04\x12\x11\n\tleader_id\x18\x02 \x01(\r\x12\x0e\n\x06voters\x18\x03 \x03(\r\"5\n\x10MembershipChange\x12\x0e\n\x06voters\x18\x01 \x03(\r\x12\x11\n\tobservers\x18\x02 \x03(\r2\xd4\x01\n\x0bReplication\x12=\n\x08\x45xchange\x12\x13.replog.v1.Envelope\x1a\x1a.replog.v1.ExchangeSummary(\x01\x12\x45\n\x0f\x45xchangeBatches\x12\x14.replog.v1.Envelopes\x1a\x1a.replog.v1.ExchangeSummary(\x01\x12?\n\x0cShareLeaders\x12\x15.replog.v1.LeaderNews\x1a\x18.replog.v1.LeaderNewsAckB1Z/github.com/replog/replog/gen/replog/v1;replogv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,40 +32,46 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'replog.v1.replication_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z/github.com/replog/replog/gen/replog/v1;replogv1'
-  _globals['_ENVELOPES']._serialized_start=42
-  _globals['_ENVELOPES']._serialized_end=93
-  _globals['_ENVELOPE']._serialized_start=96
-  _globals['_ENVELOPE']._serialized_end=492
-  _globals['_EXCHANGESUMMARY']._serialized_start=494
-  _globals['_EXCHANGESUMMARY']._serialized_end=530
-  _globals['_REPLICAFETCHREQUEST']._serialized_start=532
-  _globals['_REPLICAFETCHREQUEST']._serialized_end=638
-  _globals['_MEMBERSHIPENTRY']._serialized_start=640
-  _globals['_MEMBERSHIPENTRY']._serialized_end=708
-  _globals['_EPOCHBOUNDARY']._serialized_start=710
-  _globals['_EPOCHBOUNDARY']._serialized_end=762
-  _globals['_REPLICAFETCHRESPONSE']._serialized_start=765
-  _globals['_REPLICAFETCHRESPONSE']._serialized_end=1589
-  _globals['_REPLICAFETCHRESPONSE_RECORDS']._serialized_start=1117
-  _globals['_REPLICAFETCHRESPONSE_RECORDS']._serialized_end=1349
-  _globals['_REPLICAFETCHRESPONSE_DIVERGING']._serialized_start=1351
-  _globals['_REPLICAFETCHRESPONSE_DIVERGING']._serialized_end=1397
-  _globals['_REPLICAFETCHRESPONSE_STARTAT']._serialized_start=1399
-  _globals['_REPLICAFETCHRESPONSE_STARTAT']._serialized_end=1516
-  _globals['_REPLICAFETCHRESPONSE_FENCED']._serialized_start=1518
-  _globals['_REPLICAFETCHRESPONSE_FENCED']._serialized_end=1579
-  _globals['_VOTEREQUEST']._serialized_start=1592
-  _globals['_VOTEREQUEST']._serialized_end=1758
-  _globals['_VOTERESPONSE']._serialized_start=1760
-  _globals['_VOTERESPONSE']._serialized_end=1842
-  _globals['_BEGINEPOCH']._serialized_start=1844
-  _globals['_BEGINEPOCH']._serialized_end=1890
-  _globals['_TIMEOUTNOW']._serialized_start=1892
-  _globals['_TIMEOUTNOW']._serialized_end=1938
-  _globals['_LEADEREPOCHMARKER']._serialized_start=1940
-  _globals['_LEADEREPOCHMARKER']._serialized_end=2009
-  _globals['_MEMBERSHIPCHANGE']._serialized_start=2011
-  _globals['_MEMBERSHIPCHANGE']._serialized_end=2064
-  _globals['_REPLICATION']._serialized_start=2067
-  _globals['_REPLICATION']._serialized_end=2214
+  _globals['_LEADERNEWS']._serialized_start=42
+  _globals['_LEADERNEWS']._serialized_end=116
+  _globals['_LEADERENTRY']._serialized_start=118
+  _globals['_LEADERENTRY']._serialized_end=217
+  _globals['_LEADERNEWSACK']._serialized_start=219
+  _globals['_LEADERNEWSACK']._serialized_end=273
+  _globals['_ENVELOPES']._serialized_start=275
+  _globals['_ENVELOPES']._serialized_end=326
+  _globals['_ENVELOPE']._serialized_start=329
+  _globals['_ENVELOPE']._serialized_end=725
+  _globals['_EXCHANGESUMMARY']._serialized_start=727
+  _globals['_EXCHANGESUMMARY']._serialized_end=763
+  _globals['_REPLICAFETCHREQUEST']._serialized_start=765
+  _globals['_REPLICAFETCHREQUEST']._serialized_end=871
+  _globals['_MEMBERSHIPENTRY']._serialized_start=873
+  _globals['_MEMBERSHIPENTRY']._serialized_end=941
+  _globals['_EPOCHBOUNDARY']._serialized_start=943
+  _globals['_EPOCHBOUNDARY']._serialized_end=995
+  _globals['_REPLICAFETCHRESPONSE']._serialized_start=998
+  _globals['_REPLICAFETCHRESPONSE']._serialized_end=1822
+  _globals['_REPLICAFETCHRESPONSE_RECORDS']._serialized_start=1350
+  _globals['_REPLICAFETCHRESPONSE_RECORDS']._serialized_end=1582
+  _globals['_REPLICAFETCHRESPONSE_DIVERGING']._serialized_start=1584
+  _globals['_REPLICAFETCHRESPONSE_DIVERGING']._serialized_end=1630
+  _globals['_REPLICAFETCHRESPONSE_STARTAT']._serialized_start=1632
+  _globals['_REPLICAFETCHRESPONSE_STARTAT']._serialized_end=1749
+  _globals['_REPLICAFETCHRESPONSE_FENCED']._serialized_start=1751
+  _globals['_REPLICAFETCHRESPONSE_FENCED']._serialized_end=1812
+  _globals['_VOTEREQUEST']._serialized_start=1825
+  _globals['_VOTEREQUEST']._serialized_end=1991
+  _globals['_VOTERESPONSE']._serialized_start=1993
+  _globals['_VOTERESPONSE']._serialized_end=2075
+  _globals['_BEGINEPOCH']._serialized_start=2077
+  _globals['_BEGINEPOCH']._serialized_end=2123
+  _globals['_TIMEOUTNOW']._serialized_start=2125
+  _globals['_TIMEOUTNOW']._serialized_end=2171
+  _globals['_LEADEREPOCHMARKER']._serialized_start=2173
+  _globals['_LEADEREPOCHMARKER']._serialized_end=2242
+  _globals['_MEMBERSHIPCHANGE']._serialized_start=2244
+  _globals['_MEMBERSHIPCHANGE']._serialized_end=2297
+  _globals['_REPLICATION']._serialized_start=2300
+  _globals['_REPLICATION']._serialized_end=2512
 # @@protoc_insertion_point(module_scope)

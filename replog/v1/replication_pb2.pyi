@@ -6,6 +6,36 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class LeaderNews(_message.Message):
+    __slots__ = ("entries", "incarnation")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[LeaderEntry]
+    incarnation: int
+    def __init__(self, entries: _Optional[_Iterable[_Union[LeaderEntry, _Mapping]]] = ..., incarnation: _Optional[int] = ...) -> None: ...
+
+class LeaderEntry(_message.Message):
+    __slots__ = ("topic", "topic_id", "partition", "epoch", "leader_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    topic_id: int
+    partition: int
+    epoch: int
+    leader_id: int
+    def __init__(self, topic: _Optional[str] = ..., topic_id: _Optional[int] = ..., partition: _Optional[int] = ..., epoch: _Optional[int] = ..., leader_id: _Optional[int] = ...) -> None: ...
+
+class LeaderNewsAck(_message.Message):
+    __slots__ = ("accepted", "incarnation")
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    accepted: int
+    incarnation: int
+    def __init__(self, accepted: _Optional[int] = ..., incarnation: _Optional[int] = ...) -> None: ...
+
 class Envelopes(_message.Message):
     __slots__ = ("envelopes",)
     ENVELOPES_FIELD_NUMBER: _ClassVar[int]

@@ -44,6 +44,11 @@ class ReplicationStub:
                 request_serializer=replog_dot_v1_dot_replication__pb2.Envelopes.SerializeToString,
                 response_deserializer=replog_dot_v1_dot_replication__pb2.ExchangeSummary.FromString,
                 _registered_method=True)
+        self.ShareLeaders = channel.unary_unary(
+                '/replog.v1.Replication/ShareLeaders',
+                request_serializer=replog_dot_v1_dot_replication__pb2.LeaderNews.SerializeToString,
+                response_deserializer=replog_dot_v1_dot_replication__pb2.LeaderNewsAck.FromString,
+                _registered_method=True)
 
 
 class ReplicationServicer:
@@ -65,6 +70,18 @@ class ReplicationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ShareLeaders(self, request, context):
+        """The leader directory (every node knows the leader of every partition, as a hint): a
+        batch of leadership news about partitions, from the authenticated peer. A node sends
+        the changes it sees (its replicas starting to lead) to every peer, and its whole
+        directory, paged, to a peer whose incarnation it has not seen yet (one that started or
+        joined). At most 4096 entries a message; an impossible entry refuses the whole
+        message (INVALID_ARGUMENT).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReplicationServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -77,6 +94,11 @@ def add_ReplicationServicer_to_server(servicer, server):
                     servicer.ExchangeBatches,
                     request_deserializer=replog_dot_v1_dot_replication__pb2.Envelopes.FromString,
                     response_serializer=replog_dot_v1_dot_replication__pb2.ExchangeSummary.SerializeToString,
+            ),
+            'ShareLeaders': grpc.unary_unary_rpc_method_handler(
+                    servicer.ShareLeaders,
+                    request_deserializer=replog_dot_v1_dot_replication__pb2.LeaderNews.FromString,
+                    response_serializer=replog_dot_v1_dot_replication__pb2.LeaderNewsAck.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -133,6 +155,33 @@ class Replication:
             '/replog.v1.Replication/ExchangeBatches',
             replog_dot_v1_dot_replication__pb2.Envelopes.SerializeToString,
             replog_dot_v1_dot_replication__pb2.ExchangeSummary.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ShareLeaders(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/replog.v1.Replication/ShareLeaders',
+            replog_dot_v1_dot_replication__pb2.LeaderNews.SerializeToString,
+            replog_dot_v1_dot_replication__pb2.LeaderNewsAck.FromString,
             options,
             channel_credentials,
             insecure,

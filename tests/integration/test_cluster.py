@@ -25,8 +25,9 @@ PATIENT = RetryPolicy(attempts_max=1000, backoff_max_ms=500, deadline_ms=90_000)
 
 def leader_of(client: Client, topic: str, partition: int = 0) -> int:
     """The partition's leader, as its replicas describe it. (Not from GetMetadata: a node
-    that holds no replica of the partition answers it with no leader, and the node the
-    client asks may be such a node, e.g. after a metadata call moved it on.)"""
+    that holds no replica of the partition answers it from its leader directory, a hint
+    that may lag a leader change, and the node the client asks may be such a node, e.g.
+    after a metadata call moved it on.)"""
 
     def known() -> int | None:
         try:

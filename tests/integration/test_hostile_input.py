@@ -46,6 +46,7 @@ METHODS = {
     "/replog.v1.Admin/DescribeTopic": "unary",
     "/replog.v1.Replication/Exchange": "client-stream",  # peers' stream: the peer listener
     "/replog.v1.Replication/ExchangeBatches": "client-stream",
+    "/replog.v1.Replication/ShareLeaders": "unary",  # the leader directory's news
     "/grpc.health.v1.Health/Watch": "stream",
 }
 FLOOD_CALLS = 300

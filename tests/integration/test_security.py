@@ -312,6 +312,26 @@ def test_the_client_listener_does_not_serve_replication(setup: Setup) -> None:
     assert snapshot(setup.cluster) == before
 
 
+def test_leader_news_is_taken_from_members_only(setup: Setup) -> None:
+    """ShareLeaders (the leader directory's news) on the peer listener: a client's or a
+    non-member node's certificate is refused; a member's is answered."""
+    address = setup.cluster.members[setup.follower].peer_address
+    forged = pb.LeaderNews(
+        entries=[pb.LeaderEntry(topic=TOPIC, partition=0, epoch=2**30, leader_id=setup.third)],
+        incarnation=12345,
+    )
+    for identity in ("mallory", "outsider-node"):
+        with grpc.secure_channel(address, credentials(setup, identity)) as channel:
+            stub = replication_pb2_grpc.ReplicationStub(channel)
+            with pytest.raises(grpc.RpcError) as err:
+                stub.ShareLeaders(forged, timeout=5)
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED, identity
+    with grpc.secure_channel(address, credentials(setup, f"node{setup.third}")) as channel:
+        stub = replication_pb2_grpc.ReplicationStub(channel)
+        ack = stub.ShareLeaders(pb.LeaderNews(incarnation=12345), timeout=5)
+    assert ack.incarnation != 0  # the receiver's own
+
+
 def test_a_plaintext_client_cannot_talk_to_a_tls_node(setup: Setup) -> None:
     address = setup.cluster.members[1].address
     with (

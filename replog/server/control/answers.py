@@ -6,8 +6,10 @@ topic) and, for each partition with a replica here, that replica's `LeaderInfo` 
 epoch, voters) as this node knows it. It is built again only when one of them changed;
 otherwise a call costs a look at this node's replicas of the topic, not a message per
 partition. A partition with no replica running here (none assigned here, or one starting,
-or failing to open: the reconciler retries it) answers its assignment and no leader: its
-replicas know the leader.
+or failing to open: the reconciler retries it) answers its assignment and the leader the
+node's leader directory has heard of (`peering/leader_directory.py`, a hint that may lag;
+no leader when it has heard of none, or of one that is not a replica any more); the
+directory's version of the topic is kept with the answer, so news rebuilds it too.
 
 `ListTopics`'s answer, and the sorted topic names, are kept per `MetadataImage.topics_version`.
 Cached messages are never changed after they are built: callers copy them into answers.
@@ -21,6 +23,7 @@ from replog.server.control.topics import WIRE_FORMATS, WIRE_TIMESTAMP_TYPES
 from replog.server.meta.metadata import MetadataImage, TopicMeta
 from replog.server.partitions.replica_manager import ReplicaManager
 from replog.server.partitions.replicated import LeaderInfo
+from replog.server.peering.leader_directory import LeaderDirectory
 from replog.v1 import admin_pb2
 
 NO_LEADER = -1
@@ -33,12 +36,20 @@ class _Built:
     meta: TopicMeta
     hosted: list[int]  # the partitions with a replica here
     states: list[State]  # theirs, as the answer shows them
+    heard: int  # the leader directory's version of the topic
     answer: admin_pb2.TopicMetadata
 
 
 class MetadataAnswers:
-    def __init__(self, image: MetadataImage, replicas: ReplicaManager, node_id: int) -> None:
+    def __init__(
+        self,
+        image: MetadataImage,
+        replicas: ReplicaManager,
+        node_id: int,
+        leaders: LeaderDirectory | None = None,
+    ) -> None:
         self.image = image
+        self.leaders = leaders if leaders is not None else LeaderDirectory(image)
         self.replicas = replicas
         self.node_id = node_id
         self._topics: dict[str, _Built] = {}
@@ -77,11 +88,12 @@ class MetadataAnswers:
         else:
             hosted = built.hosted
         states = self._states(meta, hosted)
-        if built is not None and built.states == states:
+        heard = self.leaders.version(meta)
+        if built is not None and built.states == states and built.heard == heard:
             self.reused += 1
             return built.answer
         answer = self._build(meta, dict(zip(hosted, states, strict=True)))
-        self._topics[meta.name] = _Built(meta, hosted, states, answer)
+        self._topics[meta.name] = _Built(meta, hosted, states, heard, answer)
         self.built += 1
         return answer
 
@@ -104,10 +116,15 @@ class MetadataAnswers:
                         partition=p, leader_id=leader_id, replicas=state.replicas, epoch=state.epoch
                     )
                 )
-            else:  # not running here: the replicas know the leader
+            else:  # not running here: the leader as heard of (a hint), if still a replica
+                heard = self.leaders.leader(meta, p)
+                if heard is not None and heard[1] in meta.hosts(p):
+                    epoch, leader_id = heard
+                else:
+                    epoch, leader_id = 0, NO_LEADER
                 partitions.append(
                     admin_pb2.PartitionMetadata(
-                        partition=p, leader_id=NO_LEADER, replicas=meta.assignment[p]
+                        partition=p, leader_id=leader_id, replicas=meta.assignment[p], epoch=epoch
                     )
                 )
         return admin_pb2.TopicMetadata(

@@ -34,6 +34,7 @@ from replog.server.meta.metadata import TopicMeta
 from replog.server.meta.metadata_log import MetadataLog
 from replog.server.partitions.replica_manager import ReplicaManager
 from replog.server.partitions.replicated import ReplicatedPartition
+from replog.server.peering.leader_directory import LeaderDirectory
 from replog.server.peering.peers import Peers
 from replog.storage import validate_topic_name
 from replog.v1 import admin_pb2
@@ -61,6 +62,8 @@ class Router:
         self.peers = peers
         self.node_id = peers.node_id
         self.shutting_down = False
+        # every partition's leader as heard from peers (a hint: leader_news.py fills it)
+        self.leaders = LeaderDirectory(metadata.image)
 
     # -- topics ----------------------------------------------------------------------------
 
@@ -131,7 +134,7 @@ class Router:
     async def leader_replica(self, topic: str, partition: int) -> ReplicatedPartition:
         route = await self.locate(topic, partition)
         if isinstance(route, Elsewhere):
-            hint = route.replicas[0]
+            hint = self._heard_leader(topic, partition, route.replicas)
             raise NotLeaderError(
                 f"node {self.node_id} holds no replica of {topic}/{partition}; its replicas "
                 f"are {list(route.replicas)}",
@@ -141,6 +144,13 @@ class Router:
         await route.replica.wait_leadership()
         route.replica.check_leader()
         return route.replica
+
+    def _heard_leader(self, topic: str, partition: int, replicas: tuple[int, ...]) -> int:
+        """The leader the directory has heard of, if still a replica; else the first
+        replica (a hint either way: it answers NOT_LEADER with what it knows)."""
+        meta = self.metadata.image.topics.get(topic)
+        heard = self.leaders.leader(meta, partition) if meta is not None else None
+        return heard[1] if heard is not None and heard[1] in replicas else replicas[0]
 
     # -- metadata --------------------------------------------------------------------------
 

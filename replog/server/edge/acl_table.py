@@ -133,6 +133,7 @@ TABLE: dict[str, Rule] = {
     "/replog.v1.Nodes/Join": PEER,
     "/replog.v1.Replication/Exchange": PEER,
     "/replog.v1.Replication/ExchangeBatches": PEER,
+    "/replog.v1.Replication/ShareLeaders": PEER,
 }
 STRICTEST = _acl("alter", "cluster")  # a method missing here (never in CI: the table test)
 GUARDED_SERVICES = (LOG, ADMIN, ACLS, GROUPS)

@@ -188,8 +188,13 @@ class Apis:
             entry |= {"isr_nodes": replicas, "leader_id": NO_LEADER, "leader_epoch": -1}
             part = self.router.replicas.replica(meta, p)
             if part is None or part.closed:
-                # No replica here: the nodes that run one know the leader (clients ask them).
-                entry["error_code"] = ErrorCode.LEADER_NOT_AVAILABLE
+                # No replica here: the leader as heard of (leader directory, a hint; a
+                # client told NOT_LEADER_OR_FOLLOWER by it refreshes its metadata).
+                heard = self.router.leaders.leader(meta, p)
+                if heard is None or heard[1] not in brokers or heard[1] not in replicas:
+                    entry["error_code"] = ErrorCode.LEADER_NOT_AVAILABLE
+                else:
+                    entry |= {"leader_epoch": heard[0], "leader_id": heard[1], "error_code": 0}
             else:
                 leader = part.leader
                 entry["replica_nodes"] = list(leader.replicas)

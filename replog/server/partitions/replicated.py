@@ -74,8 +74,8 @@ class ReplicatedPartition:
         on_serving: Callable[[ReplicatedPartition], None] | None = None,
     ) -> None:
         """`on_serving(self)` is called when this replica starts serving as leader (its own
-        epoch committed: seen when its HW moves), so that what follows leadership (group
-        coordinators) need not poll for it."""
+        epoch committed: seen when its HW moves; once per epoch), so that what follows
+        leadership (group coordinators, the leader directory) need not poll for it."""
         self.log = log
         self.node_id = config.replica_id
         self.topic = log.topic
@@ -84,7 +84,7 @@ class ReplicatedPartition:
         self._closed = False
         self._deleted = False
         self._on_serving = on_serving
-        self._serving_seen = False
+        self._serving_seen: int | None = None  # the epoch it was last seen serving in
         self.limits = limits if limits is not None else Limits(LimitsConfig())
         self.topic_id = topic_id  # which incarnation of the topic's name (see `metadata`)
         self.peers = peers
@@ -105,10 +105,12 @@ class ReplicatedPartition:
 
     def _high_watermark_moved(self, _hw: int) -> None:
         self._notify()
-        serving = self.driver.serving
-        if serving is not self._serving_seen:
+        # Each epoch this replica serves in is told once, also one won again without an HW
+        # move seen in between (a leader that lost an election and won the next one).
+        serving = self.driver.epoch if self.driver.serving else None
+        if serving != self._serving_seen:
             self._serving_seen = serving
-            if serving and self._on_serving is not None:
+            if serving is not None and self._on_serving is not None:
                 self._on_serving(self)
 
     async def stop(self) -> None:

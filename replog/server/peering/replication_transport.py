@@ -46,11 +46,11 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
-from replog.errors import ReplogError, ShuttingDownError
+from replog.errors import InvalidArgumentError, ReplogError, ShuttingDownError
 from replog.replication.messages import Message
 from replog.server.edge import status
 from replog.server.edge.security import describe_peer
@@ -102,6 +102,12 @@ Dial = Callable[[str], grpc.aio.Channel]
 
 def insecure_dial(address: str) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+
+class NewsReceiver(Protocol):
+    """The receiving side of `ShareLeaders` (leader_news.LeaderNews)."""
+
+    def receive(self, peer: int, request: pb.LeaderNews) -> pb.LeaderNewsAck: ...
 
 
 class _Link:
@@ -292,8 +298,10 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         router: Router,
         authenticate: Authenticate | None = None,
         on_peer: Callable[[int], None] | None = None,
+        news: NewsReceiver | None = None,
     ) -> None:
         self.router = router
+        self.news = news  # ShareLeaders (None: UNIMPLEMENTED)
         self.authenticate = authenticate  # None: plaintext, the envelope's sender is believed
         self.on_peer = on_peer  # told the sender of each stream's first envelope
         self.dropped = 0  # impossible envelopes (range checks), for tests and metrics
@@ -332,6 +340,29 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 yield batch.envelopes
 
         return await self._serve(batches(), context)
+
+    async def ShareLeaders(
+        self, request: pb.LeaderNews, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.LeaderNewsAck:
+        """A peer's leadership news (leader_news.py), from the authenticated peer."""
+        if self.news is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "no leader directory here")
+            raise AssertionError("abort returned")
+        try:
+            if self._closed:
+                raise ShuttingDownError("the node is shutting down")
+            if self.authenticate is not None:
+                peer = self.authenticate(context)
+                if peer is None:
+                    await self._refuse(context, "the client certificate names no member")
+            else:
+                peer = _announced_node(context)
+            if peer is None:
+                raise InvalidArgumentError(f"ShareLeaders without a {NODE_ID_HEADER} header")
+            return self.news.receive(peer, request)
+        except ReplogError as err:
+            await status.abort(context, err)
+            raise AssertionError("abort returned") from err
 
     async def _serve(
         self, batches: AsyncIterator[Sequence[pb.Envelope]], context: Any

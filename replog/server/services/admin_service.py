@@ -100,7 +100,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self.members = members  # AddNode / RemoveNode (None: refused, e.g. in unit tests)
         self.nodes = nodes  # the members, with their racks as known here (GetMetadata)
         self.answers = MetadataAnswers(
-            router.metadata.image, router.replicas, self.node_id
+            router.metadata.image, router.replicas, self.node_id, router.leaders
         )  # GetMetadata, ListTopics: cached per change
 
     @unary("CreateTopic")
