@@ -94,6 +94,29 @@ class _OpenSegment:
         return self.log._park(self)
 
 
+def _segment_sizes(directory: Path) -> dict[int, int]:
+    """Base offset -> size of each segment's log file in `directory`, once a swap of the
+    cleaner that a crash cut is finished or discarded and leftovers (an index or sidecar
+    whose log is gone, temporary files) are deleted. One listing of the directory (two
+    after a crash in a swap)."""
+    with os.scandir(directory) as listing:
+        names = [(e.name, e) for e in listing]
+    if any(swaps.is_cleaner_leftover(name) for name, _ in names):
+        swaps.recover(directory)  # a swap a crash cut: finished or discarded first
+        with os.scandir(directory) as listing:
+            names = [(e.name, e) for e in listing]
+    sizes: dict[int, int] = {}
+    for name, entry in names:
+        if m := _LOG_NAME.fullmatch(name):
+            sizes[int(m.group(1))] = entry.stat().st_size
+    for name, _ in names:  # an index or sidecar whose log is gone is a leftover
+        m = _SIDE_NAME.fullmatch(name)
+        leftover = name.endswith((".crc.tmp", ".timeindex.tmp"))
+        if (m and int(m.group(1)) not in sizes) or leftover:
+            (directory / name).unlink()
+    return sizes
+
+
 class SegmentLog:
     def __init__(
         self,
@@ -126,22 +149,8 @@ class SegmentLog:
         self._dirty: set[Segment] = set()
         self._unsynced: set[Segment] = set()  # recovered at open, not fsynced since
         self.recovered = 0  # segments recovered (scanned) by this open
-        sizes: dict[int, int] = {}
-        with os.scandir(directory) as listing:
-            names = [(e.name, e) for e in listing]
-        if any(swaps.is_cleaner_leftover(name) for name, _ in names):
-            swaps.recover(directory)  # a swap a crash cut: finished or discarded first
-            with os.scandir(directory) as listing:
-                names = [(e.name, e) for e in listing]
-        for name, entry in names:
-            if m := _LOG_NAME.fullmatch(name):
-                sizes[int(m.group(1))] = entry.stat().st_size
+        sizes = _segment_sizes(directory)
         bases = sorted(sizes)
-        for name, _ in names:  # an index or sidecar whose log is gone is a leftover
-            m = _SIDE_NAME.fullmatch(name)
-            leftover = name.endswith((".crc.tmp", ".timeindex.tmp"))
-            if (m and int(m.group(1)) not in sizes) or leftover:
-                (directory / name).unlink()
         trusted_end = clean_end if clean_end is not None else recovery_point
         try:
             for i, base in enumerate(bases):
