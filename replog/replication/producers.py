@@ -258,12 +258,19 @@ class ProducerTable:
 
     def truncate(self, offset: int) -> None:
         """The log lost every record at or above `offset`: forget the batches there. A
-        producer keeps its newest epoch (fencing holds) even when all its batches go."""
-        for p in self._producers.values():
-            while p.batches and p.batches[-1].header_offset >= offset:
-                p.batches.pop()
+        producer keeps its newest epoch (fencing holds) even when all its batches go. A batch
+        cut in the middle is no longer whole: it goes too, and its header is the partial
+        batch again, as a scan of the log would find it (torn by whatever comes next unless
+        its records do)."""
         if self._partial is not None and self._partial[0] >= offset:
             self._partial = None
+        for pid, p in self._producers.items():
+            while p.batches and p.batches[-1].last_offset >= offset:
+                b = p.batches.pop()
+                if b.header_offset < offset:  # at most one: the log's last header
+                    count = b.last_sequence - b.first_sequence + 1
+                    header = BatchHeader(pid, b.epoch, b.first_sequence, count, p.timestamp_ms)
+                    self._partial = (b.header_offset, header)
 
     def clear(self) -> None:
         self._producers.clear()
