@@ -274,3 +274,27 @@ def test_the_driver_writes_snapshots_at_rolls_and_a_clean_close_and_starts_from_
         log.close()
 
     asyncio.run(main())
+
+
+def test_replog_verify_reports_a_damaged_snapshot_and_one_above_the_log_end(
+    tmp_path: Path,
+) -> None:
+    from replog.storage.verify import WARNING, verify_data_dir
+
+    log = open_log(tmp_path)
+    table = ProducerTable()
+    append_batch(log, table, pid=1, seq=0)
+    good = snapshot(log, table)
+    append_batch(log, table, pid=1, seq=3)
+    damaged = snapshot(log, table)
+    leo = log.log_end_offset
+    log.close()
+    directory = tmp_path / "t" / "partition_0"
+    path = directory / snapshots.snapshot_name(damaged)
+    path.write_bytes(path.read_bytes()[:-2])
+    (directory / snapshots.snapshot_name(leo + 10)).write_bytes(snapshots.encode(leo + 10, b""))
+    report = verify_data_dir(tmp_path)
+    found = {f.path.name: f for f in report.findings}
+    assert snapshots.snapshot_name(good) not in found
+    assert found[snapshots.snapshot_name(damaged)].severity == WARNING
+    assert "above the log end" in found[snapshots.snapshot_name(leo + 10)].detail
