@@ -153,7 +153,7 @@ def check_against_scan(restarted: ProducerTable, scan: ProducerTable, *, exact: 
 
 
 @settings(
-    max_examples=int(os.environ.get("REPLOG_PSNAP_EXAMPLES", "150")),
+    max_examples=int(os.environ.get("REPLOG_PSNAP_EXAMPLES", "100")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
