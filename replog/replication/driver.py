@@ -131,6 +131,9 @@ _log = logging.getLogger("replog.replication")
 # the next retention pass): its next batch is accepted at any sequence (Kafka's
 # transactional.id.expiration.ms is 7 days too).
 PRODUCER_IDLE_MS = 7 * 24 * 3600 * 1000
+# A clean close writes a producer-state snapshot when the next start would otherwise scan at
+# least this many records past the newest one (a segment roll always writes one).
+SNAPSHOT_CLOSE_RECORDS_MIN = 1000
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
 
@@ -155,12 +158,14 @@ class ReplicaDriver(FaultHandling):
         clock: Callable[[], float] = time.monotonic,
         spawn: Spawn | None = None,
         essential: bool = False,
+        snapshot_close_records_min: int = SNAPSHOT_CLOSE_RECORDS_MIN,
     ) -> None:
         """`essential`: the metadata log. Its writes are small and are what leaves a full
         disk (a topic deletion), so they are made while the disk is full (the node's reserve
         is for them) instead of being refused, and its followers keep writing what they
         fetch."""
         self.essential = essential
+        self.snapshot_close_records_min = snapshot_close_records_min
         self.log = log
         self.config = config
         self.transport = transport
@@ -217,6 +222,13 @@ class ReplicaDriver(FaultHandling):
         self.log_writes = 0  # appends performed on the log (each one write, maybe an fsync)
         self.refused_writes = 0  # appends refused up front (full disk, no descriptors)
         self.held_fetches = 0  # fetched records not written (full disk), fetched again later
+        self.snapshots_written = 0  # producer-state snapshots written (`_write_snapshot`)
+        # Producer-state snapshots: the offset of the newest (or where the start's scan
+        # began), the active segment's base offset when it was written (a roll makes the
+        # next one due), and whether the table was loaded from the log at all.
+        self._snapshot_offset = 0
+        self._snapshot_base = -1
+        self._producers_loaded = False
         self._seen = (self.replica.role, self.replica.epoch)
         self._membership_seen = self.replica.membership
 
@@ -226,7 +238,7 @@ class ReplicaDriver(FaultHandling):
         """Start the owner task and perform the core's start-up outputs (and, in a replica
         set of one, its first election)."""
         assert self._task is None, "started twice"
-        self.replica.producers = await self._io(self._scan_producers)
+        await self._load_producers()
         name = f"replica-{self.log.topic}-{self.log.partition}"
         loop = asyncio.get_running_loop()
 
@@ -248,6 +260,8 @@ class ReplicaDriver(FaultHandling):
             # the log may only be closed once no output is being performed on it.
             await asyncio.shield(asyncio.wait([task]))
         self._fail_waiting(ShuttingDownError("the replica is shutting down"))
+        if self._snapshot_at_close():
+            await asyncio.shield(self._write_snapshot())
 
     @property
     def idle(self) -> bool:
@@ -420,7 +434,8 @@ class ReplicaDriver(FaultHandling):
         try:
             while not self._stopping and self._offline is None:
                 retry = self._failed is not None and self._clock() >= self._retry_at
-                if not (self._inbox or self._tick_due or self._handoff or retry):
+                snapshot = self._snapshot_due()
+                if not (self._inbox or self._tick_due or self._handoff or retry or snapshot):
                     self._wakeup = loop.create_future()
                     try:
                         await self._wakeup
@@ -447,6 +462,8 @@ class ReplicaDriver(FaultHandling):
                     batch = list(self._inbox)
                     self._inbox.clear()
                     await self._handle(batch)
+                if self._snapshot_due():
+                    await self._write_snapshot()
                 self._busy = False
                 self._schedule_tick()
         except BaseException as exc:
@@ -738,6 +755,8 @@ class ReplicaDriver(FaultHandling):
                 return
             self._check_in_step()
             self._report_membership()
+            if self._snapshot_due():
+                self._wake()  # the owner writes it (it may await)
         finally:
             self._busy = False
         self._schedule_tick()

@@ -16,9 +16,7 @@ import asyncio
 import logging
 from collections import deque
 
-from replog import frames
 from replog.errors import (
-    CorruptDataError,
     PartitionOfflineError,
     ReplogError,
     ShuttingDownError,
@@ -33,8 +31,7 @@ from replog.replication.durable import (
 )
 from replog.replication.inbox import Deliver, Input
 from replog.replication.membership import Membership
-from replog.replication.performing import Performer
-from replog.replication.producers import ProducerTable
+from replog.replication.producer_state import ProducerSnapshots
 from replog.replication.replica import Replica
 from replog.storage.segment_log import storage_error
 
@@ -46,7 +43,7 @@ RETRY_S_MIN = 0.1
 RETRY_S_MAX = 5.0
 
 
-class FaultHandling(Performer):
+class FaultHandling(ProducerSnapshots):
     """Rebuilds the core from the log after a failed log operation; the offline state."""
 
     rebuilds: int
@@ -99,31 +96,6 @@ class FaultHandling(Performer):
             self._membership_seen = membership
             if self._on_membership is not None:
                 self._on_membership(membership)
-
-    def _scan_producers(self) -> ProducerTable:
-        """The producer table of the log as it is on disk: every batch header from the log
-        start to the LEO, read in `fetch_bytes_max` chunks (a thread: blocking I/O)."""
-        table = ProducerTable()
-        offset, end = self.log.log_start_offset, self.log.log_end_offset
-        while offset < end:
-            try:
-                data = self.log.read_uncommitted(offset, self.fetch_bytes_max, end_offset=end)
-            except CorruptDataError as exc:
-                # The replica starts all the same: the repair loop refetches its log (the
-                # table is rebuilt as it does); until then it knows the batches before here.
-                _log.warning(
-                    "replica %s/%s: producer state scan stops at %d: %s",
-                    self.log.topic,
-                    self.log.partition,
-                    offset,
-                    exc,
-                )
-                break
-            if not data:
-                break
-            offset = frames.next_offset(data, offset)
-            table.apply_frames(data, offset)
-        return table
 
     def _new_replica(self) -> Replica:
         directory = self.log.directory
@@ -252,7 +224,7 @@ class FaultHandling(Performer):
             self.replica = self._new_replica()
         except OSError as err:  # reading the durable files (EMFILE, EIO)
             raise storage_error(err, f"read {self.log.directory}") from err
-        self.replica.producers = await self._io(self._scan_producers)
+        await self._load_producers()
         # No campaign here even in a replica set of one: its election timer starts one
         # later. Should the start-up repairs fail too, `_retry_rebuild` tries again later.
         await self._perform_all(self.replica.start())

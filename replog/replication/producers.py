@@ -122,6 +122,18 @@ class Check:
 
 
 @dataclass(frozen=True, slots=True)
+class ProducerEntry:
+    """One producer of a table as a snapshot holds it: its newest epoch, newest batch's
+    timestamp and last batches (header offset, epoch, first and last sequence), oldest
+    first."""
+
+    producer_id: int
+    epoch: int
+    timestamp_ms: int
+    batches: tuple[tuple[int, int, int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class _Batch:
     header_offset: int
     epoch: int
@@ -246,12 +258,19 @@ class ProducerTable:
 
     def truncate(self, offset: int) -> None:
         """The log lost every record at or above `offset`: forget the batches there. A
-        producer keeps its newest epoch (fencing holds) even when all its batches go."""
-        for p in self._producers.values():
-            while p.batches and p.batches[-1].header_offset >= offset:
-                p.batches.pop()
+        producer keeps its newest epoch (fencing holds) even when all its batches go. A batch
+        cut in the middle is no longer whole: it goes too, and its header is the partial
+        batch again, as a scan of the log would find it (torn by whatever comes next unless
+        its records do)."""
         if self._partial is not None and self._partial[0] >= offset:
             self._partial = None
+        for pid, p in self._producers.items():
+            while p.batches and p.batches[-1].last_offset >= offset:
+                b = p.batches.pop()
+                if b.header_offset < offset:  # at most one: the log's last header
+                    count = b.last_sequence - b.first_sequence + 1
+                    header = BatchHeader(pid, b.epoch, b.first_sequence, count, p.timestamp_ms)
+                    self._partial = (b.header_offset, header)
 
     def clear(self) -> None:
         self._producers.clear()
@@ -263,6 +282,40 @@ class ProducerTable:
         for pid in old:
             del self._producers[pid]
         return len(old)
+
+    def entries(self) -> list[ProducerEntry]:
+        """Every producer, least recently active first (`producer_snapshot` encodes them)."""
+        return [
+            ProducerEntry(
+                pid,
+                p.epoch,
+                p.timestamp_ms,
+                tuple(
+                    (b.header_offset, b.epoch, b.first_sequence, b.last_sequence) for b in p.batches
+                ),
+            )
+            for pid, p in self._producers.items()
+        ]
+
+    @property
+    def partial(self) -> tuple[int, BatchHeader] | None:
+        """The header (and its offset) of a batch whose records have not all arrived."""
+        return self._partial
+
+    def restore(
+        self, entries: Iterable[ProducerEntry], partial: tuple[int, BatchHeader] | None
+    ) -> None:
+        """Take the state `entries()` and `partial` described (a snapshot), replacing this
+        table's; producers past `producers_max` (least recently active first) and batches
+        past `batches_kept` (oldest first) are dropped as `record` would."""
+        self.clear()
+        for e in entries:
+            while len(self._producers) >= self.producers_max:
+                del self._producers[next(iter(self._producers))]
+            batches = deque(_Batch(*b) for b in e.batches[-self.batches_kept :])
+            self._producers.pop(e.producer_id, None)
+            self._producers[e.producer_id] = _Producer(e.epoch, batches, e.timestamp_ms)
+        self._partial = partial
 
     def state(self) -> dict[int, tuple[int, tuple[tuple[int, int, int, int], ...]]]:
         """A comparable picture of the table (tests): pid -> (epoch, batches)."""

@@ -19,6 +19,10 @@ Directory `{data_dir}/{topic}/partition_{N}/` holds the segment files and:
   number on open: nothing is recovered (the active segment ends at that offset; if its
   files disagree, it is recovered after all). Removed, and the directory fsynced, before the
   first change to the files after the open, so it never outlives the state it describes.
+* `{offset:020d}.snapshot`: the replica's state snapshots (its idempotent producers), written
+  by the log's owner (`write_snapshot`); their format and lifecycle are `snapshots.py`'s:
+  on open every snapshot above the LEO is deleted, a truncation deletes those above its
+  offset first (durably), a reset deletes them all, retention those below the log start.
 
 * `cleaner-sparse-end` and `cleaner-offset-checkpoint`: ASCII decimal + newline each,
   written atomically (fsynced) by the log cleaner (`cleaner.py`). The first before it swaps
@@ -74,7 +78,7 @@ from replog.errors import (
     StorageFullError,
     TooManyOpenFilesError,
 )
-from replog.storage import checkpoint
+from replog.storage import checkpoint, snapshots
 from replog.storage.config import FlushPolicy, StorageConfig
 from replog.storage.integrity import CORRUPT, IntegrityIssue
 from replog.storage.open_files import OpenFiles, OwnedLock
@@ -135,6 +139,11 @@ class PartitionLog:
         )
         self._log = log
         self._leo = log.log_end_offset
+        try:  # a crash lost the tail a snapshot describes: it must not outlive it
+            snapshots.delete_above(directory, self._leo)
+        except BaseException:
+            log.close()
+            raise
         self._flushed_offset = self._leo  # what recovery found is what the disk holds
         # Every offset below this one is on disk (fsynced): below the recovery point, or all
         # of it after a clean close (what recovery scanned is fsynced by the next flush). The
@@ -254,6 +263,17 @@ class PartitionLog:
     @property
     def high_watermark(self) -> int:
         return self._hw
+
+    @property
+    def durable_offset(self) -> int:
+        """Every offset below this one is on disk: the recovery point (the LEO after a clean
+        close, 0 when neither is known), moved up by each flush, down by truncations."""
+        return self._durable_offset
+
+    @property
+    def active_base_offset(self) -> int:
+        """The base offset of the active segment (it changes at each roll)."""
+        return self._log.active.base_offset
 
     @property
     def flushed_offset(self) -> int:
@@ -423,6 +443,7 @@ class PartitionLog:
             self._changing()
             self._lower_recovery_point(offset)
             try:
+                snapshots.delete_above(self.directory, offset)
                 log.truncate_to(offset)
             except OSError as exc:
                 raise self._fault(exc, f"truncate {self.directory}") from exc
@@ -448,6 +469,7 @@ class PartitionLog:
             self._changing()
             self._lower_recovery_point(0)  # a crash part-way leaves any suffix: recover it all
             try:
+                snapshots.delete_above(self.directory, -1)
                 log.reset_to(offset)
             except OSError as exc:
                 raise self._fault(exc, f"reset {self.directory}") from exc
@@ -471,6 +493,7 @@ class PartitionLog:
                 self._changing()
                 try:
                     log.delete_oldest(count)
+                    snapshots.delete_below(self.directory, log.log_start_offset)
                 except OSError as exc:
                     raise self._fault(exc, f"retention {self.directory}") from exc
             return count
@@ -527,6 +550,37 @@ class PartitionLog:
             except OSError as exc:
                 raise self._fault(exc, f"swap a cleaned segment in {self.directory}") from exc
             return True
+
+    # -- state snapshots (snapshots.py) ----------------------------------------------------
+
+    def snapshot_offsets(self) -> list[int]:
+        """The offsets of the snapshots beside the segments, ascending."""
+        with self._lock:
+            self._check_open()
+            try:
+                return snapshots.offsets(self.directory)
+            except OSError as exc:
+                raise storage_error(exc, f"list {self.directory}") from exc
+
+    def write_snapshot(self, offset: int, payload: bytes) -> None:
+        """Write the state of the records below `offset` (the LEO now: the caller's state is
+        the log's), atomically; a failure (a full disk) leaves the older snapshots valid."""
+        with self._lock:
+            self._check_open()
+            assert self._log.log_start_offset <= offset <= self._leo, (offset, self._leo)
+            try:
+                snapshots.write(self.directory, offset, payload)
+            except OSError as exc:
+                raise storage_error(exc, f"snapshot {self.directory}") from exc
+
+    def read_snapshot(self, offset: int) -> bytes:
+        """The payload of the snapshot at `offset` (`CorruptDataError` if it is damaged)."""
+        with self._lock:
+            self._check_open()
+            try:
+                return snapshots.read(self.directory, offset)
+            except OSError as exc:
+                raise storage_error(exc, f"read {self.directory}") from exc
 
     # -- reads ---------------------------------------------------------------------------
 

@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from replog.errors import CorruptDataError
 from replog.frames import HEADER, HEADER_BYTES, LENGTH_MASK
-from replog.storage import checkpoint, checksums
+from replog.storage import checkpoint, checksums, snapshots
 from replog.storage.checksums import SidecarHeaderError, crc32c_extend, crc32c_value
 from replog.storage.index import ENTRY, ENTRY_BYTES
 
@@ -113,6 +114,21 @@ def verify_partition(directory: Path, report: VerifyReport) -> None:
         # A segment the log cleaner rewrote has offset gaps and ends where the next starts.
         end = bases[i + 1] if base < sparse_end and not last else None
         expected = verify_segment(directory, base, last=last, report=report, sparse_end=end)
+    _check_snapshots(directory, expected, report)
+
+
+def _check_snapshots(directory: Path, end: int | None, report: VerifyReport) -> None:
+    """Producer-state snapshots (`snapshots.py`): a damaged one is not used (the start falls
+    back to an older one or scans the log), one above the log end is deleted on open."""
+    for offset in snapshots.offsets(directory):
+        path = directory / snapshots.snapshot_name(offset)
+        try:
+            snapshots.read(directory, offset)
+        except CorruptDataError as exc:
+            report.add(WARNING, path, f"{exc}: not used (the start scans the log instead)")
+            continue
+        if end is not None and offset > end:
+            report.add(WARNING, path, f"above the log end {end}: deleted on open")
 
 
 def verify_segment(

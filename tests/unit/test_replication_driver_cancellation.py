@@ -37,7 +37,7 @@ VOTERS = (1, 2, 3)
 
 def _kind(fn: Callable[[], Any]) -> str:
     """A name for the output a blocking call performs (a partial of a storage call, or a
-    bound method of the driver such as `_scan_producers`)."""
+    bound method of the driver)."""
     if not isinstance(fn, partial):
         return getattr(fn, "__name__", "?")
     name = getattr(fn.func, "__name__", "?")

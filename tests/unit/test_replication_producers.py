@@ -243,3 +243,21 @@ def test_scan_of_mixed_runs_agrees_with_a_plain_loop_also_on_damage(
         with pytest.raises(frames.FrameError) as err:
             frames.scan(bytes(buf), first)
         assert err.value.position == expected
+
+
+def test_a_batch_that_a_truncation_cuts_in_the_middle_is_forgotten_as_a_scan_would() -> None:
+    """A follower truncated to a point inside a batch holds only part of it: a retry of the
+    batch must be appended again, not answered with offsets that now hold other records."""
+    table = ProducerTable()
+    table.record(0, BatchHeader(5, 0, 0, 2, 1))  # header 0, records 1-2
+    table.record(3, BatchHeader(5, 0, 2, 3, 1))  # header 3, records 4-6
+    table.truncate(5)
+    assert table.check(ProducerBatch(5, 0, 2), 3).verdict is Verdict.APPEND
+    assert table.check(ProducerBatch(5, 0, 0), 2).verdict is Verdict.DUPLICATE
+    scan = ProducerTable()
+    log = frames.encode(0, [BatchHeader(5, 0, 0, 2, 1).encode()], control=True)
+    log += frames.encode(1, [b"a", b"b"])
+    log += frames.encode(3, [BatchHeader(5, 0, 2, 3, 1).encode()], control=True)
+    log += frames.encode(4, [b"c"])
+    scan.apply_frames(log, 5)
+    assert table.state() == scan.state() and table.partial == scan.partial
