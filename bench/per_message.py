@@ -15,6 +15,10 @@ on that node (leader, follower). CPU: utime + stime of each process over the sam
 client request and its answer are one gRPC message each way per append by construction
 (sequential appends on one stream), so only the replication messages are counted.
 
+`--tree NAME=PATH` (repeatable): run every configuration once per source tree in each
+repeat (the trees alternate), the nodes started from that tree (`PYTHONPATH` and working
+directory): a before/after of two commits in one run, with the same client.
+
 `--profile`: one more run of each configuration under `py-spy record --nonblocking` (each
 node, raw stacks), samples aggregated by innermost function: the top rows per role.
 
@@ -81,6 +85,9 @@ KEYS = (
 )
 
 
+Config = tuple[str, int, str]  # (tree name, nodes, flush)
+
+
 def leader_of(client: Client) -> int:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -108,24 +115,25 @@ def snapshot(count_dir: Path, pid: int) -> dict[str, float]:
     raise RuntimeError(f"node pid {pid} wrote no counts")
 
 
-def node_env(count_dir: Path) -> dict[str, str]:
-    path = [str(HOOKS), str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(":"))]
-    return {"BENCH_COUNT_DIR": str(count_dir), "PYTHONPATH": ":".join(path)}
+def node_env(count_dir: Path, tree: Path) -> dict[str, str]:
+    return {"BENCH_COUNT_DIR": str(count_dir), "PYTHONPATH": f"{HOOKS}:{tree}"}
 
 
 def run_config(
-    base: Path, nodes: int, flush: str, appends: int, profile: bool
+    base: Path, nodes: int, flush: str, appends: int, profile: bool, tree: Path = REPO
 ) -> tuple[dict[str, dict[str, float]], float, dict[str, list[tuple[str, float]]]]:
     """Per-append counts by role, the client's p50 (ms), and (with `profile`) the top
     functions by role."""
     data = base / f"n{nodes}-{flush}-{time.monotonic_ns()}"
     count_dir = data / "counts"
     count_dir.mkdir(parents=True)
-    saved = dict(os.environ)
-    os.environ.update(node_env(count_dir))
+    saved, cwd = dict(os.environ), os.getcwd()
+    os.environ.update(node_env(count_dir, tree))
+    os.chdir(tree)  # `python -m replog` imports the working directory's first
     try:
         cluster = DevCluster(data, nodes=nodes, extra_args=["--flush", flush]).start()
     finally:
+        os.chdir(cwd)
         os.environ.clear()
         os.environ.update(saved)
     try:
@@ -219,28 +227,39 @@ def main() -> None:
     parser.add_argument("--nodes", default="1,3")
     parser.add_argument("--flush", default="interval,always")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--tree", action="append", default=[], help="NAME=PATH (repeatable)")
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
-    configs = [(int(n), f) for n in args.nodes.split(",") for f in args.flush.split(",")]
-    results: dict[tuple[int, str], list[dict[str, dict[str, float]]]] = {c: [] for c in configs}
-    p50s: dict[tuple[int, str], list[float]] = {c: [] for c in configs}
-    tops: dict[tuple[int, str], dict[str, list[tuple[str, float]]]] = {}
+    trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in args.tree]
+    trees = trees or [("", REPO)]
+    paths = dict(trees)
+    configs = [
+        (name, int(n), f)
+        for n in args.nodes.split(",")
+        for f in args.flush.split(",")
+        for name, _ in trees
+    ]
+    results: dict[Config, list[dict[str, dict[str, float]]]] = {c: [] for c in configs}
+    p50s: dict[Config, list[float]] = {c: [] for c in configs}
+    tops: dict[Config, dict[str, list[tuple[str, float]]]] = {}
     with bench_tmpdir(args.dir, prefix="permsg-") as base:
         info = machine_info(base)
         for r in range(args.repeats):
-            for nodes, flush in configs if r % 2 == 0 else configs[::-1]:
-                log(f"repeat {r + 1}: {nodes} node(s), flush={flush}")
-                roles, p50, _ = run_config(base, nodes, flush, args.appends, False)
-                results[(nodes, flush)].append(roles)
-                p50s[(nodes, flush)].append(p50)
+            for config in configs if r % 2 == 0 else configs[::-1]:
+                name, nodes, flush = config
+                log(f"repeat {r + 1}: {name} {nodes} node(s), flush={flush}")
+                roles, p50, _ = run_config(base, nodes, flush, args.appends, False, paths[name])
+                results[config].append(roles)
+                p50s[config].append(p50)
         if args.profile:
-            for nodes, flush in configs:
-                log(f"profile: {nodes} node(s), flush={flush}")
-                tops[(nodes, flush)] = run_config(base, nodes, flush, args.appends, True)[2]
+            for config in configs:
+                name, nodes, flush = config
+                log(f"profile: {name} {nodes} node(s), flush={flush}")
+                tops[config] = run_config(base, nodes, flush, args.appends, True, paths[name])[2]
     table = {}
     for config, runs in results.items():
-        nodes, flush = config
+        name, nodes, flush = config
         table[config] = {
             role: {k: statistics.median(run[role][k] for run in runs) for k in KEYS}
             for role in runs[0]
@@ -248,7 +267,8 @@ def main() -> None:
         for role, values in table[config].items():
             emit(
                 Result(
-                    f"per_message_{nodes}n_{flush}_{role.replace(' ', '_')}",
+                    f"per_message_{name}{'_' if name else ''}{nodes}n_{flush}_"
+                    + role.replace(" ", "_"),
                     values["cpu_us"],
                     "us/append",
                     {"p50_ms": statistics.median(p50s[config]), **values},
@@ -264,7 +284,8 @@ def render(args, info, table, p50s, tops) -> str:  # type: ignore[no-untyped-def
     lines = [
         "Command: `.venv/bin/python bench/per_message.py "
         f"--appends {args.appends} --repeats {args.repeats}{' --profile' if args.profile else ''}"
-        " --write-docs`",
+        + "".join(f" --tree {t}" for t in args.tree)
+        + " --write-docs`",
         "",
         "- " + "; ".join(f"{k}: {v}" for k, v in info.items()),
         "",
@@ -276,20 +297,20 @@ def render(args, info, table, p50s, tops) -> str:  # type: ignore[no-untyped-def
     ]
     header = ["per append"]
     cols = []
-    for (nodes, flush), roles in table.items():
+    for (name, nodes, flush), roles in table.items():
         for role in roles:
             if nodes == 1 and role == "all nodes":
                 continue
-            header.append(f"{nodes} node(s) {flush}: {role}")
+            header.append(f"{name} {nodes}n {flush}: {role}".strip())
             cols.append(roles[role])
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|---" + "|---:" * len(cols) + "|")
     p50_row = ["client p50 (ms)"]
-    for (nodes, flush), roles in table.items():
+    for config, roles in table.items():
         for role in roles:
-            if nodes == 1 and role == "all nodes":
+            if config[1] == 1 and role == "all nodes":
                 continue
-            p50_row.append(f"{statistics.median(p50s[(nodes, flush)]):.3f}")
+            p50_row.append(f"{statistics.median(p50s[config]):.3f}")
     lines.append("| " + " | ".join(p50_row) + " |")
     for k in KEYS:
         fmt = "{:.0f}" if k == "cpu_us" else "{:.2f}"
