@@ -344,24 +344,36 @@ def test_a_leader_without_majority_fetches_steps_down_after_the_election_timeout
 
 def test_a_fetch_with_nothing_new_is_held_until_the_long_poll_expires() -> None:
     r = leader()
-    linger = r.config.hw_linger_ms
-    assert not sent(fetch(r, 2, 1, 1, now=0), FetchResponse)  # only a new HW to tell
-    assert r.next_tick_ms() == linger
-    (hw_answer,) = sent(r.tick(linger), FetchResponse)  # the new HW, hw_linger_ms later
-    assert isinstance(hw_answer.result, Records) and hw_answer.result.high_watermark == 1
+    assert sent(fetch(r, 2, 1, 1, now=0), FetchResponse)  # the HW that commits the epoch
     assert not sent(fetch(r, 2, 1, 1, now=10), FetchResponse)
     assert not sent(r.tick(109), FetchResponse)
     assert sent(r.tick(110), FetchResponse)
 
 
-def test_records_appended_before_the_hw_linger_ends_carry_the_new_hw() -> None:
+def test_a_new_hw_alone_is_told_hw_linger_ms_later_or_with_the_next_records() -> None:
     r = leader()
-    fetch(r, 2, 1, 1, now=0)  # the HW moved to 1: held for hw_linger_ms
-    (answer,) = sent(r.append(7, [b"a"], Acks.ALL, 1), FetchResponse)
+    linger = r.config.hw_linger_ms
+    fetch(r, 2, 1, 1, now=0)
+    fetch(r, 2, 1, 1, now=0)  # parked
+    assert sent(r.append(7, [b"a"], Acks.ALL, 0), FetchResponse)  # the record, at once
+    r.flushed(2, 0)
+    out = fetch(r, 2, 2, 1, now=1)  # acknowledges it: the HW moves to 2, nothing else new
+    assert of_type(out, AckCompleted) and not sent(out, FetchResponse)
+    assert not sent(r.tick(linger), FetchResponse)
+    (hw_answer,) = sent(r.tick(1 + linger), FetchResponse)
+    assert isinstance(hw_answer.result, Records)
+    assert (hw_answer.result.start_offset, hw_answer.result.end_offset) == (2, 2)
+    assert hw_answer.result.high_watermark == 2
+    # records that come before the linger ends carry the new HW, and nothing is left
+    fetch(r, 2, 2, 1, now=10)  # parked
+    sent(r.append(8, [b"b"], Acks.ALL, 10), FetchResponse)
+    r.flushed(3, 10)
+    fetch(r, 2, 3, 1, now=11)  # HW 3, held
+    (answer,) = sent(r.append(9, [b"c"], Acks.ALL, 12), FetchResponse)
     assert isinstance(answer.result, Records)
-    assert (answer.result.start_offset, answer.result.end_offset) == (1, 2)
-    assert answer.result.high_watermark == 1
-    assert not sent(r.tick(r.config.hw_linger_ms), FetchResponse)  # nothing left to tell
+    assert (answer.result.start_offset, answer.result.end_offset) == (3, 4)
+    assert answer.result.high_watermark == 3
+    assert not sent(r.tick(11 + linger), FetchResponse)
 
 
 def test_with_no_hw_linger_a_fetch_learns_a_new_hw_at_once() -> None:

@@ -232,10 +232,12 @@ def hw_news(c: Core, replica: int, progress: Progress, now_ms: int) -> None:
     else at most that much later, carried by the records that usually come first (the next
     append). The HW a follower holds is only what it may expose and checkpoint, never what
     commits (the leader counts fetch offsets): a late one loses nothing, and a single-record
-    append costs one message each way per follower instead of two."""
+    append costs one message each way per follower instead of two. The HW that commits
+    this leader's epoch goes at once: a replica that handed leadership over waits for it
+    (`ReplicaDriver.leader_serving`) before its node stops."""
     parked = progress.parked
     assert parked is not None
-    if c.config.hw_linger_ms == 0:
+    if c.config.hw_linger_ms == 0 or progress.hw_sent <= c.control_offset < c.hw:
         send_records(c, replica, parked)
     elif progress.hw_due_ms is None:
         progress.hw_due_ms = now_ms + c.config.hw_linger_ms
