@@ -315,10 +315,10 @@ def render(args, info, table, p50s, tops) -> str:  # type: ignore[no-untyped-def
     for k in KEYS:
         fmt = "{:.0f}" if k == "cpu_us" else "{:.2f}"
         lines.append("| " + " | ".join([k, *(fmt.format(c[k]) for c in cols)]) + " |")
-    for (nodes, flush), roles in tops.items():
+    for (name, nodes, flush), roles in tops.items():
         lines += [
             "",
-            f"Profile, {nodes} node(s), flush={flush}: share of samples by innermost function",
+            f"Profile, {name} {nodes} node(s), flush={flush}: samples by innermost function",
             "",
         ]
         for role, rows in roles.items():
