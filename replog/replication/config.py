@@ -20,6 +20,9 @@ class ReplicaConfig:
     election_timeout_ms_min: int = 1000
     election_timeout_ms_max: int = 2000
     fetch_wait_ms_max: int = 500
+    # A follower's parked fetch whose only news is a new HW waits this long for records to
+    # carry it (0: answered at once; see `leading.hw_news`).
+    hw_linger_ms: int = 5
     fetch_retry_ms: int = 600
     begin_epoch_retry_ms: int = 200
     flush_always: bool = True
@@ -36,6 +39,7 @@ class ReplicaConfig:
         assert not set(self.voters) & set(self.observers), (self.voters, self.observers)
         assert 0 < self.election_timeout_ms_min < self.election_timeout_ms_max
         assert 0 < self.fetch_wait_ms_max < self.fetch_retry_ms
+        assert 0 <= self.hw_linger_ms < self.fetch_wait_ms_max
         # a leader must answer a parked fetch before the follower gives up on it
         assert self.fetch_retry_ms < self.election_timeout_ms_min
         assert 0 < self.begin_epoch_retry_ms < self.election_timeout_ms_min

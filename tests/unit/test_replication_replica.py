@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Sequence
 from typing import TypeVar
@@ -343,9 +344,46 @@ def test_a_leader_without_majority_fetches_steps_down_after_the_election_timeout
 
 def test_a_fetch_with_nothing_new_is_held_until_the_long_poll_expires() -> None:
     r = leader()
+    assert sent(fetch(r, 2, 1, 1, now=0), FetchResponse)  # the HW that commits the epoch
+    assert not sent(fetch(r, 2, 1, 1, now=10), FetchResponse)
+    assert not sent(r.tick(109), FetchResponse)
+    assert sent(r.tick(110), FetchResponse)
+
+
+def test_a_new_hw_alone_is_told_hw_linger_ms_later_or_with_the_next_records() -> None:
+    r = leader()
+    linger = r.config.hw_linger_ms
+    fetch(r, 2, 1, 1, now=0)
+    fetch(r, 2, 1, 1, now=0)  # parked
+    assert sent(r.append(7, [b"a"], Acks.ALL, 0), FetchResponse)  # the record, at once
+    r.flushed(2, 0)
+    out = fetch(r, 2, 2, 1, now=1)  # acknowledges it: the HW moves to 2, nothing else new
+    assert of_type(out, AckCompleted) and not sent(out, FetchResponse)
+    assert not sent(r.tick(linger), FetchResponse)
+    (hw_answer,) = sent(r.tick(1 + linger), FetchResponse)
+    assert isinstance(hw_answer.result, Records)
+    assert (hw_answer.result.start_offset, hw_answer.result.end_offset) == (2, 2)
+    assert hw_answer.result.high_watermark == 2
+    # records that come before the linger ends carry the new HW, and nothing is left
+    fetch(r, 2, 2, 1, now=10)  # parked
+    sent(r.append(8, [b"b"], Acks.ALL, 10), FetchResponse)
+    r.flushed(3, 10)
+    fetch(r, 2, 3, 1, now=11)  # HW 3, held
+    (answer,) = sent(r.append(9, [b"c"], Acks.ALL, 12), FetchResponse)
+    assert isinstance(answer.result, Records)
+    assert (answer.result.start_offset, answer.result.end_offset) == (3, 4)
+    assert answer.result.high_watermark == 3
+    assert not sent(r.tick(11 + linger), FetchResponse)
+
+
+def test_with_no_hw_linger_a_fetch_learns_a_new_hw_at_once() -> None:
+    r = Replica(dataclasses.replace(config(), hw_linger_ms=0), random.Random(0), 0)
+    r.start()
+    r.campaign(0)
+    r.receive(VoteResponse(r.epoch, 2, True), 0)
+    r.flushed(r.log_end_offset, 0)
     assert sent(fetch(r, 2, 1, 1, now=0), FetchResponse)  # first answer carries the HW
     assert not sent(fetch(r, 2, 1, 1, now=10), FetchResponse)
-    assert sent(r.tick(110), FetchResponse)
 
 
 # -- the follower -----------------------------------------------------------------------------
@@ -604,7 +642,8 @@ def test_a_leader_serves_observers_but_counts_only_voters_toward_the_high_waterm
 
 def test_a_leader_long_polls_an_observer_fetch_and_answers_it_on_new_data() -> None:
     r = leader(observers=OBSERVERS)
-    assert sent(fetch(r, 4, 1, 1, now=0), FetchResponse)  # the first answer carries the HW
+    assert not sent(fetch(r, 4, 1, 1, now=0), FetchResponse)  # only the HW to tell
+    assert sent(r.tick(r.config.hw_linger_ms), FetchResponse)  # the HW, a linger later
     assert not sent(fetch(r, 4, 1, 1, now=10), FetchResponse)  # parked
     out = r.append(7, [b"a"], Acks.LEADER, 20)
     assert [s.to for s in of_type(out, Send)] == [4]
@@ -627,6 +666,7 @@ def test_a_leader_repeats_begin_epoch_to_observers_until_they_fetch() -> None:
     fetch(r, 2, 1, 1, now=50)
     fetch(r, 3, 1, 1, now=50)
     fetch(r, 5, 1, 1, now=50)
+    r.tick(50 + r.config.hw_linger_ms)  # the new HW to the fetches held for it
     out = r.tick(100)
     assert [(s.to, s.message) for s in of_type(out, Send)] == [(4, BeginEpoch(1, 1))]
 

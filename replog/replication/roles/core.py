@@ -58,6 +58,7 @@ class Progress:
     hw_sent: int = -1
     parked: FetchRequest | None = None
     parked_since_ms: int = 0
+    hw_due_ms: int | None = None  # the parked fetch is answered then to carry a new HW
     begin_sent_ms: int | None = None
 
 

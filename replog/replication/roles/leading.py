@@ -168,7 +168,7 @@ def await_ack(c: Core, ack: PendingAck, acks: Acks, now_ms: int) -> None:
     else:  # (a retry may queue behind newer batches: they commit first anyway)
         c.pending_all.append(ack)
     update_high_watermark(c, now_ms)
-    answer_parked(c)
+    answer_parked(c, now_ms)
 
 
 def flushed(c: Core, now_ms: int) -> None:
@@ -211,20 +211,42 @@ def update_high_watermark(c: Core, now_ms: int) -> None:
     while c.pending_all and c.pending_all[0].last_offset < hw:
         ack = c.pending_all.popleft()
         c.out.append(AckCompleted(ack.request_id, ack.base_offset, ack.last_offset))
-    answer_parked(c)
+    answer_parked(c, now_ms)
 
 
-def answer_parked(c: Core) -> None:
-    """Answer the long polls that new records or a new HW concern."""
+def answer_parked(c: Core, now_ms: int) -> None:
+    """Answer the long polls that new records concern; one whose only news is a new HW is
+    answered `hw_linger_ms` later (`hw_news`) unless records come first."""
     for replica, progress in c.progress.items():
         parked = progress.parked
-        if parked is not None and (parked.fetch_offset < c.leo or progress.hw_sent != c.hw):
+        if parked is None:
+            continue
+        if parked.fetch_offset < c.leo:
             send_records(c, replica, parked)
+        elif progress.hw_sent != c.hw:
+            hw_news(c, replica, progress, now_ms)
+
+
+def hw_news(c: Core, replica: int, progress: Progress, now_ms: int) -> None:
+    """A parked fetch whose only news is a new HW: answered now with `hw_linger_ms` 0,
+    else at most that much later, carried by the records that usually come first (the next
+    append). The HW a follower holds is only what it may expose and checkpoint, never what
+    commits (the leader counts fetch offsets): a late one loses nothing, and a single-record
+    append costs one message each way per follower instead of two. The HW that commits
+    this leader's epoch goes at once: a replica that handed leadership over waits for it
+    (`ReplicaDriver.leader_serving`) before its node stops."""
+    parked = progress.parked
+    assert parked is not None
+    if c.config.hw_linger_ms == 0 or progress.hw_sent <= c.control_offset < c.hw:
+        send_records(c, replica, parked)
+    elif progress.hw_due_ms is None:
+        progress.hw_due_ms = now_ms + c.config.hw_linger_ms
 
 
 def send_records(c: Core, replica: int, request: FetchRequest) -> None:
     progress = c.progress[replica]
     progress.parked = None
+    progress.hw_due_ms = None
     progress.hw_sent = c.hw
     start, end = request.fetch_offset, c.leo
     records = Records(
@@ -263,13 +285,16 @@ def serve_fetch(c: Core, request: FetchRequest, now_ms: int) -> None:
     # stale, reordered fetch only delays the HW; the HW itself never goes back).
     progress.match = request.fetch_offset
     progress.parked = None
+    progress.hw_due_ms = None
     update_high_watermark(c, now_ms)
     maybe_timeout_now(c)
-    if request.fetch_offset < c.leo or progress.hw_sent != c.hw:
+    if request.fetch_offset < c.leo:
         send_records(c, sender, request)
     else:
         progress.parked = request  # long poll: answered on new data, new HW or expiry
         progress.parked_since_ms = now_ms
+        if progress.hw_sent != c.hw:
+            hw_news(c, sender, progress, now_ms)
 
 
 def _send_start_at(c: Core, sender: int, request: FetchRequest, now_ms: int) -> None:
@@ -280,6 +305,7 @@ def _send_start_at(c: Core, sender: int, request: FetchRequest, now_ms: int) -> 
     progress = c.progress[sender]
     progress.last_fetch_ms = now_ms  # it is alive (check-quorum), but matches nothing yet
     progress.parked = None
+    progress.hw_due_ms = None
     before = EpochHistory(c.history.entries)
     before.truncate_to(c.log_start)
     start_at = StartAt(c.log_start, before.entries, c.members.in_force_at(c.log_start))

@@ -291,7 +291,10 @@ def _tick_leader(c: Core, now_ms: int) -> None:
     alive = 1
     for replica, progress in c.progress.items():
         parked = progress.parked
-        if parked is not None and now_ms - progress.parked_since_ms >= cfg.fetch_wait_ms_max:
+        if parked is not None and (
+            now_ms - progress.parked_since_ms >= cfg.fetch_wait_ms_max
+            or (progress.hw_due_ms is not None and now_ms >= progress.hw_due_ms)
+        ):
             send_records(c, replica, parked)
         last = progress.last_fetch_ms
         # Tell the leader again to a replica that has not fetched in this epoch, and to an
@@ -327,6 +330,8 @@ def next_tick_ms(c: Core) -> int | None:
     for progress in c.progress.values():
         if progress.parked is not None:
             times.append(progress.parked_since_ms + cfg.fetch_wait_ms_max)
+            if progress.hw_due_ms is not None:
+                times.append(progress.hw_due_ms)
         last = progress.last_fetch_ms
         unaware = not progress.voter or progress.match <= c.members.latest_offset
         if last is None or unaware:

@@ -396,29 +396,30 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                     checked_at = now
                     if authenticate(context) != peer:
                         await self._refuse(context, f"node {peer} is no longer a member")
-            deliveries: list[asyncio.Task[None]] = []
-            for envelope in batch:
-                count += 1
-                if peer is not None and envelope.from_id != peer:
-                    await self._refuse(
-                        context, f"node {peer} sent an envelope as node {envelope.from_id}"
-                    )
-                if count == 1 and announced is None and self.on_peer is not None:
-                    self.on_peer(envelope.from_id)
-                delivery = self._delivery(envelope)
-                if delivery is not None:
-                    deliveries.append(delivery)
-            if deliveries:
-                await asyncio.wait(deliveries)  # the handler's cancellation stops only this
+            deliveries: list[Awaitable[None]] = []
+            try:
+                for envelope in batch:
+                    count += 1
+                    if peer is not None and envelope.from_id != peer:
+                        await self._refuse(
+                            context, f"node {peer} sent an envelope as node {envelope.from_id}"
+                        )
+                    if count == 1 and announced is None and self.on_peer is not None:
+                        self.on_peer(envelope.from_id)
+                    delivery = self._delivery(envelope)
+                    if delivery is not None:
+                        deliveries.append(delivery)
+            except BaseException:
                 for delivery in deliveries:
-                    delivery.result()  # a delivery that failed ends the stream, as before
+                    if isinstance(delivery, Coroutine):
+                        delivery.close()  # none of a refused batch is delivered
+                raise
+            await _deliver_all(deliveries)
         return pb.ExchangeSummary(envelopes=count)
 
-    def _delivery(self, envelope: pb.Envelope) -> asyncio.Task[None] | None:
-        """The delivery of `envelope` to its replica, started (None: not hosted here, or
-        impossible). Tasks start in the order they are made, and a replica's delivery puts
-        the message in its inbox before its first wait: each replica gets its messages in
-        the stream's order."""
+    def _delivery(self, envelope: pb.Envelope) -> Awaitable[None] | None:
+        """The delivery of `envelope` to its replica, not started yet (None: not hosted
+        here, or impossible); `_deliver_all` runs a batch's deliveries."""
         deliver = self.router(envelope.topic, envelope.partition, envelope.topic_id)
         if deliver is None:
             return None
@@ -427,7 +428,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         except ImpossibleMessage as exc:
             self._dropped(envelope, str(exc))
             return None
-        return asyncio.ensure_future(deliver(message))
+        return deliver(message)
 
     async def _refuse(self, context: Any, reason: str) -> None:
         self.refused += 1
@@ -452,6 +453,22 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 why=reason[:200],
                 dropped=self.dropped,
             )
+
+
+async def _deliver_all(deliveries: list[Awaitable[None]]) -> None:
+    """Run one batch's deliveries; a delivery that failed ends the stream. A replica's
+    delivery puts the message in its inbox before its first wait, and the handler's
+    cancellation stops only the waiting (the replica's owner handles what it was given).
+    One delivery (a single-partition stream, the usual hot path) runs in the handler's
+    own task: no task and no `asyncio.wait` per message. Several start as tasks in the
+    batch's order, so each replica gets its messages in the stream's order."""
+    if len(deliveries) == 1:
+        await deliveries[0]
+    elif deliveries:
+        tasks = [asyncio.ensure_future(delivery) for delivery in deliveries]
+        await asyncio.wait(tasks)
+        for task in tasks:
+            task.result()
 
 
 def _announced_node(context: Any) -> int | None:

@@ -1,0 +1,330 @@
+"""Where one single-record append's cost goes, counted on each node (issue 32 item 1).
+
+    .venv/bin/python bench/per_message.py [--appends N] [--repeats N] [--profile]
+                                          [--flush interval,always] [--write-docs]
+
+Each configuration (1 node; 3 nodes with a partition replicated 3 times; each under
+`--flush interval` and `--flush always`) is a `DevCluster` of `replog serve` processes on
+127.0.0.1 whose start-up loads bench/count_hooks/sitecustomize.py: counters wrapped around
+the event loop, the replication owner task, its timer, the peer transport, fsync, logging
+and metrics (the list is that module's docstring). One client (`Client.append`, the
+default idempotent client over AppendStream) appends `--appends` single 100-byte records
+one after the other with acks=all, after 100 warm-up appends; each node writes its counts
+before and after (SIGUSR2), and the difference over the appends is the cost of one append
+on that node (leader, follower). CPU: utime + stime of each process over the same run. A
+client request and its answer are one gRPC message each way per append by construction
+(sequential appends on one stream), so only the replication messages are counted.
+
+`--tree NAME=PATH` (repeatable): run every configuration once per source tree in each
+repeat (the trees alternate), the nodes started from that tree (`PYTHONPATH` and working
+directory): a before/after of two commits in one run, with the same client.
+
+`--profile`: one more run of each configuration under `py-spy record --nonblocking` (each
+node, raw stacks), samples aggregated by innermost function: the top rows per role.
+
+Prints one JSON line per configuration and role; `--write-docs` writes
+`## Per-message cost (bench/per_message.py)` in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _common import (
+    Result,
+    bench_tmpdir,
+    emit,
+    log,
+    machine_info,
+    process_cpu_s,
+    write_section,
+)
+
+from replog.client import Client
+from replog.devcluster import DevCluster
+from replog.errors import ReplogError
+
+HOOKS = Path(__file__).resolve().parent / "count_hooks"
+REPO = Path(__file__).resolve().parent.parent
+TOPIC = "permsg"
+VALUE_BYTES = 100
+WARMUP = 100
+SNAPSHOT_TIMEOUT_S = 30.0
+KEYS = (
+    "cpu_us",
+    "peer_messages_out",
+    "peer_messages_in",
+    "peer_envelopes_out",
+    "peer_envelopes_in",
+    "loop_passes",
+    "loop_sleeps",
+    "loop_idle_wakeups",
+    "tasks_created",
+    "timers_armed",
+    "ticker_arms",
+    "ticker_fired",
+    "owner_submits",
+    "owner_direct",
+    "owner_passes",
+    "fsyncs",
+    "log_records",
+    "metric_updates",
+)
+
+
+Config = tuple[str, int, str]  # (tree name, nodes, flush)
+
+
+def leader_of(client: Client) -> int:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            leader = client.refresh_metadata([TOPIC]).topics[0].partitions[0].leader_id
+        except ReplogError:
+            leader = -1
+        if leader > 0:
+            return int(leader)
+        time.sleep(0.05)
+    raise RuntimeError("no leader")
+
+
+def snapshot(count_dir: Path, pid: int) -> dict[str, float]:
+    before = set(count_dir.glob(f"counts-{pid}-*.json"))
+    os.kill(pid, signal.SIGUSR2)
+    deadline = time.monotonic() + SNAPSHOT_TIMEOUT_S
+    while time.monotonic() < deadline:
+        new = set(count_dir.glob(f"counts-{pid}-*.json")) - before
+        if new:
+            counts: dict[str, float] = json.loads(new.pop().read_text())
+            counts["cpu_us"] = process_cpu_s(pid) * 1e6
+            return counts
+        time.sleep(0.01)
+    raise RuntimeError(f"node pid {pid} wrote no counts")
+
+
+def node_env(count_dir: Path, tree: Path) -> dict[str, str]:
+    return {"BENCH_COUNT_DIR": str(count_dir), "PYTHONPATH": f"{HOOKS}:{tree}"}
+
+
+def run_config(
+    base: Path, nodes: int, flush: str, appends: int, profile: bool, tree: Path = REPO
+) -> tuple[dict[str, dict[str, float]], float, dict[str, list[tuple[str, float]]]]:
+    """Per-append counts by role, the client's p50 (ms), and (with `profile`) the top
+    functions by role."""
+    data = base / f"n{nodes}-{flush}-{time.monotonic_ns()}"
+    count_dir = data / "counts"
+    count_dir.mkdir(parents=True)
+    saved, cwd = dict(os.environ), os.getcwd()
+    os.environ.update(node_env(count_dir, tree))
+    os.chdir(tree)  # `python -m replog` imports the working directory's first
+    try:
+        cluster = DevCluster(data, nodes=nodes, extra_args=["--flush", flush]).start()
+    finally:
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(saved)
+    try:
+        with Client(cluster.bootstrap) as client:
+            client.create_topic(TOPIC, 1, nodes)
+            leader = leader_of(client)
+            value = os.urandom(VALUE_BYTES)
+            for _ in range(WARMUP):
+                client.append(TOPIC, 0, [value], acks="all")
+            pids = {i: m.proc.pid for i, m in cluster.members.items() if m.proc is not None}
+            spies = start_profiles(data, pids) if profile else {}
+            before = {i: snapshot(count_dir, pid) for i, pid in pids.items()}
+            took = []
+            for _ in range(appends):
+                t = time.perf_counter()
+                client.append(TOPIC, 0, [value], acks="all")
+                took.append(time.perf_counter() - t)
+            after = {i: snapshot(count_dir, pid) for i, pid in pids.items()}
+            tops = stop_profiles(spies, leader)
+        roles: dict[str, dict[str, float]] = {}
+        followers = [i for i in pids if i != leader]
+        for role, ids in (("leader", [leader]), ("follower", followers)):
+            if not ids:
+                continue
+            roles[role] = {
+                k: statistics.mean(after[i].get(k, 0) - before[i].get(k, 0) for i in ids) / appends
+                for k in KEYS
+            }
+        roles["all nodes"] = {
+            k: sum(after[i].get(k, 0) - before[i].get(k, 0) for i in pids) / appends for k in KEYS
+        }
+        return roles, statistics.median(took) * 1000, tops
+    finally:
+        cluster.stop()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def start_profiles(
+    data: Path, pids: dict[int, int]
+) -> dict[int, tuple[subprocess.Popen[bytes], Path]]:
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    out = {}
+    for node, pid in pids.items():
+        path = data / f"spy-{node}.txt"
+        cmd = [spy, "record", "--pid", str(pid), "--rate", "500", "--nonblocking"]
+        cmd += ["--format", "raw", "--output", str(path), "--duration", "600"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        out[node] = (proc, path)
+    time.sleep(1.0)  # py-spy attaches
+    return out
+
+
+def stop_profiles(
+    spies: dict[int, tuple[subprocess.Popen[bytes], Path]], leader: int
+) -> dict[str, list[tuple[str, float]]]:
+    tops: dict[str, list[tuple[str, float]]] = {}
+    merged: dict[str, Counter[str]] = {"leader": Counter(), "follower": Counter()}
+    for node, (proc, path) in spies.items():
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+        role = "leader" if node == leader else "follower"
+        if path.exists():
+            merged[role].update(leaf_counts(path))
+    for role, counts in merged.items():
+        total = sum(counts.values())
+        if total:
+            tops[role] = [(name, n / total) for name, n in counts.most_common(15)]
+    return tops
+
+
+def leaf_counts(path: Path) -> Counter[str]:
+    """Samples by innermost frame (`function (file)`), idle samples left out."""
+    counts: Counter[str] = Counter()
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        leaf = stack.split(";")[-1]
+        name = leaf.split(" (")[0] if " (" in leaf else leaf
+        where = leaf.split(" (")[1].split(":")[0].rsplit("/", 2)[-2:] if " (" in leaf else []
+        counts[f"{name} ({'/'.join(where)})" if where else name] += int(n)
+    return counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--appends", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--nodes", default="1,3")
+    parser.add_argument("--flush", default="interval,always")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--tree", action="append", default=[], help="NAME=PATH (repeatable)")
+    parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--write-docs", action="store_true")
+    args = parser.parse_args()
+    trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in args.tree]
+    trees = trees or [("", REPO)]
+    paths = dict(trees)
+    configs = [
+        (name, int(n), f)
+        for n in args.nodes.split(",")
+        for f in args.flush.split(",")
+        for name, _ in trees
+    ]
+    results: dict[Config, list[dict[str, dict[str, float]]]] = {c: [] for c in configs}
+    p50s: dict[Config, list[float]] = {c: [] for c in configs}
+    tops: dict[Config, dict[str, list[tuple[str, float]]]] = {}
+    with bench_tmpdir(args.dir, prefix="permsg-") as base:
+        info = machine_info(base)
+        for r in range(args.repeats):
+            for config in configs if r % 2 == 0 else configs[::-1]:
+                name, nodes, flush = config
+                log(f"repeat {r + 1}: {name} {nodes} node(s), flush={flush}")
+                roles, p50, _ = run_config(base, nodes, flush, args.appends, False, paths[name])
+                results[config].append(roles)
+                p50s[config].append(p50)
+        if args.profile:
+            for config in configs:
+                name, nodes, flush = config
+                log(f"profile: {name} {nodes} node(s), flush={flush}")
+                tops[config] = run_config(base, nodes, flush, args.appends, True, paths[name])[2]
+    table = {}
+    for config, runs in results.items():
+        name, nodes, flush = config
+        table[config] = {
+            role: {k: statistics.median(run[role][k] for run in runs) for k in KEYS}
+            for role in runs[0]
+        }
+        for role, values in table[config].items():
+            emit(
+                Result(
+                    f"per_message_{name}{'_' if name else ''}{nodes}n_{flush}_"
+                    + role.replace(" ", "_"),
+                    values["cpu_us"],
+                    "us/append",
+                    {"p50_ms": statistics.median(p50s[config]), **values},
+                )
+            )
+    body = render(args, info, table, p50s, tops)
+    print(body, file=sys.stderr)
+    if args.write_docs:
+        write_section("## Per-message cost (bench/per_message.py)", body)
+
+
+def render(args, info, table, p50s, tops) -> str:  # type: ignore[no-untyped-def]
+    lines = [
+        "Command: `.venv/bin/python bench/per_message.py "
+        f"--appends {args.appends} --repeats {args.repeats}{' --profile' if args.profile else ''}"
+        + "".join(f" --tree {t}" for t in args.tree)
+        + " --write-docs`",
+        "",
+        "- " + "; ".join(f"{k}: {v}" for k, v in info.items()),
+        "",
+        f"One client appends {args.appends} single 100-byte records one after the other, "
+        "acks=all, default idempotent client over AppendStream; counts on each node per append "
+        f"(medians of {args.repeats} runs; a follower's figure is the mean of the two). "
+        "The counters are bench/count_hooks/sitecustomize.py's (its docstring says what each is).",
+        "",
+    ]
+    header = ["per append"]
+    cols = []
+    for (name, nodes, flush), roles in table.items():
+        for role in roles:
+            if nodes == 1 and role == "all nodes":
+                continue
+            header.append(f"{name} {nodes}n {flush}: {role}".strip())
+            cols.append(roles[role])
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|---" + "|---:" * len(cols) + "|")
+    p50_row = ["client p50 (ms)"]
+    for config, roles in table.items():
+        for role in roles:
+            if config[1] == 1 and role == "all nodes":
+                continue
+            p50_row.append(f"{statistics.median(p50s[config]):.3f}")
+    lines.append("| " + " | ".join(p50_row) + " |")
+    for k in KEYS:
+        fmt = "{:.0f}" if k == "cpu_us" else "{:.2f}"
+        lines.append("| " + " | ".join([k, *(fmt.format(c[k]) for c in cols)]) + " |")
+    for (name, nodes, flush), roles in tops.items():
+        lines += [
+            "",
+            f"Profile, {name} {nodes} node(s), flush={flush}: samples by innermost function",
+            "",
+        ]
+        for role, rows in roles.items():
+            lines.append(f"- {role}: " + "; ".join(f"`{n}` {s:.1%}" for n, s in rows[:10]))
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
