@@ -70,8 +70,8 @@ SUPPORTED: Final[Mapping[int, tuple[int, int]]] = {
     ApiKey.LEAVE_GROUP: (0, 5),
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
-    # admin APIs (admin.py); librdkafka 2.x sends CreatePartitions v0-1, DescribeConfigs v1,
-    # AlterConfigs v0-1, IncrementalAlterConfigs v0-1, DeleteGroups v0-1, DescribeCluster v0
+    # admin APIs (admin.py): every version of the specs in replog/kafka/specs (so whatever
+    # librdkafka 2.x, kafka-python or the Java client sends), DescribeCluster but 2
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
