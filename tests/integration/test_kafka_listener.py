@@ -516,17 +516,43 @@ def test_admin_client_grows_topics_alters_configs_and_deletes_groups(
     with pytest.raises(confluent_kafka.KafkaException) as invalid:
         client.alter_configs([bad])[bad].result(30)
     assert invalid.value.args[0].code() == confluent_kafka.KafkaError.INVALID_CONFIG
-    # DescribeCluster: the brokers Metadata names
+    # DescribeCluster (librdkafka's describe_cluster asks Metadata; the API itself, raw):
+    # the brokers and controller Metadata names. A broker resource: no configs; an
+    # APPEND: INVALID_REQUEST (librdkafka checks it before sending).
     cluster = client.describe_cluster().result(30)
     assert cluster.cluster_id == "replog" and len(cluster.nodes) == 1
-    # DeleteGroups: a group that committed offsets is deleted; then it is not found
+    with _connect(server) as sock:
+        metadata = _request(sock, ApiKey.METADATA, 12, {"topics": []})
+        described = _request(sock, ApiKey.DESCRIBE_CLUSTER, 1, {"endpoint_type": 1})
+        broker = {"resource_type": 4, "resource_name": "1", "configuration_keys": None}
+        configs = _request(sock, ApiKey.DESCRIBE_CONFIGS, 4, {"resources": [broker]})
+        append = {"name": "cleanup.policy", "config_operation": 2, "value": "delete"}
+        resource = {"resource_type": 2, "resource_name": topic, "configs": [append]}
+        appended = _request(sock, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [resource]})
+    assert described["error_code"] == 0 and described["cluster_id"] == "replog"
+    assert described["controller_id"] == metadata["controller_id"]
+    assert [(b["broker_id"], b["host"], b["port"]) for b in described["brokers"]] == [
+        (b["node_id"], b["host"], b["port"]) for b in metadata["brokers"]
+    ]
+    assert configs["results"][0]["error_code"] == 0 and configs["results"][0]["configs"] == []
+    assert appended["responses"][0]["error_code"] == ErrorCode.INVALID_REQUEST
+    # DeleteGroups: refused while the group has a member; once it left, the group (which
+    # committed offsets) is deleted; then it is not found
     group = f"del-{topic}"
     config = {"bootstrap.servers": kafka(server), "group.id": group, "enable.auto.commit": False}
-    committer = confluent_kafka.Consumer(config)
+    member = confluent_kafka.Consumer(config | {"session.timeout.ms": 10_000})
     try:
-        committer.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, 0)], asynchronous=False)
+        member.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while not member.assignment() and time.monotonic() < deadline:
+            member.poll(0.2)
+        assert member.assignment()
+        member.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, 0)], asynchronous=False)
+        with pytest.raises(confluent_kafka.KafkaException) as busy:
+            client.delete_consumer_groups([group], request_timeout=30)[group].result(30)
+        assert busy.value.args[0].code() == confluent_kafka.KafkaError.NON_EMPTY_GROUP
     finally:
-        committer.close()
+        member.close()
     client.delete_consumer_groups([group], request_timeout=30)[group].result(30)
     with pytest.raises(confluent_kafka.KafkaException) as gone:
         client.delete_consumer_groups([group], request_timeout=30)[group].result(30)
