@@ -523,13 +523,22 @@ def test_the_group_protocol_needs_read_on_the_group_and_describes_only_what_it_m
     assert [g["group_id"] for g in answer["groups"]] == ["mine"]
 
 
-def test_the_admin_apis_split_their_resources_by_the_grpc_rules() -> None:
+def test_the_admin_apis_split_their_resources_by_the_grpc_rules(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """CreatePartitions: alter on each topic; DescribeConfigs: describe on each topic (a
     broker resource: on the cluster); IncrementalAlterConfigs: alter likewise; DeleteGroups:
     delete on each group. The refused are answered in the API's shape (it encodes), the
     handler sees only the rest."""
     from replog.kafka import protocol
+    from replog.server.edge import audit
 
+    changes: list[tuple[str, str, str]] = []
+    monkeypatch.setattr(
+        audit,
+        "change",
+        lambda **kw: changes.append((kw["operation"], kw["resource"], kw["outcome"])),
+    )
     sec = security(
         acl(ALICE, "alter", "topic", "a"),
         acl(ALICE, "describe", "topic", "a"),
@@ -580,3 +589,9 @@ def test_the_admin_apis_split_their_resources_by_the_grpc_rules() -> None:
     codes = {r["group_id"]: r["error_code"] for r in answer["results"]}
     assert codes == {"g": 0, "h": ErrorCode.GROUP_AUTHORIZATION_FAILED}
     protocol.encode_response(RequestHeader(ApiKey.DELETE_GROUPS, 2, 1, "c"), answer)
+    # the changes made are audited (the refusals are audited as denied)
+    assert changes == [
+        ("alter", "topic:a", "OK"),
+        ("alter", "topic:a", "OK"),
+        ("delete", "group:g", "OK"),
+    ]
