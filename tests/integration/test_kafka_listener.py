@@ -469,3 +469,91 @@ def test_idempotent_batches_map_onto_replog_sequences_and_acks_0_gets_no_answer(
     while len(values) < 3 and time.monotonic() < deadline:
         values = [r.value for r in read_grpc(client, topic, 3)]
     assert values == [b"a", b"b", b"z"]
+
+
+def _configs(client: Any, topic: str) -> dict[str, Any]:
+    resource = admin.ConfigResource(admin.ResourceType.TOPIC, topic)
+    return dict(client.describe_configs([resource])[resource].result(30))
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
+def test_admin_client_grows_topics_alters_configs_and_deletes_groups(
+    server: ServerProcess,
+) -> None:
+    client = admin.AdminClient({"bootstrap.servers": kafka(server)})
+    topic = new_topic(server)
+    # CreatePartitions: validate_only changes nothing; a growth applies; a shrink is refused
+    client.create_partitions([admin.NewPartitions(topic, 4)], validate_only=True)[topic].result(30)
+    assert len(client.list_topics(topic, timeout=30).topics[topic].partitions) == 1
+    client.create_partitions([admin.NewPartitions(topic, 3)])[topic].result(30)
+    assert len(client.list_topics(topic, timeout=30).topics[topic].partitions) == 3
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        client.create_partitions([admin.NewPartitions(topic, 2)])[topic].result(30)
+    assert refused.value.args[0].code() == confluent_kafka.KafkaError.INVALID_PARTITIONS
+    # DescribeConfigs, IncrementalAlterConfigs (SET), AlterConfigs (the whole set)
+    before = _configs(client, topic)
+    assert before["retention.ms"].is_default and before["cleanup.policy"].value == "delete"
+    incremental = admin.ConfigResource(
+        admin.ResourceType.TOPIC,
+        topic,
+        incremental_configs=[
+            admin.ConfigEntry(
+                "retention.ms", "123456", incremental_operation=admin.AlterConfigOpType.SET
+            )
+        ],
+    )
+    client.incremental_alter_configs([incremental])[incremental].result(30)
+    after = _configs(client, topic)
+    assert after["retention.ms"].value == "123456" and not after["retention.ms"].is_default
+    whole = admin.ConfigResource(
+        admin.ResourceType.TOPIC, topic, set_config={"retention.bytes": "1048576"}
+    )
+    client.alter_configs([whole])[whole].result(30)
+    altered = _configs(client, topic)
+    assert altered["retention.bytes"].value == "1048576"
+    assert altered["retention.ms"].is_default  # not named: reset (AlterConfigs' semantics)
+    bad = admin.ConfigResource(admin.ResourceType.TOPIC, topic, set_config={"retention.ms": "x"})
+    with pytest.raises(confluent_kafka.KafkaException) as invalid:
+        client.alter_configs([bad])[bad].result(30)
+    assert invalid.value.args[0].code() == confluent_kafka.KafkaError.INVALID_CONFIG
+    # DescribeCluster (librdkafka's describe_cluster asks Metadata; the API itself, raw):
+    # the brokers and controller Metadata names. A broker resource: no configs; an
+    # APPEND: INVALID_REQUEST (librdkafka checks it before sending).
+    cluster = client.describe_cluster().result(30)
+    assert cluster.cluster_id == "replog" and len(cluster.nodes) == 1
+    with _connect(server) as sock:
+        metadata = _request(sock, ApiKey.METADATA, 12, {"topics": []})
+        described = _request(sock, ApiKey.DESCRIBE_CLUSTER, 1, {"endpoint_type": 1})
+        broker = {"resource_type": 4, "resource_name": "1", "configuration_keys": None}
+        configs = _request(sock, ApiKey.DESCRIBE_CONFIGS, 4, {"resources": [broker]})
+        append = {"name": "cleanup.policy", "config_operation": 2, "value": "delete"}
+        resource = {"resource_type": 2, "resource_name": topic, "configs": [append]}
+        appended = _request(sock, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [resource]})
+    assert described["error_code"] == 0 and described["cluster_id"] == "replog"
+    assert described["controller_id"] == metadata["controller_id"]
+    assert [(b["broker_id"], b["host"], b["port"]) for b in described["brokers"]] == [
+        (b["node_id"], b["host"], b["port"]) for b in metadata["brokers"]
+    ]
+    assert configs["results"][0]["error_code"] == 0 and configs["results"][0]["configs"] == []
+    assert appended["responses"][0]["error_code"] == ErrorCode.INVALID_REQUEST
+    # DeleteGroups: refused while the group has a member; once it left, the group (which
+    # committed offsets) is deleted; then it is not found
+    group = f"del-{topic}"
+    config = {"bootstrap.servers": kafka(server), "group.id": group, "enable.auto.commit": False}
+    member = confluent_kafka.Consumer(config | {"session.timeout.ms": 10_000})
+    try:
+        member.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while not member.assignment() and time.monotonic() < deadline:
+            member.poll(0.2)
+        assert member.assignment()
+        member.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, 0)], asynchronous=False)
+        with pytest.raises(confluent_kafka.KafkaException) as busy:
+            client.delete_consumer_groups([group], request_timeout=30)[group].result(30)
+        assert busy.value.args[0].code() == confluent_kafka.KafkaError.NON_EMPTY_GROUP
+    finally:
+        member.close()
+    client.delete_consumer_groups([group], request_timeout=30)[group].result(30)
+    with pytest.raises(confluent_kafka.KafkaException) as gone:
+        client.delete_consumer_groups([group], request_timeout=30)[group].result(30)
+    assert gone.value.args[0].code() == confluent_kafka.KafkaError.GROUP_ID_NOT_FOUND

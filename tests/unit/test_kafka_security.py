@@ -521,3 +521,77 @@ def test_the_group_protocol_needs_read_on_the_group_and_describes_only_what_it_m
     assert codes == [("theirs", ErrorCode.GROUP_AUTHORIZATION_FAILED), ("mine", 0)]
     answer, _ = run(sec, session, ApiKey.LIST_GROUPS, {"states_filter": []}, 4)
     assert [g["group_id"] for g in answer["groups"]] == ["mine"]
+
+
+def test_the_admin_apis_split_their_resources_by_the_grpc_rules(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CreatePartitions: alter on each topic; DescribeConfigs: describe on each topic (a
+    broker resource: on the cluster); IncrementalAlterConfigs: alter likewise; DeleteGroups:
+    delete on each group. The refused are answered in the API's shape (it encodes), the
+    handler sees only the rest."""
+    from replog.kafka import protocol
+    from replog.server.edge import audit
+
+    changes: list[tuple[str, str, str]] = []
+    monkeypatch.setattr(
+        audit,
+        "change",
+        lambda **kw: changes.append((kw["operation"], kw["resource"], kw["outcome"])),
+    )
+    sec = security(
+        acl(ALICE, "alter", "topic", "a"),
+        acl(ALICE, "describe", "topic", "a"),
+        acl(ALICE, "delete", "group", "g"),
+    )
+    session = Session("p", ALICE)
+    ECHO[ApiKey.CREATE_PARTITIONS] = lambda b: {
+        "results": [{"name": t["name"], "error_code": 0} for t in b["topics"]]
+    }
+    topics = [{"name": n, "count": 3, "assignments": None} for n in ("a", "b")]
+    body = {"topics": topics, "timeout_ms": 1000, "validate_only": False}
+    answer, seen = run(sec, session, ApiKey.CREATE_PARTITIONS, body, 3)
+    assert [t["name"] for t in seen[0]["topics"]] == ["a"]
+    codes = {r["name"]: r["error_code"] for r in answer["results"]}
+    assert codes == {"a": 0, "b": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+    protocol.encode_response(RequestHeader(ApiKey.CREATE_PARTITIONS, 3, 1, "c"), answer)
+
+    def resource(kind: int, name: str) -> Body:
+        return {"resource_type": kind, "resource_name": name, "configuration_keys": None}
+
+    resources = [resource(2, "a"), resource(2, "b"), resource(4, "1")]
+    for api, key, version in (
+        (ApiKey.DESCRIBE_CONFIGS, "results", 4),
+        (ApiKey.INCREMENTAL_ALTER_CONFIGS, "responses", 1),
+    ):
+        ECHO[api] = lambda b, key=key: {
+            key: [
+                {"resource_type": r["resource_type"], "resource_name": r["resource_name"]}
+                | {"error_code": 0, "configs": []}
+                for r in b["resources"]
+            ]
+        }
+        body = {"resources": resources, "validate_only": False, "include_synonyms": False}
+        answer, seen = run(sec, session, api, body, version)
+        assert [r["resource_name"] for r in seen[0]["resources"]] == ["a"]
+        codes = {r["resource_name"]: r["error_code"] for r in answer[key]}
+        assert codes == {
+            "a": 0,
+            "b": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+            "1": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        }
+        protocol.encode_response(RequestHeader(api, version, 1, "c"), answer)
+    ECHO[ApiKey.DELETE_GROUPS] = lambda b: {
+        "results": [{"group_id": g, "error_code": 0} for g in b["groups_names"]]
+    }
+    answer, seen = run(sec, session, ApiKey.DELETE_GROUPS, {"groups_names": ["g", "h"]}, 2)
+    assert seen == [{"groups_names": ["g"]}]
+    codes = {r["group_id"]: r["error_code"] for r in answer["results"]}
+    assert codes == {"g": 0, "h": ErrorCode.GROUP_AUTHORIZATION_FAILED}
+    protocol.encode_response(RequestHeader(ApiKey.DELETE_GROUPS, 2, 1, "c"), answer)
+    # the changes made are audited (the refusals are audited as denied)
+    assert changes == [
+        ("alter", "topic:a", "OK"),
+        ("alter", "topic:a", "OK"),
+        ("delete", "group:g", "OK"),
+    ]

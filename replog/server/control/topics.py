@@ -163,13 +163,20 @@ class Topics:
             return
         await self.metadata.propose(lambda image: image.delete_topic(name), self.timeout_s)
 
-    async def create_partitions(self, name: str, partitions: int) -> int:
+    async def create_partitions(
+        self, name: str, partitions: int, *, validate_only: bool = False
+    ) -> int:
         """Grow `name` to `partitions` (validated on the metadata leader, forwarded there
         from another node; TOO_MANY_PARTITIONS as for a create); returns the count once
-        the command is applied there. Internal topics keep their count."""
+        the command is applied there. Internal topics keep their count. `validate_only`:
+        the command is checked against this node's metadata image, not proposed."""
         if name in (OFFSETS_TOPIC, METADATA_TOPIC):
             raise InvalidArgumentError(f"{name} is internal: its count is fixed", topic=name)
         await self.router.topic(name)  # UNKNOWN_TOPIC (or LEADER_UNKNOWN) before forwarding
+        if validate_only:
+            nodes = [i for i, _ in self.peers.nodes()]
+            self.metadata.image.create_partitions(name, partitions, nodes)
+            return partitions
         leader = self.router.metadata_leader()
         if leader != self.peers.node_id:
             request = admin_pb2.CreatePartitionsRequest(topic=name, partitions=partitions)
@@ -197,16 +204,24 @@ class Topics:
         return topic_configs.describe(meta.configs, meta.timestamp_type, self.replicas.config)
 
     async def alter_configs(
-        self, name: str, set_: Mapping[str, str], delete: Sequence[str]
+        self,
+        name: str,
+        set_: Mapping[str, str],
+        delete: Sequence[str],
+        *,
+        validate_only: bool = False,
     ) -> None:
         """Set configs `set_` of topic `name` and reset `delete` to their defaults: checked
         here, proposed on the metadata leader (forwarded there); returns once applied
-        there. A refusal records nothing."""
+        there. A refusal records nothing. `validate_only`: checked, not proposed."""
         set_, deletes = topic_configs.checked_alter(set_, delete)
         topic_configs.check_node_limits(set_, self.replicas.config)
         if name in (OFFSETS_TOPIC, METADATA_TOPIC):
             raise InvalidArgumentError(f"{name} is internal: its configs are the node's")
         await self.router.topic(name)  # UNKNOWN_TOPIC (or LEADER_UNKNOWN) before forwarding
+        if validate_only:
+            self.metadata.image.alter_topic_configs(name, set_, deletes)
+            return
         leader = self.router.metadata_leader()
         if leader != self.peers.node_id:
             request = admin_pb2.AlterConfigsRequest(topic=name, set=set_, delete=deletes)

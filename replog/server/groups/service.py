@@ -387,12 +387,16 @@ class GroupsService(groups_pb2_grpc.GroupsServicer):
     async def DeleteGroup(
         self, request: groups_pb2.DeleteGroupRequest, context: Context
     ) -> groups_pb2.DeleteGroupResponse:
-        name = wire.group_name(request.group)
+        await self.delete_group(request.group)
+        return groups_pb2.DeleteGroupResponse()
+
+    async def delete_group(self, group: str) -> None:
+        """DeleteGroup's work (the Kafka listener's DeleteGroups comes here too)."""
+        name = wire.group_name(group)
         c = self.coordinator
         shard = await c.shard_for(name)
         shard.groups.check_delete(name)
         await shard.write(records.DeleteGroup(name, c.wall_ms(), "deleted"))
-        return groups_pb2.DeleteGroupResponse()
 
 
 def register(

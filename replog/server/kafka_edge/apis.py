@@ -6,6 +6,8 @@
     Metadata        -> the metadata image (topics, assignment), the local replicas (leaders)
     InitProducerId  -> ProducerIds.init (the gRPC InitProducer's code)
     CreateTopics    -> Topics.create (envelope topics), DeleteTopics -> Topics.delete
+    CreatePartitions, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs, DeleteGroups,
+    DescribeCluster -> admin.py (Topics, GroupsService)
     FindCoordinator, OffsetCommit, OffsetFetch -> GroupsService (group_offsets.py)
     JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups, DescribeGroups
                     -> the classic group coordinator (classic_groups.py, rules: classic.py)
@@ -28,10 +30,8 @@ from typing import Any, Final
 from replog.errors import (
     InvalidArgumentError,
     InvalidRecordError,
-    LeaderUnknownError,
     ReplogError,
     TopicExistsError,
-    UnavailableError,
 )
 from replog.kafka.errors import ErrorCode
 from replog.kafka.protocol import ApiKey, RequestHeader
@@ -39,6 +39,7 @@ from replog.kafka.records import decode_batches
 from replog.server.control.producer_ids import ProducerIds
 from replog.server.control.routing import Router
 from replog.server.control.topics import Topics
+from replog.server.kafka_edge.admin import CLUSTER_ID, KafkaAdmin, controller_id, once_elected
 from replog.server.kafka_edge.classic_groups import ClassicCoordinator
 from replog.server.kafka_edge.convert import batch_of_frames, values_of
 from replog.server.kafka_edge.errors import code_of
@@ -69,6 +70,14 @@ SUPPORTED: Final[Mapping[int, tuple[int, int]]] = {
     ApiKey.LEAVE_GROUP: (0, 5),
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
+    # admin APIs (admin.py): every version of the specs in replog/kafka/specs (so whatever
+    # librdkafka 2.x, kafka-python or the Java client sends), DescribeCluster but 2
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),  # 2 lists fenced brokers
     ApiKey.SASL_HANDSHAKE: (1, 1),  # 0: raw SASL frames (before SaslAuthenticate existed)
     ApiKey.SASL_AUTHENTICATE: (0, 2),
 }
@@ -81,13 +90,10 @@ KAFKA_ACKS: Final[dict[int, log_pb2.Acks]] = {
 }
 EARLIEST, LATEST = -2, -1
 NO_LEADER = -1
-CLUSTER_ID = "replog"
 DECOMPRESSED_BYTES_MAX = 8 * 1024 * 1024
 # Records in one Fetch response, whatever the client asks (Kafka's fetch.max.bytes: 55 MiB):
 # a response is built whole before it is sent.
 FETCH_RESPONSE_BYTES_MAX = 16 * 1024 * 1024
-CONTROLLER_WAIT_S = 10.0  # within clients' request timeouts (librdkafka: 30 s)
-BACKOFF_S_MIN, BACKOFF_S_MAX = 0.05, 0.5
 TOPIC_CONFIGS: Final = {"message.timestamp.type": {"CreateTime", "LogAppendTime"}}
 
 Body = dict[str, Any]
@@ -132,7 +138,14 @@ class Apis:
             ApiKey.LEAVE_GROUP: self.leave_group,
             ApiKey.LIST_GROUPS: self.list_groups,
             ApiKey.DESCRIBE_GROUPS: self.describe_groups,
+            ApiKey.CREATE_PARTITIONS: self.create_partitions,
+            ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
+            ApiKey.ALTER_CONFIGS: self.alter_configs,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
+            ApiKey.DELETE_GROUPS: self.delete_groups,
+            ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
         }
+        self.admin = KafkaAdmin(node.node_id, node.router, node.topics, node.brokers)
         self.group_offsets: GroupOffsets | None = None  # set before the listener starts
         self.classic: ClassicCoordinator | None = None  # likewise
         assert set(self.handlers) | SESSION_APIS == set(SUPPORTED)
@@ -159,20 +172,13 @@ class Apis:
         else:
             names = [t["name"] for t in asked if t["name"] is not None]
         topics = [await self._topic_metadata(name, brokers) for name in names]
-        # The controller is the metadata leader; while it is unknown (an election) or its
-        # Kafka address is, this node: every node takes CreateTopics / DeleteTopics and
-        # forwards them to the metadata leader (Topics), so a client never waits for one.
-        try:
-            controller = self.router.metadata_leader()
-        except ReplogError:
-            controller = self.node.node_id
         return {
             "brokers": [
                 {"node_id": i, "host": host, "port": port, "rack": None}
                 for i, (host, port) in sorted(brokers.items())
             ],
             "cluster_id": CLUSTER_ID,
-            "controller_id": controller if controller in brokers else self.node.node_id,
+            "controller_id": controller_id(self.router, self.node.node_id, brokers),
             "topics": topics,
         }
 
@@ -435,6 +441,26 @@ class Apis:
     async def describe_groups(self, header: RequestHeader, body: Body) -> Body:
         return await self._classic().describe_groups(header.api_version, body)
 
+    # -- the admin APIs (admin.py) ----------------------------------------------------------
+
+    async def create_partitions(self, header: RequestHeader, body: Body) -> Body:
+        return await self.admin.create_partitions(body)
+
+    async def describe_configs(self, header: RequestHeader, body: Body) -> Body:
+        return await self.admin.describe_configs(header.api_version, body)
+
+    async def alter_configs(self, header: RequestHeader, body: Body) -> Body:
+        return await self.admin.alter_configs(body)
+
+    async def incremental_alter_configs(self, header: RequestHeader, body: Body) -> Body:
+        return await self.admin.incremental_alter_configs(body)
+
+    async def delete_groups(self, header: RequestHeader, body: Body) -> Body:
+        return await self.admin.delete_groups(body)
+
+    async def describe_cluster(self, header: RequestHeader, body: Body) -> Body:
+        return await self.admin.describe_cluster(body)
+
     # -- CreateTopics, DeleteTopics ---------------------------------------------------------
 
     async def create_topics(self, header: RequestHeader, body: Body) -> Body:
@@ -460,7 +486,7 @@ class Apis:
                         format=ENVELOPE,
                         timestamp_type=timestamp_type,
                     )
-                    await _once_elected(create)
+                    await once_elected(create)
                 results.append(out | {"error_code": 0, "num_partitions": partitions})
             except ReplogError as exc:
                 code = code_of(exc, controller=True)
@@ -473,37 +499,12 @@ class Apis:
             try:
                 if name.startswith("__"):
                     raise InvalidArgumentError(f"{name} is internal")
-                await _once_elected(partial(self.node.topics.delete, name))
+                await once_elected(partial(self.node.topics.delete, name))
                 results.append({"name": name, "error_code": 0})
             except ReplogError as exc:
                 code = code_of(exc, controller=True)
                 results.append({"name": name, "error_code": code, "error_message": str(exc)[:200]})
         return {"responses": results}
-
-
-async def _once_elected(call: Callable[[], Awaitable[None]]) -> None:
-    """`call()`, tried again for up to CONTROLLER_WAIT_S while the cluster metadata has no
-    leader (a cluster that just started, an election): clients such as librdkafka do not
-    retry NOT_CONTROLLER for CreateTopics, and their `timeout_ms` (0 by default) is how
-    long to wait for the creation to complete, not for a controller. A forward to the
-    metadata leader that could not connect (gRPC's "failed to connect to all addresses":
-    nothing was sent, e.g. a leader that just stopped) is tried again the same way."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + CONTROLLER_WAIT_S
-    backoff_s = BACKOFF_S_MIN
-    while True:
-        try:
-            return await call()
-        except (LeaderUnknownError, UnavailableError) as exc:
-            if not _nothing_sent(exc) or loop.time() + backoff_s > deadline:
-                raise
-            await asyncio.sleep(backoff_s)
-            backoff_s = min(2 * backoff_s, BACKOFF_S_MAX)
-
-
-def _nothing_sent(exc: ReplogError) -> bool:
-    """Whether `exc` certainly changed nothing: no metadata leader, or no connection to it."""
-    return isinstance(exc, LeaderUnknownError) or "failed to connect to all addresses" in str(exc)
 
 
 def _timestamp_type(configs: list[Body]) -> str:

@@ -19,6 +19,14 @@ resources.
     OffsetFetch      Groups/FetchCommittedOffsets  read group, read each topic (a fetch of
                                                all the group's offsets leaves out topics
                                                the principal may not read)
+    CreatePartitions Admin/CreatePartitions    alter topic
+    DescribeConfigs  Admin/DescribeConfigs     describe topic (a broker resource: describe
+                                               cluster)
+    AlterConfigs, IncrementalAlterConfigs
+                     Admin/AlterConfigs        alter topic (a broker resource: alter cluster)
+    DeleteGroups     Groups/DeleteGroup        delete group (each group named)
+    DescribeCluster  Admin/DescribeTopic       as Metadata: the brokers, to any principal
+                                               let in (it names no topic)
     ApiVersions, SaslHandshake, SaslAuthenticate   open: they come before authentication
 
 Kafka answers authorization per resource, so each request is split: the topics the
@@ -358,6 +366,77 @@ def _list_groups_guard(may: May, version: int, body: Body) -> Guarded:
     return Guarded(body, keep_describable)
 
 
+def _create_partitions_refused(t: Body) -> Body:
+    return {"name": t["name"], "error_code": TOPIC_DENIED, "error_message": "Authorization failed."}
+
+
+# Kafka's ConfigResource types (admin.py serves TOPIC; BROKER is the cluster here)
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+
+
+def _configs_guard(operation: str, response_key: str) -> Callable[[May, int, Body], Guarded]:
+    """DescribeConfigs / AlterConfigs / IncrementalAlterConfigs: `operation` on each topic
+    resource (TOPIC_AUTHORIZATION_FAILED), on the cluster for a broker resource
+    (CLUSTER_AUTHORIZATION_FAILED); other types go to the handler (INVALID_REQUEST)."""
+
+    def denied_code(may: May, r: Body) -> int | None:
+        if r["resource_type"] == TOPIC_RESOURCE:
+            return None if may(operation, "topic", r["resource_name"]) else TOPIC_DENIED
+        if r["resource_type"] == BROKER_RESOURCE:
+            return None if may(operation, "cluster", "") else CLUSTER_DENIED
+        return None
+
+    def guard(may: May, version: int, body: Body) -> Guarded:
+        codes = [denied_code(may, r) for r in body["resources"]]
+        if not any(codes):
+            return Guarded(body, _same)
+        allowed = [r for r, c in zip(body["resources"], codes, strict=True) if c is None]
+        answers = [
+            {"error_code": c, "error_message": "Authorization failed."}
+            | {"resource_type": r["resource_type"], "resource_name": r["resource_name"]}
+            | ({"configs": []} if response_key == "results" else {})
+            for r, c in zip(body["resources"], codes, strict=True)
+            if c is not None
+        ]
+
+        def merge(response: Body | None) -> Body | None:
+            found = response[response_key] if response is not None else []
+            return {response_key: [*found, *answers]}
+
+        audit = tuple(
+            (operation, "topic" if c == TOPIC_DENIED else "cluster", str(r["resource_name"]))
+            for r, c in zip(body["resources"], codes, strict=True)
+            if c is not None
+        )
+        return Guarded(body | {"resources": allowed} if allowed else None, merge, audit)
+
+    return guard
+
+
+def _delete_groups_guard(may: May, version: int, body: Body) -> Guarded:
+    """delete on each group named (gRPC's DeleteGroup); the others GROUP_AUTHORIZATION_FAILED."""
+    operation = _op(GROUPS + "DeleteGroup")
+    names = list(body["groups_names"])
+    denied = [g for g in names if not may(operation, "group", g)]
+    if not denied:
+        return Guarded(body, _same)
+    allowed = [g for g in names if g not in denied]
+    answers = [{"group_id": g, "error_code": GROUP_DENIED} for g in denied]
+
+    def merge(response: Body | None) -> Body | None:
+        found = response["results"] if response is not None else []
+        return {"results": [*found, *answers]}
+
+    audit = tuple((operation, "group", g) for g in denied)
+    return Guarded(body | {"groups_names": allowed} if allowed else None, merge, audit)
+
+
+def _brokers_guard(may: May, version: int, body: Body) -> Guarded:
+    """DescribeCluster names no topic: its brokers and controller are what Metadata tells
+    any principal the listener let in, so nothing is split off."""
+    return Guarded(body, _same)
+
+
 def _op(method: str) -> str:
     """The operation gRPC's rule for `method` needs (one source for both protocols)."""
     return GRPC_TABLE[method].operation
@@ -408,6 +487,28 @@ TABLE: Final[dict[int, KafkaRule]] = {
     ),
     ApiKey.DESCRIBE_GROUPS: KafkaRule(GROUPS + "DescribeGroup", _describe_groups_guard),
     ApiKey.LIST_GROUPS: KafkaRule(GROUPS + "ListGroups", _list_groups_guard),
+    # the admin APIs (admin.py)
+    ApiKey.CREATE_PARTITIONS: KafkaRule(
+        ADMIN + "CreatePartitions",
+        _topics_guard(
+            "topics",
+            "name",
+            "results",
+            _create_partitions_refused,
+            _op(ADMIN + "CreatePartitions"),
+        ),
+    ),
+    ApiKey.DESCRIBE_CONFIGS: KafkaRule(
+        ADMIN + "DescribeConfigs", _configs_guard(_op(ADMIN + "DescribeConfigs"), "results")
+    ),
+    ApiKey.ALTER_CONFIGS: KafkaRule(
+        ADMIN + "AlterConfigs", _configs_guard(_op(ADMIN + "AlterConfigs"), "responses")
+    ),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: KafkaRule(
+        ADMIN + "AlterConfigs", _configs_guard(_op(ADMIN + "AlterConfigs"), "responses")
+    ),
+    ApiKey.DELETE_GROUPS: KafkaRule(GROUPS + "DeleteGroup", _delete_groups_guard),
+    ApiKey.DESCRIBE_CLUSTER: KafkaRule(ADMIN + "DescribeTopic", _brokers_guard),  # as Metadata
 }
 # An API served without an entry here (never in CI: the table test) needs the strictest
 # right: alter on the cluster, else CLUSTER_AUTHORIZATION_FAILED and the connection closed.

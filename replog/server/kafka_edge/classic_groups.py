@@ -234,6 +234,25 @@ class ClassicCoordinator:
             return code
         return self.state.check_commit(name, member_id, generation)
 
+    # -- DeleteGroups ------------------------------------------------------------------------
+
+    async def check_delete(self, name: str) -> ErrorCode | None:
+        """None when group `name` may be deleted here as far as the classic protocol goes
+        (coordinated here, no classic members), else the code the client gets."""
+        code = await self._own(name)
+        if code is not None:
+            return code
+        g = self.state.groups.get(name)
+        return E.NON_EMPTY_GROUP if g is not None and g.members else None
+
+    def forget(self, name: str) -> bool:
+        """Drop the (empty) classic group `name`; whether there was one."""
+        if name not in self.state.groups:
+            return False
+        self.state.drop(name)
+        self._after()
+        return True
+
     # -- ListGroups, DescribeGroups ----------------------------------------------------------
 
     def list_groups(self, version: int, body: Body) -> Body:

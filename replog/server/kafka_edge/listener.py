@@ -230,6 +230,8 @@ class KafkaListener:
         )
         self.apis.classic = ClassicCoordinator(groups.coordinator, limits, on_fatal)
         self.apis.group_offsets = GroupOffsets(groups, self.brokers.current, self.apis.classic)
+        self.apis.admin.groups = groups
+        self.apis.admin.classic = self.apis.classic
 
     async def start(self) -> str:
         """Bind and serve; the address Kafka clients are told (advertised)."""

@@ -18,7 +18,8 @@ Authorization (`--authorization acl`): every request but ApiVersions and SASL's 
 by `authz.TABLE` under the gRPC rules: super-users may do everything, ANONYMOUS nothing
 (its requests are answered with the authorization errors, audited as unauthenticated);
 everyone else as the metadata's ACLs say. Denials are audited (`audit.denied`); topic
-creations and deletions are audited (`audit.change`) with their outcome, as on gRPC.
+creations and deletions, partition growths, config alters and group deletions are audited
+(`audit.change`) with their outcome, as on gRPC.
 
 Quotas (edge/quotas.py, the same buckets as gRPC's calls): each request is charged after
 it ran, to the quotas of the gRPC method its API maps to (requests; produce bytes: the
@@ -58,7 +59,20 @@ Handler = Callable[[RequestHeader, Body], Awaitable[Body | None]]
 THROTTLE_MS_MAX: Final = 30_000
 RELOAD_CHECK_INTERVAL_S: Final = 1.0
 TOPIC_DENIED: Final = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-CHANGES: Final[dict[int, str]] = {ApiKey.CREATE_TOPICS: "create", ApiKey.DELETE_TOPICS: "delete"}
+# The APIs that change the cluster, audited (`audit.change`) per entry of their response:
+# api -> (operation, the response's list, the resource type, the entry's name field).
+CHANGES: Final[dict[int, tuple[str, str, str, str]]] = {
+    ApiKey.CREATE_TOPICS: ("create", "topics", "topic", "name"),
+    ApiKey.DELETE_TOPICS: ("delete", "responses", "topic", "name"),
+    ApiKey.CREATE_PARTITIONS: ("alter", "results", "topic", "name"),
+    ApiKey.ALTER_CONFIGS: ("alter", "responses", "topic", "resource_name"),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: ("alter", "responses", "topic", "resource_name"),
+    ApiKey.DELETE_GROUPS: ("delete", "results", "group", "group_id"),
+}
+DENIED_CODES: Final = frozenset(
+    {TOPIC_DENIED, ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
+)
+BROKER_RESOURCE: Final = 4  # a config resource of a broker: the cluster
 
 
 class ReloadingContext:
@@ -262,15 +276,18 @@ class KafkaSecurity:
             )
 
     def _audit_changes(self, session: Session, api: int, response: Body) -> None:
-        entries = response["topics"] if api == ApiKey.CREATE_TOPICS else response["responses"]
-        for entry in entries:
-            if entry["error_code"] == TOPIC_DENIED:
+        operation, key, resource_type, name_key = CHANGES[api]
+        for entry in response[key]:
+            if entry["error_code"] in DENIED_CODES:
                 continue  # audited as denied
             code = entry["error_code"]
+            kind = resource_type
+            if entry.get("resource_type") == BROKER_RESOURCE:
+                kind = "cluster"
             audit.change(
                 principal=session.principal,
-                operation=CHANGES[api],
-                resource=f"topic:{entry['name']}",
+                operation=operation,
+                resource=f"{kind}:{entry[name_key]}",
                 outcome="OK" if code == 0 else ErrorCode(code).name,
                 method=f"kafka:{ApiKey(api).name}",
                 context=session.peer_context(),
