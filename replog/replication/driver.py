@@ -199,11 +199,9 @@ class ReplicaDriver(FaultHandling):
         self._handoff: list[Output] = []
         self._failed: ReplogError | None = None
         self._stopped_because: str | None = None
-        # Environment faults of the disk (see `_recover`): the data directory's free space
-        # (`storage.space`), the retry of a failed log operation, the offline state.
-        # The node's view of its data directory once it keeps a reserve there (the node
-        # enables it as it starts); until then, and for a log outside a node, this
-        # replica's own.
+        # Disk faults (`_recover`): free space (`storage.space`: the node's view once it keeps
+        # a reserve there; until then, and for a log outside a node, this replica's own), the
+        # retry of a failed log operation, the offline state.
         self._data_dir = Path(os.path.abspath(log.directory.parent.parent))
         self._own_space = DiskSpace(self._data_dir)
         self._retry_at = 0.0  # on `clock`: when the core may be rebuilt again
@@ -213,6 +211,11 @@ class ReplicaDriver(FaultHandling):
         self._offline: ReplogError | None = None
         self._rng = rng or random.Random()
         self.replica = self._new_replica()
+        self._init_counters()
+        self._seen = (self.replica.role, self.replica.epoch)
+        self._membership_seen = self.replica.membership
+
+    def _init_counters(self) -> None:
         # Counters for metrics: elections started, leaderships won, truncations performed.
         self.elections = 0
         self.leaderships = 0
@@ -229,8 +232,6 @@ class ReplicaDriver(FaultHandling):
         self._snapshot_offset = 0
         self._snapshot_base = -1
         self._producers_loaded = False
-        self._seen = (self.replica.role, self.replica.epoch)
-        self._membership_seen = self.replica.membership
 
     # -- lifecycle -----------------------------------------------------------------------
 
