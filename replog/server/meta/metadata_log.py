@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from replog import frames
 from replog.errors import LeaderUnknownError, NotLeaderError
@@ -68,7 +69,10 @@ class MetadataLog:
         self._propose_lock = asyncio.Lock()
         self.driver = ReplicaDriver(
             log,
-            config,
+            # Followers apply what their HW covers: a HW is sent at once, never lingered for
+            # the next records (`hw_linger_ms`), so metadata changes reach every node in one
+            # round trip (a describe on another node right after a create sees it).
+            replace(config, hw_linger_ms=0),
             transport,
             fetch_bytes_max=fetch_bytes_max,
             on_high_watermark=lambda _hw: self._wanted.set(),

@@ -187,16 +187,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         try:
             part = await self._local(meta.name, p)
         except UnavailableError:  # its replica here is starting, or failing (retried)
-            return admin_pb2.PartitionDescription(
-                partition=p,
-                replicas=meta.assignment[p],
-                leader_id=NO_LEADER,
-                target_replicas=meta.targets.get(p, ()),
-            )
+            return self._not_started(meta, p)
         if part is None:
             if asked.forwarded:
                 return None  # a forwarded call answers for its own replicas only
-            return (await self._described_by(asked, meta.assignment[p][0])).get(p)
+            found = (await self._described_by(asked, meta.assignment[p][0])).get(p)
+            # None: that node has not applied the partition yet (a topic just grown or
+            # created): listed as this node's metadata has it, with no leader yet.
+            return found if found is not None else self._not_started(meta, p)
         if not part.is_leader and not asked.forwarded:
             leader_id = part.leader.leader_id
             if leader_id is not None and leader_id != self.node_id:
@@ -209,6 +207,15 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                         found.corrupt_ranges.extend(self._corrupt_ranges(part))
                         return found
         return self._describe_here(meta, p, part)
+
+    @staticmethod
+    def _not_started(meta: TopicMeta, p: int) -> admin_pb2.PartitionDescription:
+        return admin_pb2.PartitionDescription(
+            partition=p,
+            replicas=meta.assignment[p],
+            leader_id=NO_LEADER,
+            target_replicas=meta.targets.get(p, ()),
+        )
 
     async def _described_by(
         self, asked: _Asked, node_id: int
