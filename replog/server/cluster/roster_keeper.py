@@ -34,6 +34,8 @@ from replog.v1 import admin_pb2
 
 _log = logging.getLogger("replog.server.roster")
 
+# Racks not heard yet are asked again after this, doubling up to the max.
+RACKS_RETRY_S_MIN, RACKS_RETRY_S_MAX = 0.5, 30.0
 DISCOVER_S = 1.0  # how often a node that cannot reach the metadata leader asks for members
 
 Subscriber = Callable[[Change], None]
@@ -140,8 +142,17 @@ class RosterKeeper:
         return {**self.roster.racks, self.node_id: self.rack}
 
     async def _ask_racks(self) -> None:
+        """Ask until every member's rack is known: a member that did not answer (not up
+        yet, busy) is asked again after a backoff, not only at the next membership change
+        (nodes started together ask each other before all of them listen)."""
         try:
-            await self.racks()
+            wait_s = RACKS_RETRY_S_MIN
+            while True:
+                await self.racks()
+                if not self.roster.racks_unknown():
+                    return
+                await asyncio.sleep(wait_s)
+                wait_s = min(2 * wait_s, RACKS_RETRY_S_MAX)
         finally:
             self._racks_asking = False
 
