@@ -58,6 +58,7 @@ def config(
         fetch_wait_ms_max=100,
         fetch_retry_ms=200,
         begin_epoch_retry_ms=100,
+        hw_linger_ms=5,  # the linger's rules are tested here (off by default: config.py)
     )
 
 
