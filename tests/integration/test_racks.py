@@ -24,10 +24,13 @@ def test_every_partition_of_a_new_topic_has_replicas_in_both_racks(tmp_path: Pat
         # Racks are learnt from the peers' Identify answers; a CreateTopic in the first
         # moments after start, before a busy peer answered, places without that rack (a
         # known gap: the placement does not wait for racks it has not heard yet).
-        wait_until(
-            lambda: {n.id: n.rack for n in client.refresh_metadata().nodes} == RACKS,
-            "every node's rack is known",
-        )
+        # Every node, the metadata leader among them, must have heard them all.
+        for node in cluster.members.values():
+            with Client(node.address, retry=RetryPolicy(deadline_ms=60_000)) as one:
+                wait_until(
+                    lambda one=one: {n.id: n.rack for n in one.refresh_metadata().nodes} == RACKS,
+                    f"node {node.node_id} knows every node's rack",
+                )
         client.create_topic("spread", partitions=12, replication_factor=2)
         client.create_topic("three", partitions=8, replication_factor=3)
         meta = client.refresh_metadata(["spread", "three"])
