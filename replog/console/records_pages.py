@@ -92,35 +92,51 @@ def browse(
     return Browse(rows, offs.earliest, offs.latest, first, offset, note)
 
 
-async def records_page(request: Request) -> Response:
-    console = console_of(request)
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a records page reads (its path's topic; its query's `partition`, `offset`,
+    `time` and `decode`): the records browser's and the search's common part."""
+
+    topic: str
+    partition: int
+    start: int | str  # an offset, "earliest" or "latest"
+    at_ms: int | None  # a time instead of `start`
+    decoding: str
+    context: dict[str, Any]  # what the page shows of it (with the topic's format, partitions)
+
+
+async def position_of(request: Request, console: Console) -> Position:
     name = forms.name(request.path_params["topic"], "topic")
     q = request.query_params
     partition = forms.integer(q.get("partition"), "partition", 0, 2**31 - 1, default=0)
     start = forms.start_offset(q.get("offset"))
     at_ms = forms.time_ms(q.get("time"))
-    limit = forms.integer(q.get("limit"), "limit", 1, console.config.records_max, default=50)
     decoding = forms.choice(q.get("decode"), "decode", display.DECODINGS, "text")
-    client = console.client
-    fmt = await console.call(client.topic_format, name)
-    result = await console.call(browse, client, name, partition, start, at_ms, limit, decoding)
-    partitions = await console.call(client.partition_count, name)
-    return console.render(
-        request,
-        "records.html",
-        {
-            "topic": name,
-            "envelope": fmt == ENVELOPE,
-            "partition": partition,
-            "partitions": partitions,
-            "offset_text": q.get("offset") or "earliest",
-            "time_text": q.get("time") or "",
-            "limit": limit,
-            "decode": decoding,
-            "decodings": display.DECODINGS,
-            "result": result,
-        },
+    fmt = await console.call(console.client.topic_format, name)
+    partitions = await console.call(console.client.partition_count, name)
+    context = {
+        "topic": name,
+        "envelope": fmt == ENVELOPE,
+        "partition": partition,
+        "partitions": partitions,
+        "offset_text": q.get("offset") or "earliest",
+        "time_text": q.get("time") or "",
+        "decode": decoding,
+        "decodings": display.DECODINGS,
+    }
+    return Position(name, partition, start, at_ms, decoding, context)
+
+
+async def records_page(request: Request) -> Response:
+    console = console_of(request)
+    at = await position_of(request, console)
+    q = request.query_params
+    limit = forms.integer(q.get("limit"), "limit", 1, console.config.records_max, default=50)
+    result = await console.call(
+        browse, console.client, at.topic, at.partition, at.start, at.at_ms, limit, at.decoding
     )
+    context = {**at.context, "limit": limit, "result": result}
+    return console.render(request, "records.html", context)
 
 
 def _event(kind: str, data: dict[str, Any], event_id: int | None = None) -> str:

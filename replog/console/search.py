@@ -20,9 +20,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from replog.client import Client
-from replog.client.formats import ENVELOPE
 from replog.console import display, forms
 from replog.console.display import Meta, ShownRecord
+from replog.console.records_pages import position_of
 from replog.console.state import console_of
 
 WHERE = ("any", "key", "value", "headers")
@@ -141,42 +141,29 @@ def search(
 
 async def search_page(request: Request) -> Response:
     console = console_of(request)
-    name = forms.name(request.path_params["topic"], "topic")
     q = request.query_params
-    partition = forms.integer(q.get("partition"), "partition", 0, 2**31 - 1, default=0)
-    start = forms.start_offset(q.get("offset"))
-    at_ms = forms.time_ms(q.get("time"))
     contains = forms.search(q.get("contains"))
     where = forms.choice(q.get("where"), "where", WHERE, "any")
     scan = forms.integer(
         q.get("scan"), "records to examine", 1, SCAN_RECORDS_MAX, SCAN_RECORDS_DEFAULT
     )
-    decoding = forms.choice(q.get("decode"), "decode", display.DECODINGS, "text")
     needle = needle_of(contains)
+    at = await position_of(request, console)
     client = console.client
-    fmt = await console.call(client.topic_format, name)
-    partitions = await console.call(client.partition_count, name)
     found: Found | None = None
     if contains:
         first, _earliest, latest = await console.call(
-            first_offset, client, name, partition, start, at_ms
+            first_offset, client, at.topic, at.partition, at.start, at.at_ms
         )
         found = await console.call(
-            search, client, name, partition, first, latest, needle, where, scan, decoding
+            search, client, at.topic, at.partition, first, latest, needle, where, scan, at.decoding
         )
     context = {
-        "topic": name,
-        "envelope": fmt == ENVELOPE,
-        "partition": partition,
-        "partitions": partitions,
-        "offset_text": q.get("offset") or "earliest",
-        "time_text": q.get("time") or "",
+        **at.context,
         "contains": contains,
         "where": where,
         "wheres": WHERE,
         "scan": scan,
-        "decode": decoding,
-        "decodings": display.DECODINGS,
         "found": found,
     }
     return console.render(request, "search.html", context)

@@ -27,16 +27,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
+from replog.server.edge.handler_chain import Handler
 from replog.server.logs import Throttle, log
-
-if TYPE_CHECKING:
-    Handler = grpc.RpcMethodHandler[Any, Any]
-else:  # the stubs' generics do not exist at run time
-    Handler = grpc.RpcMethodHandler
 
 AUDIT_LOGGER = "replog.audit"
 _audit = logging.getLogger(AUDIT_LOGGER)
@@ -159,6 +155,39 @@ def outcome(context: Any, exc: BaseException | None) -> str:
     return "CANCELLED" if isinstance(exc, asyncio.CancelledError) else "ERROR"
 
 
+def audited(
+    inner: Callable[..., Any],
+    method: str,
+    operation: str,
+    principal_of: Callable[[Any], str],
+    resource_of: Callable[[Any], str],
+) -> Callable[..., Any]:
+    """`inner` (a unary handler), logged by `change` once it has run, with its outcome."""
+
+    async def handle(request: Any, context: Any) -> Any:
+        failure: BaseException | None = None
+        try:
+            return await inner(request, context)
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            try:
+                resource = resource_of(request)
+            except Exception:  # a malformed request never reaches here; be safe anyway
+                resource = "?"
+            change(
+                principal=principal_of(context),
+                operation=operation,
+                resource=resource,
+                outcome=outcome(context, failure),
+                method=method,
+                context=context,
+            )
+
+    return handle
+
+
 class Audit:
     """A handler wrapper (innermost, after the authorizer): every call of `CHANGES` is
     logged once it has run, with its outcome. `principal(context)`: who called."""
@@ -171,31 +200,8 @@ class Audit:
         if entry is None or handler.unary_unary is None:
             return handler
         operation, resource_of = entry
-        inner = handler.unary_unary
-
-        async def audited(request: Any, context: Any) -> Any:
-            failure: BaseException | None = None
-            try:
-                return await inner(request, context)
-            except BaseException as exc:
-                failure = exc
-                raise
-            finally:
-                try:
-                    resource = resource_of(request)
-                except Exception:  # a malformed request never reaches here; be safe anyway
-                    resource = "?"
-                change(
-                    principal=self.principal(context),
-                    operation=operation,
-                    resource=resource,
-                    outcome=outcome(context, failure),
-                    method=method,
-                    context=context,
-                )
-
         return grpc.unary_unary_rpc_method_handler(
-            audited,
+            audited(handler.unary_unary, method, operation, self.principal, resource_of),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )

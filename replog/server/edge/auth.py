@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
@@ -52,15 +52,11 @@ from replog.server.edge.acl_table import (
     rule_for,
 )
 from replog.server.edge.audit import Audit
+from replog.server.edge.handler_chain import Handler
 from replog.server.edge.quotas import Quotas
 from replog.server.edge.security import peer_sans
-from replog.server.edge.status import Refused, abort
+from replog.server.edge.status import Refused, abort, or_refuse
 from replog.server.meta.metadata import MetadataImage
-
-if TYPE_CHECKING:
-    Handler = grpc.RpcMethodHandler[Any, Any]
-else:  # the stubs' generics do not exist at run time
-    Handler = grpc.RpcMethodHandler
 
 AUTHORIZATION_KEY = "authorization"
 BEARER = "bearer "
@@ -220,11 +216,7 @@ class Authorizer:
                 yield request if denied is None else Refused(request, denied)
 
         async def handle(requests: AsyncIterator[Any], context: Any) -> Any:
-            try:
-                principal = self._principal(context, method)
-            except UnauthenticatedError as err:
-                await abort(context, err)
-                raise AssertionError("abort returned") from err
+            principal = await or_refuse(context, lambda: self._principal(context, method))
             return await inner(authorized(requests, principal, context), context)
 
         return handle

@@ -30,19 +30,16 @@ import asyncio
 import inspect
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2
 
 from replog.errors import ReplogError, ShuttingDownError
 from replog.server.edge import status
+from replog.server.edge.handler_chain import Handler
 
 Context = grpc.aio.ServicerContext[Any, Any]
-if TYPE_CHECKING:
-    Handler = grpc.RpcMethodHandler[Any, Any]
-else:  # the stubs' generics do not exist at run time
-    Handler = grpc.RpcMethodHandler
 
 STOPPING_MESSAGE = "the server is shutting down"
 

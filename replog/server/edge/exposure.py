@@ -30,14 +30,11 @@ import grpc
 from prometheus_client import Gauge
 
 from replog.server.edge import audit
+from replog.server.edge.handler_chain import Handler
 from replog.server.logs import log
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
-
-    Handler = grpc.RpcMethodHandler[Any, Any]
-else:  # the stubs' generics do not exist at run time
-    Handler = grpc.RpcMethodHandler
 
 _log = logging.getLogger("replog.server.security")
 INSECURE_WARNING_INTERVAL_S = 300.0

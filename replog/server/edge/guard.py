@@ -27,12 +27,13 @@ import inspect
 import logging
 import traceback
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
-from replog.errors import MalformedRequestError, ReplogError
+from replog.errors import MalformedRequestError
 from replog.server.edge import status
+from replog.server.edge.handler_chain import Handler
 from replog.server.edge.limits import Limits
 from replog.server.logs import Throttle, log
 
@@ -49,10 +50,6 @@ DROP_LOCALS_CHAIN_MAX = 8  # chained errors whose frames `_drop_locals` clears
 STREAM_WINDOW_BYTES = 64 * 1024  # HTTP/2's initial stream window (65535) rounded up
 
 Context = grpc.aio.ServicerContext[Any, Any]
-if TYPE_CHECKING:
-    Handler = grpc.RpcMethodHandler[Any, Any]
-else:  # the stubs' generics do not exist at run time
-    Handler = grpc.RpcMethodHandler
 
 
 class Malformed:
@@ -154,11 +151,7 @@ class Guard:
             async def handle_counted(request: Any, context: Context) -> Any:
                 if isinstance(request, Malformed):
                     await self._check(method, request, context)
-                try:
-                    limits.take_rpc()
-                except ReplogError as err:
-                    await status.abort(context, err)
-                    raise AssertionError("abort returned") from err
+                await status.or_refuse(context, limits.take_rpc)
                 try:
                     return await inner(request, context)
                 finally:
@@ -183,11 +176,7 @@ class Guard:
         worst_bytes = copies * limits.config.message_bytes_max
 
         async def handle(_requests: AsyncIterator[Any], context: Context) -> Any:
-            try:
-                limits.take_rpc()
-            except ReplogError as err:
-                await status.abort(context, err)
-                raise AssertionError("abort returned") from err
+            await status.or_refuse(context, limits.take_rpc)
             try:
                 held, read = worst_bytes, False
                 await pool.reserve(held)  # before gRPC allocates the message
@@ -244,11 +233,7 @@ class Guard:
     # -- checks -----------------------------------------------------------------------------
 
     async def _enter(self, context: Context, counted: bool, stream: bool) -> contextlib.ExitStack:
-        try:
-            return self._holding(context, counted, stream)
-        except ReplogError as err:
-            await status.abort(context, err)
-            raise AssertionError("abort returned") from err
+        return await status.or_refuse(context, lambda: self._holding(context, counted, stream))
 
     async def _check(self, method: str, request: Any, context: Context) -> None:
         if not isinstance(request, Malformed):

@@ -41,7 +41,12 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from replog.errors import TooManyBytesInFlightError, TooManyRequestsError, TooManyStreamsError
+from replog.errors import (
+    LimitExceededError,
+    TooManyBytesInFlightError,
+    TooManyRequestsError,
+    TooManyStreamsError,
+)
 from replog.server.edge.memory import MemoryReleaser
 
 
@@ -87,8 +92,26 @@ class Limits:
         self.refused: dict[str, int] = {}  # setting name -> calls refused by it (metrics)
         self.malformed = 0  # request bodies that did not decode (counted by the guard)
 
-    def _refuse(self, setting: str) -> None:
+    def _refuse(
+        self, setting: str, value: int, error: type[LimitExceededError], message: str
+    ) -> LimitExceededError:
+        """Count a refusal by `setting` (= `value`) and build its typed error (to raise)."""
         self.refused[setting] = self.refused.get(setting, 0) + 1
+        return error(message, limit=setting, limit_value=value)
+
+    def _below(
+        self,
+        setting: str,
+        in_use: int,
+        error: type[LimitExceededError],
+        what: str,
+        advice: str = "retry later",
+    ) -> None:
+        """Refuse (`_refuse`) when `in_use` has reached the config's `setting`; `what` names
+        what is in use with `{}` for the limit."""
+        limit: int = getattr(self.config, setting)
+        if in_use >= limit:
+            raise self._refuse(setting, limit, error, f"{what.format(limit)} ({setting}); {advice}")
 
     def snapshot(self) -> list[tuple[str, int, int, int]]:
         """(setting, in use, limit, refused so far) for each limit (metrics)."""
@@ -130,14 +153,7 @@ class Limits:
     def take_rpc(self) -> None:
         """Take one of `rpcs_max` (TOO_MANY_REQUESTS when none is left); the caller gives it
         back with `give_rpc` (`rpc()` pairs the two; the guard's unary path, per call)."""
-        limit = self.config.rpcs_max
-        if self.rpcs >= limit:
-            self._refuse("rpcs_max")
-            raise TooManyRequestsError(
-                f"the node is serving {limit} calls (rpcs_max); retry later",
-                limit="rpcs_max",
-                limit_value=limit,
-            )
+        self._below("rpcs_max", self.rpcs, TooManyRequestsError, "the node is serving {} calls")
         self.rpcs += 1
 
     def give_rpc(self) -> None:
@@ -146,24 +162,17 @@ class Limits:
     @contextlib.contextmanager
     def stream(self, connection: str) -> Iterator[None]:
         """Hold one of `streams_max`, and one of `streams_per_connection_max` of `connection`."""
-        limit = self.config.streams_max
-        if self.streams >= limit:
-            self._refuse("streams_max")
-            raise TooManyStreamsError(
-                f"the node has {limit} streams open (streams_max); retry later",
-                limit="streams_max",
-                limit_value=limit,
-            )
-        per_connection = self.config.streams_per_connection_max
+        self._below(
+            "streams_max", self.streams, TooManyStreamsError, "the node has {} streams open"
+        )
         held = self.streams_by_connection.get(connection, 0)
-        if held >= per_connection:
-            self._refuse("streams_per_connection_max")
-            raise TooManyStreamsError(
-                f"this connection has {per_connection} streams open "
-                "(streams_per_connection_max); end one, use another connection, or retry later",
-                limit="streams_per_connection_max",
-                limit_value=per_connection,
-            )
+        self._below(
+            "streams_per_connection_max",
+            held,
+            TooManyStreamsError,
+            "this connection has {} streams open",
+            "end one, use another connection, or retry later",
+        )
         self.streams += 1
         self.streams_by_connection[connection] = held + 1
         self.memory.streams_opened(self.streams)
@@ -183,12 +192,12 @@ class Limits:
         when the node already holds `acks_none_bytes_max` (a lone batch always fits)."""
         limit = self.config.acks_none_bytes_max
         if self.acks_none_bytes and self.acks_none_bytes + size_bytes > limit:
-            self._refuse("acks_none_bytes_max")
-            raise TooManyBytesInFlightError(
+            raise self._refuse(
+                "acks_none_bytes_max",
+                limit,
+                TooManyBytesInFlightError,
                 f"acks=none appends hold {self.acks_none_bytes} bytes not yet written "
                 f"(acks_none_bytes_max={limit}); retry later or use acks=leader/all",
-                limit="acks_none_bytes_max",
-                limit_value=limit,
             )
         self.acks_none_bytes += size_bytes
         self._acks_none_peak_bytes = max(self._acks_none_peak_bytes, self.acks_none_bytes)

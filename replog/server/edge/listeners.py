@@ -158,22 +158,10 @@ class IdentifyGuard:
 
 def _audited_join(join: Callable[..., Any]) -> Callable[..., Any]:
     """`Nodes.Join`, logged once it has run (a membership change, or its refusal)."""
-
-    async def audited(request: Any, context: Any) -> Any:
-        failure: BaseException | None = None
-        try:
-            return await join(request, context)
-        except BaseException as exc:
-            failure = exc
-            raise
-        finally:
-            audit.change(
-                principal=describe_peer(context),
-                operation="join",
-                resource=f"node:{int(request.node_id)}",
-                outcome=audit.outcome(context, failure),
-                method="/replog.v1.Nodes/Join",
-                context=context,
-            )
-
-    return audited
+    return audit.audited(
+        join,
+        "/replog.v1.Nodes/Join",
+        "join",
+        describe_peer,
+        lambda request: f"node:{int(request.node_id)}",
+    )

@@ -26,20 +26,16 @@ import math
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
 from replog.errors import QuotaExceededError
 from replog.server.edge.acl_table import ACLS, ADMIN, GROUPS, GUARDED_SERVICES, LOG
 from replog.server.edge.buckets import Buckets
+from replog.server.edge.handler_chain import Handler
 from replog.server.edge.status import Refused, abort
 from replog.server.meta.quotas import QuotaEntry, quota_for
-
-if TYPE_CHECKING:
-    Handler = grpc.RpcMethodHandler[Any, Any]
-else:  # the stubs' generics do not exist at run time
-    Handler = grpc.RpcMethodHandler
 
 METADATA_WRITES = frozenset(
     {

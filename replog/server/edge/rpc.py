@@ -21,7 +21,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import grpc
 
@@ -55,18 +55,12 @@ def unary(
             code = "OK"
             try:
                 return await fn(self, request, context)
-            except ReplogError as err:
-                code = err.code
-                _log_error(method, err)
-                await status.abort(context, err)
-                raise AssertionError("abort returned") from err
             except asyncio.CancelledError:
                 code = "CANCELLED"
                 raise
             except Exception as exc:
-                code = "INTERNAL"
-                await status.abort(context, _internal(method, exc))
-                raise AssertionError("abort returned") from None
+                code = _code(exc)
+                await _fail(method, context, exc)
             finally:
                 self.metrics.requests.labels(method, code).inc()
                 self.metrics.latency.labels(method).observe(time.perf_counter() - started)
@@ -89,16 +83,12 @@ def streaming(
                     if not await _write(context, item):
                         code = "CANCELLED"  # the client went away during the write
                         return
-            except ReplogError as err:
-                code = err.code
-                _log_error(method, err)
-                await status.abort(context, err)
             except asyncio.CancelledError:
                 code = "CANCELLED"
                 raise
             except Exception as exc:
-                code = "INTERNAL"
-                await status.abort(context, _internal(method, exc))
+                code = _code(exc)
+                await _fail(method, context, exc)
             finally:
                 self.metrics.requests.labels(method, code).inc()
                 await replies.aclose()  # its finally blocks run now
@@ -121,6 +111,20 @@ async def _write(context: Context, item: object) -> bool:
         log(_log, "rpc.write_failed", logging.DEBUG, error=type(exc).__name__)
         return False
     return True
+
+
+def _code(exc: Exception) -> str:
+    """The status code a call that raised `exc` is counted under."""
+    return exc.code if isinstance(exc, ReplogError) else "INTERNAL"
+
+
+async def _fail(method: str, context: Context, exc: Exception) -> NoReturn:
+    """End the call for `exc`: a `ReplogError` with its own status, anything else (a bug)
+    with INTERNAL and a logged traceback."""
+    if isinstance(exc, ReplogError):
+        _log_error(method, exc)
+        await status.refuse(context, exc)
+    await status.refuse(context, _internal(method, exc))
 
 
 def _log_error(method: str, err: ReplogError) -> None:

@@ -13,7 +13,8 @@ gRPC's 16 KiB metadata limit (the message travels in `grpc-message` and again in
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from google.protobuf import any_pb2
@@ -21,6 +22,8 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from replog.errors import ReplogError
+
+T = TypeVar("T")
 
 DOMAIN = "replog"
 MESSAGE_CHARS_MAX = 1024
@@ -76,3 +79,17 @@ async def abort(context: grpc.aio.ServicerContext[Any, Any], err: ReplogError) -
     """End the call with `err` (raises, as `context.abort` does)."""
     status = to_status(err)
     await context.abort(status.code, status.details, status.trailing_metadata)
+
+
+async def refuse(context: grpc.aio.ServicerContext[Any, Any], err: ReplogError) -> NoReturn:
+    """`abort`, typed as the end of the call it is."""
+    await abort(context, err)
+    raise AssertionError("abort returned") from err
+
+
+async def or_refuse(context: grpc.aio.ServicerContext[Any, Any], take: Callable[[], T]) -> T:
+    """`take()`, or the call ends with the `ReplogError` it raises (a limit, a check)."""
+    try:
+        return take()
+    except ReplogError as err:
+        await refuse(context, err)

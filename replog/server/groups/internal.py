@@ -10,18 +10,14 @@ the stream goes on). It sits after the guard (`guard.py`), so it sees decoded re
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
 from replog.errors import InvalidArgumentError
 from replog.server.control.topics import OFFSETS_TOPIC
+from replog.server.edge.handler_chain import Handler
 from replog.server.edge.status import Refused, abort
-
-if TYPE_CHECKING:
-    Handler = grpc.RpcMethodHandler[Any, Any]
-else:  # the stubs' generics do not exist at run time
-    Handler = grpc.RpcMethodHandler
 
 APPEND = "/replog.v1.Log/Append"
 APPEND_STREAM = "/replog.v1.Log/AppendStream"

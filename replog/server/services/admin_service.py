@@ -338,19 +338,21 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def AddNode(
         self, request: admin_pb2.AddNodeRequest, context: Context
     ) -> admin_pb2.AddNodeResponse:
-        if self.members is None:
-            raise MembershipChangeRefusedError("this server does not change its members")
-        nodes = await self.members.add(request.node_id, request.address, request.peer_address)
+        nodes = await self._members().add(request.node_id, request.address, request.peer_address)
         return admin_pb2.AddNodeResponse(nodes=nodes)
 
     @unary("RemoveNode")
     async def RemoveNode(
         self, request: admin_pb2.RemoveNodeRequest, context: Context
     ) -> admin_pb2.RemoveNodeResponse:
+        nodes = await self._members().remove(request.node_id)
+        return admin_pb2.RemoveNodeResponse(nodes=nodes)
+
+    def _members(self) -> Members:
+        """Who changes the members (MEMBERSHIP_CHANGE_REFUSED on a server without one)."""
         if self.members is None:
             raise MembershipChangeRefusedError("this server does not change its members")
-        nodes = await self.members.remove(request.node_id)
-        return admin_pb2.RemoveNodeResponse(nodes=nodes)
+        return self.members
 
     def _from_a_node(self, context: Context) -> bool:
         """A call another node made: its certificate names a member (TLS on), or, in a
