@@ -39,6 +39,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from replog.server.meta.command_codec import json_object
+
 VERSION = 1
 INT64_MAX = (1 << 63) - 1
 
@@ -113,12 +115,7 @@ def encode(record: Record, snapshot: int | None = None) -> bytes:
 
 
 def decode(value: bytes) -> Record:
-    try:
-        body = json.loads(value)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise UnknownRecordError(f"not a JSON group record: {exc}") from None
-    if not isinstance(body, dict):
-        raise UnknownRecordError("a group record must be a JSON object")
+    body = json_object(value, UnknownRecordError, "group record")
     kind, version = body.get("kind"), body.get("version")
     if version != VERSION or isinstance(version, bool):
         raise UnknownRecordError(f"group record version {version!r} (kind {kind!r}) unknown")

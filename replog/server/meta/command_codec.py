@@ -73,14 +73,21 @@ def encode(command: Command) -> bytes:
     return json.dumps(body, sort_keys=True).encode()
 
 
-def decode(value: bytes) -> Command:
-    """The command a record holds; `UnknownCommandError` for anything else."""
+def json_object(value: bytes, error: type[Exception], what: str) -> dict[str, Any]:
+    """The JSON object a log record's value holds (a metadata command, a group record), or
+    `error` naming `what` it should have been."""
     try:
         body = json.loads(value)
     except (UnicodeDecodeError, ValueError) as exc:
-        raise UnknownCommandError(f"not a JSON metadata command: {exc}") from None
+        raise error(f"not a JSON {what}: {exc}") from None
     if not isinstance(body, dict):
-        raise UnknownCommandError("a metadata command must be a JSON object")
+        raise error(f"a {what} must be a JSON object")
+    return body
+
+
+def decode(value: bytes) -> Command:
+    """The command a record holds; `UnknownCommandError` for anything else."""
+    body = json_object(value, UnknownCommandError, "metadata command")
     version = body.get("version", 0)
     kind = body.get("kind") if version else body.get("op")
     if version in (2, 3) and kind != CreateTopic.KIND:
