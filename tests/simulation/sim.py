@@ -100,6 +100,7 @@ from replog.replication import (
 )
 from replog.replication.batch_ends import BatchEnds
 from replog.replication.producers import ProducerBatch, ProducerTable, decode_header
+from replog.replication.roles.core import Step
 from replog.server.cluster.balancer import preferred_target
 from tests.simulation.checker import Checker, InvariantViolation, SimRecord, check
 from tests.simulation.controllers import check_done, controller_bound_ms, make_controller
@@ -1256,7 +1257,7 @@ class Simulation:
     def check_step(self) -> None:
         """Per-event checks (plain ifs: this runs after every event)."""
         checker = self.checker
-        newest = max((n.replica.epoch for n in self.nodes.values() if n.replica), default=0)
+        newest = -1  # the newest epoch of any replica, found when a leader's check needs it
         for node in self.nodes.values():
             replica = node.replica
             if replica is None:
@@ -1270,17 +1271,25 @@ class Simulation:
                     False,
                     f"node {node.id}: core LEO {leo} HW {hw}, log {len(node.log)} HW {node.hw}",
                 )
-            if replica.role is not Role.FOLLOWER and not replica.is_voter:
-                check(False, f"non-voter {node.id} became {replica.role.value}")
-            if replica.role is Role.LEADER:
+            if replica.step is Step.FOLLOWER:  # (most nodes most of the time: no role lookup)
+                continue
+            role = replica.role
+            if role is Role.FOLLOWER:
+                continue
+            if not replica.is_voter:
+                check(False, f"non-voter {node.id} became {role.value}")
+            if role is Role.LEADER:
                 epoch = replica.epoch
                 checker.on_leader(node.id, epoch, hw)
-                if replica.serving and hw <= checker.acked_all_max and epoch >= newest:
-                    check(
-                        False,
-                        f"leader {node.id} serves HW {hw} at or below acked offset "
-                        f"{checker.acked_all_max}: 'latest' went back",
-                    )
+                if replica.serving and hw <= checker.acked_all_max:
+                    if newest < 0:
+                        newest = max(n.replica.epoch for n in self.nodes.values() if n.replica)
+                    if epoch >= newest:
+                        check(
+                            False,
+                            f"leader {node.id} serves HW {hw} at or below acked offset "
+                            f"{checker.acked_all_max}: 'latest' went back",
+                        )
                 # (committed: by anyone, as the checker knows; its own HW may lag behind
                 # after a restart)
                 history = replica.membership_history
