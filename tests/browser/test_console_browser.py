@@ -24,6 +24,7 @@ from selenium.webdriver.support.ui import Select
 
 from replog.client import Client, Record
 from replog.devcluster import DevCluster
+from tests.browser.conftest import OPERATOR_TOKEN
 from tests.browser.harness import ConsoleProcess, console_errors, text
 from tests.integration.waiting import wait_until
 
@@ -121,6 +122,7 @@ def test_the_record_browser_starts_from_a_time_typed_in(
 def test_a_record_produced_through_the_form_lands(
     browser: WebDriver, console: ConsoleProcess, client: Client
 ) -> None:
+    sign_in(browser, console)
     load(browser, console, f"/topics/{TOPIC}/produce")
     browser.find_element(By.NAME, "partition").send_keys("0")
     browser.find_element(By.NAME, "key").send_keys("from-the-form")
@@ -134,6 +136,22 @@ def test_a_record_produced_through_the_form_lands(
     assert got.headers == (("origin", b"console"),)
     browser.find_element(By.LINK_TEXT, "see it").click()
     assert "from-the-form" in text(browser, "records")
+    wait_until(
+        lambda: (
+            "principal=User:operator" in console.log_text()
+            and "operation=produce" in console.log_text()
+        ),
+        "the console's audit line names the user",
+        30,
+    )
+
+
+def sign_in(browser: WebDriver, console: ConsoleProcess) -> None:
+    """Sign in as User:operator (producing and resetting offsets act as the user)."""
+    browser.get(console.url + "/login")
+    browser.find_element(By.ID, "token").send_keys(OPERATOR_TOKEN)
+    browser.find_element(By.ID, "login-submit").click()
+    wait_until(lambda: text(browser, "signed-in-user") == "User:operator", "signed in", 30)
 
 
 def lag_shown(browser: WebDriver) -> int:
@@ -175,6 +193,7 @@ def test_a_stopped_groups_offsets_reset_after_a_dry_run_and_a_confirmation(
     topic, group = "lagging", "readers"
     before = {(c.topic, c.partition): c.offset for c in client.committed_offsets(group)}
     earliest = client.list_offsets(topic, [0])[0].earliest
+    sign_in(browser, console)
     load(browser, console, f"/groups/{group}")
     Select(browser.find_element(By.NAME, "target")).select_by_value("earliest")
     Select(browser.find_element(By.NAME, "topic")).select_by_value(topic)

@@ -162,21 +162,17 @@ def test_an_unexpected_failure_is_an_internal_error_page_without_details(
     assert "secret detail" not in resp.text and "Traceback" not in resp.text
 
 
-def test_producing_a_test_record_appends_it_and_links_to_it(
+def test_producing_or_resetting_offsets_without_signing_in_changes_nothing(
     web: TestClient, client: Client, topic: str
 ) -> None:
-    form = {
-        "csrf": token(web, topic),
-        "partition": "1",
-        "value": "hello from the form",
-        "acks": "all",
-    }
+    """Both act as the signed-in user (tested over TLS below): a session that is not signed
+    in is refused before anything is sent."""
+    before = client.list_offsets(topic, [0])[0].latest
+    form = {"csrf": token(web, topic), "partition": "0", "value": "x", "acks": "all"}
     resp = web.post(f"/topics/{topic}/produce", data=form, headers=SAME_ORIGIN)
-    assert resp.status_code == 200, resp.text
-    found = re.search(r"partition 1 at offset (\d+)", resp.text)
-    assert found
-    got = client.fetch(topic, 1, int(found.group(1))).records
-    assert got.values[0] == b"hello from the form"
+    assert resp.status_code == 403 and "sign in" in resp.text
+    assert client.list_offsets(topic, [0])[0].latest == before
+    assert 'id="sign-in-note"' in web.get(f"/topics/{topic}/produce").text
 
 
 def test_a_post_without_the_token_or_from_another_site_changes_nothing(
@@ -192,14 +188,6 @@ def test_a_post_without_the_token_or_from_another_site_changes_nothing(
     )
     assert cross.status_code == 403
     assert client.list_offsets(topic, [0])[0].latest == before
-
-
-def test_headers_on_a_raw_topic_are_refused_with_a_message(web: TestClient, client: Client) -> None:
-    topic = f"console-raw-{next(_names)}"
-    client.create_topic(topic, 1, format="raw")
-    form = {"csrf": token(web, topic), "value": "x", "headers": "a=1", "acks": "all"}
-    resp = web.post(f"/topics/{topic}/produce", data=form, headers=SAME_ORIGIN)
-    assert resp.status_code == 400 and "is raw" in resp.text
 
 
 def test_a_group_page_shows_lag_and_a_reset_is_a_dry_run_until_confirmed(
@@ -220,9 +208,8 @@ def test_a_group_page_shows_lag_and_a_reset_is_a_dry_run_until_confirmed(
     applied = web.post(
         f"/groups/{group}/reset", data={**plan, "step": "apply"}, headers=SAME_ORIGIN
     )
-    assert applied.status_code == 200 and "reset 2 partition(s)" in applied.text
-    committed = {c.partition: c.offset for c in client.committed_offsets(group)}
-    assert committed[0] == hw
+    assert applied.status_code == 403 and "sign in" in applied.text  # applied: as a user
+    assert {(c.partition, c.offset) for c in client.committed_offsets(group)} == {(0, 3), (1, 0)}
 
 
 def test_a_reset_naming_a_partition_the_topic_has_not_is_refused(
@@ -258,6 +245,7 @@ def test_follow_live_streams_records_appended_after_it_started(
 # -- TLS and token authentication ------------------------------------------------------------
 
 TOKENS = {"User:admin": "admin-console-token", "User:alice": "alice-console-token"}
+WHO = re.compile(r'id="signed-in-user">([^<]*)<')
 
 
 @pytest.fixture(scope="module")
@@ -336,3 +324,42 @@ def test_a_search_finds_records_by_key_value_or_header_within_its_window(
     assert "examined 10 records" in bounded.text
     assert f"offsets {base + 5} to {base + 15}" in bounded.text
     assert 'id="search-next"' in bounded.text and f"offset={base + 15}" in bounded.text
+
+
+def test_produce_and_reset_offsets_act_as_the_signed_in_user(secured: DevCluster) -> None:
+    """The console's own principal is a super-user; the user signed in is alice: the
+    cluster decides by alice's ACLs, and the console names her as the cluster does."""
+    admin, web = console_as(secured, "User:admin")
+    try:
+        admin.create_topic("as-user", 2)
+        admin.create_topic("as-user-raw", 1, format="raw")
+        admin.append("as-user", 0, [b"r"] * 5, acks="all")
+        admin.commit_offsets("as-user-group", {("as-user", 0): 1})
+        csrf = re.search(r'name="csrf" value="([^"]+)"', web.get("/login").text)
+        assert csrf
+        signed = web.post("/login", data={"csrf": csrf.group(1), "token": TOKENS["User:alice"]})
+        assert signed.status_code == 200 and WHO.findall(signed.text) == ["User:alice"]
+        form = {"csrf": token(web, "as-user"), "partition": "1", "value": "hi", "acks": "all"}
+        denied = web.post("/topics/as-user/produce", data=form, headers=SAME_ORIGIN)
+        assert denied.status_code == 400 and "PERMISSION_DENIED: User:alice may not" in denied.text
+        admin.add_acl("User:alice", "write", topic="as-user", prefix=True)
+        done = web.post("/topics/as-user/produce", data=form, headers=SAME_ORIGIN)
+        found = re.search(r"partition 1 at offset (\d+)", done.text)
+        assert done.status_code == 200 and found, done.text
+        assert admin.fetch("as-user", 1, int(found.group(1))).records.values[0] == b"hi"
+        raw = {**form, "partition": "0", "headers": "a=1"}
+        refused = web.post("/topics/as-user-raw/produce", data=raw, headers=SAME_ORIGIN)
+        assert refused.status_code == 400 and "is raw" in refused.text
+        plan = {"csrf": form["csrf"], "target": "latest", "topic": "as-user", "step": "apply"}
+        no_acl = web.post("/groups/as-user-group/reset", data=plan, headers=SAME_ORIGIN)
+        assert "PERMISSION_DENIED" in no_acl.text or "User:alice may not" in no_acl.text
+        admin.add_acl("User:alice", "read", group="as-user-group")
+        admin.add_acl("User:alice", "read", topic="as-user")
+        applied = web.post("/groups/as-user-group/reset", data=plan, headers=SAME_ORIGIN)
+        assert applied.status_code == 200 and "reset 2 partition(s)" in applied.text
+        committed = {c.partition: c.offset for c in admin.committed_offsets("as-user-group")}
+        assert committed == {o.partition: o.latest for o in admin.list_offsets("as-user")}
+        assert committed[1] > 0
+    finally:
+        web.close()
+        admin.close()

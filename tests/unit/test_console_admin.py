@@ -45,6 +45,8 @@ ADMIN_POSTS = [
     ("/acls/add", {"principal": "User:a", "operation": "read", "name": "t"}),
     ("/acls/remove", {"principal": "User:a", "operation": "read", "name": "t", "confirm": "yes"}),
     ("/quotas/set", {"principal": "User:a", "produce_bytes_per_s": "10"}),
+    ("/topics/t/produce", {"value": "x", "acks": "all"}),  # as the user, like the above
+    ("/groups/g/reset", {"step": "apply", "target": "earliest", "topic": "t"}),
 ]
 
 
