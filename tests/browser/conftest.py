@@ -31,7 +31,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
 def console(
     cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ConsoleProcess]:
-    proc = ConsoleProcess(cluster, tmp_path_factory.mktemp("console")).start()
+    # 1 KiB fetches: a search of many records takes many steps (progress and cancel)
+    extra = ["--search-fetch-kib", "1"]
+    proc = ConsoleProcess(cluster, tmp_path_factory.mktemp("console"), extra_args=extra).start()
     yield proc
     proc.stop()
 

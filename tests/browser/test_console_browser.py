@@ -206,6 +206,33 @@ def test_a_stopped_groups_offsets_reset_after_a_dry_run_and_a_confirmation(
     assert console_errors(browser) == []
 
 
+def records_shown(browser: WebDriver) -> int:
+    shown = text(browser, "search-records")
+    return int(shown) if shown.isdigit() else 0
+
+
+def test_a_long_search_shows_its_progress_and_stops_when_cancelled(
+    browser: WebDriver, console: ConsoleProcess, client: Client
+) -> None:
+    topic, total = "haystack", 300_000
+    client.create_topic(topic, 1, 3)
+    for _ in range(total // 10_000):
+        client.append(topic, 0, [b"hay-%06d" % i for i in range(10_000)])
+    console_errors(browser)
+    load(browser, console, f"/topics/{topic}/search?contains=needle&scan=1000000")
+    first = wait_until(lambda: records_shown(browser), "the page shows progress", 60)
+    wait_until(lambda: records_shown(browser) > first, "the progress moves", 60)
+    assert text(browser, "search-state") == "running"
+    browser.find_element(By.ID, "search-cancel").click()
+    wait_until(lambda: text(browser, "search-stopped") == "cancelled", "the search stopped", 30)
+    assert text(browser, "search-state") == "cancelled"
+    assert not browser.find_elements(By.ID, "search-cancel")
+    examined = records_shown(browser)
+    assert 0 < examined < total
+    assert f"examined {examined} records" in text(browser, "search-summary")
+    assert console_errors(browser) == []
+
+
 def test_a_killed_leader_shows_up_on_the_cluster_page_within_seconds(
     browser: WebDriver, console: ConsoleProcess, client: Client, cluster: DevCluster
 ) -> None:

@@ -19,6 +19,7 @@ from replog.console.state import ConsoleConfig
 from replog.devcluster import DevCluster
 from replog.server.edge.auth import hash_token
 from tests.integration.servers import ServerProcess
+from tests.integration.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 BASE = "http://127.0.0.1:8080"
@@ -302,6 +303,24 @@ def test_over_tls_with_a_token_the_console_shows_what_its_principal_may_see(
         alice.close()
 
 
+def searched(web: TestClient, path: str) -> str:
+    """The results of the search `path` starts, as the page's script gets them once the
+    job ends (the page shows them itself when it ended within its wait)."""
+    page = web.get(path)
+    assert page.status_code == 200, page.text
+    if 'id="search-summary"' in page.text:
+        return page.text
+    found = re.search(r'data-url="([^"]+/search/jobs/[^"]+)"', page.text)
+    assert found, page.text
+    job = wait_until(
+        lambda: (doc := web.get(found.group(1)).json())["state"] != "running" and doc,
+        "the search ended",
+        60,
+    )
+    assert job["state"] == "done", job
+    return str(job["html"])
+
+
 def test_a_search_finds_records_by_key_value_or_header_within_its_window(
     web: TestClient, client: Client
 ) -> None:
@@ -312,18 +331,56 @@ def test_a_search_finds_records_by_key_value_or_header_within_its_window(
         0,
         [Record(b"v%d" % i, key=b"k-%d" % i, headers=[("h", b"x%d" % i)]) for i in range(30)],
     ).base_offset
-    page = web.get(f"/topics/{name}/search?contains=k-2&where=key")
-    assert page.status_code == 200
-    offsets = re.findall(r'data-offset="(\d+)"', page.text)
+    page = searched(web, f"/topics/{name}/search?contains=k-2&where=key")
+    offsets = re.findall(r'data-offset="(\d+)"', page)
     assert [int(o) - base for o in offsets] == [2, *range(20, 30)]
-    assert "reached the high watermark" in page.text
-    found = web.get(f"/topics/{name}/search?contains=x7&where=headers").text
+    assert "reached the high watermark" in page
+    found = searched(web, f"/topics/{name}/search?contains=x7&where=headers")
     assert re.findall(r'data-offset="(\d+)"', found) == [str(base + 7)]
-    assert "data-offset" not in web.get(f"/topics/{name}/search?contains=x7&where=value").text
-    bounded = web.get(f"/topics/{name}/search?contains=v&scan=10&offset={base + 5}")
-    assert "examined 10 records" in bounded.text
-    assert f"offsets {base + 5} to {base + 15}" in bounded.text
-    assert 'id="search-next"' in bounded.text and f"offset={base + 15}" in bounded.text
+    assert "data-offset" not in searched(web, f"/topics/{name}/search?contains=x7&where=value")
+    bounded = searched(web, f"/topics/{name}/search?contains=v&scan=10&offset={base + 5}")
+    assert "examined 10 records" in bounded
+    assert f"offsets {base + 5} to {base + 15}" in bounded
+    assert 'id="search-next"' in bounded and f"offset={base + 15}" in bounded
+
+
+def test_a_search_is_its_sessions_and_stops_when_cancelled(client: Client) -> None:
+    """A search of many small fetches: its progress moves, another browser can neither
+    see nor cancel it, and a cancel stops it where it is."""
+    name = f"console-long-{next(_names)}"
+    client.create_topic(name, 1)
+    for _ in range(20):
+        client.append(name, 0, [b"x" * 20] * 5000)
+    config = ConsoleConfig(snapshot_ttl_s=0.0, search_fetch_bytes=1024)
+    app = create_app(client, config)
+    other = TestClient(app, base_url=BASE, raise_server_exceptions=False)  # another browser
+    with TestClient(app, base_url=BASE, raise_server_exceptions=False) as web:
+        page = web.get(f"/topics/{name}/search?contains=nowhere&scan=1000000")
+        url = re.search(r'data-url="([^"]+/search/jobs/[^"]+)"', page.text)
+        assert url and 'id="search-cancel"' in page.text, page.text
+        first = wait_until(lambda: web.get(url.group(1)).json()["records"], "progress", 60)
+        wait_until(lambda: web.get(url.group(1)).json()["records"] > first, "it moves", 60)
+        other.get("/")  # a session of its own
+        assert other.get(url.group(1)).status_code == 400
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert csrf
+        stranger = other.post(url.group(1) + "/cancel", data={"csrf": csrf.group(1)})
+        assert stranger.status_code == 403  # not its session's token
+        cancel = web.post(
+            url.group(1) + "/cancel", data={"csrf": csrf.group(1)}, follow_redirects=False
+        )
+        assert cancel.status_code == 303
+        job = wait_until(
+            lambda: (d := web.get(url.group(1)).json())["state"] != "running" and d,
+            "the search stopped",
+            60,
+        )
+        assert (
+            job["state"] == "cancelled"
+            and 'stopped: <span id="search-stopped">cancelled' in job["html"]
+        )
+        assert 0 < job["records"] < 100_000
+    app.state.console.prober.close()
 
 
 def test_produce_and_reset_offsets_act_as_the_signed_in_user(secured: DevCluster) -> None:
