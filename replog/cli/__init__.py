@@ -12,6 +12,7 @@
     replog node list|add|remove|decommission ...             (nodes.py)
     replog acl add|remove|list ... ; replog token hash       (acls.py)
     replog quota set|list ...                                (acls.py)
+    replog whoami                    (the principal the cluster takes you for: whoami.py)
     replog certs ca|node|client ...                          (certs.py)
     replog verify DATA_DIR [...]     (offline check of a stopped node's files: verify.py)
     replog completion bash|zsh       (prints a shell completion script: completion.py)
@@ -53,6 +54,7 @@ from replog.cli import (
     serve,
     topics,
     verify,
+    whoami,
 )
 from replog.cli.common import (
     ATTEMPT_TIMEOUT_S,
@@ -80,7 +82,7 @@ __all__ = [
 # Commands that need neither the server's settings nor the console to parse their options.
 LEAN_COMMANDS = frozenset(
     {"topic", "partition", "offsets", "produce", "consume", "group", "node", "acl", "token",
-     "certs", "verify", "dev-cluster"}
+     "certs", "verify", "dev-cluster", "whoami"}
 )  # fmt: skip
 
 
@@ -110,6 +112,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     acls.add_parsers(sub)
     certs.add_parser(sub)
     verify.add_parser(sub)
+    whoami.add_parser(sub)
     completion = sub.add_parser(
         "completion",
         help="print a shell completion script",

@@ -104,3 +104,18 @@ class AclCalls:
             }
             for a in resp.acls
         ]
+
+    def whoami(self: _Calls) -> dict[str, object]:
+        """Who the cluster takes this client for (`Acls.WhoAmI`): `principal` ("User:alice",
+        or "ANONYMOUS"), `authenticated_by` ("token", "certificate", "none"),
+        `authorization` ("acl", "none") and `super_user`."""
+        resp = self._call(
+            lambda node: node.acls.WhoAmI(acl_pb2.WhoAmIRequest(), timeout=self.attempt_timeout_s),
+            idempotent=True,
+        )
+        return {
+            "principal": resp.principal,
+            "authenticated_by": resp.authenticated_by,
+            "authorization": resp.authorization,
+            "super_user": resp.super_user,
+        }

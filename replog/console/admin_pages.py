@@ -75,7 +75,9 @@ def audit(request: Request, session: Session, operation: str, resource: str, out
     """The console's `audit.console` line (never dropped, no secrets)."""
     peer = request.client.host if request.client else "?"
     _audit.info(
-        "audit.console principal=%s operation=%s resource=%r outcome=%s peer=%s via=console",
+        "audit.console principal=%s token=%s operation=%s resource=%r outcome=%s peer=%s "
+        "via=console",
+        session.user or "?",
         session.principal,
         operation,
         _clip(resource),
@@ -88,12 +90,18 @@ async def admin_form(request: Request) -> tuple[Console, Session, FormData]:
     """The form of an admin POST: its CSRF token checks out and its session is signed in."""
     console = console_of(request)
     form = await console.posted_form(request)
+    return console, signed_in(request), form
+
+
+def signed_in(request: Request) -> Session:
+    """The request's session, signed in (else NotSignedIn: nothing is sent)."""
+    console = console_of(request)
     if console.config.admin_refusal:
         raise NotSignedIn(console.config.admin_refusal)
     session = console.session_of(request)
     if session is None or session.client is None:
         raise NotSignedIn("sign in (top right) to change the cluster")
-    return console, session, form
+    return session
 
 
 async def change(
@@ -153,7 +161,7 @@ async def login_page(request: Request) -> Response:
             raise forms.FormError("too many failed sign-ins from here: wait a minute")
         if not token or len(token) > TOKEN_CHARS_MAX or not token.isprintable():
             raise forms.FormError(f"a token is 1 to {TOKEN_CHARS_MAX} printable characters")
-        client = await console.call(_signed_in_client, console.client, token)
+        client, me = await console.call(_signed_in_client, console.client, token)
     except (forms.FormError, ReplogError) as err:
         if isinstance(err, ReplogError):
             console.sign_ins.failed(address)
@@ -161,15 +169,17 @@ async def login_page(request: Request) -> Response:
         status = 403 if isinstance(err, ReplogError) else 400
         return console.render(request, "login.html", context, status)
     old = console.session_of(request) or console.sessions.new()
-    session = console.sessions.sign_in(old, client, fingerprint(token))
+    user = str(me["principal"])
+    session = console.sessions.sign_in(old, client, fingerprint(token), user)
     audit(request, session, "sign_in", "console", "OK")
     response = RedirectResponse(context["next"], 303)
     set_session_cookie(request, response, session)
     return response
 
 
-def _signed_in_client(console_client: Client, token: str) -> Client:
-    """A client of the cluster that sends `token`, once the cluster took it."""
+def _signed_in_client(console_client: Client, token: str) -> tuple[Client, dict[str, object]]:
+    """A client of the cluster that sends `token`, once the cluster took it, and who the
+    cluster takes it for (WhoAmI)."""
     if console_client.tls is None:
         raise forms.FormError(
             "the console reaches the cluster without TLS: a token is never sent in the clear"
@@ -184,11 +194,12 @@ def _signed_in_client(console_client: Client, token: str) -> Client:
         retry=retry,
     )
     try:
-        client.refresh_metadata()  # any authenticated caller may: a bad token is refused
+        me = client.whoami()  # any caller may: a token no token file holds is refused
+        client.refresh_metadata()
     except BaseException:
         client.close()
         raise
-    return client
+    return client, me
 
 
 def _next_path(text: str | None) -> str:

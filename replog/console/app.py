@@ -10,6 +10,7 @@
     GET  /groups/{group}                    members, assignment, committed offsets, lag
     POST /groups/{group}/reset              reset offsets: dry run (step=plan), then apply
     GET  /topics/{topic}/search?partition=&contains=&where=&offset=|time=&scan=   search
+    GET  /topics/{topic}/search/jobs/{job}, POST .../cancel   its progress (JSON), cancel
     GET  /acls?q=                           ACLs (add and remove: admin_pages)
     GET  /quotas                            quotas (set and remove: admin_pages)
     GET  /login, POST /login, POST /logout  sign in with a cluster token (sessions.py)
@@ -44,6 +45,7 @@ from replog.client import Client
 from replog.console import admin_pages, charts, group_pages, pages, records_pages, search
 from replog.console.cluster import Prober
 from replog.console.forms import FormError
+from replog.console.search_jobs import TooManySearches
 from replog.console.security import Guard
 from replog.console.state import (
     HERE,
@@ -92,6 +94,8 @@ async def on_replog_error(request: Request, exc: Exception) -> Response:
 async def on_form_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, FormError)
     status = 403 if isinstance(exc, CsrfError | admin_pages.NotSignedIn) else 400
+    if isinstance(exc, TooManySearches):
+        status = 429
     return _error_page(request, status, "Not accepted", exc.message)
 
 
@@ -132,6 +136,7 @@ async def _sampling(app: Starlette) -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        await console.searches.close()
         console.sessions.close()
 
 
@@ -153,6 +158,8 @@ def create_app(
         Route("/topics/{topic}/partitions", admin_pages.grow_partitions, methods=["POST"]),
         Route("/topics/{topic}/configs", admin_pages.alter_config, methods=["POST"]),
         Route("/topics/{topic}/search", search.search_page),
+        Route("/topics/{topic}/search/jobs/{job}", search.search_job),
+        Route("/topics/{topic}/search/jobs/{job}/cancel", search.cancel_search, methods=["POST"]),
         Route("/topics/{topic}/records", records_pages.records_page),
         Route("/topics/{topic}/records/live", records_pages.live_records),
         Route("/topics/{topic}/produce", records_pages.produce_page, methods=["GET", "POST"]),

@@ -1,8 +1,9 @@
 """Consumer groups: the list, one group (members, assignment, committed offsets, lag) and
 resetting a stopped group's offsets, in two steps: a dry run shows the plan (current and
 new offset per partition, by the rule of `replog group reset-offsets`), and only its
-Confirm button commits it. A group with members refuses the commit (GROUP_NOT_EMPTY),
-which the page says."""
+Confirm button commits it, as the signed-in user (their token: the nodes' ACLs and audit
+apply to their principal; an `audit.console` line). A group with members refuses the
+commit (GROUP_NOT_EMPTY), which the page says."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from replog.client import Client
-from replog.console import forms
+from replog.console import admin_pages, forms
 from replog.console.pages import page_of
 from replog.console.state import console_of, text_field
 from replog.errors import ReplogError
@@ -98,14 +99,18 @@ async def reset(request: Request) -> Response:
         "topic": topic,
         "partitions": ",".join(map(str, partitions)),
     }
-    client = console.client
+    session = admin_pages.signed_in(request) if step == "apply" else console.session_of(request)
+    client = console.client if session is None or session.client is None else session.client
     rows = await console.call(plan, client, group, target, offset, topic, partitions)
     done = ""
     error = ""
     if step == "apply":
+        assert session is not None
+        offsets = {(t, p): new for t, p, _cur, new in rows}
+        resource = f"group:{group} {target}" + (f" {topic}" if topic else "")
         try:
-            await console.call(
-                client.commit_offsets, group, {(t, p): new for t, p, _cur, new in rows}
+            await admin_pages.change(
+                request, session, "reset_offsets", resource, client.commit_offsets, group, offsets
             )
             done = f"reset {len(rows)} partition(s) of group {group}"
         except ReplogError as err:

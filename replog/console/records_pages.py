@@ -1,5 +1,5 @@
 """The record browser (a page of records from an offset or a time, and "follow live" over
-Server-Sent Events) and the form that produces a test record.
+Server-Sent Events) and the form that produces a test record (as the signed-in user).
 
 Live streams: `GET .../records/live` answers `text/event-stream`; each `records` event's
 data is JSON `{"html": rows, "next": offset}` and its id is the next offset, so a browser
@@ -22,8 +22,9 @@ from starlette.responses import Response, StreamingResponse
 
 from replog.client import Client, partition_for_key
 from replog.client.formats import ENVELOPE
-from replog.console import display, forms
+from replog.console import admin_pages, display, forms
 from replog.console.display import ShownRecord
+from replog.console.sessions import Session
 from replog.console.state import Console, console_of, text_field
 from replog.errors import ReplogError
 from replog.records import Record
@@ -202,9 +203,15 @@ async def _live_events(
 
 
 async def produce_page(request: Request) -> Response:
+    """GET: the form; POST: one record appended by the signed-in user (their token: the
+    nodes' ACLs, quotas and audit apply to their principal), with an `audit.console` line."""
     console = console_of(request)
     name = forms.name(request.path_params["topic"], "topic")
-    client = console.client
+    session = None
+    if request.method == "POST":
+        form = await console.posted_form(request)
+        session = admin_pages.signed_in(request)  # before anything is sent
+    client = console.client  # the topic's shape, read as every page reads
     fmt = await console.call(client.topic_format, name)
     partitions = await console.call(client.partition_count, name)
     context: dict[str, Any] = {
@@ -215,12 +222,11 @@ async def produce_page(request: Request) -> Response:
         "result": None,
         "error": "",
     }
-    if request.method == "POST":
-        form = await console.posted_form(request)
+    if session is not None:
         fields = {k: text_field(form, k) or "" for k in context["fields"]}
         context["fields"] = fields
         try:
-            context["result"] = await _produce(console, name, fields, partitions, fmt)
+            context["result"] = await _produce(request, session, name, fields, partitions, fmt)
         except (forms.FormError, ReplogError) as err:
             message = err.message if isinstance(err, forms.FormError) else _said(err)
             context["error"] = message
@@ -233,7 +239,12 @@ def _said(err: ReplogError) -> str:
 
 
 async def _produce(
-    console: Console, topic: str, fields: dict[str, str], partitions: int, fmt: str
+    request: Request,
+    session: Session,
+    topic: str,
+    fields: dict[str, str],
+    partitions: int,
+    fmt: str,
 ) -> dict[str, int]:
     partition = forms.optional_integer(fields["partition"], "partition", 0, partitions - 1)
     key = fields["key"].encode() if fields["key"] else None
@@ -250,5 +261,16 @@ async def _produce(
         )
     else:
         record = value  # a key only chooses the partition on a raw topic
-    result = await console.call(console.client.append, topic, partition, [record], acks=acks)
+    assert session.client is not None
+    result = await admin_pages.change(
+        request,
+        session,
+        "produce",
+        f"topic:{topic}/{partition}",
+        session.client.append,
+        topic,
+        partition,
+        [record],
+        acks=acks,
+    )
     return {"partition": partition, "offset": result.base_offset}

@@ -69,6 +69,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "360 points: an hour at 10 s)",
     )
     p.add_argument(
+        "--search-fetch-kib",
+        type=int,
+        default=1024,
+        help="KiB per Fetch of a record search: a Cancel takes effect within one (default "
+        "1024; smaller stops sooner, with more calls)",
+    )
+    p.add_argument(
         "--log-level",
         choices=["critical", "error", "warning", "info", "debug"],
         default="info",
@@ -92,6 +99,8 @@ def config_from(args: argparse.Namespace, listen_host: str) -> ConsoleConfig:
         raise ConsoleUsageError("--refresh-ms must be in [100, 3600000]")
     if not 0.1 <= args.chart_interval_s <= 3600:
         raise ConsoleUsageError("--chart-interval-s must be in [0.1, 3600]")
+    if not 1 <= args.search_fetch_kib <= 65536:
+        raise ConsoleUsageError("--search-fetch-kib must be in [1, 65536]")
     bind = f"[{listen_host}]" if ":" in listen_host else listen_host
     hosts = (*LOOPBACK_HOSTS, bind, *args.allowed_host)
     return ConsoleConfig(
@@ -99,6 +108,7 @@ def config_from(args: argparse.Namespace, listen_host: str) -> ConsoleConfig:
         allowed_hosts=hosts,
         chart_interval_s=args.chart_interval_s,
         admin_refusal=admin_refusal(listen_host, args.insecure),
+        search_fetch_bytes=args.search_fetch_kib * 1024,
     )
 
 

@@ -7,9 +7,11 @@ restart signs everyone out). Each session has its own CSRF token, which every fo
 
 Signing in (`/login`) means giving one of the cluster's bearer tokens (a node's
 `--token-file`): the console checks it by calling the cluster with it (GetMetadata: any
-authenticated caller may), then makes the session's admin calls with a client that sends
-it. The nodes authenticate the token, authorize each call by their ACLs and write their
-own `audit.change` line with the principal; the console authorizes nothing itself. The
+authenticated caller may; WhoAmI: the principal the nodes take it for, refused for a token
+no node's token file holds), then makes the session's changes (administration, producing,
+resetting offsets) with a client that sends it. The nodes authenticate the token,
+authorize each call by their ACLs and write their own `audit.change` line with the
+principal; the console authorizes nothing itself. The
 token stays in the console's memory, never in a cookie, a page or a log; the console names
 a signed-in session by `fingerprint` ("sha256:" and the first 16 hex digits of the token's
 SHA-256: the prefix of the token file's entry for it).
@@ -50,6 +52,7 @@ class Session:
     used_at: float
     client: Client | None = None  # signed in: the calls sent with the user's token
     principal: str = ""  # signed in: the token's fingerprint
+    user: str = ""  # signed in: the token's principal as the cluster names it (WhoAmI)
     closed: bool = field(default=False)
 
     @property
@@ -96,10 +99,10 @@ class Sessions:
         _close(ended)
         return None
 
-    def new(self, client: Client | None = None, principal: str = "") -> Session:
+    def new(self, client: Client | None = None, principal: str = "", user: str = "") -> Session:
         now = self.clock()
         session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32), now, now)
-        session.client, session.principal = client, principal
+        session.client, session.principal, session.user = client, principal, user
         signed_in = client is not None
         cap = self.signed_in_max if signed_in else self.sessions_max
         evicted: list[Session] = []
@@ -113,10 +116,10 @@ class Sessions:
             _close(old)
         return session
 
-    def sign_in(self, session: Session, client: Client, principal: str) -> Session:
+    def sign_in(self, session: Session, client: Client, principal: str, user: str = "") -> Session:
         """A new session (new id, new CSRF token: no fixation) signed in with `client`."""
         self.end(session)
-        return self.new(client, principal)
+        return self.new(client, principal, user)
 
     def end(self, session: Session) -> None:
         with self._lock:

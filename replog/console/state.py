@@ -30,6 +30,7 @@ from replog.console import display
 from replog.console.cluster import Prober, Snapshot
 from replog.console.forms import FormError
 from replog.console.sampler import Sampler
+from replog.console.search_jobs import SearchJobs
 from replog.console.security import CSRF_FIELD, LOOPBACK_HOSTS, token_ok
 from replog.console.sessions import SESSION_COOKIE, Session, Sessions, SignInThrottle
 
@@ -57,11 +58,14 @@ class ConsoleConfig:
     admin_refusal: str = ""
     sessions_max: int = 1000
     session_idle_s: float = 1800.0
+    search_fetch_bytes: int = 1024 * 1024  # bytes per Fetch of a record search: a cancel
+    # takes effect within one Fetch (smaller: quicker to stop, more calls)
 
     def __post_init__(self) -> None:
         assert self.refresh_ms >= 100 and self.page_size >= 1 and self.records_max >= 1
         assert self.follow_streams_max >= 1 and self.follow_duration_s > 0
         assert self.chart_interval_s > 0 and self.chart_points >= 2 and self.chart_series_max >= 1
+        assert self.search_fetch_bytes >= 1
 
 
 class Console:
@@ -79,6 +83,7 @@ class Console:
         self._snapshot_lock = asyncio.Lock()
         self.templates = template_environment()
         self.sampler = Sampler(config.chart_points, config.chart_series_max)
+        self.searches = SearchJobs()
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """`fn(*args, **kwargs)` (a blocking client call) in the thread pool."""
@@ -94,13 +99,20 @@ class Console:
             return self._snapshot
 
     def render(
-        self, request: Request, name: str, context: Mapping[str, Any], status_code: int = 200
+        self,
+        request: Request,
+        name: str,
+        context: Mapping[str, Any],
+        status_code: int = 200,
+        session: Session | None = None,
     ) -> Response:
         """The page `name`; only its `live` block when the page's script asks for it. A
-        browser without a session gets one (its cookie is set here)."""
+        browser without a session gets one (its cookie is set here; `session`: one the
+        handler made for it)."""
         template = self.templates.get_template(name)
-        session = self.session_of(request)
-        created = session is None
+        known = self.session_of(request)
+        created = known is None or (session is not None and session is not known)
+        session = session or known
         if session is None:
             session = self.sessions.new()
         ctx = {

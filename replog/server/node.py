@@ -104,7 +104,7 @@ from replog.server.peering.replication_transport import (
     ReplicationService,
     same_incarnation,
 )
-from replog.server.services.acl_service import AclService
+from replog.server.services.acl_service import AclService, CallerIdentity
 from replog.server.services.admin_service import AdminService
 from replog.server.services.log_service import LogService
 from replog.server.settings import Settings
@@ -524,11 +524,13 @@ def _servers(node: Node, settings: Settings, supervisor: Supervisor) -> Servers:
     guard = Guard(node.limits)  # malformed bodies, limits (guard.py)
     # Who calls and what it may do (auth.py; none with --authorization off): after the guard,
     # so that it sees decoded requests.
+    authenticator = auth.authenticator_for(settings.token_file)  # also WhoAmI's
     authorizer = auth.authorizers(
         settings.authorization,
         settings.token_file,
         settings.super_users,
         lambda: node.metadata.image,
+        authenticator,
     )
     for wrapper in authorizer:
         if isinstance(wrapper, Quotas):  # replog_quota_throttled_total (edge/quotas.py)
@@ -549,7 +551,10 @@ def _servers(node: Node, settings: Settings, supervisor: Supervisor) -> Servers:
         peer_server = grpc.aio.server(options=server_options(settings.message_bytes_max))
         generic_handlers_only(peer_server)
         serve_through(peer_server, [draining, guard])  # peers' bodies decode safely too
-    replication, kafka = _add_services(node, settings, supervisor, server, peer_server)
+    identity = CallerIdentity(
+        authenticator.identify, settings.authorization, auth.super_users_of(settings.super_users)
+    )
+    replication, kafka = _add_services(node, settings, supervisor, server, peer_server, identity)
     if kafka is not None:  # one principal, one set of quota buckets, whatever the protocol
         kafka.security.quotas = next(w for w in authorizer if isinstance(w, Quotas))
     health_servicer = Health()  # its Watch ends once the node stops
@@ -571,6 +576,7 @@ def _add_services(
     supervisor: Supervisor,
     server: grpc.aio.Server,
     peer_server: grpc.aio.Server | None,
+    identity: CallerIdentity,
 ) -> tuple[ReplicationService, kafka_edge.KafkaListener | None]:
     """Log, Admin, Acls, Groups on the client listener (Admin, Acls and forwarded calls on
     the peer listener too); Replication and Nodes on the peer listener if there is one."""
@@ -594,7 +600,12 @@ def _add_services(
     log_pb2_grpc.add_LogServicer_to_server(log_service, server)  # type: ignore[no-untyped-call]
     admin_pb2_grpc.add_AdminServicer_to_server(admin_service, server)  # type: ignore[no-untyped-call]
     acl_service = AclService(
-        node.metadata, node.node_id, node.peers.acls, node.metrics, settings.ack_timeout_ms / 1000
+        node.metadata,
+        node.node_id,
+        node.peers.acls,
+        node.metrics,
+        settings.ack_timeout_ms / 1000,
+        identity,
     )
     acl_pb2_grpc.add_AclsServicer_to_server(acl_service, server)  # type: ignore[no-untyped-call]
     # a peer that opens a stream here is up: the link to it stops waiting out its backoff

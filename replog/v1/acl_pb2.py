@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13replog/v1/acl.proto\x12\treplog.v1\"i\n\x03\x41\x63l\x12\x11\n\tprincipal\x18\x01 \x01(\t\x12\x15\n\rresource_type\x18\x02 \x01(\t\x12\x15\n\rresource_name\x18\x03 \x01(\t\x12\x0e\n\x06prefix\x18\x04 \x01(\x08\x12\x11\n\toperation\x18\x05 \x01(\t\"\x13\n\x11\x41\x63lChangeResponse\"\x11\n\x0fListAclsRequest\"0\n\x10ListAclsResponse\x12\x1c\n\x04\x61\x63ls\x18\x01 \x03(\x0b\x32\x0e.replog.v1.Acl\"\x89\x01\n\x05Quota\x12\x11\n\tprincipal\x18\x01 \x01(\t\x12\x1b\n\x13produce_bytes_per_s\x18\x02 \x01(\x04\x12\x19\n\x11\x66\x65tch_bytes_per_s\x18\x03 \x01(\x04\x12\x16\n\x0erequests_per_s\x18\x04 \x01(\x04\x12\x1d\n\x15metadata_writes_per_s\x18\x05 \x01(\x04\"\x15\n\x13QuotaChangeResponse\"\x13\n\x11ListQuotasRequest\"6\n\x12ListQuotasResponse\x12 \n\x06quotas\x18\x01 \x03(\x0b\x32\x10.replog.v1.Quota2\xc7\x02\n\x04\x41\x63ls\x12\x36\n\x06\x41\x64\x64\x41\x63l\x12\x0e.replog.v1.Acl\x1a\x1c.replog.v1.AclChangeResponse\x12\x39\n\tRemoveAcl\x12\x0e.replog.v1.Acl\x1a\x1c.replog.v1.AclChangeResponse\x12\x43\n\x08ListAcls\x12\x1a.replog.v1.ListAclsRequest\x1a\x1b.replog.v1.ListAclsResponse\x12<\n\x08SetQuota\x12\x10.replog.v1.Quota\x1a\x1e.replog.v1.QuotaChangeResponse\x12I\n\nListQuotas\x12\x1c.replog.v1.ListQuotasRequest\x1a\x1d.replog.v1.ListQuotasResponseB1Z/github.com/replog/replog/gen/replog/v1;replogv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13replog/v1/acl.proto\x12\treplog.v1\"i\n\x03\x41\x63l\x12\x11\n\tprincipal\x18\x01 \x01(\t\x12\x15\n\rresource_type\x18\x02 \x01(\t\x12\x15\n\rresource_name\x18\x03 \x01(\t\x12\x0e\n\x06prefix\x18\x04 \x01(\x08\x12\x11\n\toperation\x18\x05 \x01(\t\"\x13\n\x11\x41\x63lChangeResponse\"\x11\n\x0fListAclsRequest\"0\n\x10ListAclsResponse\x12\x1c\n\x04\x61\x63ls\x18\x01 \x03(\x0b\x32\x0e.replog.v1.Acl\"\x89\x01\n\x05Quota\x12\x11\n\tprincipal\x18\x01 \x01(\t\x12\x1b\n\x13produce_bytes_per_s\x18\x02 \x01(\x04\x12\x19\n\x11\x66\x65tch_bytes_per_s\x18\x03 \x01(\x04\x12\x16\n\x0erequests_per_s\x18\x04 \x01(\x04\x12\x1d\n\x15metadata_writes_per_s\x18\x05 \x01(\x04\"\x15\n\x13QuotaChangeResponse\"\x13\n\x11ListQuotasRequest\"6\n\x12ListQuotasResponse\x12 \n\x06quotas\x18\x01 \x03(\x0b\x32\x10.replog.v1.Quota\"\x0f\n\rWhoAmIRequest\"h\n\x0eWhoAmIResponse\x12\x11\n\tprincipal\x18\x01 \x01(\t\x12\x18\n\x10\x61uthenticated_by\x18\x02 \x01(\t\x12\x15\n\rauthorization\x18\x03 \x01(\t\x12\x12\n\nsuper_user\x18\x04 \x01(\x08\x32\x86\x03\n\x04\x41\x63ls\x12\x36\n\x06\x41\x64\x64\x41\x63l\x12\x0e.replog.v1.Acl\x1a\x1c.replog.v1.AclChangeResponse\x12\x39\n\tRemoveAcl\x12\x0e.replog.v1.Acl\x1a\x1c.replog.v1.AclChangeResponse\x12\x43\n\x08ListAcls\x12\x1a.replog.v1.ListAclsRequest\x1a\x1b.replog.v1.ListAclsResponse\x12<\n\x08SetQuota\x12\x10.replog.v1.Quota\x1a\x1e.replog.v1.QuotaChangeResponse\x12I\n\nListQuotas\x12\x1c.replog.v1.ListQuotasRequest\x1a\x1d.replog.v1.ListQuotasResponse\x12=\n\x06WhoAmI\x12\x18.replog.v1.WhoAmIRequest\x1a\x19.replog.v1.WhoAmIResponseB1Z/github.com/replog/replog/gen/replog/v1;replogv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -48,6 +48,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTQUOTASREQUEST']._serialized_end=413
   _globals['_LISTQUOTASRESPONSE']._serialized_start=415
   _globals['_LISTQUOTASRESPONSE']._serialized_end=469
-  _globals['_ACLS']._serialized_start=472
-  _globals['_ACLS']._serialized_end=799
+  _globals['_WHOAMIREQUEST']._serialized_start=471
+  _globals['_WHOAMIREQUEST']._serialized_end=486
+  _globals['_WHOAMIRESPONSE']._serialized_start=488
+  _globals['_WHOAMIRESPONSE']._serialized_end=592
+  _globals['_ACLS']._serialized_start=595
+  _globals['_ACLS']._serialized_end=985
 # @@protoc_insertion_point(module_scope)

@@ -61,3 +61,19 @@ class ListQuotasResponse(_message.Message):
     QUOTAS_FIELD_NUMBER: _ClassVar[int]
     quotas: _containers.RepeatedCompositeFieldContainer[Quota]
     def __init__(self, quotas: _Optional[_Iterable[_Union[Quota, _Mapping]]] = ...) -> None: ...
+
+class WhoAmIRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WhoAmIResponse(_message.Message):
+    __slots__ = ("principal", "authenticated_by", "authorization", "super_user")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    AUTHENTICATED_BY_FIELD_NUMBER: _ClassVar[int]
+    AUTHORIZATION_FIELD_NUMBER: _ClassVar[int]
+    SUPER_USER_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    authenticated_by: str
+    authorization: str
+    super_user: bool
+    def __init__(self, principal: _Optional[str] = ..., authenticated_by: _Optional[str] = ..., authorization: _Optional[str] = ..., super_user: _Optional[bool] = ...) -> None: ...

@@ -61,6 +61,11 @@ class AclsStub:
                 request_serializer=replog_dot_v1_dot_acl__pb2.ListQuotasRequest.SerializeToString,
                 response_deserializer=replog_dot_v1_dot_acl__pb2.ListQuotasResponse.FromString,
                 _registered_method=True)
+        self.WhoAmI = channel.unary_unary(
+                '/replog.v1.Acls/WhoAmI',
+                request_serializer=replog_dot_v1_dot_acl__pb2.WhoAmIRequest.SerializeToString,
+                response_deserializer=replog_dot_v1_dot_acl__pb2.WhoAmIResponse.FromString,
+                _registered_method=True)
 
 
 class AclsServicer:
@@ -99,6 +104,15 @@ class AclsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WhoAmI(self, request, context):
+        """Who the node takes the caller for: the principal its ACLs, quotas and audit log apply
+        (the bearer token's entry in the token file, else the client certificate's name). Any
+        caller may ask; a bearer token that matches no entry is UNAUTHENTICATED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AclsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -126,6 +140,11 @@ def add_AclsServicer_to_server(servicer, server):
                     servicer.ListQuotas,
                     request_deserializer=replog_dot_v1_dot_acl__pb2.ListQuotasRequest.FromString,
                     response_serializer=replog_dot_v1_dot_acl__pb2.ListQuotasResponse.SerializeToString,
+            ),
+            'WhoAmI': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhoAmI,
+                    request_deserializer=replog_dot_v1_dot_acl__pb2.WhoAmIRequest.FromString,
+                    response_serializer=replog_dot_v1_dot_acl__pb2.WhoAmIResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -265,6 +284,33 @@ class Acls:
             '/replog.v1.Acls/ListQuotas',
             replog_dot_v1_dot_acl__pb2.ListQuotasRequest.SerializeToString,
             replog_dot_v1_dot_acl__pb2.ListQuotasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WhoAmI(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/replog.v1.Acls/WhoAmI',
+            replog_dot_v1_dot_acl__pb2.WhoAmIRequest.SerializeToString,
+            replog_dot_v1_dot_acl__pb2.WhoAmIResponse.FromString,
             options,
             channel_credentials,
             insecure,

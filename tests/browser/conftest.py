@@ -11,12 +11,18 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from replog.client import Client, RetryPolicy
 from replog.devcluster import DevCluster
+from replog.server.edge.auth import hash_token
 from tests.browser.harness import ConsoleProcess, chrome
+
+OPERATOR_TOKEN = "operator-token-0123456789"  # signs in to the console (no ACLs here)
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    c = DevCluster(tmp_path_factory.mktemp("cluster"), 3, tls=True).start()
+    work = tmp_path_factory.mktemp("cluster")
+    tokens = work / "tokens"
+    tokens.write_text(f"User:operator {hash_token(OPERATOR_TOKEN)}\n")
+    c = DevCluster(work, 3, tls=True, extra_args=["--token-file", str(tokens)]).start()
     yield c
     c.kill_all()
 
@@ -25,7 +31,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
 def console(
     cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ConsoleProcess]:
-    proc = ConsoleProcess(cluster, tmp_path_factory.mktemp("console")).start()
+    # 1 KiB fetches: a search of many records takes many steps (progress and cancel)
+    extra = ["--search-fetch-kib", "1"]
+    proc = ConsoleProcess(cluster, tmp_path_factory.mktemp("console"), extra_args=extra).start()
     yield proc
     proc.stop()
 

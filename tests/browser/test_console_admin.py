@@ -67,6 +67,7 @@ def test_a_user_creates_a_topic_finds_a_record_and_deletes_it_after_typing_its_n
     console_errors(browser)
     sign_in(browser, console, ALICE)
     wait_until(lambda: "signed in" in text(browser, "signed-in-as"), "signed in", 30)
+    assert text(browser, "signed-in-user") == "User:alice"  # as the cluster names her
     browser.get(console.url + "/topics/new")
     browser.find_element(By.ID, "new-name").send_keys(TOPIC)
     browser.find_element(By.ID, "new-partitions").clear()
@@ -99,7 +100,8 @@ def test_a_user_creates_a_topic_finds_a_record_and_deletes_it_after_typing_its_n
     assert console_errors(browser) == []
 
     for op in ("create", "delete"):
-        line = f"audit.console principal=sha256:{hash_token(ALICE)[7:23]} operation={op}"
+        token = hash_token(ALICE)[7:23]
+        line = f"audit.console principal=User:alice token=sha256:{token} operation={op}"
         wait_until(lambda line=line: line in console.log_text(), f"the console logged {op}", 30)
     logs = "".join(n.log_tail(200_000) for n in cluster.members.values())
     assert "User:alice" in logs and f"topic:{TOPIC}" in logs  # the nodes' audit.change
@@ -113,6 +115,7 @@ def test_a_user_the_acls_do_not_allow_is_refused_and_an_unknown_token_does_not_s
     assert "bearer token is not valid" in text(browser, "error-message")
     sign_in(browser, console, MALLORY)
     wait_until(lambda: "signed in" in text(browser, "signed-in-as"), "signed in", 30)
+    assert text(browser, "signed-in-user") == "User:mallory"
     browser.get(console.url + "/topics/new")
     browser.find_element(By.ID, "new-name").send_keys("web-mallory")
     submit(browser, "new-submit")

@@ -24,6 +24,7 @@ from selenium.webdriver.support.ui import Select
 
 from replog.client import Client, Record
 from replog.devcluster import DevCluster
+from tests.browser.conftest import OPERATOR_TOKEN
 from tests.browser.harness import ConsoleProcess, console_errors, text
 from tests.integration.waiting import wait_until
 
@@ -121,6 +122,7 @@ def test_the_record_browser_starts_from_a_time_typed_in(
 def test_a_record_produced_through_the_form_lands(
     browser: WebDriver, console: ConsoleProcess, client: Client
 ) -> None:
+    sign_in(browser, console)
     load(browser, console, f"/topics/{TOPIC}/produce")
     browser.find_element(By.NAME, "partition").send_keys("0")
     browser.find_element(By.NAME, "key").send_keys("from-the-form")
@@ -134,6 +136,22 @@ def test_a_record_produced_through_the_form_lands(
     assert got.headers == (("origin", b"console"),)
     browser.find_element(By.LINK_TEXT, "see it").click()
     assert "from-the-form" in text(browser, "records")
+    wait_until(
+        lambda: (
+            "principal=User:operator" in console.log_text()
+            and "operation=produce" in console.log_text()
+        ),
+        "the console's audit line names the user",
+        30,
+    )
+
+
+def sign_in(browser: WebDriver, console: ConsoleProcess) -> None:
+    """Sign in as User:operator (producing and resetting offsets act as the user)."""
+    browser.get(console.url + "/login")
+    browser.find_element(By.ID, "token").send_keys(OPERATOR_TOKEN)
+    browser.find_element(By.ID, "login-submit").click()
+    wait_until(lambda: text(browser, "signed-in-user") == "User:operator", "signed in", 30)
 
 
 def lag_shown(browser: WebDriver) -> int:
@@ -175,6 +193,7 @@ def test_a_stopped_groups_offsets_reset_after_a_dry_run_and_a_confirmation(
     topic, group = "lagging", "readers"
     before = {(c.topic, c.partition): c.offset for c in client.committed_offsets(group)}
     earliest = client.list_offsets(topic, [0])[0].earliest
+    sign_in(browser, console)
     load(browser, console, f"/groups/{group}")
     Select(browser.find_element(By.NAME, "target")).select_by_value("earliest")
     Select(browser.find_element(By.NAME, "topic")).select_by_value(topic)
@@ -184,6 +203,33 @@ def test_a_stopped_groups_offsets_reset_after_a_dry_run_and_a_confirmation(
     browser.find_element(By.ID, "reset-confirm").click()
     wait_until(lambda: text(browser, "reset-done"), "the reset is confirmed", 30)
     assert client.committed_offsets(group, [(topic, 0)])[0].offset == earliest
+    assert console_errors(browser) == []
+
+
+def records_shown(browser: WebDriver) -> int:
+    shown = text(browser, "search-records")
+    return int(shown) if shown.isdigit() else 0
+
+
+def test_a_long_search_shows_its_progress_and_stops_when_cancelled(
+    browser: WebDriver, console: ConsoleProcess, client: Client
+) -> None:
+    topic, total = "haystack", 300_000
+    client.create_topic(topic, 1, 3)
+    for _ in range(total // 10_000):
+        client.append(topic, 0, [b"hay-%06d" % i for i in range(10_000)])
+    console_errors(browser)
+    load(browser, console, f"/topics/{topic}/search?contains=needle&scan=1000000")
+    first = wait_until(lambda: records_shown(browser), "the page shows progress", 60)
+    wait_until(lambda: records_shown(browser) > first, "the progress moves", 60)
+    assert text(browser, "search-state") == "running"
+    browser.find_element(By.ID, "search-cancel").click()
+    wait_until(lambda: text(browser, "search-stopped") == "cancelled", "the search stopped", 30)
+    assert text(browser, "search-state") == "cancelled"
+    assert not browser.find_elements(By.ID, "search-cancel")
+    examined = records_shown(browser)
+    assert 0 < examined < total
+    assert f"examined {examined} records" in text(browser, "search-summary")
     assert console_errors(browser) == []
 
 

@@ -9,6 +9,7 @@ callers and wrong tokens are UNAUTHENTICATED; a client certificate names its pri
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 import sys
 import time
@@ -180,6 +181,39 @@ def test_a_prefix_acl_covers_the_topics_it_prefixes_and_no_other(secured: Secure
             alice.fetch("orders.eu", 0, 0)  # write does not grant read
 
 
+def test_whoami_names_the_callers_principal_in_the_client_and_the_cli(secured: Secured) -> None:
+    with secured.client("User:alice") as alice, secured.client("User:admin") as admin:
+        assert alice.whoami() == {
+            "principal": "User:alice",
+            "authenticated_by": "token",
+            "authorization": "acl",
+            "super_user": False,
+        }
+        assert admin.whoami()["super_user"] is True
+    with (
+        Client(secured.cluster.bootstrap, tls=secured.ca, token="guess", retry=ONCE) as c,
+        pytest.raises(UnauthenticatedError),
+    ):
+        c.whoami()
+    cmd = [
+        sys.executable, "-m", "replog", "whoami",
+        "--address", secured.cluster.bootstrap, "--tls-ca", str(secured.ca.ca_file),
+    ]  # fmt: skip
+    text = subprocess.run(
+        [*cmd, "--token", TOKENS["User:carol"]], capture_output=True, text=True, timeout=60
+    )
+    assert text.returncode == 0 and text.stdout == "User:carol, authenticated by token\n"
+    doc = subprocess.run(
+        [*cmd, "--token", TOKENS["User:admin"], "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert json.loads(doc.stdout)["principal"] == "User:admin", doc.stderr
+    anonymous = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert anonymous.returncode == 1 and "UNAUTHENTICATED" in anonymous.stderr
+
+
 def test_a_client_certificate_names_its_principal(secured: Secured, tmp_path: Any) -> None:
     """A client certificate (replog://client/alice) is User:alice when no token is sent.
     The client listener here does not require certificates, so it never asks for one:
@@ -255,6 +289,8 @@ def test_a_required_client_certificate_authenticates_its_principal(
             c.add_acl("User:erin", "write", topic="secured")
         with Client(server.address, tls=as_erin, retry=ONCE) as c:
             assert c.append("secured", 0, [b"x"]).last_offset >= 1
+            assert c.whoami()["principal"] == "User:erin"
+            assert c.whoami()["authenticated_by"] == "certificate"
         with (
             Client(server.address, tls=ClientTls(ca.cert_file), retry=ONCE) as c,
             pytest.raises(ReplogError),  # no certificate: the handshake fails (UNAVAILABLE)

@@ -19,6 +19,7 @@ from replog.console.state import ConsoleConfig
 from replog.devcluster import DevCluster
 from replog.server.edge.auth import hash_token
 from tests.integration.servers import ServerProcess
+from tests.integration.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 BASE = "http://127.0.0.1:8080"
@@ -162,21 +163,17 @@ def test_an_unexpected_failure_is_an_internal_error_page_without_details(
     assert "secret detail" not in resp.text and "Traceback" not in resp.text
 
 
-def test_producing_a_test_record_appends_it_and_links_to_it(
+def test_producing_or_resetting_offsets_without_signing_in_changes_nothing(
     web: TestClient, client: Client, topic: str
 ) -> None:
-    form = {
-        "csrf": token(web, topic),
-        "partition": "1",
-        "value": "hello from the form",
-        "acks": "all",
-    }
+    """Both act as the signed-in user (tested over TLS below): a session that is not signed
+    in is refused before anything is sent."""
+    before = client.list_offsets(topic, [0])[0].latest
+    form = {"csrf": token(web, topic), "partition": "0", "value": "x", "acks": "all"}
     resp = web.post(f"/topics/{topic}/produce", data=form, headers=SAME_ORIGIN)
-    assert resp.status_code == 200, resp.text
-    found = re.search(r"partition 1 at offset (\d+)", resp.text)
-    assert found
-    got = client.fetch(topic, 1, int(found.group(1))).records
-    assert got.values[0] == b"hello from the form"
+    assert resp.status_code == 403 and "sign in" in resp.text
+    assert client.list_offsets(topic, [0])[0].latest == before
+    assert 'id="sign-in-note"' in web.get(f"/topics/{topic}/produce").text
 
 
 def test_a_post_without_the_token_or_from_another_site_changes_nothing(
@@ -192,14 +189,6 @@ def test_a_post_without_the_token_or_from_another_site_changes_nothing(
     )
     assert cross.status_code == 403
     assert client.list_offsets(topic, [0])[0].latest == before
-
-
-def test_headers_on_a_raw_topic_are_refused_with_a_message(web: TestClient, client: Client) -> None:
-    topic = f"console-raw-{next(_names)}"
-    client.create_topic(topic, 1, format="raw")
-    form = {"csrf": token(web, topic), "value": "x", "headers": "a=1", "acks": "all"}
-    resp = web.post(f"/topics/{topic}/produce", data=form, headers=SAME_ORIGIN)
-    assert resp.status_code == 400 and "is raw" in resp.text
 
 
 def test_a_group_page_shows_lag_and_a_reset_is_a_dry_run_until_confirmed(
@@ -220,9 +209,8 @@ def test_a_group_page_shows_lag_and_a_reset_is_a_dry_run_until_confirmed(
     applied = web.post(
         f"/groups/{group}/reset", data={**plan, "step": "apply"}, headers=SAME_ORIGIN
     )
-    assert applied.status_code == 200 and "reset 2 partition(s)" in applied.text
-    committed = {c.partition: c.offset for c in client.committed_offsets(group)}
-    assert committed[0] == hw
+    assert applied.status_code == 403 and "sign in" in applied.text  # applied: as a user
+    assert {(c.partition, c.offset) for c in client.committed_offsets(group)} == {(0, 3), (1, 0)}
 
 
 def test_a_reset_naming_a_partition_the_topic_has_not_is_refused(
@@ -258,6 +246,7 @@ def test_follow_live_streams_records_appended_after_it_started(
 # -- TLS and token authentication ------------------------------------------------------------
 
 TOKENS = {"User:admin": "admin-console-token", "User:alice": "alice-console-token"}
+WHO = re.compile(r'id="signed-in-user">([^<]*)<')
 
 
 @pytest.fixture(scope="module")
@@ -314,6 +303,24 @@ def test_over_tls_with_a_token_the_console_shows_what_its_principal_may_see(
         alice.close()
 
 
+def searched(web: TestClient, path: str) -> str:
+    """The results of the search `path` starts, as the page's script gets them once the
+    job ends (the page shows them itself when it ended within its wait)."""
+    page = web.get(path)
+    assert page.status_code == 200, page.text
+    if 'id="search-summary"' in page.text:
+        return page.text
+    found = re.search(r'data-url="([^"]+/search/jobs/[^"]+)"', page.text)
+    assert found, page.text
+    job = wait_until(
+        lambda: (doc := web.get(found.group(1)).json())["state"] != "running" and doc,
+        "the search ended",
+        60,
+    )
+    assert job["state"] == "done", job
+    return str(job["html"])
+
+
 def test_a_search_finds_records_by_key_value_or_header_within_its_window(
     web: TestClient, client: Client
 ) -> None:
@@ -324,15 +331,92 @@ def test_a_search_finds_records_by_key_value_or_header_within_its_window(
         0,
         [Record(b"v%d" % i, key=b"k-%d" % i, headers=[("h", b"x%d" % i)]) for i in range(30)],
     ).base_offset
-    page = web.get(f"/topics/{name}/search?contains=k-2&where=key")
-    assert page.status_code == 200
-    offsets = re.findall(r'data-offset="(\d+)"', page.text)
+    page = searched(web, f"/topics/{name}/search?contains=k-2&where=key")
+    offsets = re.findall(r'data-offset="(\d+)"', page)
     assert [int(o) - base for o in offsets] == [2, *range(20, 30)]
-    assert "reached the high watermark" in page.text
-    found = web.get(f"/topics/{name}/search?contains=x7&where=headers").text
+    assert "reached the high watermark" in page
+    found = searched(web, f"/topics/{name}/search?contains=x7&where=headers")
     assert re.findall(r'data-offset="(\d+)"', found) == [str(base + 7)]
-    assert "data-offset" not in web.get(f"/topics/{name}/search?contains=x7&where=value").text
-    bounded = web.get(f"/topics/{name}/search?contains=v&scan=10&offset={base + 5}")
-    assert "examined 10 records" in bounded.text
-    assert f"offsets {base + 5} to {base + 15}" in bounded.text
-    assert 'id="search-next"' in bounded.text and f"offset={base + 15}" in bounded.text
+    assert "data-offset" not in searched(web, f"/topics/{name}/search?contains=x7&where=value")
+    bounded = searched(web, f"/topics/{name}/search?contains=v&scan=10&offset={base + 5}")
+    assert "examined 10 records" in bounded
+    assert f"offsets {base + 5} to {base + 15}" in bounded
+    assert 'id="search-next"' in bounded and f"offset={base + 15}" in bounded
+
+
+def test_a_search_is_its_sessions_and_stops_when_cancelled(client: Client) -> None:
+    """A search of many small fetches: its progress moves, another browser can neither
+    see nor cancel it, and a cancel stops it where it is."""
+    name = f"console-long-{next(_names)}"
+    client.create_topic(name, 1)
+    for _ in range(20):
+        client.append(name, 0, [b"x" * 20] * 5000)
+    config = ConsoleConfig(snapshot_ttl_s=0.0, search_fetch_bytes=1024)
+    app = create_app(client, config)
+    other = TestClient(app, base_url=BASE, raise_server_exceptions=False)  # another browser
+    with TestClient(app, base_url=BASE, raise_server_exceptions=False) as web:
+        page = web.get(f"/topics/{name}/search?contains=nowhere&scan=1000000")
+        url = re.search(r'data-url="([^"]+/search/jobs/[^"]+)"', page.text)
+        assert url and 'id="search-cancel"' in page.text, page.text
+        first = wait_until(lambda: web.get(url.group(1)).json()["records"], "progress", 60)
+        wait_until(lambda: web.get(url.group(1)).json()["records"] > first, "it moves", 60)
+        other.get("/")  # a session of its own
+        assert other.get(url.group(1)).status_code == 400
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert csrf
+        stranger = other.post(url.group(1) + "/cancel", data={"csrf": csrf.group(1)})
+        assert stranger.status_code == 403  # not its session's token
+        cancel = web.post(
+            url.group(1) + "/cancel", data={"csrf": csrf.group(1)}, follow_redirects=False
+        )
+        assert cancel.status_code == 303
+        job = wait_until(
+            lambda: (d := web.get(url.group(1)).json())["state"] != "running" and d,
+            "the search stopped",
+            60,
+        )
+        assert (
+            job["state"] == "cancelled"
+            and 'stopped: <span id="search-stopped">cancelled' in job["html"]
+        )
+        assert 0 < job["records"] < 100_000
+    app.state.console.prober.close()
+
+
+def test_produce_and_reset_offsets_act_as_the_signed_in_user(secured: DevCluster) -> None:
+    """The console's own principal is a super-user; the user signed in is alice: the
+    cluster decides by alice's ACLs, and the console names her as the cluster does."""
+    admin, web = console_as(secured, "User:admin")
+    try:
+        admin.create_topic("as-user", 2)
+        admin.create_topic("as-user-raw", 1, format="raw")
+        admin.append("as-user", 0, [b"r"] * 5, acks="all")
+        admin.commit_offsets("as-user-group", {("as-user", 0): 1})
+        csrf = re.search(r'name="csrf" value="([^"]+)"', web.get("/login").text)
+        assert csrf
+        signed = web.post("/login", data={"csrf": csrf.group(1), "token": TOKENS["User:alice"]})
+        assert signed.status_code == 200 and WHO.findall(signed.text) == ["User:alice"]
+        form = {"csrf": token(web, "as-user"), "partition": "1", "value": "hi", "acks": "all"}
+        denied = web.post("/topics/as-user/produce", data=form, headers=SAME_ORIGIN)
+        assert denied.status_code == 400 and "PERMISSION_DENIED: User:alice may not" in denied.text
+        admin.add_acl("User:alice", "write", topic="as-user", prefix=True)
+        done = web.post("/topics/as-user/produce", data=form, headers=SAME_ORIGIN)
+        found = re.search(r"partition 1 at offset (\d+)", done.text)
+        assert done.status_code == 200 and found, done.text
+        assert admin.fetch("as-user", 1, int(found.group(1))).records.values[0] == b"hi"
+        raw = {**form, "partition": "0", "headers": "a=1"}
+        refused = web.post("/topics/as-user-raw/produce", data=raw, headers=SAME_ORIGIN)
+        assert refused.status_code == 400 and "is raw" in refused.text
+        plan = {"csrf": form["csrf"], "target": "latest", "topic": "as-user", "step": "apply"}
+        no_acl = web.post("/groups/as-user-group/reset", data=plan, headers=SAME_ORIGIN)
+        assert "PERMISSION_DENIED" in no_acl.text or "User:alice may not" in no_acl.text
+        admin.add_acl("User:alice", "read", group="as-user-group")
+        admin.add_acl("User:alice", "read", topic="as-user")
+        applied = web.post("/groups/as-user-group/reset", data=plan, headers=SAME_ORIGIN)
+        assert applied.status_code == 200 and "reset 2 partition(s)" in applied.text
+        committed = {c.partition: c.offset for c in admin.committed_offsets("as-user-group")}
+        assert committed == {o.partition: o.latest for o in admin.list_offsets("as-user")}
+        assert committed[1] > 0
+    finally:
+        web.close()
+        admin.close()

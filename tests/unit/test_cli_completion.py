@@ -82,6 +82,7 @@ def test_the_bash_script_is_valid_bash_and_registers_a_completion_for_replog(
                 "token",
                 "certs",
                 "verify",
+                "whoami",
                 "completion",
             ],
         ),

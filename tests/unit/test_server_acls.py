@@ -6,8 +6,20 @@ from pathlib import Path
 
 import pytest
 
-from replog.errors import InvalidArgumentError, InvalidConfigError, NotFoundError
-from replog.server.edge.auth import TokenFile, hash_token
+from replog.errors import (
+    InvalidArgumentError,
+    InvalidConfigError,
+    NotFoundError,
+    UnauthenticatedError,
+)
+from replog.server.edge.auth import (
+    ANONYMOUS,
+    TokenFile,
+    authenticator_for,
+    hash_token,
+    super_users_of,
+)
+from replog.server.edge.security import SAN_KEY
 from replog.server.meta import command_codec
 from replog.server.meta.metadata import AclEntry, AddAcl, MetadataImage, RemoveAcl
 
@@ -125,3 +137,34 @@ def test_a_malformed_token_file_is_refused(tmp_path: Path) -> None:
     path.write_text("User:alice s3cret\n")
     with pytest.raises(InvalidConfigError):
         TokenFile(path)
+
+
+class _Call:
+    """A call's context as grpc.aio gives it to a handler: metadata and TLS peer names."""
+
+    def __init__(
+        self, metadata: tuple[tuple[str, str], ...] = (), sans: tuple[bytes, ...] = ()
+    ) -> None:
+        self.metadata = metadata
+        self.sans = list(sans)
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self.metadata
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return {SAN_KEY: self.sans}
+
+
+def test_whoami_names_the_token_then_the_certificate_else_anonymous(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    path.write_text(f"User:alice {hash_token('s3cret')}\n")
+    identify = authenticator_for(path).identify
+    cert = (b"replog://client/bob",)
+    assert identify(_Call((("authorization", "Bearer s3cret"),), cert)) == ("User:alice", "token")
+    assert identify(_Call((), cert)) == ("User:bob", "certificate")
+    assert identify(_Call()) == (ANONYMOUS, "none")
+    with pytest.raises(UnauthenticatedError):  # an unknown token is never anyone
+        identify(_Call((("authorization", "Bearer guess"),), cert))
+    with pytest.raises(UnauthenticatedError):  # nor is a token where no file is
+        authenticator_for(None).identify(_Call((("authorization", "Bearer s3cret"),)))
+    assert super_users_of(" User:admin, ,User:ops ") == {"User:admin", "User:ops"}

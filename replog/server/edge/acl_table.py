@@ -116,6 +116,7 @@ TABLE: dict[str, Rule] = {
     ACLS + "ListAcls": _acl("describe", "cluster"),
     ACLS + "SetQuota": _acl("alter", "cluster"),
     ACLS + "ListQuotas": _acl("describe", "cluster"),
+    ACLS + "WhoAmI": Rule("authenticated"),  # the caller's own principal
     # Consumer groups: the group's ACLs, and read on every topic the call names (a member
     # then reads its partitions with the topics' ACLs).
     GROUPS + "FindCoordinator": _acl("describe", "group", "group"),

@@ -139,6 +139,10 @@ class Authenticator:
     def principal(self, context: Any) -> str:
         """The caller's principal (ANONYMOUS without credentials); UnauthenticatedError for
         a bearer token that matches no entry."""
+        return self.identify(context)[0]
+
+    def identify(self, context: Any) -> tuple[str, str]:
+        """(the caller's principal, what proved it: "token", "certificate" or "none")."""
         for key, value in context.invocation_metadata() or ():
             if key != AUTHORIZATION_KEY:
                 continue
@@ -151,11 +155,11 @@ class Authenticator:
                 found = self.tokens.principal(token)
             if found is None:
                 raise UnauthenticatedError("the bearer token is not valid")
-            return found
+            return found, "token"
         for san in peer_sans(context):
             if san.startswith(CLIENT_URI_PREFIX) and len(san) > len(CLIENT_URI_PREFIX):
-                return "User:" + san[len(CLIENT_URI_PREFIX) :]
-        return ANONYMOUS
+                return "User:" + san[len(CLIENT_URI_PREFIX) :], "certificate"
+        return ANONYMOUS, "none"
 
 
 class Authorizer:
@@ -326,15 +330,24 @@ def authorizers(
     token_file: Path | None,
     super_users: str,
     image: Callable[[], MetadataImage],
+    authenticator: Authenticator | None = None,
 ) -> list[Authorizer | Quotas | Audit]:
     """The client listener's authorization wrapper (none with authorization off), the
     quotas of the caller's principal (quotas.py; always), then the audit of the calls that
     change the cluster (audit.py; always)."""
-    tokens = TokenFile(token_file) if token_file is not None else None
-    authenticator = Authenticator(tokens)
+    authenticator = authenticator or authenticator_for(token_file)
     changes = Audit(authenticator.audited_principal)  # innermost: calls that were allowed
     quotas = Quotas(authenticator.audited_principal, lambda: image().quotas)
     if authorization != "acl":
         return [quotas, changes]
-    supers = frozenset(p.strip() for p in super_users.split(",") if p.strip())
-    return [Authorizer(authenticator, image, supers), quotas, changes]
+    return [Authorizer(authenticator, image, super_users_of(super_users)), quotas, changes]
+
+
+def authenticator_for(token_file: Path | None) -> Authenticator:
+    """Who calls, by the token file (if any) and client certificates."""
+    return Authenticator(TokenFile(token_file) if token_file is not None else None)
+
+
+def super_users_of(text: str) -> frozenset[str]:
+    """The principals of `--super-users` (comma-separated)."""
+    return frozenset(p.strip() for p in text.split(",") if p.strip())

@@ -4,11 +4,14 @@ set and list the quotas kept there too (meta/quotas.py).
 Changes are proposed by the `__cluster` leader (`MetadataLog.propose`, validated against
 its caught-up image); another node forwards the call to it once, on the peer listener.
 Listing answers from this node's applied image. Who may call what: auth.py (`alter` and
-`describe` on the cluster).
+`describe` on the cluster). `WhoAmI` answers the caller's principal as this node
+authenticates it (`CallerIdentity`; any authenticated caller, anyone with authorization off).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from replog.errors import LeaderUnknownError
@@ -21,6 +24,16 @@ from replog.server.peering.peers import remote
 from replog.v1 import acl_pb2, acl_pb2_grpc
 
 Forward = Any  # a callable node id -> Acls stub (Peers.acls)
+
+
+@dataclass(frozen=True, slots=True)
+class CallerIdentity:
+    """How this node names its callers (WhoAmI): `identify(context)` is (principal, proof)
+    (auth.Authenticator.identify: UnauthenticatedError for an unknown token)."""
+
+    identify: Callable[[Any], tuple[str, str]]
+    authorization: str  # "acl" | "none"
+    super_users: frozenset[str]
 
 
 def to_entry(acl: acl_pb2.Acl) -> AclEntry:
@@ -51,8 +64,15 @@ def to_quota(quota: acl_pb2.Quota) -> QuotaEntry:
 
 class AclService(acl_pb2_grpc.AclsServicer):
     def __init__(
-        self, metadata: MetadataLog, node_id: int, stub: Forward, metrics: Metrics, timeout_s: float
+        self,
+        metadata: MetadataLog,
+        node_id: int,
+        stub: Forward,
+        metrics: Metrics,
+        timeout_s: float,
+        identity: CallerIdentity,
     ) -> None:
+        self.identity = identity
         self.metadata = metadata
         self.node_id = node_id
         self.stub = stub
@@ -110,3 +130,15 @@ class AclService(acl_pb2_grpc.AclsServicer):
     ) -> acl_pb2.ListQuotasResponse:
         quotas = sorted(self.metadata.image.quotas.values(), key=lambda q: q.principal)
         return acl_pb2.ListQuotasResponse(quotas=[acl_pb2.Quota(**q.as_dict()) for q in quotas])
+
+    @unary("WhoAmI")
+    async def WhoAmI(
+        self, request: acl_pb2.WhoAmIRequest, context: Context
+    ) -> acl_pb2.WhoAmIResponse:
+        principal, proof = self.identity.identify(context)
+        return acl_pb2.WhoAmIResponse(
+            principal=principal,
+            authenticated_by=proof,
+            authorization=self.identity.authorization,
+            super_user=principal in self.identity.super_users,
+        )
