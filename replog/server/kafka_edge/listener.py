@@ -40,6 +40,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import grpc
@@ -51,6 +52,8 @@ from replog.kafka.errors import KafkaDecodeError, UnsupportedVersionError
 from replog.kafka.protocol import ApiKey
 from replog.server.edge.limits import RequestPool
 from replog.server.groups.service import GroupsService
+from replog.server.kafka_edge.acls import KafkaAcls
+from replog.server.kafka_edge.admin import once_elected
 from replog.server.kafka_edge.apis import SUPPORTED, Apis
 from replog.server.kafka_edge.apis import Node as ApiNode
 from replog.server.kafka_edge.classic import ClassicLimits
@@ -58,6 +61,7 @@ from replog.server.kafka_edge.classic_groups import CLIENT_HOST, ClassicCoordina
 from replog.server.kafka_edge.group_offsets import GroupOffsets
 from replog.server.kafka_edge.security import KafkaSecurity, SecurityConfig, Session
 from replog.server.logs import log
+from replog.server.meta.acls import AclEntry
 from replog.v1 import nodes_pb2, nodes_pb2_grpc
 
 _log = logging.getLogger("replog.server.kafka")
@@ -232,6 +236,16 @@ class KafkaListener:
         self.apis.group_offsets = GroupOffsets(groups, self.brokers.current, self.apis.classic)
         self.apis.admin.groups = groups
         self.apis.admin.classic = self.apis.classic
+
+    def serve_acls(self, acl_service: Any, image: Callable[[], Any]) -> None:
+        """Kafka's ACL APIs over the node's ACLs (before `start`): changes through the gRPC
+        Acls service's path (`AclService.change`, on the metadata leader), listings from
+        `image()`, the node's applied metadata."""
+
+        async def change(entry: AclEntry, add: bool) -> None:
+            await once_elected(partial(acl_service.change, entry, add))
+
+        self.apis.acls = KafkaAcls(change, lambda: image().acls)
 
     async def start(self) -> str:
         """Bind and serve; the address Kafka clients are told (advertised)."""
