@@ -30,6 +30,7 @@ test: lint typecheck
 	bash scripts/ensure-command.sh promtool prometheus
 	bash scripts/ensure-command.sh nats-server nats-server  # bench/peers.py's smoke test
 	bash scripts/ensure-command.sh redis-server redis-server
+	bash scripts/ensure-command.sh kcat kcat kafkacat  # tests/integration/test_kafka_kcat.py
 	bash scripts/ensure-chromium.sh  # tests/browser: the console in headless Chromium
 	$(PY) -m pytest -q
 

@@ -7,6 +7,11 @@ through `replog produce`, kills the leader of partition 0 with SIGKILL, keeps pr
 through `replog consume` and checks that every acknowledged record is there, in order.
 Stops the nodes with SIGTERM.
 
+Each node serves Kafka's protocol too (docs/kafka.md), over the same TLS with client
+certificates: at the end, librdkafka (confluent-kafka, a dev dependency; skipped without it)
+produces to a topic through the Kafka listeners and the records are read back through
+replog's own client, the same offsets and keys (`kafka_step`).
+
 The web console (`replog console`, docs/console.md) runs beside the cluster from the start,
 as its own process on 127.0.0.1; its URL is printed first, so the failover can be watched
 on its cluster page. `--keep` (`make run KEEP=1`) keeps the cluster and the console running
@@ -25,6 +30,7 @@ from pathlib import Path
 
 from replog.client import Client
 from replog.devcluster import DevCluster
+from replog.records import DecodedRecords
 
 RECORDS = 5000
 TOPIC = "demo"
@@ -90,7 +96,7 @@ def stop_console(proc: subprocess.Popen[bytes] | None) -> None:
 def main() -> None:
     keep = "--keep" in sys.argv[1:]
     with tempfile.TemporaryDirectory(prefix="replog-demo-") as tmp:
-        cluster = DevCluster(Path(tmp), 3, tls=True, acl=True)
+        cluster = DevCluster(Path(tmp), 3, tls=True, acl=True, kafka=True)
         print(
             "starting 3 nodes (flush=always) over TLS with ACLs, with a throwaway CA "
             "(the CLI and the console use the operator's certificate, User:admin) ..."
@@ -100,6 +106,7 @@ def main() -> None:
         try:
             console = start_console(cluster, Path(tmp))
             run(cluster)
+            kafka_step(cluster)
             if keep:
                 print("the cluster and the console keep running (--keep): Ctrl-C stops them")
                 wait_for_interrupt()
@@ -168,6 +175,58 @@ def run(cluster: DevCluster) -> None:
     assert got[-RECORDS:] == expected_tail, "every acknowledged record is there, in order"
     print("  every record acknowledged after the failover is there, in order")
     print(replog("offsets", TOPIC, *a).rstrip())
+
+
+KAFKA_TOPIC = "demo-kafka"
+KAFKA_RECORDS = 100
+
+
+def kafka_step(cluster: DevCluster) -> list[tuple[bytes | None, bytes | None, int]]:
+    """Produce through the Kafka listeners with librdkafka (the operator's certificate),
+    read back through replog's client: the (key, value, offset) triples it read."""
+    for node_id, address in cluster.kafka_addresses.items():
+        print(f"  node {node_id} serves Kafka on {address}")
+    try:
+        from confluent_kafka import Message, Producer
+        from confluent_kafka.admin import AdminClient
+        from confluent_kafka.cimpl import NewTopic
+    except ImportError:
+        print("  (confluent-kafka is not installed: the Kafka step is skipped)")
+        return []
+    config: dict[str, str | int | float | bool] = dict(cluster.kafka_client_config())
+    running = [cluster.kafka_addresses[i] for i, n in cluster.members.items() if n.running]
+    config["bootstrap.servers"] = ",".join(running)  # not the node the demo killed
+    admin = AdminClient(config)
+    admin.create_topics([NewTopic(KAFKA_TOPIC, 1, 3)])[KAFKA_TOPIC].result(60)
+    producer = Producer(config | {"enable.idempotence": True, "acks": "all"})
+    offsets: list[int] = []
+
+    def delivered(err: object, msg: Message) -> None:
+        if err is None:
+            offsets.append(int(msg.offset() or 0))
+
+    for i in range(KAFKA_RECORDS):
+        producer.produce(
+            KAFKA_TOPIC, key=b"k%03d" % i, value=b"kafka %03d" % i, on_delivery=delivered
+        )
+    left = producer.flush(60)
+    assert left == 0 and len(offsets) == KAFKA_RECORDS, "every Kafka record was acknowledged"
+    print(f"{KAFKA_RECORDS} records produced through Kafka (librdkafka, acks=all, idempotent)")
+    with Client(cluster.bootstrap, tls=cluster.client_tls) as client:
+        got: list[tuple[bytes | None, bytes | None, int]] = []
+        offset = 0
+        deadline = time.monotonic() + 60
+        while len(got) < KAFKA_RECORDS and time.monotonic() < deadline:
+            batch = client.fetch(KAFKA_TOPIC, 0, offset, max_wait_ms=500)
+            records = batch.records
+            assert isinstance(records, DecodedRecords), "an envelope topic"
+            got += [(r.key, r.value, r.offset) for r in records.records()]
+            offset = batch.next_offset
+    assert [k for k, _, _ in got] == [b"k%03d" % i for i in range(KAFKA_RECORDS)]
+    assert [v for _, v, _ in got] == [b"kafka %03d" % i for i in range(KAFKA_RECORDS)]
+    assert [o for _, _, o in got] == sorted(offsets), "the offsets Kafka was told"
+    print("  read back through replog's client: the same keys, values and offsets")
+    return got
 
 
 if __name__ == "__main__":

@@ -16,6 +16,11 @@ of `replog dev-cluster` and `make run`), clients must present a certificate
 (`--tls-client-auth require`), `--authorization acl` decides, and `admin` (`OPERATOR`) is
 the super-user.
 
+With `kafka=True` (`replog dev-cluster` and `make run`) each node serves Kafka's protocol
+too (docs/kafka.md) on a third port of its own, advertised as that same 127.0.0.1 address
+(`kafka_addresses`, `kafka_bootstrap`); with TLS it is served over TLS, and with ACLs a
+Kafka client presents a certificate as gRPC clients do (`kafka_client_config()`).
+
 `client_env()` is what its clients need (`REPLOG_ADDRESS`, `REPLOG_TLS_*`);
 `env_file_text` makes it a file a shell sources (`replog dev-cluster --env-file F`).
 
@@ -138,6 +143,9 @@ class DevCluster:
     # super-user's certificate is `client_tls` (needs tls=True).
     acl: bool = False
     client_tls: ClientTls | None = None
+    # Each node serves Kafka's protocol too, on its own port (docs/kafka.md).
+    kafka: bool = False
+    kafka_addresses: dict[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         assert self.tls or not self.acl, "acl=True needs tls=True"
@@ -146,7 +154,7 @@ class DevCluster:
         # Hold every node's ports until the nodes start, so that nothing else picking a free
         # port meanwhile (e.g. a test's proxies, built by `peer_address`) can take it.
         self._reserved: list[socket.socket] = []
-        for _ in range(self.nodes * 2):
+        for _ in range(self.nodes * (3 if self.kafka else 2)):
             s = socket.socket()
             s.bind((self.host, 0))
             self._reserved.append(s)
@@ -155,6 +163,10 @@ class DevCluster:
         # Node i also has a peer listener: the address its peers dial (peer messages are
         # never served on the client listener).
         peer_ports = {i + 1: bound[self.nodes + i] for i in range(self.nodes)}
+        if self.kafka:  # advertised as bound: clients on this machine dial it
+            self.kafka_addresses = {
+                i + 1: f"{self.host}:{bound[2 * self.nodes + i]}" for i in range(self.nodes)
+            }
         real = {i: f"{self.host}:{port}" for i, port in ports.items()}
         dialed = {i: f"{self.host}:{port}" for i, port in peer_ports.items()}
         # Plaintext only on purpose (`--insecure`); with TLS, optionally users and ACLs.
@@ -175,6 +187,7 @@ class DevCluster:
                 "--metrics-listen", f"{self.host}:0",
                 "--ready-file", str(self.data_dir / f"node{i}.ready"),
                 *tls_args[i],
+                *(["--kafka-listen", self.kafka_addresses[i]] if self.kafka else []),
                 *self.extra_args,
             ]  # fmt: skip
             node = NodeProcess(i, f"{self.host}:{port}", data, self.data_dir, args)
@@ -214,6 +227,26 @@ class DevCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(self.addresses.values())
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return ",".join(self.kafka_addresses.values())
+
+    def kafka_client_config(self) -> dict[str, str]:
+        """librdkafka's settings for the operator (the super-user with ACLs) to reach the
+        Kafka listeners: `bootstrap.servers` and, with TLS, the CA and its certificate."""
+        assert self.kafka, "the nodes serve no Kafka (kafka=False)"
+        config = {"bootstrap.servers": self.kafka_bootstrap}
+        if self.client_tls is not None:
+            t = self.client_tls
+            assert t.cert_file is not None and t.key_file is not None
+            config |= {
+                "security.protocol": "SSL",
+                "ssl.ca.location": str(t.ca_file.resolve()),
+                "ssl.certificate.location": str(t.cert_file.resolve()),
+                "ssl.key.location": str(t.key_file.resolve()),
+            }
+        return config
 
     def client_env(self) -> dict[str, str]:
         """What a client of this cluster needs, as the CLI's and `Client.from_env()`'s

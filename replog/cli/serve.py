@@ -89,6 +89,7 @@ def cmd_dev_cluster(args: argparse.Namespace, out: TextIO) -> int:
         extra_args=["--flush", args.flush],
         tls=not args.plaintext,
         acl=not args.plaintext,  # users and ACLs too; the printed certificate: the operator's
+        kafka=True,  # each node serves Kafka's protocol too (docs/kafka.md)
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -111,6 +112,7 @@ def cmd_dev_cluster(args: argparse.Namespace, out: TextIO) -> int:
         env = cluster.client_env()
         say("for clients: export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()))
         say(f"bootstrap: {cluster.bootstrap}   (Ctrl-C stops the cluster)")
+        say(f"Kafka bootstrap.servers: {cluster.kafka_bootstrap}   (docs/kafka.md)")
         say("kill -9 a node's pid to try a failover: it is restarted (same data dir and ports)")
         if env_file is not None:
             shown = shlex.quote(str(env_file) if "/" in str(env_file) else f"./{env_file}")

@@ -608,6 +608,8 @@ def _add_services(
         identity,
     )
     acl_pb2_grpc.add_AclsServicer_to_server(acl_service, server)  # type: ignore[no-untyped-call]
+    if kafka is not None:  # Kafka's ACL APIs: the same ACLs, changed the same way
+        kafka.serve_acls(acl_service, lambda: node.metadata.image)
     # a peer that opens a stream here is up: the link to it stops waiting out its backoff
     replication = ReplicationService(node.route, authenticate, node.heard_from, node.leader_news)
     if peer_server is not None:

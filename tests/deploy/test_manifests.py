@@ -157,8 +157,8 @@ def pod_env(
         data = one(objects, "ConfigMap", ref).get("data") or {}
         env.update({source.get("prefix", "") + k: v for k, v in data.items()})
     for var in c.get("env") or []:
-        if "value" in var:
-            env[var["name"]] = var["value"]
+        if "value" in var:  # the kubelet expands $(NAME) of the variables defined before
+            env[var["name"]] = re.sub(r"\$\((\w+)\)", lambda m: env.get(m[1], m[0]), var["value"])
             continue
         path = var["valueFrom"]["fieldRef"]["fieldPath"]
         if path.startswith("metadata.labels['") and path.endswith("']"):
@@ -251,6 +251,7 @@ def test_every_service_targets_container_ports_and_selects_the_pods(rendered: li
     client = one(rendered, "Service", "replog")
     assert {p["name"]: p["port"] for p in client["spec"]["ports"]} == {
         "grpc": 7070,
+        "kafka": 9092,
         "metrics": 9464,
     }
 
@@ -498,9 +499,9 @@ def test_tls_is_on_with_each_pod_using_its_own_certificate_from_the_secret(
     directory = mounts["tls"]["mountPath"]
     for ordinal in range(statefulset(rendered)["spec"]["replicas"]):
         env = pod_env(rendered, f"replog-{ordinal}")
-        # the kubelet expands $(POD_NAME) from the env var defined before it
-        cert = env["REPLOG_TLS_CERT_FILE"].replace("$(POD_NAME)", env["POD_NAME"])
-        key = env["REPLOG_TLS_KEY_FILE"].replace("$(POD_NAME)", env["POD_NAME"])
+        # the kubelet expands $(POD_NAME) from the env var defined before it (pod_env)
+        cert = env["REPLOG_TLS_CERT_FILE"]
+        key = env["REPLOG_TLS_KEY_FILE"]
         assert cert == f"{directory}/replog-{ordinal}.pem"
         assert key == f"{directory}/replog-{ordinal}-key.pem"
         assert env["REPLOG_TLS_CA_FILE"] == f"{directory}/ca.pem"
@@ -515,3 +516,35 @@ def test_each_pod_takes_its_rack_from_the_zone_of_its_node(rendered: list[Obj]) 
     )
     # without the label (PodTopologyLabelsAdmission off): no rack, placement ignores racks
     assert pod_settings(rendered, 0).rack == ""
+
+
+def test_each_pod_serves_kafka_and_advertises_its_own_stable_dns_name(
+    rendered: list[Obj],
+) -> None:
+    sts = statefulset(rendered)
+    kafka_port = container_ports(rendered)["kafka"]
+    for ordinal in range(sts["spec"]["replicas"]):
+        settings = pod_settings(rendered, ordinal)
+        assert settings.kafka_listen == f"0.0.0.0:{kafka_port}"
+        # what the headless Service resolves to this very pod, on the Kafka port
+        assert settings.kafka_advertise == (
+            f"{sts['metadata']['name']}-{ordinal}.{sts['spec']['serviceName']}."
+            f"{sts['metadata']['namespace']}.svc.{CLUSTER_DOMAIN}:{kafka_port}"
+        )
+        # over TLS, with SASL PLAIN's tokens (the Kafka edge offers PLAIN with a token file)
+        assert settings.tls is not None and settings.token_file is not None
+    for name in ("replog", "replog-headless"):  # bootstrap, and each pod's own name
+        ports = {p["name"]: p for p in one(rendered, "Service", name)["spec"]["ports"]}
+        assert ports["kafka"]["port"] == kafka_port
+        assert ports["kafka"]["targetPort"] == "kafka"
+    spec = one(rendered, "NetworkPolicy", "replog")["spec"]
+    own_ns = namespace_labels(rendered, NAMESPACE)
+    client = {"app": "producer"}
+    assert policy_allows(
+        spec["ingress"], "from", port=kafka_port, protocol="TCP", labels=client,
+        ns_labels=own_ns, same_namespace=True,
+    )  # fmt: skip
+    assert not policy_allows(
+        spec["ingress"], "from", port=kafka_port, protocol="TCP", labels=client,
+        ns_labels={"kubernetes.io/metadata.name": "x"}, same_namespace=False,
+    )  # fmt: skip

@@ -39,6 +39,7 @@ from replog.kafka.records import decode_batches
 from replog.server.control.producer_ids import ProducerIds
 from replog.server.control.routing import Router
 from replog.server.control.topics import Topics
+from replog.server.kafka_edge.acls import KafkaAcls
 from replog.server.kafka_edge.admin import CLUSTER_ID, KafkaAdmin, controller_id, once_elected
 from replog.server.kafka_edge.classic_groups import ClassicCoordinator
 from replog.server.kafka_edge.convert import batch_of_frames, values_of
@@ -78,6 +79,10 @@ SUPPORTED: Final[Mapping[int, tuple[int, int]]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),  # 2 lists fenced brokers
+    # the ACL APIs (acls.py) over replog's ACLs: every version of the specs (1-3)
+    ApiKey.DESCRIBE_ACLS: (1, 3),
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.SASL_HANDSHAKE: (1, 1),  # 0: raw SASL frames (before SaslAuthenticate existed)
     ApiKey.SASL_AUTHENTICATE: (0, 2),
 }
@@ -144,10 +149,14 @@ class Apis:
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
             ApiKey.DELETE_GROUPS: self.delete_groups,
             ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
+            ApiKey.DESCRIBE_ACLS: self.describe_acls,
+            ApiKey.CREATE_ACLS: self.create_acls,
+            ApiKey.DELETE_ACLS: self.delete_acls,
         }
         self.admin = KafkaAdmin(node.node_id, node.router, node.topics, node.brokers)
         self.group_offsets: GroupOffsets | None = None  # set before the listener starts
         self.classic: ClassicCoordinator | None = None  # likewise
+        self.acls: KafkaAcls | None = None  # likewise
         assert set(self.handlers) | SESSION_APIS == set(SUPPORTED)
 
     async def answer(self, header: RequestHeader, body: Body) -> Body | None:
@@ -460,6 +469,18 @@ class Apis:
 
     async def describe_cluster(self, header: RequestHeader, body: Body) -> Body:
         return await self.admin.describe_cluster(body)
+
+    async def describe_acls(self, header: RequestHeader, body: Body) -> Body:
+        assert self.acls is not None, "the listener serves ACLs before it starts"
+        return await self.acls.describe_acls(header.api_version, body)
+
+    async def create_acls(self, header: RequestHeader, body: Body) -> Body:
+        assert self.acls is not None, "the listener serves ACLs before it starts"
+        return await self.acls.create_acls(header.api_version, body)
+
+    async def delete_acls(self, header: RequestHeader, body: Body) -> Body:
+        assert self.acls is not None, "the listener serves ACLs before it starts"
+        return await self.acls.delete_acls(header.api_version, body)
 
     # -- CreateTopics, DeleteTopics ---------------------------------------------------------
 

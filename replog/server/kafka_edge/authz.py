@@ -27,6 +27,9 @@ resources.
     DeleteGroups     Groups/DeleteGroup        delete group (each group named)
     DescribeCluster  Admin/DescribeTopic       as Metadata: the brokers, to any principal
                                                let in (it names no topic)
+    DescribeAcls     Acls/ListAcls             describe cluster
+    CreateAcls       Acls/AddAcl               alter cluster
+    DeleteAcls       Acls/RemoveAcl            alter cluster
     ApiVersions, SaslHandshake, SaslAuthenticate   open: they come before authentication
 
 Kafka answers authorization per resource, so each request is split: the topics the
@@ -44,7 +47,7 @@ from typing import Any, Final
 
 from replog.kafka.errors import ErrorCode
 from replog.kafka.protocol import ApiKey
-from replog.server.edge.acl_table import ADMIN, GROUPS, LOG
+from replog.server.edge.acl_table import ACLS, ADMIN, GROUPS, LOG
 from replog.server.edge.acl_table import TABLE as GRPC_TABLE
 from replog.server.kafka_edge.classic import JoinReply, SyncReply
 from replog.server.kafka_edge.classic_groups import join_body, sync_body
@@ -437,6 +440,37 @@ def _brokers_guard(may: May, version: int, body: Body) -> Guarded:
     return Guarded(body, _same)
 
 
+def _cluster_guard(
+    method: str, refused: Callable[[Body], Body]
+) -> Callable[[May, int, Body], Guarded]:
+    """A request decided whole by gRPC's cluster right for `method` (the ACL APIs): denied,
+    it is answered `refused(body)` (CLUSTER_AUTHORIZATION_FAILED), the connection kept."""
+    operation = _op(method)
+
+    def guard(may: May, version: int, body: Body) -> Guarded:
+        if may(operation, "cluster", ""):
+            return Guarded(body, _same)
+        answer = refused(body)
+        return Guarded(None, lambda _r: answer, ((operation, "cluster", ""),))
+
+    return guard
+
+
+_DENIED_MESSAGE: Final = {"error_code": CLUSTER_DENIED, "error_message": "Authorization failed."}
+
+
+def _describe_acls_refused(body: Body) -> Body:
+    return _DENIED_MESSAGE | {"resources": []}
+
+
+def _create_acls_refused(body: Body) -> Body:
+    return {"results": [_DENIED_MESSAGE for _ in body["creations"]]}
+
+
+def _delete_acls_refused(body: Body) -> Body:
+    return {"filter_results": [_DENIED_MESSAGE | {"matching_acls": []} for _ in body["filters"]]}
+
+
 def _op(method: str) -> str:
     """The operation gRPC's rule for `method` needs (one source for both protocols)."""
     return GRPC_TABLE[method].operation
@@ -509,6 +543,16 @@ TABLE: Final[dict[int, KafkaRule]] = {
     ),
     ApiKey.DELETE_GROUPS: KafkaRule(GROUPS + "DeleteGroup", _delete_groups_guard),
     ApiKey.DESCRIBE_CLUSTER: KafkaRule(ADMIN + "DescribeTopic", _brokers_guard),  # as Metadata
+    # the ACL APIs (acls.py): gRPC's Acls rules, the cluster's describe / alter
+    ApiKey.DESCRIBE_ACLS: KafkaRule(
+        ACLS + "ListAcls", _cluster_guard(ACLS + "ListAcls", _describe_acls_refused)
+    ),
+    ApiKey.CREATE_ACLS: KafkaRule(
+        ACLS + "AddAcl", _cluster_guard(ACLS + "AddAcl", _create_acls_refused)
+    ),
+    ApiKey.DELETE_ACLS: KafkaRule(
+        ACLS + "RemoveAcl", _cluster_guard(ACLS + "RemoveAcl", _delete_acls_refused)
+    ),
 }
 # An API served without an entry here (never in CI: the table test) needs the strictest
 # right: alter on the cluster, else CLUSTER_AUTHORIZATION_FAILED and the connection closed.

@@ -38,8 +38,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import grpc
@@ -51,6 +53,9 @@ from replog.kafka.errors import KafkaDecodeError, UnsupportedVersionError
 from replog.kafka.protocol import ApiKey
 from replog.server.edge.limits import RequestPool
 from replog.server.groups.service import GroupsService
+from replog.server.kafka_edge import fetch_sessions
+from replog.server.kafka_edge.acls import KafkaAcls
+from replog.server.kafka_edge.admin import once_elected
 from replog.server.kafka_edge.apis import SUPPORTED, Apis
 from replog.server.kafka_edge.apis import Node as ApiNode
 from replog.server.kafka_edge.classic import ClassicLimits
@@ -58,6 +63,7 @@ from replog.server.kafka_edge.classic_groups import CLIENT_HOST, ClassicCoordina
 from replog.server.kafka_edge.group_offsets import GroupOffsets
 from replog.server.kafka_edge.security import KafkaSecurity, SecurityConfig, Session
 from replog.server.logs import log
+from replog.server.meta.acls import AclEntry
 from replog.v1 import nodes_pb2, nodes_pb2_grpc
 
 _log = logging.getLogger("replog.server.kafka")
@@ -74,6 +80,12 @@ class ListenerConfig:
     connections_max: int = 1000
     idle_timeout_s: float = 600.0
     read_timeout_s: float = 30.0
+    # Incremental fetch sessions (KIP-227; fetch_sessions.py): Kafka's cache slots,
+    # partitions cached in all, and how long a session is idle before another may take
+    # its slot.
+    fetch_sessions_max: int = fetch_sessions.SESSIONS_MAX
+    fetch_session_partitions_max: int = fetch_sessions.PARTITIONS_MAX
+    fetch_session_evict_idle_s: float = fetch_sessions.EVICT_IDLE_S
 
     def __post_init__(self) -> None:
         assert self.frame_bytes_max >= 1024 and self.connections_max >= 1
@@ -181,6 +193,16 @@ class KafkaMetrics:
             ["reason"],
             registry=registry,
         )
+        self.fetch_sessions = Gauge(
+            "replog_kafka_fetch_sessions",
+            "incremental fetch sessions (KIP-227) the node holds",
+            registry=registry,
+        )
+        self.fetch_session_evictions = Counter(
+            "replog_kafka_fetch_session_evictions",
+            "fetch sessions evicted (idle, for a new one)",
+            registry=registry,
+        )
         self.refused = Counter(
             "replog_kafka_refused",
             "Kafka requests refused by security: sasl_failed (an authentication), denied (an "
@@ -214,6 +236,13 @@ class KafkaListener:
         self.advertised = config.advertise or (config.listen if listen_port else "")
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._evictions_counted = 0
+        self.fetch_sessions = fetch_sessions.FetchSessions(
+            time.monotonic,
+            sessions_max=config.fetch_sessions_max,
+            partitions_max=config.fetch_session_partitions_max,
+            evict_idle_s=config.fetch_session_evict_idle_s,
+        )
 
     def serve_groups(
         self, groups: GroupsService, on_fatal: Callable[[BaseException], None] | None = None
@@ -232,6 +261,16 @@ class KafkaListener:
         self.apis.group_offsets = GroupOffsets(groups, self.brokers.current, self.apis.classic)
         self.apis.admin.groups = groups
         self.apis.admin.classic = self.apis.classic
+
+    def serve_acls(self, acl_service: Any, image: Callable[[], Any]) -> None:
+        """Kafka's ACL APIs over the node's ACLs (before `start`): changes through the gRPC
+        Acls service's path (`AclService.change`, on the metadata leader), listings from
+        `image()`, the node's applied metadata."""
+
+        async def change(entry: AclEntry, add: bool) -> None:
+            await once_elected(partial(acl_service.change, entry, add))
+
+        self.apis.acls = KafkaAcls(change, lambda: image().acls)
 
     async def start(self) -> str:
         """Bind and serve; the address Kafka clients are told (advertised)."""
@@ -338,10 +377,13 @@ class KafkaListener:
                 api_version=version,
             )
         request = protocol.decode_request(payload, trailing_ok=True)  # as Kafka's brokers
+        asked = request.body
+        opened = None
+        if api_key == ApiKey.FETCH:  # a session's request, whole: the ACLs see every partition
+            opened = self.fetch_sessions.open(session.principal, version, asked)
+            asked = opened.body
         try:
-            body = await self.security.answer(
-                session, request.header, request.body, self.apis.answer
-            )
+            body = await self.security.answer(session, request.header, asked, self.apis.answer)
         except UnauthenticatedError as exc:  # a request out of SASL's order: closed
             log(_log, "kafka.unauthenticated", logging.INFO, error=str(exc)[:200])
             session.close = True
@@ -349,6 +391,13 @@ class KafkaListener:
         self.metrics.requests.labels(ApiKey(api_key).name).inc()
         if body is None:
             return None
+        if opened is not None:
+            body = self.fetch_sessions.answered(opened, body)
+            self.metrics.fetch_sessions.set(len(self.fetch_sessions.sessions))
+            self.metrics.fetch_session_evictions.inc(
+                self.fetch_sessions.evictions - self._evictions_counted
+            )
+            self._evictions_counted = self.fetch_sessions.evictions
         return protocol.encode_response(request.header, body, any_version=True)
 
 

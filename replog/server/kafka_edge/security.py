@@ -49,6 +49,7 @@ from replog.server.edge.auth import ANONYMOUS, TokenFile
 from replog.server.edge.quotas import Quotas
 from replog.server.edge.security import check_pair
 from replog.server.kafka_edge import authz, sasl
+from replog.server.kafka_edge.acls import acl_audit_name
 from replog.server.logs import log
 from replog.server.meta.metadata import MetadataImage
 from replog.tls import TlsFiles
@@ -69,6 +70,7 @@ CHANGES: Final[dict[int, tuple[str, str, str, str]]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: ("alter", "responses", "topic", "resource_name"),
     ApiKey.DELETE_GROUPS: ("delete", "results", "group", "group_id"),
 }
+ACL_CHANGES: Final = frozenset({ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS})
 DENIED_CODES: Final = frozenset(
     {TOPIC_DENIED, ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
 )
@@ -255,6 +257,8 @@ class KafkaSecurity:
         response = guarded.merge(response)
         if api in CHANGES and guarded.body is not None and response is not None:
             self._audit_changes(session, api, response)
+        if api in ACL_CHANGES and guarded.body is not None and response is not None:
+            self._audit_acl_changes(session, api, guarded.body, response)
         if response is not None or api == ApiKey.PRODUCE:
             self._throttle(session, rule.method, guarded.body, response)
         return response
@@ -288,6 +292,30 @@ class KafkaSecurity:
                 principal=session.principal,
                 operation=operation,
                 resource=f"{kind}:{entry[name_key]}",
+                outcome="OK" if code == 0 else ErrorCode(code).name,
+                method=f"kafka:{ApiKey(api).name}",
+                context=session.peer_context(),
+            )
+
+    def _audit_acl_changes(self, session: Session, api: int, body: Body, response: Body) -> None:
+        """An `audit.change` line per ACL created (each creation, with its outcome) or
+        deleted (each ACL a filter matched), as gRPC's AddAcl / RemoveAcl log them."""
+        if api == ApiKey.CREATE_ACLS:
+            pairs = zip(body["creations"], response["results"], strict=True)
+            changes = [("add_acl", c, r["error_code"]) for c, r in pairs]
+        else:
+            changes = [
+                ("remove_acl", m, m["error_code"])
+                for f in response["filter_results"]
+                for m in f["matching_acls"]
+            ]
+        for operation, acl, code in changes:
+            if code in DENIED_CODES:
+                continue  # audited as denied
+            audit.change(
+                principal=session.principal,
+                operation=operation,
+                resource=acl_audit_name(acl),
                 outcome="OK" if code == 0 else ErrorCode(code).name,
                 method=f"kafka:{ApiKey(api).name}",
                 context=session.peer_context(),

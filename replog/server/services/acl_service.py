@@ -79,6 +79,11 @@ class AclService(acl_pb2_grpc.AclsServicer):
         self.metrics = metrics
         self.timeout_s = timeout_s
 
+    async def change(self, entry: AclEntry, add: bool) -> None:
+        """Add or remove one ACL, as AddAcl / RemoveAcl do (Kafka's ACL APIs: kafka_edge)."""
+        method = "AddAcl" if add else "RemoveAcl"
+        await self._change(to_proto(entry), method, add)
+
     async def _change(self, request: acl_pb2.Acl, method: str, add: bool) -> None:
         entry = to_entry(request)  # INVALID_ARGUMENT on any node, before forwarding
 
