@@ -244,6 +244,8 @@ class AsyncProducer:
         batch = self._open.pop(p, None)
         if batch is None:
             return
+        if self._chooser is not None:
+            self._chooser.sealed(p)  # keyless records move on to the next partition
         if batch.timer is not None:
             batch.timer.cancel()
         self._ready.setdefault(p, deque()).append(batch)

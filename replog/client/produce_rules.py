@@ -5,7 +5,8 @@
 - `prepare`: one `send`'s record checked and shaped for its topic (an envelope topic keeps
   key, headers and a timestamp, the send time unless given; a raw topic takes bytes only)
   before anything is queued: a bad record must never reach a sender.
-- `Chooser`: a record's partition (explicit; the key's by `partitioner`; else round-robin).
+- `Chooser`: a record's partition (explicit; the key's by `partitioner`; else sticky: one
+  partition's batch at a time), and a ready-made batch's (round-robin).
 - `OpenBatch`: the records accumulating for one partition and when they must leave
   (`full`: `batch_bytes_max` bytes of values or `batch_records_max` records; `due_s`:
   `linger_ms` after the first record), and what the Append carries (`wire_values`).
@@ -130,7 +131,13 @@ def prepare(
 
 
 class Chooser:
-    """A record's partition among `partitions`: explicit, by key, else round-robin."""
+    """A record's partition among `partitions`: explicit, by key, else sticky (Kafka's
+    sticky partitioner, KIP-480): keyless records fill one partition's batch, and the next
+    batch goes to the next partition (`sealed`), so that record-by-record sends make full
+    batches rather than one small batch per partition. `next_batch`: round-robin per
+    ready-made batch (`send_batch`)."""
+
+    __slots__ = ("_round_robin", "partitioner", "partitions", "sticky")
 
     def __init__(self, partitions: int, partitioner: Partitioner) -> None:
         if partitions < 1:
@@ -138,6 +145,7 @@ class Chooser:
         self.partitions = partitions
         self.partitioner = partitioner
         self._round_robin = itertools.cycle(range(partitions))
+        self.sticky = 0  # where keyless records go until that partition's batch is sealed
 
     def choose(self, key: bytes | None, partition: int | None) -> int:
         if partition is not None:
@@ -148,7 +156,19 @@ class Chooser:
             return partition
         if key is not None:
             return partition_for_key(key, self.partitions, self.partitioner)
-        return next(self._round_robin)
+        return self.sticky
+
+    def sealed(self, partition: int) -> None:
+        """Partition `partition`'s open batch left (full or lingered): keyless records
+        move on to the next partition."""
+        if partition == self.sticky:
+            self.sticky = (partition + 1) % self.partitions
+
+    def next_batch(self, partition: int | None) -> int:
+        """A ready-made batch's partition: `partition`, else round-robin."""
+        if partition is None:
+            return next(self._round_robin)
+        return self.choose(None, partition)
 
 
 class OpenBatch:
