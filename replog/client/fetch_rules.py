@@ -42,6 +42,8 @@ RESETS = ("earliest", "latest")
 
 @dataclass(frozen=True, slots=True)
 class GroupRecord:
+    """One record a group (or assigned) consumer delivers, with where it came from."""
+
     topic: str
     partition: int
     offset: int

@@ -202,6 +202,10 @@ class ConsumerBase(Member):
 
 
 class GroupConsumer(ConsumerBase):
+    """A member of a consumer group, on threads (see the module doc): `poll(timeout_s)` or
+    iterate it; `commit`, `seek`, `pause`, `resume`, `position`; `close()` commits (with
+    auto-commit) and leaves the group."""
+
     def _init_driver(self, client: Any, calls: GroupCalls | None) -> None:
         self.client: GroupConsumerClient = client
         self.calls = calls or GroupCalls(client)
