@@ -29,10 +29,12 @@ from replog.client.partitioner import Partitioner, check_partitioner, partition_
 from replog.client.results import AppendResult
 from replog.errors import InvalidArgumentError
 from replog.records import Header, Record
+from replog.v1 import log_pb2
 
 log = logging.getLogger("replog.client.producer")
 
 ACKS = ("none", "leader", "all")
+ACKS_WIRE = {"none": log_pb2.ACKS_NONE, "leader": log_pb2.ACKS_LEADER, "all": log_pb2.ACKS_ALL}
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,44 @@ def check_options(
         return check_partitioner(partitioner)
     except ValueError as err:
         raise InvalidArgumentError(str(err)) from None
+
+
+class ProducerSettings:
+    """The options both producers keep, checked once (`configure`): the base of
+    `producer.Producer` and `aio_producer.AsyncProducer`."""
+
+    topic: str
+    acks: str
+    linger_s: float
+    batch_bytes_max: int
+    batch_records_max: int
+    partitioner: Partitioner
+
+    def configure(
+        self,
+        topic: str,
+        acks: str,
+        linger_ms: int,
+        batch_bytes_max: int,
+        batch_records_max: int,
+        partitioner: str,
+        partition_in_flight_max: int = 1,
+        in_flight_bytes_max: int = 1,
+    ) -> None:
+        self.partitioner = check_options(
+            acks,
+            linger_ms,
+            batch_bytes_max,
+            batch_records_max,
+            partition_in_flight_max,
+            in_flight_bytes_max,
+            partitioner,
+        )
+        self.topic = topic
+        self.acks = acks
+        self.linger_s = linger_ms / 1000
+        self.batch_bytes_max = batch_bytes_max
+        self.batch_records_max = batch_records_max
 
 
 # One checked record (a plain tuple: one is made per `send`): what a batch holds for it,

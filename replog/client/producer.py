@@ -42,12 +42,13 @@ from replog.client import formats
 from replog.client.append_stream import Pipeline
 from replog.client.partitioner import DEFAULT_PARTITIONER, Partitioner
 from replog.client.produce_rules import (
+    ACKS_WIRE,
     Chooser,
     DeliveryCallback,
     OpenBatch,
     Prepared,
+    ProducerSettings,
     RecordMetadata,
-    check_options,
     deliver,
     metadata,
     prepare,
@@ -55,9 +56,6 @@ from replog.client.produce_rules import (
 from replog.client.results import AppendResult
 from replog.errors import InvalidArgumentError, ReplogError, ShuttingDownError
 from replog.records import Header, Record
-from replog.v1 import log_pb2
-
-ACKS_WIRE = {"none": log_pb2.ACKS_NONE, "leader": log_pb2.ACKS_LEADER, "all": log_pb2.ACKS_ALL}
 
 
 class ProducerClient(Protocol):
@@ -116,7 +114,7 @@ class _Batch(OpenBatch):
         self.future: Future[AppendResult] = Future()
 
 
-class Producer:
+class Producer(ProducerSettings):
     """Batches records per partition and sends them (see the module doc); made by
     `Client.producer(topic, ...)`, whose keyword options are this class's."""
 
@@ -136,23 +134,19 @@ class Producer:
         in_flight_bytes_max: int = 64 * 1024 * 1024,
         partitioner: Partitioner = DEFAULT_PARTITIONER,
     ) -> None:
-        self.partitioner = check_options(
+        self.configure(
+            topic,
             acks,
             linger_ms,
             batch_bytes_max,
             batch_records_max,
+            partitioner,
             partition_in_flight_max,
             in_flight_bytes_max,
-            partitioner,
         )
         if in_flight_max < 1:
             raise InvalidArgumentError("in_flight_max >= 1")
         self.client = client
-        self.topic = topic
-        self.acks = acks
-        self.linger_s = linger_ms / 1000
-        self.batch_bytes_max = batch_bytes_max
-        self.batch_records_max = batch_records_max
         self.partitions = partitions if partitions is not None else client.partition_count(topic)
         self.envelope = client.topic_format(topic) == formats.ENVELOPE
         self._chooser = Chooser(self.partitions, self.partitioner)
