@@ -30,4 +30,9 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'replog' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    """`dir(replog)` shows the lazily imported `Client` and `Record` too."""
+    return sorted({*globals(), *__all__})
+
+
 __all__ = ["Client", "Record", "__version__"]

@@ -63,6 +63,11 @@ T = TypeVar("T")
 
 
 class AsyncClient:
+    """The asyncio twin of `Client` (see the module doc): the same calls, awaited; its
+    producers are `AsyncProducer`s (`producer`), its group consumers `AsyncGroupConsumer`s
+    (`consumer(topic, group=...)`), its assigned consumers `AsyncAssignedConsumer`s.
+    `await close()` (or `async with`) ends its channels."""
+
     def __init__(
         self,
         address: str,

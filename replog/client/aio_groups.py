@@ -16,22 +16,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
 
-from replog.client.group_consumer import (
-    FETCH_BYTES_MAX,
-    QUEUE_BATCHES_MAX,
-    Callback,
-    GroupRecord,
-    PollBuffer,
-    bounds,
-    check_reset,
-    first_offsets,
-    records_of,
-)
+from replog.client.fetch_rules import GroupRecord, PartitionState, offset_at
+from replog.client.group_consumer import QUEUE_BATCHES_MAX, ConsumerBase
 from replog.client.groups import (
     Answer,
     CommittedOffset,
@@ -48,12 +38,11 @@ from replog.client.groups import (
     summaries,
     wire_tps,
 )
-from replog.client.member_rules import Heartbeat, Member, Membership
+from replog.client.member_rules import Heartbeat
 from replog.client.results import FetchResult
 from replog.client.retry import RetryPolicy, acall_with_retry
 from replog.errors import (
     IllegalGenerationError,
-    NotFoundError,
     OffsetOutOfRangeError,
     ReplogError,
     UnknownMemberError,
@@ -190,57 +179,13 @@ class AsyncGroupCalls:
         await self.call(group, lambda stub, t: stub.DeleteGroup(req, timeout=t), retry_dead=False)
 
 
-@dataclass(slots=True)
-class _Partition:
-    position: int  # the next offset to deliver
-    consumed: int  # the next offset after the records processed
-    epoch: int
-    paused: bool = False
-    task: asyncio.Task[None] | None = None
+class AsyncGroupConsumer(ConsumerBase):
+    """`group_consumer.GroupConsumer` in asyncio (the same options, rules and cores)."""
 
+    CLIENT_ID = "replog-python-aio"
 
-class AsyncGroupConsumer(Member):
-    def __init__(
-        self,
-        client: Any,
-        topics: str | Sequence[str],
-        group: str,
-        *,
-        auto_commit: bool = True,
-        auto_commit_interval_ms: int = 5000,
-        auto_offset_reset: str = "earliest",
-        session_timeout_ms: int = 0,
-        rebalance_timeout_ms: int = 0,
-        client_id: str = "replog-python-aio",
-        max_poll_records: int = 500,
-        fetch_bytes_max: int = FETCH_BYTES_MAX,
-        fetch_wait_ms: int = 500,
-        on_assign: Callback | None = None,
-        on_revoke: Callback | None = None,
-        calls: AsyncGroupCalls | None = None,
-    ) -> None:
-        check_reset(auto_offset_reset)
-        self.client = client
+    def _init_driver(self, client: Any, calls: AsyncGroupCalls | None) -> None:
         self.calls = calls or AsyncGroupCalls(client)
-        self.topics = [topics] if isinstance(topics, str) else list(topics)
-        self.group = group
-        self.auto_commit = auto_commit
-        self.auto_commit_interval_s = auto_commit_interval_ms / 1000
-        self.auto_offset_reset = auto_offset_reset
-        self.session_timeout_ms = session_timeout_ms
-        self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.client_id = client_id
-        if max_poll_records < 1:
-            raise ValueError("max_poll_records >= 1")
-        self.max_poll_records = max_poll_records
-        self._held = PollBuffer()  # taken beyond max_poll_records, for the next calls
-        self.fetch_bytes_max = fetch_bytes_max
-        self.fetch_wait_ms = fetch_wait_ms
-        self.on_assign = on_assign
-        self.on_revoke = on_revoke
-        # the member's state and decisions (join, heartbeat, reconcile, auto-commit)
-        self._member = Membership(auto_commit, self.auto_commit_interval_s, time.monotonic())
-        self._partitions: dict[TopicPartition, _Partition] = {}
         self._heartbeat_now = asyncio.Event()
         self._answered = asyncio.Event()
         self._queue: asyncio.Queue[tuple[TopicPartition, int, object]] = asyncio.Queue(
@@ -248,8 +193,6 @@ class AsyncGroupConsumer(Member):
         )
         self._closed = False
         self._heartbeats: asyncio.Task[None] | None = None
-        self._epochs = 0
-        self._poll_api = False
 
     # -- membership ----------------------------------------------------------------------
 
@@ -267,7 +210,7 @@ class AsyncGroupConsumer(Member):
 
     async def _heartbeat_loop(self) -> None:
         while not self._closed:
-            beat = self._member.heartbeat(self._partitions)
+            beat = self._member.heartbeat(self._pos.partitions)
             if beat is not None:
                 await self._heartbeat(beat)
             with contextlib.suppress(TimeoutError):
@@ -295,40 +238,21 @@ class AsyncGroupConsumer(Member):
         """Records (up to about `max_poll_records`), waiting up to `timeout_s` for some; what
         the previous call returned counts as processed."""
         self._poll_api = True
-        for state in self._partitions.values():
-            state.consumed = state.position
+        self._pos.processed()
         await self._maintain()
         out = await self._records(timeout_s)
-        for r in out:
-            self._partitions[(r.topic, r.partition)].position = r.offset + 1
+        self._pos.delivered(out)
         return out
 
     async def __aiter__(self) -> AsyncIterator[GroupRecord]:
         while not self._closed:
             await self._maintain()
-            batch = await self._records(1.0)
-            for i, record in enumerate(batch):
-                state = self._partitions.get((record.topic, record.partition))
-                if state is None:
-                    continue
-                state.position = record.offset + 1
+            for record in self._hand_out(await self._records(1.0)):
                 yield record
-                state.consumed = max(state.consumed, record.offset + 1)
-                if self._member.changed and i + 1 < len(batch):
-                    for tp, offset in first_offsets(batch[i + 1 :]).items():
-                        held = self._partitions.get(tp)
-                        if held is not None:
-                            held.position = min(held.position, offset)
-                            self._restart(tp, held)
-                    break
-
-    def _epoch_of(self, tp: TopicPartition) -> int | None:
-        state = self._partitions.get(tp)
-        return None if state is None or state.paused else state.epoch
 
     async def _records(self, timeout_s: float) -> list[GroupRecord]:
-        out = self._held.take(self.max_poll_records, self._epoch_of)
-        if self._held:
+        out = self._pos.take_held()
+        if self._pos.held:
             return out  # still more held than one call returns
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
@@ -344,35 +268,27 @@ class AsyncGroupConsumer(Member):
             out.extend(await self._accept(*item))
             if self._member.changed:
                 break
-        return self._held.cut(out, self.max_poll_records, self._epoch_of)
+        return self._pos.cut(out)
 
     async def _accept(self, tp: TopicPartition, epoch: int, item: object) -> list[GroupRecord]:
-        state = self._partitions.get(tp)
-        if state is None or state.epoch != epoch or state.paused:
+        records = self._pos.accept(tp, epoch, item)
+        if records is None:  # out of range: start again where auto_offset_reset says
+            self._restart(tp, self._pos.reset(tp, await self._reset_position(tp)))
             return []
-        if isinstance(item, FetchResult):
-            return records_of(tp, item)
-        if isinstance(item, OffsetOutOfRangeError):
-            state.position = state.consumed = await self._reset_position(tp)
-            self._restart(tp, state)
-            return []
-        if isinstance(item, NotFoundError):
-            return []
-        assert isinstance(item, ReplogError), item
-        raise item
+        return records
 
     async def _maintain(self) -> None:
         if self._closed:
             raise ReplogError("the consumer is closed")
         if self._member.needs_join():
-            await self._drop(set(self._partitions), commit=False)
+            await self._drop(set(self._pos.partitions), commit=False)
             await self._join()
-        plan = self._member.reconcile(self._partitions)
+        plan = self._member.reconcile(self._pos.partitions)
         if plan is not None:
             await self._reconcile(*plan)
         if self._member.auto_commit_due(time.monotonic()):
             with contextlib.suppress(ReplogError):
-                await self._commit({tp: s.consumed for tp, s in self._partitions.items()})
+                await self._commit(self._pos.consumed_offsets())
 
     async def _reconcile(self, revoked: set[TopicPartition], added: set[TopicPartition]) -> None:
         """Release `revoked` (committed, then `on_revoke`), then take `added`."""
@@ -389,13 +305,11 @@ class AsyncGroupConsumer(Member):
             return
         if commit and self.auto_commit:
             with contextlib.suppress(ReplogError):
-                await self._commit({tp: self._partitions[tp].consumed for tp in tps})
+                await self._commit(self._pos.consumed_offsets(tps))
         if self.on_revoke is not None:
             self.on_revoke(set(tps))
-        for tp in tps:
-            state = self._partitions.pop(tp)
-            if state.task is not None:
-                state.task.cancel()
+        for state in self._pos.drop(tps):
+            _cancel(state)
 
     async def _add(self, tps: set[TopicPartition]) -> None:
         found = await self.calls.committed(self.group, sorted(tps))
@@ -404,8 +318,7 @@ class AsyncGroupConsumer(Member):
             offset = committed.get(tp, -1)
             if offset < 0:
                 offset = await self._reset_position(tp)
-            state = self._partitions[tp] = _Partition(offset, offset, -1)
-            self._restart(tp, state)
+            self._restart(tp, self._pos.add(tp, offset))
         if self.on_assign is not None:
             self.on_assign(set(tps))
 
@@ -420,19 +333,15 @@ class AsyncGroupConsumer(Member):
             )
         except OffsetOutOfRangeError as err:
             found = err
-        start, hw = bounds(found)
-        return start if where == "earliest" else hw
+        return offset_at(found, where)
 
     # -- fetching ------------------------------------------------------------------------
 
-    def _restart(self, tp: TopicPartition, state: _Partition) -> None:
-        if state.task is not None:
-            state.task.cancel()
-        self._epochs += 1
-        state.epoch = self._epochs
-        state.task = None
+    def _restart(self, tp: TopicPartition, state: PartitionState) -> None:
+        _cancel(state)
+        epoch = self._pos.restart(state)
         if not state.paused:
-            state.task = asyncio.create_task(self._fetch_loop(tp, state.epoch, state.position))
+            state.fetcher = asyncio.create_task(self._fetch_loop(tp, epoch, state.position))
 
     async def _fetch_loop(self, tp: TopicPartition, epoch: int, offset: int) -> None:
         topic, partition = tp
@@ -480,55 +389,26 @@ class AsyncGroupConsumer(Member):
     async def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         """Commit `offsets`, or every partition's position (all records delivered so far)."""
         if offsets is None:
-            offsets = {tp: s.position for tp, s in self._partitions.items()}
+            offsets = self._pos.positions()
         await self._commit(offsets)
-
-    def assignment(self) -> set[TopicPartition]:
-        return set(self._partitions)
-
-    def position(self, topic: str, partition: int) -> int:
-        return self._partitions[(topic, partition)].position
 
     async def committed(
         self, partitions: Sequence[TopicPartition] = ()
     ) -> dict[TopicPartition, int]:
-        wanted = list(partitions) or sorted(self._partitions)
+        wanted = list(partitions) or sorted(self._pos.partitions)
         found = await self.calls.committed(self.group, wanted)
         return {(c.topic, c.partition): c.offset for c in found}
 
     async def seek(self, topic: str, partition: int, offset: int | str) -> None:
         tp = (topic, partition)
-        state = self._partitions.get(tp)
-        if state is None:
-            raise ValueError(f"{topic}/{partition} is not assigned to this member")
-        if isinstance(offset, str):
-            if offset not in ("earliest", "latest"):
-                raise ValueError("offset is an int, 'earliest' or 'latest'")
+        if isinstance(offset := self._pos.seek_target(tp, offset), str):
             offset = await self._offset_at(tp, offset)
-        state.position = state.consumed = int(offset)
-        self._restart(tp, state)
+        self._restart(tp, self._pos.reset(tp, offset))
 
     async def seek_to_time(self, topic: str, partition: int, timestamp_ms: int) -> None:
         """See `GroupConsumer.seek_to_time`."""
         found = await self.client.offsets_for_times(topic, {partition: timestamp_ms})
         await self.seek(topic, partition, found[partition])
-
-    def pause(self, *partitions: TopicPartition) -> None:
-        for tp in partitions:
-            state = self._partitions.get(tp)
-            if state is not None and not state.paused:
-                state.paused = True
-                self._restart(tp, state)
-
-    def resume(self, *partitions: TopicPartition) -> None:
-        for tp in partitions:
-            state = self._partitions.get(tp)
-            if state is not None and state.paused:
-                state.paused = False
-                self._restart(tp, state)
-
-    def paused(self) -> set[TopicPartition]:
-        return {tp for tp, s in self._partitions.items() if s.paused}
 
     async def close(self) -> None:
         if self._closed:
@@ -538,15 +418,15 @@ class AsyncGroupConsumer(Member):
             if member is not None and not self._member.lost:
                 if self.auto_commit:
                     if self._poll_api:
-                        for state in self._partitions.values():
-                            state.consumed = state.position
+                        self._pos.processed()
                     with contextlib.suppress(ReplogError):
-                        await self._commit({tp: s.consumed for tp, s in self._partitions.items()})
+                        await self._commit(self._pos.consumed_offsets())
                 with contextlib.suppress(ReplogError):
                     await self.calls.leave(self.group, member, RetryPolicy(attempts_max=3))
         finally:
             self._closed = True
-            tasks = [s.task for s in self._partitions.values() if s.task is not None]
+            fetchers = [s.fetcher for s in self._pos.partitions.values()]
+            tasks = [t for t in fetchers if isinstance(t, asyncio.Task)]
             if self._heartbeats is not None:
                 tasks.append(self._heartbeats)
             for task in tasks:
@@ -558,3 +438,10 @@ class AsyncGroupConsumer(Member):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _cancel(state: PartitionState) -> None:
+    """Cancel the partition's fetch task, if one runs."""
+    if isinstance(state.fetcher, asyncio.Task):
+        state.fetcher.cancel()
+    state.fetcher = None

@@ -35,12 +35,13 @@ from typing import Protocol
 from replog.client import formats
 from replog.client.partitioner import DEFAULT_PARTITIONER, Partitioner
 from replog.client.produce_rules import (
+    ACKS_WIRE,
     Chooser,
     DeliveryCallback,
     OpenBatch,
     Prepared,
+    ProducerSettings,
     RecordMetadata,
-    check_options,
     deliver,
     metadata,
     prepare,
@@ -49,8 +50,6 @@ from replog.client.results import AppendResult
 from replog.errors import ShuttingDownError, TopicNotFoundError
 from replog.records import Header
 from replog.v1 import log_pb2
-
-ACKS_WIRE = {"none": log_pb2.ACKS_NONE, "leader": log_pb2.ACKS_LEADER, "all": log_pb2.ACKS_ALL}
 
 
 class AsyncProducerClient(Protocol):
@@ -80,7 +79,7 @@ class _Batch(OpenBatch):
         self.timer: asyncio.TimerHandle | None = None
 
 
-class AsyncProducer:
+class AsyncProducer(ProducerSettings):
     """Batches records per partition and sends them on the event loop (module doc)."""
 
     def __init__(
@@ -97,15 +96,8 @@ class AsyncProducer:
     ) -> None:
         """In-flight limits are the client's pipeline's (`AsyncClient(in_flight_bytes_max=)`,
         5 batches per partition), shared by everything the client appends."""
-        self.partitioner = check_options(
-            acks, linger_ms, batch_bytes_max, batch_records_max, 1, 1, partitioner
-        )
+        self.configure(topic, acks, linger_ms, batch_bytes_max, batch_records_max, partitioner)
         self.client = client
-        self.topic = topic
-        self.acks = acks
-        self.linger_s = linger_ms / 1000
-        self.batch_bytes_max = batch_bytes_max
-        self.batch_records_max = batch_records_max
         self.partitions = partitions
         self.envelope = False
         self._pipelined = client.idempotent and acks != "none"
@@ -244,6 +236,8 @@ class AsyncProducer:
         batch = self._open.pop(p, None)
         if batch is None:
             return
+        if self._chooser is not None:
+            self._chooser.sealed(p)  # keyless records move on to the next partition
         if batch.timer is not None:
             batch.timer.cancel()
         self._ready.setdefault(p, deque()).append(batch)

@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from replog.client import aio_groups, group_consumer
 from replog.client.aio_groups import AsyncGroupConsumer
 from replog.client.group_consumer import FETCH_BYTES_MAX, GroupConsumer, reset_offset
 from replog.client.groups import TopicPartition
@@ -96,9 +95,8 @@ class AssignedConsumer(GroupConsumer):
         for tp in sorted(tps):
             where = self._start.get(tp, self.auto_offset_reset)
             offset = reset_offset(self.client, tp, where) if isinstance(where, str) else where
-            state = group_consumer._Partition(offset, offset, -1)
             with self._lock:
-                self._partitions[tp] = state
+                state = self._pos.add(tp, offset)
             self._restart(tp, state)
 
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
@@ -154,8 +152,7 @@ class AsyncAssignedConsumer(AsyncGroupConsumer):
         for tp in sorted(tps):
             where = self._start.get(tp, self.auto_offset_reset)
             offset = await self._offset_at(tp, where) if isinstance(where, str) else where
-            state = self._partitions[tp] = aio_groups._Partition(offset, offset, -1)
-            self._restart(tp, state)
+            self._restart(tp, self._pos.add(tp, offset))
 
     async def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         raise _no_group()

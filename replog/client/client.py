@@ -126,6 +126,12 @@ class Node:
 
 
 class Client(Factories, AclCalls):
+    """The synchronous client of a replog cluster (see the module doc): admin calls
+    (`create_topic`, `describe_topic`, `list_offsets`, ...), record calls (`append`,
+    `fetch`, `stream`), and the factories of producers (`producer`), consumers
+    (`consumer(topic, partition)` or `consumer(topic, group=...)`) and assigned consumers
+    (`assigned_consumer`). Thread-safe; `close()` (or `with`) ends its channels."""
+
     def __init__(
         self,
         address: str,

@@ -44,6 +44,9 @@ class ConsumerClient(Protocol):
 
 
 class Consumer:
+    """One partition's committed records from an offset (see the module doc): iterate it
+    for records, or `batches()` for columns; `close()` ends its stream."""
+
     def __init__(
         self,
         client: ConsumerClient,

@@ -24,9 +24,12 @@ past its session timeout, a coordinator failover) drops its partitions without c
 (the commit would be refused) and joins again: what it processed after its last commit is
 delivered again to the partitions' next owners.
 
-`seek(topic, partition, offset | "earliest" | "latest")`, `pause(...)`, `resume(...)`,
-`assignment()`, `position(...)`, `committed()`. Seeking by time is not supported yet (the
-server has no ListOffsets by time).
+`seek(topic, partition, offset | "earliest" | "latest")`, `seek_to_time(...)`,
+`pause(...)`, `resume(...)`, `assignment()`, `position(...)`, `committed()`. The positions,
+pauses, fetch epochs and the records held beyond `max_poll_records` are
+`fetch_rules.Positions`'s (the pure core both consumers drive); `ConsumerBase` holds what
+the threaded and asyncio consumers share (options, cores, the calls that only read or
+change them).
 """
 
 from __future__ import annotations
@@ -35,128 +38,56 @@ import contextlib
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
+from replog.client.fetch_rules import (
+    GroupRecord,
+    PartitionState,
+    PollBuffer,
+    Positions,
+    bounds,
+    check_reset,
+    first_offsets,
+    offset_at,
+    records_of,
+)
 from replog.client.groups import GroupCalls, TopicPartition
 from replog.client.member_rules import Heartbeat, Member, Membership
 from replog.client.results import FetchResult
 from replog.client.retry import RetryPolicy
 from replog.errors import (
     IllegalGenerationError,
-    NotFoundError,
     OffsetOutOfRangeError,
     ReplogError,
     UnknownMemberError,
 )
-from replog.records import DecodedRecords, Header
 
 FETCH_BYTES_MAX = 1024 * 1024
 QUEUE_BATCHES_MAX = 16
 Callback = Callable[[set[TopicPartition]], None]
 
-
-@dataclass(frozen=True, slots=True)
-class GroupRecord:
-    topic: str
-    partition: int
-    offset: int
-    value: bytes | None  # None: a null value (a tombstone, envelope topics only)
-    key: bytes | None = None  # the envelope's (envelope topics; raw topics have none)
-    headers: tuple[Header, ...] = ()
-    timestamp_ms: int | None = None  # None: a raw topic's record
-
-
-def records_of(tp: TopicPartition, result: FetchResult) -> list[GroupRecord]:
-    """A Fetch's records (already decoded: an envelope topic's come with key, headers and
-    timestamp)."""
-    got = result.records
-    topic, partition = tp
-    if isinstance(got, DecodedRecords):
-        return [
-            GroupRecord(topic, partition, o, v, k, h, t)
-            for o, v, k, h, t in zip(
-                got.offsets, got.values, got.keys, got.headers, got.timestamps, strict=True
-            )
-        ]
-    return [
-        GroupRecord(topic, partition, o, v) for o, v in zip(got.offsets, got.values, strict=True)
-    ]
-
-
-def first_offsets(undelivered: list[GroupRecord]) -> dict[TopicPartition, int]:
-    """Each partition's first record among `undelivered` (to fetch again from there)."""
-    first: dict[TopicPartition, int] = {}
-    for r in undelivered:
-        first.setdefault((r.topic, r.partition), r.offset)
-    return first
-
-
-class PollBuffer:
-    """Records taken from the fetchers beyond a call's `max_poll_records`, delivered by the
-    next calls (a fetch of 1 MiB holds thousands of records; none is fetched twice). Each
-    record is kept with its partition's fetch epoch at the time: one whose partition was
-    released, sought, paused or restarted since is dropped, like a stale queued batch."""
-
-    __slots__ = ("_held",)
-
-    def __init__(self) -> None:
-        self._held: deque[tuple[int, GroupRecord]] = deque()
-
-    def take(
-        self, count: int, epoch_of: Callable[[TopicPartition], int | None]
-    ) -> list[GroupRecord]:
-        """Up to `count` held records still current (`epoch_of` answers None for a partition
-        that is not fetching any more)."""
-        out: list[GroupRecord] = []
-        while self._held and len(out) < count:
-            epoch, record = self._held.popleft()
-            if epoch_of((record.topic, record.partition)) == epoch:
-                out.append(record)
-        return out
-
-    def cut(
-        self,
-        records: list[GroupRecord],
-        count: int,
-        epoch_of: Callable[[TopicPartition], int | None],
-    ) -> list[GroupRecord]:
-        """The first `count` of `records`; the rest is held (ahead of nothing: the buffer is
-        empty whenever a call takes from the fetchers)."""
-        for record in records[count:]:
-            epoch = epoch_of((record.topic, record.partition))
-            if epoch is not None:
-                self._held.append((epoch, record))
-        return records[:count]
-
-    def __len__(self) -> int:
-        return len(self._held)
-
-
-def bounds(found: FetchResult | OffsetOutOfRangeError) -> tuple[int, int]:
-    """(log start, HW) from a Fetch's answer, or from its OUT_OF_RANGE error."""
-    if isinstance(found, FetchResult):
-        return found.log_start_offset, found.high_watermark
-    start = found.log_start_offset or 0
-    return start, max(start, found.high_watermark or 0)
+__all__ = [  # the consumer's records and rules, from `fetch_rules` (the pure core)
+    "FETCH_BYTES_MAX",
+    "ConsumerBase",
+    "GroupConsumer",
+    "GroupRecord",
+    "PollBuffer",
+    "bounds",
+    "check_reset",
+    "first_offsets",
+    "records_of",
+    "reset_offset",
+]
 
 
 def reset_offset(client: GroupConsumerClient, tp: TopicPartition, where: str) -> int:
-    """The partition's "earliest" or "latest" offset, from a one-byte Fetch at 0 (so that a
-    member needs only `read` on its topics, not `describe` for ListOffsets)."""
+    """The partition's "earliest" or "latest" offset (`fetch_rules.offset_at`)."""
     try:
         found: FetchResult | OffsetOutOfRangeError = client.fetch(tp[0], tp[1], 0, max_bytes=1)
     except OffsetOutOfRangeError as err:
         found = err
-    start, hw = bounds(found)
-    return start if where == "earliest" else hw
-
-
-def check_reset(auto_offset_reset: str) -> None:
-    if auto_offset_reset not in ("earliest", "latest"):
-        raise ValueError("auto_offset_reset is 'earliest' or 'latest'")
+    return offset_at(found, where)
 
 
 class GroupConsumerClient(Protocol):
@@ -172,16 +103,13 @@ class GroupConsumerClient(Protocol):
     def offsets_for_times(self, topic: str, times: Mapping[int, int]) -> dict[int, int]: ...
 
 
-@dataclass(slots=True)
-class _Partition:
-    position: int  # the next offset to deliver
-    consumed: int  # the next offset after the records processed
-    epoch: int  # bumped at each (re)start of its fetch; older batches are dropped
-    paused: bool = False
-    stop: threading.Event | None = None
+class ConsumerBase(Member):
+    """What the threaded and the asyncio group consumers share: their options (typed
+    keywords, checked once), the member core (`member_rules.Membership`) and the positions
+    core (`fetch_rules.Positions`), and the calls that only read or change those."""
 
+    CLIENT_ID = "replog-python"
 
-class GroupConsumer(Member):
     def __init__(
         self,
         client: Any,
@@ -193,17 +121,16 @@ class GroupConsumer(Member):
         auto_offset_reset: str = "earliest",
         session_timeout_ms: int = 0,
         rebalance_timeout_ms: int = 0,
-        client_id: str = "replog-python",
+        client_id: str | None = None,
         max_poll_records: int = 500,
         fetch_bytes_max: int = FETCH_BYTES_MAX,
         fetch_wait_ms: int = 500,
         on_assign: Callback | None = None,
         on_revoke: Callback | None = None,
-        calls: GroupCalls | None = None,
+        calls: Any = None,
     ) -> None:
         check_reset(auto_offset_reset)
-        self.client: GroupConsumerClient = client
-        self.calls = calls or GroupCalls(client)
+        self.client = client
         self.topics = [topics] if isinstance(topics, str) else list(topics)
         self.group = group
         self.auto_commit = auto_commit
@@ -211,27 +138,84 @@ class GroupConsumer(Member):
         self.auto_offset_reset = auto_offset_reset
         self.session_timeout_ms = session_timeout_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.client_id = client_id
-        if max_poll_records < 1:
-            raise ValueError("max_poll_records >= 1")
-        self.max_poll_records = max_poll_records
-        self._held = PollBuffer()  # taken beyond max_poll_records, for the next calls
+        self.client_id = self.CLIENT_ID if client_id is None else client_id
+        # positions, pauses, fetch epochs, records held beyond max_poll_records
+        self._pos = Positions(max_poll_records)
         self.fetch_bytes_max = fetch_bytes_max
         self.fetch_wait_ms = fetch_wait_ms
         self.on_assign = on_assign
         self.on_revoke = on_revoke
         # the member's state and decisions (join, heartbeat, reconcile, auto-commit)
         self._member = Membership(auto_commit, self.auto_commit_interval_s, time.monotonic())
+        self._poll_api = False  # poll() was used: what it returned is processed at close
+        self._init_driver(client, calls)
+
+    @property
+    def max_poll_records(self) -> int:
+        return self._pos.max_poll_records
+
+    def _init_driver(self, client: Any, calls: Any) -> None:
+        raise NotImplementedError
+
+    def _restart(self, tp: TopicPartition, state: PartitionState) -> None:
+        """(Re)start the partition's fetch at `state.position` (a new epoch; none while
+        it is paused)."""
+        raise NotImplementedError
+
+    def _hand_out(self, batch: list[GroupRecord]) -> Iterator[GroupRecord]:
+        """The iterators' records, one at a time: each counts as processed when the caller
+        asks for the next one; when partitions are moving, the rest of `batch` goes back
+        to the fetchers (reconciled before any more is delivered)."""
+        for i, record in enumerate(batch):
+            state = self._pos.partitions.get((record.topic, record.partition))
+            if state is None:
+                continue
+            state.position = record.offset + 1
+            yield record
+            state.consumed = max(state.consumed, record.offset + 1)
+            if self._member.changed and i + 1 < len(batch):
+                self._rewind(batch[i + 1 :])
+                break
+
+    def _rewind(self, undelivered: list[GroupRecord]) -> None:
+        """Records taken from the queue but not delivered: fetch them again."""
+        for tp in self._pos.rewind(undelivered):
+            self._restart(tp, self._pos.partitions[tp])
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._pos.partitions)
+
+    def position(self, topic: str, partition: int) -> int:
+        return self._pos.position((topic, partition))
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop delivering these partitions (still this member's) until `resume`."""
+        for tp in self._pos.set_paused(partitions, True):
+            self._restart(tp, self._pos.partitions[tp])
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in self._pos.set_paused(partitions, False):
+            self._restart(tp, self._pos.partitions[tp])
+
+    def paused(self) -> set[TopicPartition]:
+        return self._pos.paused()
+
+
+class GroupConsumer(ConsumerBase):
+    """A member of a consumer group, on threads (see the module doc): `poll(timeout_s)` or
+    iterate it; `commit`, `seek`, `pause`, `resume`, `position`; `close()` commits (with
+    auto-commit) and leaves the group."""
+
+    def _init_driver(self, client: Any, calls: GroupCalls | None) -> None:
+        self.client: GroupConsumerClient = client
+        self.calls = calls or GroupCalls(client)
         self._lock = threading.Lock()
-        self._partitions: dict[TopicPartition, _Partition] = {}  # being consumed
         self._heartbeat_now = threading.Event()
         self._queue: queue.Queue[tuple[TopicPartition, int, object]] = queue.Queue(
             QUEUE_BATCHES_MAX
         )
         self._closed = threading.Event()
         self._heartbeats: threading.Thread | None = None
-        self._epochs = 0
-        self._poll_api = False  # poll() was used: what it returned is processed at close
         self._answered = threading.Event()  # set at each heartbeat answer
 
     # -- membership ----------------------------------------------------------------------
@@ -255,7 +239,7 @@ class GroupConsumer(Member):
     def _heartbeat_loop(self) -> None:
         while not self._closed.is_set():
             with self._lock:
-                beat = self._member.heartbeat(self._partitions)
+                beat = self._member.heartbeat(self._pos.partitions)
                 interval_s = self._member.heartbeat_interval_s
             if beat is not None:
                 self._heartbeat(beat)
@@ -283,11 +267,10 @@ class GroupConsumer(Member):
         """Records of the member's partitions (up to about `max_poll_records`), waiting up to
         `timeout_s` for some; every record returned by the previous call counts as processed."""
         self._poll_api = True
-        self._processed()
+        self._pos.processed()
         self._maintain()
         out = self._records(timeout_s)
-        for r in out:
-            self._partitions[(r.topic, r.partition)].position = r.offset + 1
+        self._pos.delivered(out)
         return out
 
     def __iter__(self) -> Iterator[GroupRecord]:
@@ -295,26 +278,11 @@ class GroupConsumer(Member):
         caller asks for the next one."""
         while not self._closed.is_set():
             self._maintain()
-            batch = self._records(1.0)
-            for i, record in enumerate(batch):
-                state = self._partitions.get((record.topic, record.partition))
-                if state is None:
-                    continue
-                state.position = record.offset + 1
-                yield record
-                state.consumed = max(state.consumed, record.offset + 1)
-                if self._member.changed and i + 1 < len(batch):
-                    # Partitions are moving: hand the rest back to the fetchers.
-                    self._rewind(batch[i + 1 :])
-                    break
-
-    def _epoch_of(self, tp: TopicPartition) -> int | None:
-        state = self._partitions.get(tp)
-        return None if state is None or state.paused else state.epoch
+            yield from self._hand_out(self._records(1.0))
 
     def _records(self, timeout_s: float) -> list[GroupRecord]:
-        out = self._held.take(self.max_poll_records, self._epoch_of)
-        if self._held:
+        out = self._pos.take_held()
+        if self._pos.held:
             return out  # still more held than one call returns
         deadline = time.monotonic() + timeout_s
         while len(out) < self.max_poll_records:
@@ -328,34 +296,14 @@ class GroupConsumer(Member):
             out.extend(self._accept(*item))
             if self._member.changed:
                 break  # reconcile before delivering more of partitions that may be moving
-        return self._held.cut(out, self.max_poll_records, self._epoch_of)
-
-    def _processed(self) -> None:
-        for state in self._partitions.values():
-            state.consumed = state.position
-
-    def _rewind(self, undelivered: list[GroupRecord]) -> None:
-        """Records taken from the queue but not delivered: fetch them again."""
-        for tp, offset in first_offsets(undelivered).items():
-            state = self._partitions.get(tp)
-            if state is not None:
-                state.position = min(state.position, offset)
-                self._restart(tp, state)
+        return self._pos.cut(out)
 
     def _accept(self, tp: TopicPartition, epoch: int, item: object) -> list[GroupRecord]:
-        state = self._partitions.get(tp)
-        if state is None or state.epoch != epoch or state.paused:
-            return []  # released, sought or paused since: stale
-        if isinstance(item, FetchResult):
-            return records_of(tp, item)
-        if isinstance(item, OffsetOutOfRangeError):
-            state.position = state.consumed = self._reset_position(tp)
-            self._restart(tp, state)
+        records = self._pos.accept(tp, epoch, item)
+        if records is None:  # out of range: start again where auto_offset_reset says
+            self._restart(tp, self._pos.reset(tp, self._reset_position(tp)))
             return []
-        if isinstance(item, NotFoundError):
-            return []  # the topic went: the next generation takes the partition away
-        assert isinstance(item, ReplogError), item
-        raise item
+        return records
 
     def _maintain(self) -> None:
         """Join, reconcile, auto-commit: what poll does before it waits for records."""
@@ -364,17 +312,17 @@ class GroupConsumer(Member):
         with self._lock:
             rejoin = self._member.needs_join()
         if rejoin:
-            self._drop(set(self._partitions), commit=False)
+            self._drop(set(self._pos.partitions), commit=False)
             self._join()
         with self._lock:
-            plan = self._member.reconcile(self._partitions)
+            plan = self._member.reconcile(self._pos.partitions)
         if plan is not None:
             self._reconcile(*plan)
         with self._lock:
             due = self._member.auto_commit_due(time.monotonic())
         if due:
             with contextlib.suppress(ReplogError):  # next time (or the next owner re-reads)
-                self._commit({tp: s.consumed for tp, s in self._partitions.items()})
+                self._commit(self._pos.consumed_offsets())
 
     def _reconcile(self, revoked: set[TopicPartition], added: set[TopicPartition]) -> None:
         """Release `revoked` (committed, then `on_revoke`), then take `added`."""
@@ -392,14 +340,12 @@ class GroupConsumer(Member):
             return
         if commit and self.auto_commit:
             with contextlib.suppress(ReplogError):  # refused: its new owner re-reads them
-                self._commit({tp: self._partitions[tp].consumed for tp in tps})
+                self._commit(self._pos.consumed_offsets(tps))
         if self.on_revoke is not None:
             self.on_revoke(set(tps))
         with self._lock:
-            for tp in tps:
-                state = self._partitions.pop(tp)
-                if state.stop is not None:
-                    state.stop.set()
+            for state in self._pos.drop(tps):
+                _stop(state)
 
     def _add(self, tps: set[TopicPartition]) -> None:
         committed = {
@@ -409,9 +355,8 @@ class GroupConsumer(Member):
             offset = committed.get(tp, -1)
             if offset < 0:
                 offset = self._reset_position(tp)
-            state = _Partition(offset, offset, -1)
             with self._lock:
-                self._partitions[tp] = state
+                state = self._pos.add(tp, offset)
             self._restart(tp, state)
         if self.on_assign is not None:
             self.on_assign(set(tps))
@@ -421,19 +366,17 @@ class GroupConsumer(Member):
 
     # -- fetching ------------------------------------------------------------------------
 
-    def _restart(self, tp: TopicPartition, state: _Partition) -> None:
+    def _restart(self, tp: TopicPartition, state: PartitionState) -> None:
         """(Re)start the partition's fetch thread at `state.position`."""
-        if state.stop is not None:
-            state.stop.set()
-        self._epochs += 1
-        state.epoch = self._epochs
+        _stop(state)
+        epoch = self._pos.restart(state)
         if state.paused:
-            state.stop = None
             return
-        stop = state.stop = threading.Event()
+        stop = threading.Event()
+        state.fetcher = stop
         thread = threading.Thread(
             target=self._fetch_loop,
-            args=(tp, state.epoch, state.position, stop),
+            args=(tp, epoch, state.position, stop),
             name=f"replog-fetch-{tp[0]}-{tp[1]}",
             daemon=True,
         )
@@ -495,20 +438,14 @@ class GroupConsumer(Member):
         every partition (every record delivered so far). Raises UNKNOWN_MEMBER if this
         member was removed (its partitions are someone else's now)."""
         if offsets is None:
-            offsets = {tp: s.position for tp, s in self._partitions.items()}
+            offsets = self._pos.positions()
         self._commit(offsets)
 
     # -- positions -----------------------------------------------------------------------
 
-    def assignment(self) -> set[TopicPartition]:
-        return set(self._partitions)
-
-    def position(self, topic: str, partition: int) -> int:
-        return self._partitions[(topic, partition)].position
-
     def committed(self, partitions: Sequence[TopicPartition] = ()) -> dict[TopicPartition, int]:
         """The group's committed offsets (-1: none) of `partitions` (default: this member's)."""
-        wanted = list(partitions) or sorted(self._partitions)
+        wanted = list(partitions) or sorted(self._pos.partitions)
         found = self.calls.committed(self.group, wanted)
         return {(c.topic, c.partition): c.offset for c in found}
 
@@ -516,39 +453,15 @@ class GroupConsumer(Member):
         """Read `topic/partition` (one of this member's) from `offset`: an int, "earliest"
         or "latest". The next commit stores it."""
         tp = (topic, partition)
-        state = self._partitions.get(tp)
-        if state is None:
-            raise ValueError(f"{topic}/{partition} is not assigned to this member")
-        if isinstance(offset, str):
-            if offset not in ("earliest", "latest"):
-                raise ValueError("offset is an int, 'earliest' or 'latest'")
+        if isinstance(offset := self._pos.seek_target(tp, offset), str):
             offset = reset_offset(self.client, tp, offset)
-        state.position = state.consumed = offset
-        self._restart(tp, state)
+        self._restart(tp, self._pos.reset(tp, offset))
 
     def seek_to_time(self, topic: str, partition: int, timestamp_ms: int) -> None:
         """Read `topic/partition` (one of this member's) from its first committed record
         whose timestamp is >= `timestamp_ms` (ListOffsets by time; the end when none is)."""
         offset = self.client.offsets_for_times(topic, {partition: timestamp_ms})[partition]
         self.seek(topic, partition, offset)
-
-    def pause(self, *partitions: TopicPartition) -> None:
-        """Stop delivering these partitions (still this member's) until `resume`."""
-        for tp in partitions:
-            state = self._partitions.get(tp)
-            if state is not None and not state.paused:
-                state.paused = True
-                self._restart(tp, state)
-
-    def resume(self, *partitions: TopicPartition) -> None:
-        for tp in partitions:
-            state = self._partitions.get(tp)
-            if state is not None and state.paused:
-                state.paused = False
-                self._restart(tp, state)
-
-    def paused(self) -> set[TopicPartition]:
-        return {tp for tp, s in self._partitions.items() if s.paused}
 
     # -- end -------------------------------------------------------------------------------
 
@@ -561,17 +474,16 @@ class GroupConsumer(Member):
             if member is not None and not self._member.lost:
                 if self.auto_commit:
                     if self._poll_api:
-                        self._processed()
+                        self._pos.processed()
                     with contextlib.suppress(ReplogError):
-                        self._commit({tp: s.consumed for tp, s in self._partitions.items()})
+                        self._commit(self._pos.consumed_offsets())
                 with contextlib.suppress(ReplogError):
                     self.calls.leave(self.group, member, RetryPolicy(attempts_max=3))
         finally:
             self._closed.set()
             self._heartbeat_now.set()
-            for state in self._partitions.values():
-                if state.stop is not None:
-                    state.stop.set()
+            for state in self._pos.partitions.values():
+                _stop(state)
             if self._heartbeats is not None:
                 self._heartbeats.join(10)
 
@@ -580,3 +492,10 @@ class GroupConsumer(Member):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _stop(state: PartitionState) -> None:
+    """Stop the partition's fetch thread, if one runs."""
+    if isinstance(state.fetcher, threading.Event):
+        state.fetcher.set()
+    state.fetcher = None

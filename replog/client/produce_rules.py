@@ -5,7 +5,8 @@
 - `prepare`: one `send`'s record checked and shaped for its topic (an envelope topic keeps
   key, headers and a timestamp, the send time unless given; a raw topic takes bytes only)
   before anything is queued: a bad record must never reach a sender.
-- `Chooser`: a record's partition (explicit; the key's by `partitioner`; else round-robin).
+- `Chooser`: a record's partition (explicit; the key's by `partitioner`; else sticky: one
+  partition's batch at a time), and a ready-made batch's (round-robin).
 - `OpenBatch`: the records accumulating for one partition and when they must leave
   (`full`: `batch_bytes_max` bytes of values or `batch_records_max` records; `due_s`:
   `linger_ms` after the first record), and what the Append carries (`wire_values`).
@@ -28,10 +29,12 @@ from replog.client.partitioner import Partitioner, check_partitioner, partition_
 from replog.client.results import AppendResult
 from replog.errors import InvalidArgumentError
 from replog.records import Header, Record
+from replog.v1 import log_pb2
 
 log = logging.getLogger("replog.client.producer")
 
 ACKS = ("none", "leader", "all")
+ACKS_WIRE = {"none": log_pb2.ACKS_NONE, "leader": log_pb2.ACKS_LEADER, "all": log_pb2.ACKS_ALL}
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,44 @@ def check_options(
         return check_partitioner(partitioner)
     except ValueError as err:
         raise InvalidArgumentError(str(err)) from None
+
+
+class ProducerSettings:
+    """The options both producers keep, checked once (`configure`): the base of
+    `producer.Producer` and `aio_producer.AsyncProducer`."""
+
+    topic: str
+    acks: str
+    linger_s: float
+    batch_bytes_max: int
+    batch_records_max: int
+    partitioner: Partitioner
+
+    def configure(
+        self,
+        topic: str,
+        acks: str,
+        linger_ms: int,
+        batch_bytes_max: int,
+        batch_records_max: int,
+        partitioner: str,
+        partition_in_flight_max: int = 1,
+        in_flight_bytes_max: int = 1,
+    ) -> None:
+        self.partitioner = check_options(
+            acks,
+            linger_ms,
+            batch_bytes_max,
+            batch_records_max,
+            partition_in_flight_max,
+            in_flight_bytes_max,
+            partitioner,
+        )
+        self.topic = topic
+        self.acks = acks
+        self.linger_s = linger_ms / 1000
+        self.batch_bytes_max = batch_bytes_max
+        self.batch_records_max = batch_records_max
 
 
 # One checked record (a plain tuple: one is made per `send`): what a batch holds for it,
@@ -130,7 +171,13 @@ def prepare(
 
 
 class Chooser:
-    """A record's partition among `partitions`: explicit, by key, else round-robin."""
+    """A record's partition among `partitions`: explicit, by key, else sticky (Kafka's
+    sticky partitioner, KIP-480): keyless records fill one partition's batch, and the next
+    batch goes to the next partition (`sealed`), so that record-by-record sends make full
+    batches rather than one small batch per partition. `next_batch`: round-robin per
+    ready-made batch (`send_batch`)."""
+
+    __slots__ = ("_round_robin", "partitioner", "partitions", "sticky")
 
     def __init__(self, partitions: int, partitioner: Partitioner) -> None:
         if partitions < 1:
@@ -138,6 +185,7 @@ class Chooser:
         self.partitions = partitions
         self.partitioner = partitioner
         self._round_robin = itertools.cycle(range(partitions))
+        self.sticky = 0  # where keyless records go until that partition's batch is sealed
 
     def choose(self, key: bytes | None, partition: int | None) -> int:
         if partition is not None:
@@ -148,7 +196,19 @@ class Chooser:
             return partition
         if key is not None:
             return partition_for_key(key, self.partitions, self.partitioner)
-        return next(self._round_robin)
+        return self.sticky
+
+    def sealed(self, partition: int) -> None:
+        """Partition `partition`'s open batch left (full or lingered): keyless records
+        move on to the next partition."""
+        if partition == self.sticky:
+            self.sticky = (partition + 1) % self.partitions
+
+    def next_batch(self, partition: int | None) -> int:
+        """A ready-made batch's partition: `partition`, else round-robin."""
+        if partition is None:
+            return next(self._round_robin)
+        return self.choose(None, partition)
 
 
 class OpenBatch:

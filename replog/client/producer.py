@@ -15,7 +15,8 @@ just picks the partition; headers or a timestamp are refused).
 Partitioning: an explicit `partition`; else the key's partition by `partitioner`: Kafka's
 murmur2 by default (a key lands where Kafka's clients put it), or `"crc32"` (replog's choice
 before murmur2, for topics whose keyed data was written so; `replog.client.partitioner`);
-else round-robin per batch.
+else sticky (Kafka's sticky partitioner: keyless records fill one partition's batch, the
+next batch goes to the next partition); `send_batch` without a partition: round-robin.
 Sending: with an idempotent client (the default) the batches travel over AppendStream
 (`append_stream.Pipeline`): up to `partition_in_flight_max` batches (5) per partition in
 flight, `in_flight_bytes_max` bytes in all, a partition's records landing in the order they
@@ -34,18 +35,20 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from time import time_ns
 from typing import Protocol
 
 from replog.client import formats
 from replog.client.append_stream import Pipeline
 from replog.client.partitioner import DEFAULT_PARTITIONER, Partitioner
 from replog.client.produce_rules import (
+    ACKS_WIRE,
     Chooser,
     DeliveryCallback,
     OpenBatch,
     Prepared,
+    ProducerSettings,
     RecordMetadata,
-    check_options,
     deliver,
     metadata,
     prepare,
@@ -53,9 +56,6 @@ from replog.client.produce_rules import (
 from replog.client.results import AppendResult
 from replog.errors import InvalidArgumentError, ReplogError, ShuttingDownError
 from replog.records import Header, Record
-from replog.v1 import log_pb2
-
-ACKS_WIRE = {"none": log_pb2.ACKS_NONE, "leader": log_pb2.ACKS_LEADER, "all": log_pb2.ACKS_ALL}
 
 
 class ProducerClient(Protocol):
@@ -114,7 +114,7 @@ class _Batch(OpenBatch):
         self.future: Future[AppendResult] = Future()
 
 
-class Producer:
+class Producer(ProducerSettings):
     """Batches records per partition and sends them (see the module doc); made by
     `Client.producer(topic, ...)`, whose keyword options are this class's."""
 
@@ -134,27 +134,26 @@ class Producer:
         in_flight_bytes_max: int = 64 * 1024 * 1024,
         partitioner: Partitioner = DEFAULT_PARTITIONER,
     ) -> None:
-        self.partitioner = check_options(
+        self.configure(
+            topic,
             acks,
             linger_ms,
             batch_bytes_max,
             batch_records_max,
+            partitioner,
             partition_in_flight_max,
             in_flight_bytes_max,
-            partitioner,
         )
         if in_flight_max < 1:
             raise InvalidArgumentError("in_flight_max >= 1")
         self.client = client
-        self.topic = topic
-        self.acks = acks
-        self.linger_s = linger_ms / 1000
-        self.batch_bytes_max = batch_bytes_max
-        self.batch_records_max = batch_records_max
         self.partitions = partitions if partitions is not None else client.partition_count(topic)
         self.envelope = client.topic_format(topic) == formats.ENVELOPE
         self._chooser = Chooser(self.partitions, self.partitioner)
-        self._cond = threading.Condition()
+        # One re-entrant lock (a future failed while it is held calls back into the
+        # producer); `send` takes it bare (`with self._lock`: no Python-level wrapper).
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._open: dict[int, _Batch] = {}  # accumulating, per partition
         self._ready: dict[int, deque[_Batch]] = {}  # full or lingered, per partition, in order
         self._busy: set[int] = set()  # partitions with a batch in flight
@@ -194,11 +193,38 @@ class Producer:
         thread, when the record's batch is answered: `(None, RecordMetadata)` or
         `(error, None)`; what it raises is logged. Every check happens here, before anything
         is queued: a bad record must never reach the sender thread."""
+        if (
+            type(value) is bytes
+            and key is None
+            and partition is None
+            and timestamp_ms is None
+            and on_delivery is None
+            and not headers
+        ):  # the usual record: the least work per record (`prepare` + `OpenBatch.add`)
+            ts = time_ns() // 1_000_000 if self.envelope else 0
+            size = len(value)
+            with self._lock:
+                if self._closing:
+                    raise ShuttingDownError("the producer is closed")
+                p = self._chooser.sticky
+                batch = self._open.get(p)
+                if batch is None:
+                    batch = self._open[p] = _Batch(p)
+                    self._cond.notify()  # the sender starts this batch's linger clock
+                values = batch.values
+                index = len(values)
+                values.append(value)
+                if batch.times is not None:
+                    batch.times.append(ts)
+                batch.bytes += size
+                if batch.bytes >= self.batch_bytes_max or index >= self.batch_records_max - 1:
+                    self._seal(p)
+            return RecordFuture(batch, index, self, (value, ts, -1, size))
         record = prepare(self.topic, self.envelope, value, key, headers, timestamp_ms)
-        p = self._chooser.choose(key, partition)
-        with self._cond:
+        with self._lock:
             if self._closing:
                 raise ShuttingDownError("the producer is closed")
+            p = self._chooser.choose(key, partition)
             batch = self._open.get(p)
             if batch is None:
                 batch = self._open[p] = _Batch(p)
@@ -212,7 +238,7 @@ class Producer:
         self, values: formats.Values, partition: int | None = None
     ) -> Future[AppendResult]:
         """Send `values` as one Append (after anything already queued for the partition)."""
-        p = self._chooser.choose(None, partition)
+        p = self._chooser.next_batch(partition)
         batch = _Batch(p, list(values))
         with self._cond:
             if self._closing:
@@ -284,6 +310,8 @@ class Producer:
     def _seal(self, p: int) -> None:
         """Move partition p's open batch to its ready queue (caller holds the lock)."""
         batch = self._open.pop(p, None)
+        if batch is not None:
+            self._chooser.sealed(p)  # keyless records move on to the next partition
         if batch is not None and batch.values:
             if batch.callbacks:
                 batch.future.add_done_callback(functools.partial(self._to_deliver, batch))

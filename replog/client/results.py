@@ -13,6 +13,9 @@ from replog import frames, records
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
+    """Where an Append's records landed: offsets `base_offset`..`last_offset` (-1 with
+    acks="none"), and the partition's high watermark when it was answered."""
+
     base_offset: int  # -1 with acks=none
     last_offset: int
     high_watermark: int
@@ -28,6 +31,9 @@ class TopicConfig:
 
 @dataclass(frozen=True, slots=True)
 class FetchResult:
+    """A Fetch's records (as columns) and the partition's bounds; `next_offset` is where
+    the next Fetch starts."""
+
     # control records already removed; an envelope topic's records decoded
     records: frames.DecodedFrames | records.DecodedRecords
     high_watermark: int
@@ -69,6 +75,9 @@ class CorruptRange:
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
+    """One partition as `describe_topic` reports it: leader, replicas, offsets, size,
+    replica lag, corrupt ranges and any reassignment in progress."""
+
     partition: int
     leader_id: int | None
     replicas: tuple[int, ...]
@@ -91,6 +100,9 @@ class PartitionInfo:
 
 @dataclass(frozen=True, slots=True)
 class Offsets:
+    """One partition's offsets (`list_offsets`): log start, high watermark, log end, and
+    with a timestamp the first offset at or after it."""
+
     partition: int
     earliest: int  # log start offset
     latest: int  # high watermark (exclusive)

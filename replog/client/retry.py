@@ -34,6 +34,10 @@ def retry_after_s(err: ReplogError) -> float:
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
+    """How a call retries retriable errors: up to `attempts_max` attempts within
+    `deadline_ms` in all, with jittered exponential backoff from `backoff_initial_ms` to
+    `backoff_max_ms`."""
+
     # The time budget governs: a failover on a loaded machine can take several seconds of
     # refused attempts (each rerouted or backed off), however many that is. The count is
     # a backstop only (a server that answers a retriable error at once, over and over).

@@ -84,11 +84,22 @@ def test_options_are_range_checked_and_name_the_partitioner() -> None:
         check_options("all", 5, 1, 1, 1, 1, "md5")
 
 
-def test_partitions_are_explicit_by_key_or_round_robin() -> None:
+def test_partitions_are_explicit_by_key_or_sticky_and_batches_round_robin() -> None:
     chooser = Chooser(3, "murmur2")
     assert chooser.choose(b"k", 2) == 2
     assert chooser.choose(b"k", None) == chooser.choose(b"k", None)
-    assert [chooser.choose(None, None) for _ in range(4)] == [0, 1, 2, 0]
+    assert [chooser.choose(None, None) for _ in range(4)] == [0, 0, 0, 0]  # sticky
+    chooser.sealed(1)  # another partition's batch left: keyless records stay
+    assert chooser.choose(None, None) == 0
+    chooser.sealed(0)
+    assert chooser.choose(None, None) == 1
+    chooser.sealed(1)
+    chooser.sealed(2)
+    assert chooser.choose(None, None) == 0  # wraps
+    assert [chooser.next_batch(None) for _ in range(4)] == [0, 1, 2, 0]
+    assert chooser.next_batch(2) == 2
+    with pytest.raises(InvalidArgumentError, match="outside"):
+        chooser.next_batch(3)
     with pytest.raises(InvalidArgumentError, match="outside"):
         chooser.choose(None, 3)
 
