@@ -199,6 +199,20 @@ class Segment(TimedSegment):
         self.size = base_pos + total
         self.next_offset = first_offset + (hi - lo)
 
+    def skip_to(self, offset: int) -> None:
+        """The segment's next record is at `offset` (>= `next_offset`): the offsets between
+        are a gap (a follower copying a range its leader's cleaner compacted), and the
+        segment reads as one with gaps (`sparse`) from now on."""
+        assert offset >= self.next_offset, (offset, self.next_offset)
+        if offset == self.next_offset:
+            return
+        self.sparse = True
+        if self._fd >= 0:
+            self.index.sparse = True
+        self._times = None  # its frame numbers are not relative offsets: rebuilt on use
+        self._drop_time_file()
+        self.next_offset = offset
+
     def truncate_to(self, offset: int) -> None:
         """Drop every record at or above `offset` (base_offset <= offset <= next_offset)."""
         assert self.base_offset <= offset <= self.next_offset
