@@ -19,6 +19,7 @@ import contextlib
 import errno
 import functools
 import os
+import time
 from bisect import bisect_left
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -78,6 +79,7 @@ class Segment(TimedSegment):
         self._index_checked = create
         self._fd = -1
         self.recovered = False  # recovery scanned it (at some open)
+        self.created_ms = int(time.time() * 1000)  # (or opened: the age segment_ms rolls by)
         if known is not None:
             self.next_offset, self.size = known
             return

@@ -1,10 +1,11 @@
 """A partition's ordered list of segments in one directory (seed 003's `Log`).
 
 Files: `{base_offset:020d}.log` / `.idx` / `.crc` triples; the segment with the highest base
-offset is the active one. Segments are contiguous: each one's base offset is the previous one's next
-offset. Rotation follows seed 001's rule: roll to a new segment *before* a write that would
-push the active segment past `segment_bytes_max`, so a segment never exceeds it unless a
-single record alone is larger. A batch may span segments; it costs one `write` per segment
+offset is the active one. Segments are contiguous: each one's base offset is the previous
+one's next offset. Rotation follows seed 001's rule: roll to a new segment *before* a write
+that would push the active segment past `segment_bytes_max`, so a segment never exceeds it
+unless a single record alone is larger (and before any write once it is `segment_ms` old).
+A batch may span segments; it costs one `write` per segment
 it touches (plus one write of its checksums), and on any I/O error the whole batch is rolled
 back (nothing partial remains). A segment without checksums (written by an older version)
 is never appended to: the log rolls first, so every new byte is checksummed.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import time
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable
@@ -329,6 +331,9 @@ class SegmentLog:
         segments_before = len(self.segments)
         mv = memoryview(buf)
         try:
+            active = self.active
+            if active.size and time.time() * 1000 - active.created_ms >= self.config.segment_ms:
+                self._roll()  # old enough (segment.ms): closed, so that it may be cleaned
             if offsets is None:
                 self._append_run(mv, ends, 0, len(ends), leo)
             else:
