@@ -134,3 +134,13 @@ def test_a_compacted_topic_refuses_records_without_a_key() -> None:
     with pytest.raises(InvalidRecordError, match="no key") as raised:
         records.check_keyed([rec(b"k", b"v"), rec(None, b"v")])
     assert raised.value.metadata["index"] == "1"
+
+
+def test_a_reader_steps_over_a_gap_the_cleaner_left_up_to_the_high_watermark() -> None:
+    from replog import frames
+    from replog.server.services.log_service import _next_offset
+
+    data = frames.encode(7, [b"a", b"b"])
+    assert _next_offset(data, 5, 20) == 9, "past the last frame read"
+    assert _next_offset(b"", 5, 20) == 20, "nothing below the HW from 5: a gap to step over"
+    assert _next_offset(b"", 20, 20) == 20, "at the HW: wait there"
