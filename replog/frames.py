@@ -215,6 +215,37 @@ def scan(buf: bytes | memoryview, first_offset: int | None = None) -> list[int]:
     return ends
 
 
+def scan_ascending(buf: bytes | memoryview, low: int, high: int) -> tuple[list[int], int]:
+    """Validate a run of complete frames whose offsets strictly ascend inside `[low, high)`,
+    gaps allowed (a range of a log the cleaner compacted, `replog.storage.cleaner`); return
+    (the end position of each frame, how many offset gaps the run has, a gap before its
+    first frame included). Consecutive runs take `scan`'s fast path. Raises `FrameError`."""
+    try:
+        ends = scan(buf, low)
+    except FrameError:
+        pass
+    else:
+        if low + len(ends) > high:
+            raise FrameError(f"frames reach offset {low + len(ends) - 1}, not below {high}", 0)
+        return ends, 0
+    ends = []
+    gaps = 0
+    pos, size, expected = 0, len(buf), low
+    while pos < size:
+        if pos + HEADER_BYTES > size:
+            raise FrameError("truncated frame header", pos)
+        offset, raw_len = _unpack_header(buf, pos)
+        if not expected <= offset < high:
+            raise FrameError(f"offset {offset} at position {pos} not in [{expected}, {high})", pos)
+        gaps += offset != expected
+        end = pos + HEADER_BYTES + (raw_len & LENGTH_MASK)
+        if end > size:
+            raise FrameError(f"frame at position {pos} is cut short", pos)
+        ends.append(end)
+        pos, expected = end, offset + 1
+    return ends, gaps
+
+
 def _dense_prefix(buf: bytes | memoryview, pos: int, first: int, frame: int, count: int) -> int:
     """How many of the `count` frames of size `frame` from position `pos` carry offsets
     first, first + 1, ... before the first that does not (at least 1: the caller checked

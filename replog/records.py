@@ -580,6 +580,19 @@ def validate(values: Sequence[bytes]) -> int:
     return sizes[0] * n if isinstance(lengths, int) else sum(sizes)
 
 
+def check_keyed(values: Sequence[bytes]) -> None:
+    """Raise `InvalidRecordError` (`index`: the first one) unless every envelope of
+    `values` has a key: a compacted topic keeps the latest record of each key, so it takes
+    no record without one (Kafka refuses them too). The values are valid envelopes."""
+    for i, value in enumerate(values):
+        if len(value) < FIXED_BYTES or not value[1] & ATTR_KEY:
+            raise InvalidRecordError(
+                f"record {i} of the batch has no key: a compacted topic (cleanup.policy "
+                "compact) takes keyed records only",
+                index=i,
+            )
+
+
 # -- timestamps of frames (the time index) ---------------------------------------------------
 
 

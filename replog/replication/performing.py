@@ -224,7 +224,10 @@ class Performer:
                 self._batch_ends.appended(out.offset + 1)
                 queue += self._flush_progress()
             elif isinstance(out, AppendFrames):
-                await self._write(partial(self.log.append_frames, out.records.frames))
+                rec = out.records  # (offset gaps allowed: a range its leader compacted)
+                await self._write(
+                    partial(self.log.append_frames, rec.frames, end_offset=rec.end_offset)
+                )
                 queue += self._flush_progress()
             elif isinstance(out, TruncateTo):
                 self.truncations += 1
@@ -278,7 +281,7 @@ class Performer:
                 exc,
             )
             return None
-        end = frames.next_offset(data, rec.start_offset)
+        end = self.log.reached(data, rec.start_offset, rec.end_offset)  # (past a gap)
         return FetchResponse(
             message.epoch,
             message.leader_id,

@@ -136,6 +136,16 @@ class Settings:
             "(0: no scrubber); a corrupt range it finds is refetched from a healthy replica"
         ),
     )
+    cleaner_bytes_per_s: int = field(
+        default=16 * MIB,
+        metadata=_help(
+            "the log cleaner (compacted topics) reads and writes at most this fast on the node "
+            "(0: unthrottled)"
+        ),
+    )
+    cleaner_interval_ms: int = field(
+        default=15_000, metadata=_help("how often the log cleaner looks at compacted logs")
+    )
     reassignment_fetch_bytes_per_s: int = field(
         default=0,
         metadata=_help(
@@ -695,6 +705,8 @@ _AT_LEAST: dict[str, int] = {
     "leader_balance_interval_ms": 0,
     "retention_check_interval_ms": 1,
     "scrub_bytes_per_s": 0,
+    "cleaner_bytes_per_s": 0,
+    "cleaner_interval_ms": 1,
     "reassignment_fetch_bytes_per_s": 0,
     "default_replication_factor": 1,
     "group_offsets_partitions": 1,

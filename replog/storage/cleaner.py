@@ -47,13 +47,12 @@ import numpy as np
 from replog.errors import InvalidConfigError, OffsetOutOfRangeError
 from replog.frames import CONTROL_FLAG, HEADER, HEADER_BYTES, LENGTH_MASK, FrameError, scan
 from replog.records import ATTR_KEY, ATTR_NULL_VALUE, FIXED_BYTES, VERSION
-from replog.storage.config import MIB
+from replog.storage.config import DAY_MS, MIB, StorageConfig
 from replog.storage.partition_log import PartitionLog
 from replog.storage.segment import Segment
 from replog.storage.swaps import cleaning_dir
 
 _unpack_header = HEADER.unpack_from
-DAY_MS = 86_400_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +75,17 @@ class CleanerConfig:
         need(self.min_compaction_lag_ms >= 0, "min_compaction_lag_ms must be >= 0")
         need(self.offset_map_keys_max >= 1, "offset_map_keys_max must be >= 1")
         need(self.read_chunk_bytes >= HEADER_BYTES, "read_chunk_bytes must be >= 12")
+
+    @classmethod
+    def of(cls, config: StorageConfig, **node: int) -> CleanerConfig:
+        """A log's cleaner settings: its topic's configs (in its `StorageConfig`) and the
+        node's limits `node` (offset_map_keys_max, read_chunk_bytes)."""
+        return cls(
+            delete_retention_ms=config.delete_retention_ms,
+            min_cleanable_dirty_ratio=config.min_cleanable_dirty_ratio,
+            min_compaction_lag_ms=config.min_compaction_lag_ms,
+            **node,
+        )
 
 
 @dataclass(slots=True)

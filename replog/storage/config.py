@@ -13,6 +13,7 @@ from replog.frames import HEADER_BYTES, LENGTH_MASK
 
 KIB = 1024
 MIB = 1024 * KIB
+DAY_MS = 86_400_000
 NO_TIMESTAMP = -(2**63)  # a record without a timestamp (the smallest i64)
 
 # The timestamps of the frames of `buf` that start at `starts` (NO_TIMESTAMP where a frame
@@ -45,6 +46,16 @@ class StorageConfig:
     checksum_chunk_bytes: int = 16 * KIB  # CRC32C block size of new segments' `.crc` sidecars
     # None: the records have no timestamps (no time index; time retention by file age)
     timestamps: TimestampReader | None = None
+    # roll the active segment at the first append once it is this old (Kafka's segment.ms;
+    # its age counts from its creation, or from the log's open for one found on disk)
+    segment_ms: int = 7 * DAY_MS
+    # cleanup.policy=compact: the node's log cleaner compacts the log (`cleaner.py`) with
+    # these topic configs (Kafka's delete.retention.ms, min.cleanable.dirty.ratio,
+    # min.compaction.lag.ms); appends of records without a key are refused
+    compact: bool = False
+    delete_retention_ms: int = DAY_MS
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
 
     def __post_init__(self) -> None:
         def need(ok: bool, what: str) -> None:
@@ -69,6 +80,10 @@ class StorageConfig:
         need(self.read_bytes_max >= HEADER_BYTES, "read_bytes_max must be >= 12")
         need(isinstance(self.flush, FlushPolicy), "flush must be a FlushPolicy")
         need(1 <= self.checksum_chunk_bytes <= 2**31, "checksum_chunk_bytes must be in [1, 2^31]")
+        need(self.segment_ms >= 1, "segment_ms must be >= 1")
+        need(self.delete_retention_ms >= 0, "delete_retention_ms must be >= 0")
+        need(0.0 <= self.min_cleanable_dirty_ratio <= 1.0, "dirty ratio must be in [0, 1]")
+        need(self.min_compaction_lag_ms >= 0, "min_compaction_lag_ms must be >= 0")
 
     def check_record_bytes(self, record_bytes: int, *, new: bool = False) -> None:
         """RECORD_TOO_LARGE when one record's value of `record_bytes` exceeds

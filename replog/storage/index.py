@@ -38,7 +38,7 @@ class SparseIndex:
         """`sparse`: the segment's offsets may have gaps (a cleaned segment), so its first
         entry may name a relative offset above 0 (its position is still 0)."""
         self.path = path
-        self._sparse = sparse
+        self.sparse = sparse
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             file_size = os.fstat(self._fd).st_size
@@ -70,7 +70,7 @@ class SparseIndex:
             if rels:
                 if rel <= rels[-1] or pos <= poss[-1]:
                     break
-            elif pos != 0 or (rel != 0 and not self._sparse):
+            elif pos != 0 or (rel != 0 and not self.sparse):
                 break
             if pos >= log_size:
                 break

@@ -365,11 +365,61 @@ class PartitionLog:
         self.config.check_record_bytes(max(max(map(len, values)) for _, values in pieces))
         return self._write(partial(_encode_pieces, pieces=pieces))
 
-    def append_frames(self, raw: bytes) -> AppendResult:
-        """Append raw frames as they are (followers): they must start at LEO, contiguous."""
-        if not raw:
-            raise EmptyBatchError("an append needs at least one frame")
-        return self._write(partial(self._check_frames, raw))
+    def append_frames(self, raw: bytes, *, end_offset: int | None = None) -> AppendResult:
+        """Append raw frames as they are (followers): they must start at LEO, contiguous.
+
+        With `end_offset` (a follower's copy of its leader's `[LEO, end_offset)`, the only
+        caller that may pass it: client appends get offsets assigned) the frames' offsets
+        ascend inside that range with gaps allowed (a range the leader's cleaner compacted;
+        none at all when the whole range is a gap), and the LEO becomes `end_offset`.
+        Gaps mark the log sparse up to `end_offset` first (`mark_sparse`, fsynced). The
+        result's `base_offset` is the old LEO, its `last_offset` `end_offset - 1`."""
+        if end_offset is None:
+            if not raw:
+                raise EmptyBatchError("an append needs at least one frame")
+            return self._write(partial(self._check_frames, raw))
+        with self._lock:
+            leo = self._leo
+            try:
+                ends, gaps = frames.scan_ascending(raw, leo, end_offset)
+            except frames.FrameError as exc:
+                raise InvalidFramesError(
+                    f"frames are not inside [{leo}, {end_offset}) ascending: {exc}",
+                    log_end_offset=leo,
+                    position=exc.position,
+                ) from None
+        if not gaps and leo + len(ends) == end_offset:
+            if not ends:
+                raise EmptyBatchError("an append needs at least one frame")
+            return self._write(lambda _leo: (raw, ends))
+        if ends:
+            self._check_frame_sizes(ends)
+        offsets = [frames.HEADER.unpack_from(raw, e)[0] for e in (0, *ends[:-1])] if ends else []
+        with self._lock:
+            log = self._opened()
+            assert self._leo == leo, "one writer: the replica's driver"
+            self._changing()
+            if end_offset > self._sparse_end:
+                self._write_cleaner_file(CLEANER_SPARSE_FILE, end_offset)
+                self._sparse_end = log.sparse_end = end_offset
+            try:
+                log.append(raw, ends, offsets, end_offset)
+            except ReplogError as exc:
+                raise self._fault(exc, "append") from None
+            self._leo = end_offset
+            if self.config.flush is FlushPolicy.ALWAYS:
+                self._flush_locked()
+            return AppendResult(leo, end_offset - 1)
+
+    def reached(self, data: bytes, offset: int, end_offset: int) -> int:
+        """Where a read of `[offset, end_offset)` that returned `data` ends: past its last
+        frame, or at `end_offset` when the log holds nothing between the two (a range its
+        cleaner compacted; what a follower copies up to, `append_frames`)."""
+        reached = frames.next_offset(data, offset)
+        if reached >= end_offset or reached >= self._sparse_end:
+            return reached  # (no gap above the cleaned range: a record is there)
+        rest = self.read_uncommitted(reached, 1, end_offset=end_offset)
+        return reached if rest else end_offset
 
     def _write(self, encode: Callable[[int], tuple[bytes, list[int]]]) -> AppendResult:
         """Append the frames `encode(LEO)` returns (their bytes and the end of each)."""

@@ -19,6 +19,7 @@ import contextlib
 import errno
 import functools
 import os
+import time
 from bisect import bisect_left
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -78,6 +79,7 @@ class Segment(TimedSegment):
         self._index_checked = create
         self._fd = -1
         self.recovered = False  # recovery scanned it (at some open)
+        self.created_ms = int(time.time() * 1000)  # (or opened: the age segment_ms rolls by)
         if known is not None:
             self.next_offset, self.size = known
             return
@@ -198,6 +200,20 @@ class Segment(TimedSegment):
             self._extend_times(chunk, ends, lo, hi, bias, first_offset - self.base_offset, entries)
         self.size = base_pos + total
         self.next_offset = first_offset + (hi - lo)
+
+    def skip_to(self, offset: int) -> None:
+        """The segment's next record is at `offset` (>= `next_offset`): the offsets between
+        are a gap (a follower copying a range its leader's cleaner compacted), and the
+        segment reads as one with gaps (`sparse`) from now on."""
+        assert offset >= self.next_offset, (offset, self.next_offset)
+        if offset == self.next_offset:
+            return
+        self.sparse = True
+        if self._fd >= 0:
+            self.index.sparse = True
+        self._times = None  # its frame numbers are not relative offsets: rebuilt on use
+        self._drop_time_file()
+        self.next_offset = offset
 
     def truncate_to(self, offset: int) -> None:
         """Drop every record at or above `offset` (base_offset <= offset <= next_offset)."""

@@ -1,10 +1,11 @@
 """A partition's ordered list of segments in one directory (seed 003's `Log`).
 
 Files: `{base_offset:020d}.log` / `.idx` / `.crc` triples; the segment with the highest base
-offset is the active one. Segments are contiguous: each one's base offset is the previous one's next
-offset. Rotation follows seed 001's rule: roll to a new segment *before* a write that would
-push the active segment past `segment_bytes_max`, so a segment never exceeds it unless a
-single record alone is larger. A batch may span segments; it costs one `write` per segment
+offset is the active one. Segments are contiguous: each one's base offset is the previous
+one's next offset. Rotation follows seed 001's rule: roll to a new segment *before* a write
+that would push the active segment past `segment_bytes_max`, so a segment never exceeds it
+unless a single record alone is larger (and before any write once it is `segment_ms` old).
+A batch may span segments; it costs one `write` per segment
 it touches (plus one write of its checksums), and on any I/O error the whole batch is rolled
 back (nothing partial remains). A segment without checksums (written by an older version)
 is never appended to: the log rolls first, so every new byte is checksummed.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import time
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable
@@ -158,8 +160,10 @@ class SegmentLog:
                     # A gap: only a valid prefix survives; later segments are unreachable.
                     Segment(directory, base, config, create=False, known=(base, 0)).delete()
                     continue
-                end = clean_end if i == len(bases) - 1 else bases[i + 1]
-                sparse = base < sparse_end and i < len(bases) - 1
+                last = i == len(bases) - 1
+                end = clean_end if last else bases[i + 1]
+                # (the active one too: a follower's, copying a range its leader compacted)
+                sparse = base < sparse_end
                 opening = partial(
                     Segment,
                     directory,
@@ -167,13 +171,13 @@ class SegmentLog:
                     config,
                     create=False,
                     sparse=sparse,
-                    offset_end=bases[i + 1] if sparse else OFFSET_MAX,
+                    offset_end=bases[i + 1] if sparse and not last else OFFSET_MAX,
                 )
                 if end is not None and trusted_end is not None and base <= end <= trusted_end:
                     self._add(opening(known=(end, sizes[base])))
                     continue
                 seg = self._opening(opening)
-                if sparse:  # its last records may be gone: it still ends where the next starts
+                if sparse and not last:  # its last records may be gone: it ends at the next
                     seg.next_offset = bases[i + 1]
                 self.recovered += 1
                 RECOVERIES["segments"] += 1
@@ -306,39 +310,64 @@ class SegmentLog:
 
     # -- writes --------------------------------------------------------------------------
 
-    def append(self, buf: bytes, ends: list[int]) -> None:
+    def append(
+        self, buf: bytes, ends: list[int], offsets: list[int] | None = None, end: int = 0
+    ) -> None:
         """Append pre-encoded frames that start at the log end offset.
 
         `ends[i]` is the end position of frame i within `buf`. Rolls segments as needed.
         Raises StorageFullError / StorageError with nothing appended.
+
+        With `offsets` (each frame's offset: ascending from the log end, gaps allowed; a
+        follower copying a range its leader's cleaner compacted) the log then ends at `end`:
+        each run of consecutive offsets is appended as above, the active segment skipping
+        the gap before it (`Segment.skip_to`: it reads as sparse; the caller marked it so
+        on disk, `PartitionLog`); a gap at the end rolls a new segment at `end`, so that
+        the log end survives a crash (a segment's end is the next one's base offset).
         """
-        if not ends:
+        if not ends and offsets is None:
             return
         leo = self.log_end_offset
         segments_before = len(self.segments)
         mv = memoryview(buf)
-        limit = self.config.segment_bytes_max
-        n = len(ends)
-        i = 0
-        pos = 0
         try:
-            while i < n:
-                seg = self.use(self.active)
-                k = bisect_right(ends, pos + (limit - seg.size), i, n)
-                if k == i or not seg.checksummed:
-                    if seg.size > 0:
-                        self._roll()
-                        continue
-                    k = i + 1  # one record alone larger than a segment gets a segment
-                end = ends[k - 1]
-                seg.append(mv[pos:end], leo + i, ends, i, k, pos)
-                self._dirty.add(seg)
-                i, pos = k, end
+            active = self.active
+            if active.size and time.time() * 1000 - active.created_ms >= self.config.segment_ms:
+                self._roll()  # old enough (segment.ms): closed, so that it may be cleaned
+            if offsets is None:
+                self._append_run(mv, ends, 0, len(ends), leo)
+            else:
+                for lo, hi in _runs(offsets):
+                    self.use(self.active).skip_to(offsets[lo])
+                    self._append_run(mv, ends, lo, hi, offsets[lo])
+                if end > self.log_end_offset:
+                    active = self.use(self.active)
+                    active.skip_to(end)
+                    self._dirty.add(active)
+                    self._roll()
         except OSError as exc:
             self._rollback(leo, segments_before)
             raise storage_error(exc, f"append to {self.directory}") from exc
         finally:
             mv.release()
+
+    def _append_run(self, mv: memoryview, ends: list[int], lo: int, n: int, first: int) -> None:
+        """Frames `lo..n-1` of a batch, at consecutive offsets from `first`."""
+        limit = self.config.segment_bytes_max
+        i = lo
+        pos = ends[lo - 1] if lo else 0
+        while i < n:
+            seg = self.use(self.active)
+            k = bisect_right(ends, pos + (limit - seg.size), i, n)
+            if k == i or not seg.checksummed:
+                if seg.size > 0:
+                    self._roll()
+                    continue
+                k = i + 1  # one record alone larger than a segment gets a segment
+            end = ends[k - 1]
+            seg.append(mv[pos:end], first + (i - lo), ends, i, k, pos)
+            self._dirty.add(seg)
+            i, pos = k, end
 
     def _roll(self) -> None:
         self.use(self.active).seal()
@@ -542,3 +571,10 @@ class SegmentLog:
         for seg in list(self._entries):
             self._forget(seg)
             seg.close(trim=trim)
+
+
+def _runs(offsets: list[int]) -> list[tuple[int, int]]:
+    """(lo, hi) of each run of consecutive offsets in ascending `offsets`."""
+    breaks = [i for i in range(1, len(offsets)) if offsets[i] != offsets[i - 1] + 1]
+    bounds = [0, *breaks, len(offsets)]
+    return [(bounds[j], bounds[j + 1]) for j in range(len(bounds) - 1) if bounds[j] < bounds[j + 1]]

@@ -125,17 +125,30 @@ def _records(start: int, end: int, data: bytes, fetch_offset: int | None = None)
 @pytest.mark.parametrize(
     "envelope",
     [
-        _records(5, 7, frames.encode(5, [b"a"])),  # frames hold fewer records than claimed
+        _records(5, 7, frames.encode(5, [b"a", b"b", b"c"])),  # more records than claimed
         _records(5, 6, frames.encode(6, [b"a"])),  # frames at another offset
+        _records(5, 9, frames.encode(6, [b"a"]) + frames.encode(6, [b"b"])),  # not ascending
+        _records(5, 9, frames.encode(4, [b"a"]) + frames.encode(6, [b"b"])),  # before start
         _records(5, 6, frames.encode(5, [b"a"])[:-1]),  # a torn frame
         _records(5, 6, frames.encode(5, [b"a"]), fetch_offset=4),  # not where it was asked
         _records(7, 6, b""),  # end before start
     ],
-    ids=["count", "offset", "torn", "fetch offset", "backwards"],
+    ids=["count", "offset", "repeated", "before", "torn", "fetch offset", "backwards"],
 )
 def test_records_must_be_exactly_what_they_claim(envelope: pb.Envelope) -> None:
     with pytest.raises(ImpossibleMessage):
         from_envelope(envelope)
+
+
+def test_records_of_a_compacted_range_carry_offset_gaps_and_may_end_in_one() -> None:
+    data = frames.encode(5, [b"a"]) + frames.encode(8, [b"b", b"c"])
+    message = from_envelope(_records(5, 12, data))
+    assert isinstance(message, FetchResponse) and isinstance(message.result, Records)
+    assert (message.result.start_offset, message.result.end_offset) == (5, 12)
+    assert message.result.frames == data
+    gap = from_envelope(_records(5, 12, b""))  # nothing at all in the range: a gap
+    assert isinstance(gap, FetchResponse) and isinstance(gap.result, Records)
+    assert gap.result.end_offset == 12
 
 
 def test_a_records_answer_with_matching_frames_is_accepted() -> None:

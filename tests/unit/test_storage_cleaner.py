@@ -337,3 +337,16 @@ def test_a_truncation_never_leaves_a_cleaned_segment_last(tmp_path: Path) -> Non
     assert log.log_end_offset == hw + 1, "the log end survives a recovery of every segment"
     assert read_from(log) == [*kept, (hw, b"k1", b"after")]
     log.close()
+
+
+def test_an_append_rolls_an_active_segment_older_than_segment_ms(tmp_path: Path) -> None:
+    log = PartitionLog(tmp_path, "t", 0, replace(CONFIG, segment_ms=60_000))
+    log.append([rec(b"k", b"v")])
+    log.append([rec(b"k", b"w")])
+    assert log.segment_count == 1, "young: no roll"
+    log._log.active.created_ms -= 60_000  # (as if a minute went by)
+    log.append([rec(b"k", b"x")])
+    assert log.segment_count == 2 and log.active_base_offset == 2
+    log.set_high_watermark(log.log_end_offset)
+    assert log.cleanable_segments(None) == [(0, 2, log.size_bytes - log._log.active.size)]
+    log.close()

@@ -41,9 +41,13 @@ def test_values_are_checked_and_made_canonical() -> None:
         ("retention.bytes", "lots", "must be an integer"),
         ("segment.bytes", "100", "must be in"),
         ("max.message.bytes", "0", "must be in"),
-        ("cleanup.policy", "compact", "not supported yet"),
-        ("cleanup.policy", "compact,delete", "not supported yet"),
-        ("segment.ms", "1000", "not supported yet"),
+        ("cleanup.policy", "archive", "must be one of"),
+        ("cleanup.policy", "compact,archive", "must be one of"),
+        ("segment.ms", "0", "must be in"),
+        ("delete.retention.ms", "-1", "must be in"),
+        ("min.compaction.lag.ms", "soon", "must be an integer"),
+        ("min.cleanable.dirty.ratio", "1.5", "must be a number in"),
+        ("min.cleanable.dirty.ratio", "nan", "must be a number in"),
         ("message.timestamp.type", "Wallclock", "must be one of"),
         ("flush.messages", "1", "unknown topic config"),
         ("retention.ms", "9" * 65, "at most 64 characters"),
@@ -90,8 +94,8 @@ def test_refused_alters_change_nothing() -> None:
     before = image.topics["t"]
     with pytest.raises(InvalidArgumentError, match="both set and deleted"):
         image.alter_topic_configs("t", {"retention.ms": "1"}, ["retention.ms"])
-    with pytest.raises(InvalidArgumentError, match="not supported yet"):
-        image.alter_topic_configs("t", {"cleanup.policy": "compact"}, [])
+    with pytest.raises(InvalidArgumentError, match="must be one of"):
+        image.alter_topic_configs("t", {"cleanup.policy": "archive"}, [])
     with pytest.raises(TopicNotFoundError):
         image.alter_topic_configs("nope", {"retention.ms": "1"}, [])
     assert image.topics["t"] is before and image.applied_offset == 1
@@ -108,7 +112,7 @@ def test_an_alter_of_a_topic_created_again_changes_nothing() -> None:
     "value",
     [
         b'{"kind": "alter_topic_configs", "version": 1, "name": "t", "topic_id": 0,'
-        b' "set": {"cleanup.policy": "compact"}, "delete": []}',
+        b' "set": {"cleanup.policy": "archive"}, "delete": []}',
         b'{"kind": "alter_topic_configs", "version": 1, "name": "t", "topic_id": 0,'
         b' "set": [], "delete": []}',
         b'{"kind": "alter_topic_configs", "version": 2, "name": "t", "topic_id": 0,'
@@ -128,6 +132,10 @@ def test_the_node_flags_are_the_defaults() -> None:
     got = {c.name: (c.value, c.source) for c in described}
     assert got == {
         "cleanup.policy": ("delete", "default"),
+        "delete.retention.ms": ("86400000", "default"),
+        "min.cleanable.dirty.ratio": ("0.5", "default"),
+        "min.compaction.lag.ms": ("0", "default"),
+        "segment.ms": ("604800000", "default"),
         "max.message.bytes": ("4096", "default"),
         "message.timestamp.type": ("CreateTime", "default"),
         "retention.bytes": ("2048", "topic"),
@@ -161,3 +169,30 @@ def test_max_message_bytes_cannot_exceed_the_nodes_limit() -> None:
     with pytest.raises(InvalidArgumentError, match="record_bytes_max"):
         topic_configs.check_node_limits({"max.message.bytes": "4097"}, NODE)
     topic_configs.check_node_limits({"max.message.bytes": "4096"}, NODE)
+
+
+def test_compaction_configs_become_the_cleaners_and_compact_alone_keeps_everything() -> None:
+    configs = topic_configs.checked(
+        {
+            "cleanup.policy": "delete, compact",
+            "delete.retention.ms": "1000",
+            "min.cleanable.dirty.ratio": "0.25",
+            "min.compaction.lag.ms": "50",
+            "segment.ms": "2000",
+        }
+    )
+    assert configs["cleanup.policy"] == "compact,delete"
+    both = topic_configs.storage_config(NODE, configs)
+    assert both.compact and both.retention_ms == 60_000, "compact,delete: retention too"
+    assert (both.delete_retention_ms, both.min_cleanable_dirty_ratio) == (1000, 0.25)
+    assert (both.min_compaction_lag_ms, both.segment_ms) == (50, 2000)
+    alone = topic_configs.storage_config(NODE, {**configs, "cleanup.policy": "compact"})
+    assert alone.compact and alone.retention_ms is None and alone.retention_bytes is None
+    assert not topic_configs.storage_config(NODE, {"cleanup.policy": "delete"}).compact
+
+
+def test_only_envelope_topics_can_be_compacted() -> None:
+    with pytest.raises(InvalidArgumentError, match="keys"):
+        topic_configs.check_format({"cleanup.policy": "compact"}, envelope=False)
+    topic_configs.check_format({"cleanup.policy": "compact"}, envelope=True)
+    topic_configs.check_format({"cleanup.policy": "delete"}, envelope=False)

@@ -104,6 +104,7 @@ class Topics:
         `configs`: see `topic_configs` (validated here, before anything is proposed)."""
         configs = topic_configs.checked(configs or {})
         topic_configs.check_node_limits(configs, self.replicas.config)
+        topic_configs.check_format(configs, format == ENVELOPE)
         nodes = [i for i, _ in self.peers.nodes()]
         # Checks that need no metadata, so that a bad request fails on any node at once.
         validate_topic_name(name)
@@ -218,7 +219,9 @@ class Topics:
         topic_configs.check_node_limits(set_, self.replicas.config)
         if name in (OFFSETS_TOPIC, METADATA_TOPIC):
             raise InvalidArgumentError(f"{name} is internal: its configs are the node's")
-        await self.router.topic(name)  # UNKNOWN_TOPIC (or LEADER_UNKNOWN) before forwarding
+        meta = await self.router.topic(name)  # UNKNOWN_TOPIC (or LEADER_UNKNOWN) first
+        after, _ = topic_configs.altered(meta.configs, meta.timestamp_type, set_, deletes)
+        topic_configs.check_format(after, meta.format == ENVELOPE)
         if validate_only:
             self.metadata.image.alter_topic_configs(name, set_, deletes)
             return

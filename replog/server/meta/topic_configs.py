@@ -12,17 +12,24 @@ each running replica's log the topic's storage config again when the topic chang
     retention.bytes         -1 (keep) or >= 0        size retention, per partition
     segment.bytes           [1024, 2**32-1]          segment roll size
     max.message.bytes       [1, the node's record_bytes_max]   the leader's limit on new records
-    cleanup.policy          delete                   ("compact": not supported yet)
+    segment.ms              [1, 2**63-1]             segment roll age (at the next append)
+    cleanup.policy          delete | compact | compact,delete   (compact: envelope topics)
+    delete.retention.ms     [0, 2**63-1]             how long the cleaner keeps tombstones
+    min.cleanable.dirty.ratio  [0, 1]                dirty share that starts a cleaning pass
+    min.compaction.lag.ms   [0, 2**63-1]             records younger are never cleaned
     message.timestamp.type  CreateTime | LogAppendTime   the topic's `timestamp_type`
 
-`segment.ms` is not supported yet: segments roll by size only. `message.timestamp.type` is
-not kept among the configs: it is the topic's `timestamp_type` (one owner), which the
+`cleanup.policy=compact` turns the node's log cleaner on for the topic's replicas
+(`server/partitions/cleaning.py`) and, without `delete`, retention off (Kafka's rule);
+it needs keys, so only envelope topics take it (`check_format`). `message.timestamp.type`
+is not kept among the configs: it is the topic's `timestamp_type` (one owner), which the
 commands set.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -35,20 +42,24 @@ SEGMENT_BYTES = "segment.bytes"
 MAX_MESSAGE_BYTES = "max.message.bytes"
 CLEANUP_POLICY = "cleanup.policy"
 TIMESTAMP_TYPE = "message.timestamp.type"
+SEGMENT_MS = "segment.ms"
+DELETE_RETENTION_MS = "delete.retention.ms"
+MIN_CLEANABLE_DIRTY_RATIO = "min.cleanable.dirty.ratio"
+MIN_COMPACTION_LAG_MS = "min.compaction.lag.ms"
 NAMES = (
     CLEANUP_POLICY,
+    DELETE_RETENTION_MS,
     MAX_MESSAGE_BYTES,
     TIMESTAMP_TYPE,
+    MIN_CLEANABLE_DIRTY_RATIO,
+    MIN_COMPACTION_LAG_MS,
     RETENTION_BYTES,
     RETENTION_MS,
     SEGMENT_BYTES,
+    SEGMENT_MS,
 )
-NOT_SUPPORTED = {
-    "segment.ms": "segments roll by size only (segment.bytes)",
-    "delete.retention.ms": "there is no log compaction yet",
-    "min.cleanable.dirty.ratio": "there is no log compaction yet",
-    "min.compaction.lag.ms": "there is no log compaction yet",
-}
+NOT_SUPPORTED: dict[str, str] = {}
+POLICIES = ("compact", "compact,delete", "delete")
 SEGMENT_BYTES_MIN = 1024
 SEGMENT_BYTES_MAX = 2**32 - 1  # u32 positions in a segment
 LONG_MAX = 2**63 - 1
@@ -81,6 +92,32 @@ def _long(name: str, text: str, low: int, high: int) -> str:
     return str(value)
 
 
+def _ratio(name: str, text: str) -> str:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value <= 1.0:  # (nan too)
+        raise InvalidArgumentError(
+            f"{name} must be a number in [0, 1], got {text[:VALUE_CHARS_MAX]!r}", config=name
+        )
+    return repr(value)
+
+
+def compacted(configs: Mapping[str, str]) -> bool:
+    """Whether a topic with `configs` is compacted (its cleanup.policy has compact)."""
+    return "compact" in configs.get(CLEANUP_POLICY, "delete").split(",")
+
+
+def check_format(configs: Mapping[str, str], envelope: bool) -> None:
+    """Compaction keeps the latest record of each key: only envelope topics have keys."""
+    if compacted(configs) and not envelope:
+        raise InvalidArgumentError(
+            "cleanup.policy compact needs records with keys: only envelope topics take it",
+            config=CLEANUP_POLICY,
+        )
+
+
 def canonical(name: str, value: str) -> str:
     """The canonical form of config `name` set to `value`, or INVALID_ARGUMENT."""
     if not isinstance(value, str) or len(value) > VALUE_CHARS_MAX:
@@ -91,12 +128,17 @@ def canonical(name: str, value: str) -> str:
         return _long(name, value, SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX)
     if name == MAX_MESSAGE_BYTES:
         return _long(name, value, 1, RECORD_BYTES_MAX)
+    if name in (SEGMENT_MS,):
+        return _long(name, value, 1, LONG_MAX)
+    if name in (DELETE_RETENTION_MS, MIN_COMPACTION_LAG_MS):
+        return _long(name, value, 0, LONG_MAX)
+    if name == MIN_CLEANABLE_DIRTY_RATIO:
+        return _ratio(name, value)
     if name == CLEANUP_POLICY:
-        policy = ",".join(sorted(p.strip() for p in value.split(",")))
-        if policy != "delete":
+        policy = ",".join(sorted({p.strip() for p in value.split(",")}))
+        if policy not in POLICIES:
             raise InvalidArgumentError(
-                f"cleanup.policy {value[:VALUE_CHARS_MAX]!r} is not supported yet (there is no "
-                "log compaction yet): only 'delete'",
+                f"cleanup.policy must be one of {list(POLICIES)}, got {value[:VALUE_CHARS_MAX]!r}",
                 config=name,
             )
         return policy
@@ -203,6 +245,18 @@ def storage_config(base: StorageConfig, configs: Mapping[str, str]) -> StorageCo
         changes["segment_bytes_max"] = int(configs[SEGMENT_BYTES])
     if MAX_MESSAGE_BYTES in configs:
         changes["topic_record_bytes_max"] = int(configs[MAX_MESSAGE_BYTES])
+    if SEGMENT_MS in configs:
+        changes["segment_ms"] = int(configs[SEGMENT_MS])
+    if DELETE_RETENTION_MS in configs:
+        changes["delete_retention_ms"] = int(configs[DELETE_RETENTION_MS])
+    if MIN_CLEANABLE_DIRTY_RATIO in configs:
+        changes["min_cleanable_dirty_ratio"] = float(configs[MIN_CLEANABLE_DIRTY_RATIO])
+    if MIN_COMPACTION_LAG_MS in configs:
+        changes["min_compaction_lag_ms"] = int(configs[MIN_COMPACTION_LAG_MS])
+    if compacted(configs):
+        changes["compact"] = True
+        if "delete" not in configs[CLEANUP_POLICY].split(","):  # compact only: kept for good
+            changes["retention_ms"] = changes["retention_bytes"] = None
     return dataclasses.replace(base, **changes) if changes else base  # type: ignore[arg-type]
 
 
@@ -221,6 +275,10 @@ def describe(
         RETENTION_BYTES: unlimited(node.retention_bytes),
         RETENTION_MS: unlimited(node.retention_ms),
         SEGMENT_BYTES: str(node.segment_bytes_max),
+        SEGMENT_MS: str(node.segment_ms),
+        DELETE_RETENTION_MS: str(node.delete_retention_ms),
+        MIN_CLEANABLE_DIRTY_RATIO: repr(node.min_cleanable_dirty_ratio),
+        MIN_COMPACTION_LAG_MS: str(node.min_compaction_lag_ms),
     }
     out = [
         ConfigValue(name, configs[name], TOPIC)

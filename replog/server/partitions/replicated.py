@@ -27,6 +27,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from replog import records
 from replog.errors import (
     LeaderUnknownError,
     NotLeaderError,
@@ -219,6 +220,8 @@ class ReplicatedPartition:
         )
         if values_bytes is None or values_bytes > limit:
             config.check_record_bytes(max(map(len, values)), new=True)
+        if config.compact:  # (an envelope topic: the checks above ran on its values)
+            records.check_keyed(values)
         if acks is Acks.NONE:  # nobody hears about later failures
             size_bytes = sum(map(len, values)) if values_bytes is None else values_bytes
             self.limits.take_acks_none(size_bytes)  # TOO_MANY_BYTES_IN_FLIGHT past the limit

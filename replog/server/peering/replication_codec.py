@@ -16,7 +16,11 @@ node sends:
                        that changed on the way); start_offset == fetch_offset <= end_offset;
                        boundaries strictly
                        increasing in epoch (<= epoch) and inside [start, end); frames are
-                       whole, with consecutive offsets start .. end - 1
+                       whole, with offsets strictly ascending inside [start, end): a
+                       range the leader's log cleaner compacted has gaps (none of its
+                       offsets is missing from the leader's log but for those the cleaner
+                       dropped), and may end before `end` (the leader holds nothing
+                       between its last frame and `end`)
     diverging          epoch <= last_fetched_epoch
     memberships        offsets strictly increasing (inside [start, end) in records,
                        below the offset in start_at), node ids in range, each a valid
@@ -271,11 +275,10 @@ def _records(rec: pb.ReplicaFetchResponse.Records, epoch: int, fetch_offset: int
     if rec.HasField("frames_crc32c"):
         crc = google_crc32c.value(rec.frames) if rec.frames else 0
         _check(crc == rec.frames_crc32c, "frames do not match their CRC32C")
-    try:
-        ends = frames.scan(rec.frames, start) if rec.frames else []
+    try:  # (offset gaps: a range the leader's cleaner compacted, `storage/cleaner.py`)
+        frames.scan_ascending(rec.frames, start, end)
     except frames.FrameError as exc:
         raise ImpossibleMessage(f"frames: {exc}") from None
-    _check(len(ends) == end - start, "frames do not hold start_offset .. end_offset")
     return Records(
         start,
         end,

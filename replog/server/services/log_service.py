@@ -199,6 +199,7 @@ class LogService(log_pb2_grpc.LogServicer):
         held, read = REPLY_COPIES * max_bytes, False
         await pool.reserve(held)
         try:
+            hw = part.high_watermark
             data = await _read_committed(part, offset, max_bytes)
             pool.resize(held, REPLY_COPIES * len(data))
             held, read = REPLY_COPIES * len(data), True
@@ -207,7 +208,7 @@ class LogService(log_pb2_grpc.LogServicer):
                 frames=data,
                 high_watermark=part.high_watermark,
                 log_start_offset=part.log.log_start_offset,
-                next_offset=frames.next_offset(data, offset),
+                next_offset=_next_offset(data, offset, hw),
             )
         finally:
             pool.release(held, read=read)
@@ -248,7 +249,9 @@ class LogService(log_pb2_grpc.LogServicer):
                     window.shrink()  # caught up: wait holding the floor only
                     await event.wait()
                     continue
+                hw = part.high_watermark
                 data = await _read(part, offset, window.widen())
+                offset = _next_offset(data, offset, hw) if not data else offset
         finally:
             window.close()
 
@@ -263,6 +266,15 @@ def _as_topic_stores(meta: TopicMeta, values: list[bytes]) -> tuple[list[bytes],
     if meta.timestamp_type == LOG_APPEND_TIME:  # same sizes: 8 bytes rewritten in place
         return records.stamp(values, time.time_ns() // 1_000_000), values_bytes
     return values, values_bytes
+
+
+def _next_offset(data: bytes, offset: int, hw: int) -> int:
+    """Where a reader of `data` from `offset` goes on: past its last frame, or, when a read
+    below `hw` (the HW before it: it only grows) found nothing, to `hw`: the log cleaner
+    left a gap there (a compacted topic), which a reader steps over."""
+    if data:
+        return frames.next_offset(data, offset)
+    return max(offset, hw)
 
 
 def _not_committed_yet(part: ReplicatedPartition, offset: int) -> bool:
