@@ -617,7 +617,7 @@ class ReplicaDriver(FaultHandling):
         former = (core.last_epoch, self.log.log_end_offset)
         floor_epoch, floor = max((s.vote_floor_epoch, s.vote_floor), former)
         floored = QuorumState(s.epoch, s.voted_for, s.leader_id, floor, floor_epoch)
-        await self._durable(QUORUM_STATE_FILE, encode_quorum_state(floored))
+        await self._persist_quorum_state(floored)
         await self._io(partial(self.log.reset_to, self.log.log_start_offset))
         self.repairs += 1
         self.replica = self._new_replica()

@@ -5,6 +5,10 @@
     epoch-history   JSON [[epoch, start_offset], ...]
     membership-history  JSON [[offset, [voter, ...], [observer, ...]], ...]
 
+The driver writes `quorum-state` in its durable form (`durable_quorum_state`: a leader's
+own leadership is not kept, as a restart drops it anyway) and skips a write whose form is
+the one it last wrote: winning an election costs no fsync beyond the vote's.
+
 Loaders validate what they read (CorruptDataError for anything out of range: the replica
 does not open; nothing is guessed). Also the values of the control records a leader
 appends: the epoch marker (`replog.v1.LeaderEpochMarker`) and membership records.
@@ -57,6 +61,18 @@ def load_quorum_state(directory: Path) -> QuorumState:
     if not ok:
         raise CorruptDataError(f"{directory / QUORUM_STATE_FILE}: invalid {raw[:200]!r}")
     return state
+
+
+def durable_quorum_state(s: QuorumState, replica_id: int) -> QuorumState:
+    """What a restart makes of `s`: a replica that was the leader starts again as a
+    follower with no leader known (`Replica.__init__` drops a `leader_id` of its own). So
+    the driver writes this form, and skips a write whose form equals the last one written:
+    a leader's "I lead" (epoch and vote unchanged, `leader_id` now its own) costs no fsync,
+    and what the disk holds is what a crash right before that write would have left, a
+    state every restart already handles."""
+    if s.leader_id == replica_id:
+        return QuorumState(s.epoch, s.voted_for, None, s.vote_floor, s.vote_floor_epoch)
+    return s
 
 
 def encode_quorum_state(s: QuorumState) -> bytes:

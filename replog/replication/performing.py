@@ -38,6 +38,7 @@ from replog.replication.durable import (
     MEMBERSHIP_HISTORY_FILE,
     QUORUM_STATE_FILE,
     _write_state_file,
+    durable_quorum_state,
     encode_marker,
     encode_membership,
     encode_membership_history,
@@ -65,6 +66,7 @@ from replog.replication.outputs import (
     TruncateTo,
 )
 from replog.replication.replica import Replica
+from replog.replication.state import QuorumState
 from replog.storage import AppendResult, FlushPolicy, PartitionLog
 from replog.storage.space import DiskSpace
 
@@ -116,6 +118,8 @@ class Performer:
     _retry_s: float
     _hold_until: float
     _rng: random.Random
+    # The quorum state this driver last wrote (None: unknown, the next one is written).
+    _quorum_written: QuorumState | None = None
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -206,7 +210,7 @@ class Performer:
             if isinstance(out, AppendRecords | AppendPieces):  # flush=always
                 self._appended(out, await self._write(self._log_write(out)), queue)
             elif isinstance(out, PersistQuorumState):
-                await self._durable(QUORUM_STATE_FILE, encode_quorum_state(out.state))
+                await self._persist_quorum_state(out.state)
             elif isinstance(out, PersistEpochHistory):
                 data_h = [[e.epoch, e.start_offset] for e in out.entries]
                 await self._durable(EPOCH_HISTORY_FILE, json.dumps(data_h).encode())
@@ -236,6 +240,16 @@ class Performer:
             elif isinstance(out, ResetLog):
                 self._batch_ends.clear()
                 await self._io(partial(self.log.reset_to, out.offset))
+
+    async def _persist_quorum_state(self, state: QuorumState) -> None:
+        """Write `quorum-state` unless its durable form is what was last written here
+        (`durable_quorum_state`)."""
+        form = durable_quorum_state(state, self.config.replica_id)
+        if form == self._quorum_written:
+            return
+        self._quorum_written = None  # unknown until the write succeeded
+        await self._durable(QUORUM_STATE_FILE, encode_quorum_state(form))
+        self._quorum_written = form
 
     async def _durable(self, name: str, data: bytes) -> None:
         path = self.log.directory / name

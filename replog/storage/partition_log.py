@@ -154,9 +154,11 @@ class PartitionLog:
         checkpointed = checkpoint.read_int(directory / HW_FILE)
         if checkpointed is None and not log.log_end_offset:
             # A new log: the files exist from the start, so that later checkpoints can be
-            # made in place on a full disk (`checkpoint.write_text_state`).
+            # made in place on a full disk (`checkpoint.write_text_state`). Not fsynced:
+            # its content is what a missing or empty file reads as (HW 0), so a crash that
+            # loses it loses nothing (2 fsyncs fewer per new replica).
             try:
-                checkpoint.write_int(directory / HW_FILE, 0)
+                checkpoint.write_hint(directory / HW_FILE, 0)
             except BaseException:
                 log.close()
                 raise

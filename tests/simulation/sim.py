@@ -99,6 +99,7 @@ from replog.replication import (
     VoteResponse,
 )
 from replog.replication.batch_ends import BatchEnds
+from replog.replication.durable import durable_quorum_state
 from replog.replication.producers import ProducerBatch, ProducerTable, decode_header
 from replog.replication.roles.core import Step
 from replog.server.cluster.balancer import preferred_target
@@ -1077,8 +1078,8 @@ class Simulation:
         for out in outputs:
             if isinstance(out, Send):
                 self._send(node, out.to, out.message)
-            elif isinstance(out, PersistQuorumState):
-                node.quorum = out.state
+            elif isinstance(out, PersistQuorumState):  # the form the driver writes
+                node.quorum = durable_quorum_state(out.state, node.id)
             elif isinstance(out, PersistEpochHistory):
                 node.history = EpochHistory(out.entries)
             elif isinstance(out, PersistMembershipHistory):
