@@ -107,6 +107,7 @@ def clean_all(
         if stop.is_set():
             return
         config = CleanerConfig.of(plog.config, offset_map_keys_max=offset_map_keys_max)
+        started = time.monotonic()
         try:
             result = clean(plog, config, int(time.time() * 1000), throttle)
         except CleanerStopped:
@@ -128,4 +129,5 @@ def clean_all(
             log(_log, "cleaner.cleaned", topic=plog.topic, partition=plog.partition,
                 segments=result.segments_rewritten, bytes_before=result.bytes_before,
                 bytes_after=result.bytes_after, records_dropped=result.records_dropped,
+                bytes_read=result.bytes_read, elapsed_ms=int((time.monotonic() - started) * 1000),
                 cleaned_end=result.cleaned_end)  # fmt: skip
