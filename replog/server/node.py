@@ -90,7 +90,7 @@ from replog.server.logs import log
 from replog.server.meta.metadata import METADATA_TOPIC, TopicMeta
 from replog.server.meta.metadata_log import MetadataLog
 from replog.server.metrics import Metrics
-from replog.server.partitions.cleaning import CleanerStats, run_cleaner
+from replog.server.partitions.cleaning import CleanerCollector, CleanerStats, run_cleaner
 from replog.server.partitions.flusher import run_flusher
 from replog.server.partitions.handover import hand_over
 from replog.server.partitions.legacy_import import import_legacy_topics, metadata_dir
@@ -218,6 +218,7 @@ class Node:
         )
         self.metrics = Metrics(self.logs)
         self.cleaner_stats = CleanerStats()
+        self.metrics.registry.register(CleanerCollector(self.cleaner_stats))
         self.repairer = Repairer(self.drivers)
         self._watch()
         self._tasks: list[asyncio.Task[None]] = []

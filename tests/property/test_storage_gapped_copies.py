@@ -110,4 +110,4 @@ class CopyMachine(RuleBasedStateMachine):
 
 
 TestCopy = CopyMachine.TestCase
-TestCopy.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+TestCopy.settings = settings(max_examples=30, stateful_step_count=30, deadline=None)
