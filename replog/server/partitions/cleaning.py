@@ -120,6 +120,19 @@ async def run_cleaner(
             raise
 
 
+async def node_cleaner(
+    logs: Callable[[], list[PartitionLog]], bytes_per_s: int, interval_ms: int, stats: CleanerStats
+) -> None:
+    """The node's cleaner task, with its settings (`--cleaner-bytes-per-s`, `-interval-ms`)."""
+    await run_cleaner(
+        logs,
+        bytes_per_s=bytes_per_s,
+        interval_s=interval_ms / 1000,
+        offset_map_keys_max=CleanerConfig().offset_map_keys_max,
+        stats=stats,
+    )
+
+
 def clean_all(
     logs: list[PartitionLog],
     bytes_per_s: int,
