@@ -90,7 +90,7 @@ from replog.server.logs import log
 from replog.server.meta.metadata import METADATA_TOPIC, TopicMeta
 from replog.server.meta.metadata_log import MetadataLog
 from replog.server.metrics import Metrics
-from replog.server.partitions.cleaning import CleanerStats, run_cleaner
+from replog.server.partitions.cleaning import CleanerCollector, CleanerStats, node_cleaner
 from replog.server.partitions.flusher import run_flusher
 from replog.server.partitions.handover import hand_over
 from replog.server.partitions.legacy_import import import_legacy_topics, metadata_dir
@@ -111,7 +111,6 @@ from replog.server.services.log_service import LogService
 from replog.server.settings import Settings
 from replog.server.supervisor import EXIT_TASK_FAILED, Supervisor
 from replog.storage import PartitionLog
-from replog.storage.cleaner import CleanerConfig
 from replog.storage.open_files import OpenFiles
 from replog.v1 import (
     acl_pb2_grpc,
@@ -218,6 +217,7 @@ class Node:
         )
         self.metrics = Metrics(self.logs)
         self.cleaner_stats = CleanerStats()
+        self.metrics.registry.register(CleanerCollector(self.cleaner_stats))
         self.repairer = Repairer(self.drivers)
         self._watch()
         self._tasks: list[asyncio.Task[None]] = []
@@ -408,7 +408,15 @@ class Node:
             spawn(self.quorum_keeper.run(), "metadata-quorum"),
             spawn(run_flusher(self.logs, self.settings.storage_config()), "flusher"),
             spawn(self.run_retention(), "retention"),
-            spawn(self.run_cleaner(), "log-cleaner"),
+            spawn(
+                node_cleaner(
+                    self.logs,
+                    self.settings.cleaner_bytes_per_s,
+                    self.settings.cleaner_interval_ms,
+                    self.cleaner_stats,
+                ),
+                "log-cleaner",
+            ),
             spawn(self.repairer.run(), "repair"),
         ]
         if not self.single:
@@ -442,16 +450,6 @@ class Node:
         await self.links.close()
         await self.peers.close()
         await asyncio.to_thread(self.metadata.log.close)
-
-    async def run_cleaner(self) -> None:
-        """The log cleaner of the node's compacted logs (`partitions/cleaning.py`)."""
-        await run_cleaner(
-            self.logs,
-            bytes_per_s=self.settings.cleaner_bytes_per_s,
-            interval_s=self.settings.cleaner_interval_ms / 1000,
-            offset_map_keys_max=CleanerConfig().offset_map_keys_max,
-            stats=self.cleaner_stats,
-        )
 
     async def run_retention(self) -> None:
         interval_s = self.settings.retention_check_interval_ms / 1000

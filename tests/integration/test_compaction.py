@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,6 +55,14 @@ def key(k: int) -> bytes:
 def cleaned_end(node: NodeProcess) -> int:
     """The furthest end of a cleaning pass over t/0 that the node logged (-1: none yet)."""
     return max(map(int, _CLEANED.findall(node.log_tail(10**8))), default=-1)
+
+
+def metric(node: NodeProcess, name: str) -> float:
+    url = f"http://{node.metrics_address}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        text = reply.read().decode()
+    (value,) = re.findall(rf"^{name} (\S+)$", text, re.MULTILINE)
+    return float(value)
 
 
 def leader_of(client: Client) -> int:
@@ -124,6 +133,11 @@ def test_a_compacted_topic_keeps_each_keys_latest_value_on_every_replica(
             return all(cleaned_end(n) >= end - 200 for n in cluster.members.values()) or None
 
         wait_until(all_cleaned_past_it, "every replica cleaned past the tombstones' expiry")
+        for node in cluster.members.values():
+            assert metric(node, "replog_cleaner_segments_rewritten_total") > 0
+            assert metric(node, "replog_cleaner_bytes_after_total") < metric(
+                node, "replog_cleaner_bytes_before_total"
+            )
         read: dict[bytes, tuple[int, bytes | None]] = {}
         offset = 0
         while offset < end:

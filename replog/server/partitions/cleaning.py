@@ -11,6 +11,8 @@ the next pass, without a restart. A pass touches closed segments below the repli
 only, never the active one, and is crash-safe (`storage/swaps.py`); every replica
 (leader or follower) cleans its own log on its own schedule.
 
+Its counters are exported as `replog_cleaner_*_total` (`CleanerCollector`).
+
 Expected conditions end the pass over one log quietly (logged, tried again next time):
 the log closed under it (its topic deleted, the replica moved, the node stopping), an I/O
 error (the partition goes offline on its own: `PartitionLog.io_error`), a full disk, a
@@ -26,8 +28,10 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily
 
 from replog.errors import ReplogError
 from replog.server.logs import log
@@ -52,6 +56,28 @@ class CleanerStats:
     bytes_after: int = 0
     records_dropped: int = 0
     failures: int = 0  # passes ended by an expected condition (see the module doc)
+
+
+class CleanerCollector:
+    """The cleaner's counters for the node's metrics (`replog_cleaner_*_total`)."""
+
+    _HELP = {
+        "passes": "Cleaning passes that ran over a compacted partition",
+        "bytes_read": "Bytes of log the cleaner read",
+        "segments_rewritten": "Segments the cleaner rewrote and swapped in",
+        "bytes_before": "Bytes of the segments the cleaner rewrote, before",
+        "bytes_after": "Bytes of the segments the cleaner rewrote, after",
+        "records_dropped": "Records the cleaner dropped (superseded, expired tombstones)",
+        "failures": "Passes over a partition ended by a disk error, a full disk, corrupt "
+        "data or the partition going away",
+    }
+
+    def __init__(self, stats: CleanerStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        for name, text in self._HELP.items():
+            yield CounterMetricFamily(f"replog_cleaner_{name}", text, getattr(self._stats, name))
 
 
 class _StoppableThrottle(Throttle):
@@ -94,6 +120,19 @@ async def run_cleaner(
             raise
 
 
+async def node_cleaner(
+    logs: Callable[[], list[PartitionLog]], bytes_per_s: int, interval_ms: int, stats: CleanerStats
+) -> None:
+    """The node's cleaner task, with its settings (`--cleaner-bytes-per-s`, `-interval-ms`)."""
+    await run_cleaner(
+        logs,
+        bytes_per_s=bytes_per_s,
+        interval_s=interval_ms / 1000,
+        offset_map_keys_max=CleanerConfig().offset_map_keys_max,
+        stats=stats,
+    )
+
+
 def clean_all(
     logs: list[PartitionLog],
     bytes_per_s: int,
@@ -107,6 +146,7 @@ def clean_all(
         if stop.is_set():
             return
         config = CleanerConfig.of(plog.config, offset_map_keys_max=offset_map_keys_max)
+        started = time.monotonic()
         try:
             result = clean(plog, config, int(time.time() * 1000), throttle)
         except CleanerStopped:
@@ -128,4 +168,5 @@ def clean_all(
             log(_log, "cleaner.cleaned", topic=plog.topic, partition=plog.partition,
                 segments=result.segments_rewritten, bytes_before=result.bytes_before,
                 bytes_after=result.bytes_after, records_dropped=result.records_dropped,
+                bytes_read=result.bytes_read, elapsed_ms=int((time.monotonic() - started) * 1000),
                 cleaned_end=result.cleaned_end)  # fmt: skip
