@@ -4,8 +4,9 @@
 
 A 3-node cluster over TLS with ACLs and a token file (DevCluster) in a temporary
 directory, `replog console` beside it; headless Chromium signs in with the token of
-`User:admin` (the super-user) and saves docs/img/console-admin-*.png and
-console-search.png. Everything started here is stopped at the end.
+`User:admin` (the super-user) and saves docs/img/console-admin-*.png,
+console-search.png and console-search-running.png (a search of 300,000 records in 1 KiB
+fetches, shot while it runs). Everything started here is stopped at the end.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from replog.devcluster import DevCluster
 from replog.server.edge.auth import hash_token
 from tests.browser.harness import ConsoleProcess, chrome
 from tests.browser.screenshots import shoot
+from tests.integration.waiting import wait_until
 
 TOKEN = "screenshot-admin-token"
 
@@ -33,7 +35,8 @@ def main(target: Path) -> None:
         args = ["--token-file", str(tokens)]
         cluster = DevCluster(Path(tmp) / "cluster", 3, tls=True, acl=True, extra_args=args)
         cluster.start()
-        console = ConsoleProcess(cluster, Path(tmp), refresh_ms=2000)
+        slow = ["--search-fetch-kib", "1"]  # the running search: many small steps
+        console = ConsoleProcess(cluster, Path(tmp), refresh_ms=2000, extra_args=slow)
         browser = None
         try:
             console.start()
@@ -64,6 +67,19 @@ def main(target: Path) -> None:
                     "search-summary",
                 )
                 shoot(browser, f"{url}/acls", target / "console-admin-acls.png", "acls")
+                client.create_topic("haystack", 1, 3)
+                for _ in range(30):
+                    client.append("haystack", 0, [b"hay-%06d" % i for i in range(10_000)])
+                browser.set_window_size(1300, 520)
+                browser.get(f"{url}/topics/haystack/search?contains=needle&scan=1000000")
+                wait_until(
+                    lambda: int(browser.find_element(By.ID, "search-records").text or 0) > 0,
+                    "the search's progress shows",
+                    60,
+                )
+                browser.save_screenshot(str(target / "console-search-running.png"))
+                print(f"wrote {target / 'console-search-running.png'}")
+                browser.find_element(By.ID, "search-cancel").click()
         finally:
             if browser is not None:
                 browser.quit()

@@ -25,6 +25,8 @@
       window.clearInterval(timer);
       var form = document.getElementById("search-cancel-form");
       if (form) { form.parentNode.removeChild(form); }
+      var soFar = document.getElementById("search-so-far");
+      if (soFar) { soFar.parentNode.removeChild(soFar); }
       var result = document.getElementById("search-result");
       if (job.html) {
         result.innerHTML = job.html;
