@@ -249,7 +249,7 @@ class Apis:
             return out | {"error_code": ErrorCode.INVALID_REQUIRED_ACKS}
         try:
             records = p["records"] or b""
-            batches = decode_batches(records, DECOMPRESSED_BYTES_MAX)
+            batches = decode_batches(records, DECOMPRESSED_BYTES_MAX, columnar=True)
             if len(batches) != 1:
                 raise InvalidRecordError(
                     f"a produce carries one batch per partition, not {len(batches)}"
