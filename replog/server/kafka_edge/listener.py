@@ -53,7 +53,7 @@ from replog.kafka.errors import KafkaDecodeError, UnsupportedVersionError
 from replog.kafka.protocol import ApiKey
 from replog.server.edge.limits import RequestPool
 from replog.server.groups.service import GroupsService
-from replog.server.kafka_edge import fetch_sessions
+from replog.server.kafka_edge import fetch_sessions, pipeline
 from replog.server.kafka_edge.acls import KafkaAcls
 from replog.server.kafka_edge.admin import once_elected
 from replog.server.kafka_edge.apis import SUPPORTED, Apis
@@ -347,7 +347,29 @@ class KafkaListener:
     async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session
     ) -> None:
+        """Read and answer the connection's requests: Produce requests pipelined, answered
+        in order (pipeline.py), every other request once the answers before it are out."""
+        answers = pipeline.Answers(writer, self.pool)
+        try:
+            await self._read_requests(reader, writer, session, answers)
+            await answers.written()
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            failure = answers.failure()  # the writer closed the connection: its reason
+            if failure is not None:
+                raise failure from None
+            raise
+        finally:
+            await answers.close()
+
+    async def _read_requests(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        session: Session,
+        answers: pipeline.Answers,
+    ) -> None:
         config = self.config
+        loop = asyncio.get_running_loop()
         while not session.close:
             if session.mute_s > 0:  # over a quota: Kafka mutes the connection
                 await asyncio.sleep(session.mute_s)
@@ -358,6 +380,23 @@ class KafkaListener:
             try:
                 payload = await asyncio.wait_for(reader.readexactly(size), config.read_timeout_s)
                 self.pool.resize(size, size)
+                produce = protocol.peek_header(payload)[0] == ApiKey.PRODUCE
+            except BaseException:
+                self.pool.release(size, read=True)
+                raise
+            if produce:  # answered by its own task, in order; the next request read now
+                turn = answers.turn()
+                token = pipeline.PRODUCE_TURN.set(turn)
+                try:
+                    task = loop.create_task(self._answer(payload, session))
+                finally:
+                    pipeline.PRODUCE_TURN.reset(token)
+                task.add_done_callback(partial(pipeline.settle_after, turn[1]))
+                answers.produce(task, size)
+                await answers.room()
+                continue
+            try:
+                await answers.written()
                 response = await self._answer(payload, session)
             finally:
                 self.pool.release(size, read=True)
