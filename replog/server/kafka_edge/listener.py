@@ -236,6 +236,7 @@ class KafkaListener:
         self.advertised = config.advertise or (config.listen if listen_port else "")
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._closing = False  # close() is cancelling the connections, and waits for them
         self._evictions_counted = 0
         self.fetch_sessions = fetch_sessions.FetchSessions(
             time.monotonic,
@@ -303,6 +304,7 @@ class KafkaListener:
         append it started completes or never starts, and the client retries)."""
         if self._server is not None:
             self._server.close()
+        self._closing = True
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
@@ -333,7 +335,11 @@ class KafkaListener:
             self.metrics.closed.labels("malformed").inc()
             log(_log, "kafka.malformed", logging.INFO, error=str(exc)[:200])
         except asyncio.CancelledError:
-            raise
+            if not self._closing:
+                raise
+            # close() ended this connection and waits for it: the task ends normally, so
+            # that asyncio's stream callback does not log the cancellation as an error
+            task.uncancel()
         except Exception:
             self.metrics.closed.labels("failed").inc()
             _log.exception("kafka.failed")
