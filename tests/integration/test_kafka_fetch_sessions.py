@@ -176,6 +176,9 @@ def test_kafka_python_reads_many_partitions_through_an_incremental_session(
 
 
 def test_librdkafka_reads_many_partitions_with_sessionless_fetches(server: ServerProcess) -> None:
+    """librdkafka 2.x does not implement KIP-227: it opens no session (its fetches carry
+    session id 0, epoch -1) and is served full fetches."""
+    before = sessions_open(server)
     create(server, "many-rd", PARTITIONS)
     produce_one_per_partition(server, "many-rd")
     consumer = confluent_kafka.Consumer(
@@ -195,5 +198,6 @@ def test_librdkafka_reads_many_partitions_with_sessionless_fetches(server: Serve
             if msg is not None and msg.error() is None:
                 got.add(msg.value())
         assert got == {b"p%d" % p for p in range(PARTITIONS)}
+        assert sessions_open(server) == before
     finally:
         consumer.close()
