@@ -38,10 +38,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import google_crc32c
 
+from replog.kafka.columns import Columns, decode_columns
 from replog.kafka.compression import Compression, compress, compression_of, decompress
 from replog.kafka.errors import CorruptRecordBatchError, KafkaDecodeError
 
@@ -90,6 +91,9 @@ class RecordBatch:
     producer_epoch: int = -1
     base_sequence: int = -1
     records_count: int = field(default=-1, compare=False)  # -1: len(records)
+    # decode_batch(columnar=True) of records without headers: the records as columns
+    # (`records` is then empty), read without a Python object per record
+    columns: Columns | None = field(default=None, compare=False)
 
     @property
     def compression(self) -> Compression:
@@ -117,7 +121,7 @@ def batch_of(
     records: Sequence[tuple[bytes | None, bytes | None, int, Sequence[Header]]],
     *,
     compression: Compression = Compression.NONE,
-    **header: int,
+    **header: Any,
 ) -> RecordBatch:
     """A batch of (key, value, timestamp_ms, headers) at consecutive offsets, with the
     deltas, timestamps and last offset delta computed; `header` sets the other fields."""
@@ -185,9 +189,13 @@ def _encode_record(r: Record) -> bytes:
     return zz(len(body)) + body
 
 
-def encode_batch(batch: RecordBatch) -> bytes:
-    """The batch's bytes, its records compressed by the codec its attributes name."""
-    payload = compress(batch.compression, b"".join(map(_encode_record, batch.records)))
+def encode_batch(batch: RecordBatch, section: bytes | None = None) -> bytes:
+    """The batch's bytes, its records compressed by the codec its attributes name.
+    `section`: the records already encoded (`columns.encode_columns`), `records_count` of
+    them; `batch.records` is then not read."""
+    if section is None:
+        section = b"".join(map(_encode_record, batch.records))
+    payload = compress(batch.compression, section)
     count = len(batch.records) if batch.records_count < 0 else batch.records_count
     body = _BODY.pack(
         batch.attributes,
@@ -297,9 +305,13 @@ def batch_size(data: bytes | memoryview, pos: int = 0) -> int | None:
 
 
 def decode_batch(
-    data: bytes | memoryview, decompressed_bytes_max: int = DECOMPRESSED_BYTES_MAX_DEFAULT
+    data: bytes | memoryview,
+    decompressed_bytes_max: int = DECOMPRESSED_BYTES_MAX_DEFAULT,
+    *,
+    columnar: bool = False,
 ) -> RecordBatch:
-    """One whole batch (`data` is exactly its bytes, `batch_size` long)."""
+    """One whole batch (`data` is exactly its bytes, `batch_size` long). `columnar`: records
+    without headers come as `columns` (`records` empty), decoded a batch at a time."""
     view = memoryview(data)
     if len(view) < BATCH_HEADER_BYTES:
         raise KafkaDecodeError(f"record batch of {len(view)} bytes is truncated")
@@ -320,10 +332,16 @@ def decode_batch(
         payload = decompress(codec, payload, decompressed_bytes_max)
     elif len(payload) > decompressed_bytes_max:
         raise CorruptRecordBatchError(f"batch of {len(payload)} bytes is over the limit")
-    records = _decode_records(payload, count)
+    columns = None
+    if columnar:
+        columns, headers_seen = decode_columns(payload, count)
+        if headers_seen:
+            columns = None
+    records = _decode_records(payload, count) if columns is None else ()
     return RecordBatch(
         base_offset=base_offset,
         records=records,
+        columns=columns,
         base_timestamp=base_ts,
         max_timestamp=max_ts,
         attributes=attributes,
@@ -341,9 +359,11 @@ def decode_batches(
     decompressed_bytes_max: int = DECOMPRESSED_BYTES_MAX_DEFAULT,
     *,
     partial_tail: bool = False,
+    columnar: bool = False,
 ) -> list[RecordBatch]:
     """Every batch of a records field. A Produce request's must all be whole; a Fetch
-    response may end in a partial batch (`partial_tail=True` drops it, as clients do)."""
+    response may end in a partial batch (`partial_tail=True` drops it, as clients do).
+    `columnar`: as `decode_batch`'s."""
     view = memoryview(data)
     out: list[RecordBatch] = []
     pos = 0
@@ -353,6 +373,6 @@ def decode_batches(
             if partial_tail:
                 break
             raise KafkaDecodeError(f"record batch at byte {pos} is truncated", position=pos)
-        out.append(decode_batch(view[pos : pos + size], decompressed_bytes_max))
+        out.append(decode_batch(view[pos : pos + size], decompressed_bytes_max, columnar=columnar))
         pos += size
     return out

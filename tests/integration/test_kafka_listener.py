@@ -557,3 +557,40 @@ def test_admin_client_grows_topics_alters_configs_and_deletes_groups(
     with pytest.raises(confluent_kafka.KafkaException) as gone:
         client.delete_consumer_groups([group], request_timeout=30)[group].result(30)
     assert gone.value.args[0].code() == confluent_kafka.KafkaError.GROUP_ID_NOT_FOUND
+
+
+def test_pipelined_idempotent_produces_append_in_order_and_are_answered_in_order(
+    server: ServerProcess, client: Client
+) -> None:
+    """Eight Produce requests sent back to back (more than the 5 a connection answers at
+    once) before reading any answer, then a Metadata request: the answers come in request
+    order, each batch at the offsets after the one before, in sequence."""
+    topic = new_topic(server)
+    with _connect(server) as sock:
+        ids = _request(sock, ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None})
+        pid, epoch = ids["producer_id"], ids["producer_epoch"]
+        for n in range(8):
+            rows = [(None, b"%d-%d" % (n, i), T0, []) for i in range(50)]
+            records = encode_batch(
+                batch_of(0, rows, producer_id=pid, producer_epoch=epoch, base_sequence=50 * n)
+            )
+            header = RequestHeader(ApiKey.PRODUCE, 9, 100 + n, "pipelined")
+            sock.sendall(protocol.encode_request(header, _produce_body(topic, records)))
+        sock.sendall(protocol.encode_request(RequestHeader(ApiKey.METADATA, 12, 200, "m"), {
+            "topics": [], "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False,
+        }))  # fmt: skip
+        bases = []
+        for n in range(8):
+            size = struct.unpack(">i", _read(sock, 4))[0]
+            correlation_id, answer = protocol.decode_response(ApiKey.PRODUCE, 9, _read(sock, size))
+            assert correlation_id == 100 + n, "answers in request order"
+            part = answer["responses"][0]["partition_responses"][0]
+            assert part["error_code"] == 0
+            bases.append(part["base_offset"])
+        size = struct.unpack(">i", _read(sock, 4))[0]
+        assert protocol.decode_response(ApiKey.METADATA, 12, _read(sock, size))[0] == 200
+    # each batch after the one before (a control record may sit between them)
+    assert bases == sorted(bases) and len(set(bases)) == 8
+    values = [r.value for r in read_grpc(client, topic, 400)]
+    assert values == [b"%d-%d" % (n, i) for n in range(8) for i in range(50)]

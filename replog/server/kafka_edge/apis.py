@@ -45,9 +45,10 @@ from replog.server.kafka_edge.classic_groups import ClassicCoordinator
 from replog.server.kafka_edge.convert import batch_of_frames, values_of
 from replog.server.kafka_edge.errors import code_of
 from replog.server.kafka_edge.group_offsets import GroupOffsets
+from replog.server.kafka_edge.pipeline import PRODUCE_TURN, settle
 from replog.server.meta.metadata import CREATE_TIME, ENVELOPE, LOG_APPEND_TIME
 from replog.server.partitions.replicated import ReplicatedPartition
-from replog.server.services.log_service import LogService
+from replog.server.services.log_service import LogService, PreparedAppend
 from replog.v1 import log_pb2
 
 # What this listener serves (ApiVersions answers exactly this; anything else is refused).
@@ -102,6 +103,10 @@ FETCH_RESPONSE_BYTES_MAX = 16 * 1024 * 1024
 TOPIC_CONFIGS: Final = {"message.timestamp.type": {"CreateTime", "LogAppendTime"}}
 
 Body = dict[str, Any]
+
+
+async def _done(answer: Body) -> Body:
+    return answer
 
 
 def topic_uuid(topic_id: int) -> uuid.UUID:
@@ -230,26 +235,51 @@ class Apis:
     # -- Produce ----------------------------------------------------------------------------
 
     async def produce(self, header: RequestHeader, body: Body) -> Body | None:
+        """Each partition's batch prepared in turn (decoded, checked, its leader found);
+        then, once a pipelined connection's previous Produce has started its appends
+        (`pipeline.PRODUCE_TURN`), every partition's append started, and awaited."""
         acks = KAFKA_ACKS.get(body["acks"])
-        responses = []
+        slots: list[tuple[str, Body, PreparedAppend | None]] = []
         for topic in body["topic_data"]:
-            name = topic["name"]
-            parts = await asyncio.gather(
-                *(self._produce_partition(name, p, acks) for p in topic["partition_data"])
+            for p in topic["partition_data"]:
+                out, prepared = await self._prepare_partition(topic["name"], p, acks)
+                slots.append((topic["name"], out, prepared))
+        turn = PRODUCE_TURN.get()
+        if turn is not None:
+            await turn[0]  # the previous Produce's appends reached their partitions
+        loop = asyncio.get_running_loop()
+        tasks = [
+            None if prepared is None else loop.create_task(self._complete(out, prepared))
+            for _, out, prepared in slots
+        ]  # each reaches its partition before its first suspension: in this order
+        if turn is not None:
+            settle(turn[1])
+        answers = await asyncio.gather(
+            *(
+                t if t is not None else _done(out)
+                for t, (_, out, _p) in zip(tasks, slots, strict=True)
             )
-            responses.append({"name": name, "partition_responses": parts})
+        )
+        responses: list[Body] = []
+        for (name, _, _), answer in zip(slots, answers, strict=True):
+            if not responses or responses[-1]["name"] != name:
+                responses.append({"name": name, "partition_responses": []})
+            responses[-1]["partition_responses"].append(answer)
         if acks == log_pb2.ACKS_NONE:
             return None  # Kafka sends no response to acks=0
         return {"responses": responses}
 
-    async def _produce_partition(self, topic: str, p: Body, acks: log_pb2.Acks | None) -> Body:
+    async def _prepare_partition(
+        self, topic: str, p: Body, acks: log_pb2.Acks | None
+    ) -> tuple[Body, PreparedAppend | None]:
+        """(the partition's answer so far, its prepared append; None: answered already)."""
         index = p["index"]
         out: Body = {"index": index, "base_offset": -1, "log_append_time_ms": -1}
         if acks is None:
-            return out | {"error_code": ErrorCode.INVALID_REQUIRED_ACKS}
+            return out | {"error_code": ErrorCode.INVALID_REQUIRED_ACKS}, None
         try:
             records = p["records"] or b""
-            batches = decode_batches(records, DECOMPRESSED_BYTES_MAX)
+            batches = decode_batches(records, DECOMPRESSED_BYTES_MAX, columnar=True)
             if len(batches) != 1:
                 raise InvalidRecordError(
                     f"a produce carries one batch per partition, not {len(batches)}"
@@ -270,15 +300,19 @@ class Apis:
                 request.producer_id = batch.producer_id
                 request.producer_epoch = batch.producer_epoch
                 request.base_sequence = batch.base_sequence
-            service = self.node.log_service
-            prepared = await service.prepare_append(request)
-            base, _last, _hw = await service.complete_append(prepared)
-            # (from the replica that appended: asking the router again could answer
-            # NOT_LEADER for an append that was acknowledged, and a client would retry it)
-            start = prepared.part.log.log_start_offset
-            return out | {"error_code": 0, "base_offset": base, "log_start_offset": start}
+            return out, await self.node.log_service.prepare_append(request)
+        except ReplogError as exc:
+            return out | {"error_code": code_of(exc), "error_message": str(exc)[:200]}, None
+
+    async def _complete(self, out: Body, prepared: PreparedAppend) -> Body:
+        try:
+            base, _last, _hw = await self.node.log_service.complete_append(prepared)
         except ReplogError as exc:
             return out | {"error_code": code_of(exc), "error_message": str(exc)[:200]}
+        # (from the replica that appended: asking the router again could answer
+        # NOT_LEADER for an append that was acknowledged, and a client would retry it)
+        start = prepared.part.log.log_start_offset
+        return out | {"error_code": 0, "base_offset": base, "log_start_offset": start}
 
     # -- Fetch ------------------------------------------------------------------------------
 

@@ -26,8 +26,11 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import numpy as np
+
 from replog import frames, records
 from replog.errors import InvalidRecordError
+from replog.kafka.columns import Columns, encode_columns
 from replog.kafka.records import (
     Header,
     Record,
@@ -41,6 +44,8 @@ NO_TIMESTAMP = -1  # Kafka's "no timestamp"
 
 def values_of(batch: RecordBatch, envelope: bool) -> list[bytes]:
     """The replog values to append for a Kafka batch (see the module doc)."""
+    if batch.columns is not None:
+        return _values_of_columns(batch.columns, batch.base_timestamp, envelope)
     if not envelope:
         out = []
         for r in batch.records:
@@ -64,6 +69,39 @@ def values_of(batch: RecordBatch, envelope: bool) -> list[bytes]:
     ]
 
 
+_RAW_REFUSED = (
+    "a raw topic keeps values only: a record with a key or headers needs an envelope topic "
+    "(create it through Kafka's CreateTopics or with --format envelope)"
+)
+
+
+def _values_of_columns(cols: Columns, base_timestamp: int, envelope: bool) -> list[bytes]:
+    """`values_of` for a batch decoded as columns (no headers): the envelopes' fixed parts
+    as one numpy array, each envelope one C-level join of its fixed part, key and value."""
+    if not envelope:
+        if (cols.key_lengths >= 0).any():
+            raise InvalidRecordError(_RAW_REFUSED)
+        return cols.values_or_empty()
+    n = len(cols)
+    if n:
+        lo = base_timestamp + int(cols.timestamp_deltas.min())
+        hi = base_timestamp + int(cols.timestamp_deltas.max())
+        if lo < records.TIMESTAMP_MIN or hi > records.TIMESTAMP_MAX:
+            raise InvalidRecordError("a record's timestamp does not fit in an i64")
+    fixed = np.zeros(n, dtype=records.FIXED_DTYPE)
+    fixed["version"] = records.VERSION
+    fixed["attributes"] = (cols.key_lengths >= 0) * records.ATTR_KEY
+    fixed["ts"] = cols.timestamp_deltas + base_timestamp
+    fixed["key_length"] = np.maximum(cols.key_lengths, 0)
+    fixed["value_length"] = np.maximum(cols.value_lengths, 0)
+    heads = fixed.tobytes()
+    size = records.FIXED_BYTES
+    cut = map(
+        heads.__getitem__, map(slice, range(0, n * size, size), range(size, n * size + 1, size))
+    )
+    return list(map(b"".join, zip(cut, cols.keys_or_empty(), cols.values_or_empty(), strict=True)))
+
+
 def batch_of_frames(data: bytes, envelope: bool, leader_epoch: int = -1) -> bytes:
     """One Kafka batch (bytes) holding the frames `data` (b"" for no frames)."""
     decoded = frames.decode(data)
@@ -73,6 +111,8 @@ def batch_of_frames(data: bytes, envelope: bool, leader_epoch: int = -1) -> byte
     last = decoded.offsets[-1]
     if envelope:  # the envelopes' columns at once (control records skipped)
         env = records.decode_frames(data)
+        if not any(env.headers):  # the usual case: the Kafka records as columns too
+            return _batch_of_columns(env, base, last, leader_epoch)
         times = env.timestamps
         out = [
             Record(offset - base, 0, key, value, tuple(Header(n, v) for n, v in heads))
@@ -93,6 +133,30 @@ def batch_of_frames(data: bytes, envelope: bool, leader_epoch: int = -1) -> byte
         partition_leader_epoch=leader_epoch,
     )
     return encode_batch(batch)
+
+
+def _batch_of_columns(
+    env: records.DecodedRecords, base: int, last: int, leader_epoch: int
+) -> bytes:
+    """`batch_of_frames` of envelopes without headers: one columnar encoding."""
+    times = np.array(env.timestamps, dtype=np.int64)
+    base_ts = int(times.min()) if len(times) else NO_TIMESTAMP
+    section = encode_columns(
+        np.array(env.offsets, dtype=np.int64) - base,
+        times - base_ts if len(times) else times,
+        env.keys,
+        env.values,
+    )
+    batch = RecordBatch(
+        base_offset=base,
+        records=(),
+        base_timestamp=base_ts,
+        max_timestamp=int(times.max()) if len(times) else NO_TIMESTAMP,
+        last_offset_delta=last - base,
+        partition_leader_epoch=leader_epoch,
+        records_count=len(times),
+    )
+    return encode_batch(batch, section)
 
 
 def _raw_records(decoded: frames.DecodedFrames, base: int) -> tuple[list[Record], list[int]]:

@@ -53,7 +53,7 @@ from replog.kafka.errors import KafkaDecodeError, UnsupportedVersionError
 from replog.kafka.protocol import ApiKey
 from replog.server.edge.limits import RequestPool
 from replog.server.groups.service import GroupsService
-from replog.server.kafka_edge import fetch_sessions
+from replog.server.kafka_edge import fetch_sessions, pipeline
 from replog.server.kafka_edge.acls import KafkaAcls
 from replog.server.kafka_edge.admin import once_elected
 from replog.server.kafka_edge.apis import SUPPORTED, Apis
@@ -236,6 +236,7 @@ class KafkaListener:
         self.advertised = config.advertise or (config.listen if listen_port else "")
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._closing = False  # close() is cancelling the connections, and waits for them
         self._evictions_counted = 0
         self.fetch_sessions = fetch_sessions.FetchSessions(
             time.monotonic,
@@ -303,6 +304,7 @@ class KafkaListener:
         append it started completes or never starts, and the client retries)."""
         if self._server is not None:
             self._server.close()
+        self._closing = True
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
@@ -333,7 +335,11 @@ class KafkaListener:
             self.metrics.closed.labels("malformed").inc()
             log(_log, "kafka.malformed", logging.INFO, error=str(exc)[:200])
         except asyncio.CancelledError:
-            raise
+            if not self._closing:
+                raise
+            # close() ended this connection and waits for it: the task ends normally, so
+            # that asyncio's stream callback does not log the cancellation as an error
+            task.uncancel()
         except Exception:
             self.metrics.closed.labels("failed").inc()
             _log.exception("kafka.failed")
@@ -347,7 +353,29 @@ class KafkaListener:
     async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session
     ) -> None:
+        """Read and answer the connection's requests: Produce requests pipelined, answered
+        in order (pipeline.py), every other request once the answers before it are out."""
+        answers = pipeline.Answers(writer, self.pool)
+        try:
+            await self._read_requests(reader, writer, session, answers)
+            await answers.written()
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            failure = answers.failure()  # the writer closed the connection: its reason
+            if failure is not None:
+                raise failure from None
+            raise
+        finally:
+            await answers.close()
+
+    async def _read_requests(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        session: Session,
+        answers: pipeline.Answers,
+    ) -> None:
         config = self.config
+        loop = asyncio.get_running_loop()
         while not session.close:
             if session.mute_s > 0:  # over a quota: Kafka mutes the connection
                 await asyncio.sleep(session.mute_s)
@@ -358,6 +386,23 @@ class KafkaListener:
             try:
                 payload = await asyncio.wait_for(reader.readexactly(size), config.read_timeout_s)
                 self.pool.resize(size, size)
+                produce = protocol.peek_header(payload)[0] == ApiKey.PRODUCE
+            except BaseException:
+                self.pool.release(size, read=True)
+                raise
+            if produce:  # answered by its own task, in order; the next request read now
+                turn = answers.turn()
+                token = pipeline.PRODUCE_TURN.set(turn)
+                try:
+                    task = loop.create_task(self._answer(payload, session))
+                finally:
+                    pipeline.PRODUCE_TURN.reset(token)
+                task.add_done_callback(partial(pipeline.settle_after, turn[1]))
+                answers.produce(task, size)
+                await answers.room()
+                continue
+            try:
+                await answers.written()
                 response = await self._answer(payload, session)
             finally:
                 self.pool.release(size, read=True)
