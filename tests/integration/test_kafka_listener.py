@@ -176,6 +176,38 @@ def test_records_written_through_grpc_read_back_through_kafka_python(
     assert [list(m.headers) for m in got] == [[("h", b"%d" % i)] for i in range(12)]
 
 
+def test_compacted_topics_are_created_with_configs_and_null_values_are_tombstones(
+    server: ServerProcess, client: Client
+) -> None:
+    """CreateTopics takes every topic config replog serves (a bad one: INVALID_CONFIG), and a
+    null value is a tombstone: read back null through Kafka and None through gRPC, distinct
+    from an empty value (Kafka's delete of a key on a compacted topic)."""
+    name = f"c{next(_names)}"
+    kafka_admin = admin.AdminClient({"bootstrap.servers": kafka(server)})
+    configs = {"cleanup.policy": "compact", "min.compaction.lag.ms": "1000"}
+    kafka_admin.create_topics([admin.NewTopic(name, 1, 1, config=configs)])[name].result(30)
+    described = _configs(kafka_admin, name)
+    assert described["cleanup.policy"].value == "compact"
+    assert described["min.compaction.lag.ms"].value == "1000"
+    bad = f"c{next(_names)}"
+    refused = kafka_admin.create_topics([admin.NewTopic(bad, 1, 1, config={"retention.ms": "x"})])
+    with pytest.raises(confluent_kafka.KafkaException) as invalid:
+        refused[bad].result(30)
+    assert invalid.value.args[0].code() == confluent_kafka.KafkaError.INVALID_CONFIG
+    assert bad not in kafka_admin.list_topics(timeout=30).topics
+    producer = confluent_kafka.Producer({"bootstrap.servers": kafka(server), "linger.ms": 5})
+    for key, value in ((b"a", b"1"), (b"b", b""), (b"a", None)):
+        producer.produce(name, key=key, value=value)
+    assert producer.flush(60) == 0
+    got = consume(server, name, 3)
+    assert [(m.key(), m.value()) for m in got] == [(b"a", b"1"), (b"b", b""), (b"a", None)]
+    assert [(r.key, r.value) for r in read_grpc(client, name, 3)] == [
+        (b"a", b"1"),
+        (b"b", b""),
+        (b"a", None),
+    ]
+
+
 def test_raw_topic_records_are_served_with_null_keys(server: ServerProcess, client: Client) -> None:
     topic = f"r{next(_names)}"
     client.create_topic(topic, 1, format="raw")

@@ -11,7 +11,14 @@ import pytest
 from replog import errors, frames, records
 from replog.kafka.compression import Compression
 from replog.kafka.errors import CorruptRecordBatchError, ErrorCode
-from replog.kafka.records import Header, batch_of, decode_batch, decode_batches
+from replog.kafka.records import (
+    Header,
+    RecordBatch,
+    batch_of,
+    decode_batch,
+    decode_batches,
+    encode_batch,
+)
 from replog.replication.producers import BatchHeader
 from replog.server.kafka_edge.convert import batch_of_frames, values_of
 from replog.server.kafka_edge.errors import REASON_CODES, code_of
@@ -33,7 +40,7 @@ def test_a_kafka_batch_becomes_envelopes_with_key_value_headers_and_timestamps()
     assert [(r.key, r.value, r.timestamp_ms) for r in got] == [
         (b"k1", b"v1", T0),
         (None, b"v2", T0 + 5),
-        (b"", b"", T0 + 9),  # a null value is stored empty; an empty key stays a key
+        (b"", None, T0 + 9),  # a null value is a tombstone; an empty key stays a key
     ]
     assert [r.headers for r in got] == [(("a", b"1"),), (), (("n", b""),)]
 
@@ -44,6 +51,32 @@ def test_a_raw_topic_takes_values_and_refuses_keys_or_headers() -> None:
     for keyed in ([(b"k", b"x", T0, [])], [(None, b"x", T0, [Header("h", b"")])]):
         with pytest.raises(errors.InvalidRecordError):
             values_of(batch_of(0, keyed), envelope=False)
+    for null in (batch_of(0, [(None, None, T0, [])]), _columnar([(None, None, T0, [])])):
+        with pytest.raises(errors.InvalidRecordError, match="tombstone"):
+            values_of(null, envelope=False)
+
+
+def _columnar(recs: list[tuple[bytes | None, bytes | None, int, list[Header]]]) -> RecordBatch:
+    """A batch as the listener decodes it off the wire (no headers: as columns)."""
+    batch = decode_batch(encode_batch(batch_of(0, recs)), columnar=True)
+    assert batch.columns is not None
+    return batch
+
+
+def test_null_values_are_tombstones_both_ways_on_envelope_topics() -> None:
+    """Kafka's delete of a key on a compacted topic: a null value is stored as replog's
+    tombstone (distinct from an empty value) and read back null, through both codecs."""
+    recs = [(b"k", None, T0, []), (b"k2", b"", T0 + 1, []), (b"k3", b"v", T0 + 2, [])]
+    for batch in (batch_of(0, recs), _columnar(recs)):
+        got = [records.decode(v) for v in values_of(batch, envelope=True)]
+        assert [(r.key, r.value) for r in got] == [(b"k", None), (b"k2", b""), (b"k3", b"v")]
+        data = b"".join(frames.encode(20 + i, [v]) for i, v in enumerate(values_of(batch, True)))
+        fetched = decode_batch(batch_of_frames(data, envelope=True))
+        assert [(r.key, r.value) for r in fetched.records] == [
+            (b"k", None),
+            (b"k2", b""),
+            (b"k3", b"v"),
+        ]
 
 
 def test_frames_become_one_batch_with_replog_offsets_and_gaps_for_control_records() -> None:

@@ -6,7 +6,7 @@ second copy of one the gRPC Admin and Groups services apply):
     AlterConfigs             -> Topics.alter_configs, the whole set: configs not named are
                                 reset to their defaults (Kafka's non-incremental semantics)
     IncrementalAlterConfigs  -> Topics.alter_configs: SET and DELETE (APPEND / SUBTRACT:
-                                INVALID_REQUEST; cleanup.policy has one value, "delete")
+                                INVALID_REQUEST: list-valued configs are set whole)
     DeleteGroups             -> GroupsService.delete_group (the gRPC DeleteGroup's code),
                                 after the classic group protocol's membership check
     DescribeCluster          -> the brokers and controller Metadata answers

@@ -46,7 +46,8 @@ from replog.server.kafka_edge.convert import batch_of_frames, values_of
 from replog.server.kafka_edge.errors import code_of
 from replog.server.kafka_edge.group_offsets import GroupOffsets
 from replog.server.kafka_edge.pipeline import PRODUCE_TURN, settle
-from replog.server.meta.metadata import CREATE_TIME, ENVELOPE, LOG_APPEND_TIME
+from replog.server.meta import topic_configs
+from replog.server.meta.metadata import ENVELOPE
 from replog.server.partitions.replicated import ReplicatedPartition
 from replog.server.services.log_service import LogService, PreparedAppend
 from replog.v1 import log_pb2
@@ -100,7 +101,6 @@ DECOMPRESSED_BYTES_MAX = 8 * 1024 * 1024
 # Records in one Fetch response, whatever the client asks (Kafka's fetch.max.bytes: 55 MiB):
 # a response is built whole before it is sent.
 FETCH_RESPONSE_BYTES_MAX = 16 * 1024 * 1024
-TOPIC_CONFIGS: Final = {"message.timestamp.type": {"CreateTime", "LogAppendTime"}}
 
 Body = dict[str, Any]
 
@@ -524,7 +524,13 @@ class Apis:
             name = t["name"]
             out: Body = {"name": name, "num_partitions": -1, "replication_factor": -1}
             try:
-                timestamp_type = _timestamp_type(t["configs"])
+                configs = _create_configs(t["configs"])
+            except InvalidArgumentError as exc:  # a bad config name or value: Kafka's code
+                results.append(
+                    out | {"error_code": ErrorCode.INVALID_CONFIG, "error_message": str(exc)[:200]}
+                )
+                continue
+            try:
                 if t["assignments"]:
                     raise InvalidArgumentError("replica assignments are chosen by replog")
                 partitions = 1 if t["num_partitions"] == -1 else t["num_partitions"]
@@ -539,7 +545,7 @@ class Apis:
                         partitions,
                         rf,
                         format=ENVELOPE,
-                        timestamp_type=timestamp_type,
+                        configs=configs,
                     )
                     await once_elected(create)
                 results.append(out | {"error_code": 0, "num_partitions": partitions})
@@ -562,14 +568,15 @@ class Apis:
         return {"responses": results}
 
 
-def _timestamp_type(configs: list[Body]) -> str:
-    out = CREATE_TIME
+def _create_configs(configs: list[Body]) -> dict[str, str]:
+    """A CreateTopics topic's configs as replog's topic configs (`topic_configs`: Kafka's
+    names, every one replog serves; an unknown name or a bad value: INVALID_ARGUMENT, which
+    the caller answers as INVALID_CONFIG). A null value is Kafka's "the default"."""
+    out: dict[str, str] = {}
     for c in configs:
-        allowed = TOPIC_CONFIGS.get(c["name"])
-        if allowed is None or c["value"] not in allowed:
-            raise InvalidArgumentError(f"topic config {c['name']}={c['value']} is not supported")
-        out = LOG_APPEND_TIME if c["value"] == "LogAppendTime" else CREATE_TIME
-    return out
+        if c["value"] is not None:
+            out[c["name"]] = c["value"]
+    return topic_configs.checked(out)
 
 
 def _in_sync(part: ReplicatedPartition, replicas: list[int]) -> list[int]:

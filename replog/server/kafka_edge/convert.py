@@ -49,18 +49,14 @@ def values_of(batch: RecordBatch, envelope: bool) -> list[bytes]:
     if not envelope:
         out = []
         for r in batch.records:
-            if r.key is not None or r.headers:
-                raise InvalidRecordError(
-                    "a raw topic keeps values only: a record with a key or headers needs an "
-                    "envelope topic (create it through Kafka's CreateTopics or with "
-                    "--format envelope)"
-                )
-            out.append(r.value or b"")
+            if r.key is not None or r.headers or r.value is None:
+                raise InvalidRecordError(_RAW_REFUSED)
+            out.append(r.value)
         return out
     base = batch.base_timestamp
     return [
         records.encode(
-            r.value or b"",
+            r.value,
             key=r.key,
             headers=[(h.key, h.value or b"") for h in r.headers],
             timestamp_ms=base + r.timestamp_delta,
@@ -70,8 +66,9 @@ def values_of(batch: RecordBatch, envelope: bool) -> list[bytes]:
 
 
 _RAW_REFUSED = (
-    "a raw topic keeps values only: a record with a key or headers needs an envelope topic "
-    "(create it through Kafka's CreateTopics or with --format envelope)"
+    "a raw topic keeps values only: a record with a key, headers or a null value (a "
+    "tombstone) needs an envelope topic (create it through Kafka's CreateTopics or with "
+    "--format envelope)"
 )
 
 
@@ -79,7 +76,7 @@ def _values_of_columns(cols: Columns, base_timestamp: int, envelope: bool) -> li
     """`values_of` for a batch decoded as columns (no headers): the envelopes' fixed parts
     as one numpy array, each envelope one C-level join of its fixed part, key and value."""
     if not envelope:
-        if (cols.key_lengths >= 0).any():
+        if (cols.key_lengths >= 0).any() or (cols.value_lengths < 0).any():
             raise InvalidRecordError(_RAW_REFUSED)
         return cols.values_or_empty()
     n = len(cols)
@@ -90,7 +87,9 @@ def _values_of_columns(cols: Columns, base_timestamp: int, envelope: bool) -> li
             raise InvalidRecordError("a record's timestamp does not fit in an i64")
     fixed = np.zeros(n, dtype=records.FIXED_DTYPE)
     fixed["version"] = records.VERSION
-    fixed["attributes"] = (cols.key_lengths >= 0) * records.ATTR_KEY
+    fixed["attributes"] = (cols.key_lengths >= 0) * records.ATTR_KEY | (
+        cols.value_lengths < 0
+    ) * records.ATTR_NULL_VALUE
     fixed["ts"] = cols.timestamp_deltas + base_timestamp
     fixed["key_length"] = np.maximum(cols.key_lengths, 0)
     fixed["value_length"] = np.maximum(cols.value_lengths, 0)
