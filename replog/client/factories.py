@@ -7,12 +7,14 @@ apart so that the client module stays one idea: calls and routing.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
-from replog.client.assigned_consumer import AssignedConsumer
 from replog.client.group_consumer import FETCH_BYTES_MAX, Callback
 from replog.client.partitioner import DEFAULT_PARTITIONER, Partitioner
 from replog.client.producer import Producer, ProducerClient
+
+if TYPE_CHECKING:  # imported when used: it brings the asyncio consumers (a CLI start-up cost)
+    from replog.client.assigned_consumer import AssignedConsumer
 
 
 class GroupOptions(TypedDict, total=False):
@@ -84,6 +86,8 @@ class Factories:
         without a group (Kafka's `assign`): `poll(timeout_s)`, `seek`, `position`, `pause`,
         `resume` (`assigned_consumer.AssignedConsumer`). Each starts at `offsets[tp]` (an
         int, "earliest" or "latest"), else at `auto_offset_reset`; nothing is committed."""
+        from replog.client.assigned_consumer import AssignedConsumer
+
         return AssignedConsumer(
             self,
             partitions,
