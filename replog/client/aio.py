@@ -33,8 +33,7 @@ from replog.client.assigned_consumer import AsyncAssignedConsumer
 from replog.client.channels import ATTEMPT_TIMEOUT_S, COMMIT_TIMEOUT_S, channel_options
 from replog.client.client import ACKS, Node, metadata_request
 from replog.client.consumer import STREAM_REPLY_BYTES
-from replog.client.factories import GroupOptions
-from replog.client.group_consumer import FETCH_BYTES_MAX
+from replog.client.factories import AssignedOptions, GroupOptions
 from replog.client.groups import CommittedOffset, GroupDescription, GroupSummary
 from replog.client.pipeline_rules import unimplemented
 from replog.client.produce_rules import AsyncProducerOptions
@@ -484,26 +483,11 @@ class AsyncClient:
         return AsyncProducer(self, topic, **options)
 
     def assigned_consumer(
-        self,
-        partitions: Sequence[tuple[str, int]],
-        *,
-        offsets: Mapping[tuple[str, int], int | str] | None = None,
-        auto_offset_reset: str = "earliest",
-        max_poll_records: int = 500,
-        fetch_bytes_max: int = FETCH_BYTES_MAX,
-        fetch_wait_ms: int = 500,
+        self, partitions: Sequence[tuple[str, int]], **options: Unpack[AssignedOptions]
     ) -> AsyncAssignedConsumer:
         """`Client.assigned_consumer` on this loop (`async with`, or the first `poll`,
         starts its fetch tasks)."""
-        return AsyncAssignedConsumer(
-            self,
-            partitions,
-            offsets=offsets,
-            auto_offset_reset=auto_offset_reset,
-            max_poll_records=max_poll_records,
-            fetch_bytes_max=fetch_bytes_max,
-            fetch_wait_ms=fetch_wait_ms,
-        )
+        return AsyncAssignedConsumer(self, partitions, **options)
 
     # -- consumer groups (replog.v1.Groups) ----------------------------------------------
 

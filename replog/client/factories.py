@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
-from replog.client.group_consumer import FETCH_BYTES_MAX, Callback
+from replog.client.group_consumer import Callback
 from replog.client.produce_rules import ProducerOptions
 from replog.client.producer import Producer, ProducerClient
 
@@ -35,6 +35,17 @@ class GroupOptions(TypedDict, total=False):
     on_revoke: Callback | None
 
 
+class AssignedOptions(TypedDict, total=False):
+    """The keyword options of `assigned_consumer(partitions, ...)`, sync and asyncio
+    (`assigned_consumer.AssignedConsumer`'s), typed as `GroupOptions` are."""
+
+    offsets: Mapping[tuple[str, int], int | str] | None
+    auto_offset_reset: str
+    max_poll_records: int
+    fetch_bytes_max: int
+    fetch_wait_ms: int
+
+
 class Factories:
     def producer(self: ProducerClient, topic: str, **options: Unpack[ProducerOptions]) -> Producer:
         """A batching producer of `topic` (`producer.Producer`): `send(value, key=,
@@ -46,14 +57,7 @@ class Factories:
         return Producer(self, topic, **options)
 
     def assigned_consumer(
-        self,
-        partitions: Sequence[tuple[str, int]],
-        *,
-        offsets: Mapping[tuple[str, int], int | str] | None = None,
-        auto_offset_reset: str = "earliest",
-        max_poll_records: int = 500,
-        fetch_bytes_max: int = FETCH_BYTES_MAX,
-        fetch_wait_ms: int = 500,
+        self, partitions: Sequence[tuple[str, int]], **options: Unpack[AssignedOptions]
     ) -> AssignedConsumer:
         """A consumer of `partitions` ((topic, partition) pairs, several topics allowed)
         without a group (Kafka's `assign`): `poll(timeout_s)`, `seek`, `position`, `pause`,
@@ -61,12 +65,4 @@ class Factories:
         int, "earliest" or "latest"), else at `auto_offset_reset`; nothing is committed."""
         from replog.client.assigned_consumer import AssignedConsumer
 
-        return AssignedConsumer(
-            self,
-            partitions,
-            offsets=offsets,
-            auto_offset_reset=auto_offset_reset,
-            max_poll_records=max_poll_records,
-            fetch_bytes_max=fetch_bytes_max,
-            fetch_wait_ms=fetch_wait_ms,
-        )
+        return AssignedConsumer(self, partitions, **options)
