@@ -156,6 +156,12 @@ def one_repeat(address: str, client: Client, work: Path, r: int, lines: int) -> 
     if count_lines(out) != lines:
         raise SystemExit(f"consume -f printed {count_lines(out)} lines, not {lines}")
     timed("client_consume", lambda: client_consume(client, f"client-{r}", lines))
+    # A command's fixed cost: `replog consume T -c 1` (start-up, connect, one record).
+    cpu_before = cpu_s(resource.RUSAGE_CHILDREN)
+    rates["cli_start_s"] = replog(address, "consume", f"cli-{r}", "-c", "1", stdout=out)
+    rates["cli_start_cpu_s"] = cpu_s(resource.RUSAGE_CHILDREN) - cpu_before
+    start, start_cpu = rates["cli_start_s"], rates["cli_start_cpu_s"]
+    log(f"  repeat {r}: consume -c 1 {start:.2f} s, CPU {start_cpu:.2f} s")
     return rates
 
 
@@ -203,7 +209,13 @@ def docs_body(
             ("produce", "cli_produce", 300_000),
         )
     ]
+    start, start_cpu = medians["cli_start_s"][0], medians["cli_start_cpu_s"][0]
     lines += [
+        "",
+        f"A command's fixed cost in this run (`replog consume T -c 1`: start-up, connect, one "
+        f"record; medians): {start:.2f} s wall, {start_cpu:.2f} s CPU. It is in every CLI "
+        f"figure above: {args.lines:,} lines at 500 k lines/s leave "
+        f"{args.lines / 500_000 - start:.2f} s for the lines themselves at this start-up.",
         "",
         f"In this run (wall time, medians): {'; '.join(verdicts)}. "
         "Targets (issue 29): consume to stdout >= 500 k lines/s, produce >= 300 k lines/s. "
@@ -240,7 +252,8 @@ def main() -> None:
     for name, values in samples.items():
         s = summarize(values)
         medians[name] = (s.median, s.low, s.high)
-        emit(Result(name, s.median, "lines/cpu_s" if name.endswith("_per_cpu_s") else "lines/s"))
+        unit = "s" if name.startswith("cli_start") else "lines/s"
+        emit(Result(name, s.median, "lines/cpu_s" if name.endswith("_per_cpu_s") else unit))
     if args.write_docs:
         write_docs_section(HEADING, docs_body(args, info, medians))
 

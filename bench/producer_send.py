@@ -39,20 +39,24 @@ SECTION = "## Producer.send against send_batch (bench/producer_send.py)"
 
 def run_send(
     client: Client, topic: str, values: list[bytes], partitions: int
-) -> tuple[float, float]:
-    """Records/s to `flush` returning, and records/s of the `send` calls alone (queued)."""
+) -> tuple[float, float, float]:
+    """Records/s to `flush` returning, records/s of the `send` calls alone (queued), and
+    the CPU microseconds per `send` call of the calling thread (`time.thread_time`: the
+    per-record Python, whatever else the machine runs)."""
     producer = client.producer(topic, partitions=partitions)
     try:
         send = producer.send
         started = time.perf_counter()
+        cpu_started = time.thread_time()
         for value in values:
             send(value)
+        cpu = time.thread_time() - cpu_started
         queued = time.perf_counter() - started
         producer.flush()
         elapsed = time.perf_counter() - started
     finally:
         producer.close()
-    return len(values) / elapsed, len(values) / queued
+    return len(values) / elapsed, len(values) / queued, cpu * 1e6 / len(values)
 
 
 def run_send_batch(client: Client, topic: str, values: list[bytes], partitions: int) -> float:
@@ -106,8 +110,9 @@ def main(argv: list[str] | None = None) -> int:
                         topic = f"bench-{rep}-{name}"
                         client.create_topic(topic, args.partitions, format=args.format)
                         if name == "send":
-                            rate, queued = run_send(client, topic, values, args.partitions)
+                            rate, queued, cpu_us = run_send(client, topic, values, args.partitions)
                             results.setdefault("send_queued", []).append(queued)
+                            results.setdefault("send_cpu_us", []).append(cpu_us)
                         else:
                             rate = run_send_batch(client, topic, values, args.partitions)
                         results.setdefault(name, []).append(rate)
@@ -124,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     emit(Result("producer_send", round(send.median, 1), "records/s", batch.median))
     emit(Result("producer_send_queued", round(queued.median, 1), "records/s"))
+    cpu = summarize(results["send_cpu_us"])
+    emit(Result("producer_send_cpu", round(cpu.median, 3), "us/record"))
     emit(Result("producer_send_batch", round(batch.median, 1), "records/s"))
     emit(Result("python_call_loop", round(loop.median, 1), "calls/s"))
     if args.write_docs:
@@ -152,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{send.low:,.0f}..{send.high:,.0f} |",
             f"| `Producer.send` calls alone (queued, before `flush`) | {queued.median:,.0f} | "
             f"{queued.low:,.0f}..{queued.high:,.0f} |",
+            f"| `send` CPU per call, calling thread (us; lower is better) | {cpu.median:.2f} | "
+            f"{cpu.low:.2f}..{cpu.high:.2f} |",
             f"| `Producer.send_batch`, 1000 a call (anchor) | {batch.median:,.0f} | "
             f"{batch.low:,.0f}..{batch.high:,.0f} |",
             f"| bare Python call loop (floor) | {loop.median:,.0f} | "

@@ -7,7 +7,8 @@
 Where each partition starts (`-o`, `--offset`; `--from` is the same flag): `beginning`
 (`earliest`, the default) its log start, `end` (`latest`) its high watermark, `N` offset N,
 `-N` N records before its high watermark (not before its log start); `stored` the group's
-committed offsets (with `--group`); `--from-time T` the first record at or after T.
+committed offsets (with `--group`); `--from-time T` (or kcat's `-o s@T`) the first record
+at or after T.
 
 When it stops: without `--follow` or `--group`, at each partition's high watermark as it
 was at start (`-e`, `--until-latest`); `--follow` keeps waiting for new records; `--group
@@ -84,8 +85,8 @@ def add_parser(sub: Subparsers) -> None:
         dest="start",
         default="beginning",
         help="where each partition starts: beginning (earliest; default), end (latest), "
-        "stored (the group's committed offsets, with --group), N (offset N) or -N (N "
-        "records before the end)",
+        "stored (the group's committed offsets, with --group), N (offset N), -N (N "
+        "records before the end) or s@TIME (kcat's: as --from-time TIME)",
     )
     consume.add_argument(
         "--from-time",
@@ -212,7 +213,12 @@ def start_offset(start: str, offsets: Offsets) -> int:
 
 def plan(client: Client, args: argparse.Namespace) -> Plan:
     partitions = partitions_of(client, args)
-    from_time_ms = None if args.from_time is None else time_ms_arg(args.from_time, "--from-time")
+    from_time = args.from_time
+    if args.start.startswith("s@"):  # kcat's -o s@TIMESTAMP
+        if from_time is not None:
+            raise UsageError("-o s@TIME and --from-time exclude each other")
+        from_time = args.start[2:]
+    from_time_ms = None if from_time is None else time_ms_arg(from_time, "--from-time")
     found = client.list_offsets(args.topic, partitions, timestamp_ms=from_time_ms)
     starts = {o.partition: start_offset(args.start, o) for o in found}
     if args.follow:
@@ -238,7 +244,8 @@ def consume_partitions(
                 rows = rows.head(left)
                 left -= len(rows)
             output.write(render(rows))
-            progress.update(len(rows), sum(map(len, rows.values)))
+            if progress.enabled:
+                progress.update(len(rows), sum(map(len, rows.values)))
             if left == 0:
                 break
     finally:

@@ -8,9 +8,8 @@ back to typed `ReplogError`s happens in one place shared with the server,
 `replog.rpc_errors` (`errors` here re-exports it).
 """
 
-from replog.client.aio import AsyncClient
-from replog.client.aio_producer import AsyncProducer
-from replog.client.assigned_consumer import AssignedConsumer, AsyncAssignedConsumer
+from typing import TYPE_CHECKING, Any
+
 from replog.client.client import Client
 from replog.client.consumer import Consumer
 from replog.client.group_consumer import GroupConsumer, GroupRecord
@@ -27,6 +26,34 @@ from replog.client.results import (
 from replog.client.retry import RetryPolicy
 from replog.records import ConsumerRecord, Record
 from replog.tls import ClientTls
+
+if TYPE_CHECKING:
+    from replog.client.aio import AsyncClient
+    from replog.client.aio_producer import AsyncProducer
+    from replog.client.assigned_consumer import AssignedConsumer, AsyncAssignedConsumer
+
+# The asyncio client and the assigned consumers are imported on first use: `replog produce`
+# and `replog consume` (and any threaded program) start without loading them.
+_LAZY = {
+    "AsyncClient": "replog.client.aio",
+    "AsyncProducer": "replog.client.aio_producer",
+    "AssignedConsumer": "replog.client.assigned_consumer",
+    "AsyncAssignedConsumer": "replog.client.assigned_consumer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'replog.client' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "AppendResult",

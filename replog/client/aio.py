@@ -33,11 +33,10 @@ from replog.client.assigned_consumer import AsyncAssignedConsumer
 from replog.client.channels import ATTEMPT_TIMEOUT_S, COMMIT_TIMEOUT_S, channel_options
 from replog.client.client import ACKS, Node, metadata_request
 from replog.client.consumer import STREAM_REPLY_BYTES
-from replog.client.factories import GroupOptions
-from replog.client.group_consumer import FETCH_BYTES_MAX
+from replog.client.factories import AssignedOptions, GroupOptions
 from replog.client.groups import CommittedOffset, GroupDescription, GroupSummary
-from replog.client.partitioner import DEFAULT_PARTITIONER, Partitioner
 from replog.client.pipeline_rules import unimplemented
+from replog.client.produce_rules import AsyncProducerOptions
 from replog.client.results import AppendResult, FetchResult, Offsets, PartitionInfo
 from replog.client.retry import Attempts, RetryPolicy, acall_with_retry, one_try_each
 from replog.client.routing import (
@@ -474,55 +473,21 @@ class AsyncClient:
             finally:
                 call.cancel()
 
-    def producer(
-        self,
-        topic: str,
-        *,
-        acks: str = "all",
-        linger_ms: int = 5,
-        batch_bytes_max: int = 1024 * 1024,
-        batch_records_max: int = 10_000,
-        partitions: int | None = None,
-        partitioner: Partitioner = DEFAULT_PARTITIONER,
-    ) -> AsyncProducer:
+    def producer(self, topic: str, **options: Unpack[AsyncProducerOptions]) -> AsyncProducer:
         """A batching producer of `topic` on this loop (`aio_producer.AsyncProducer`; use
         `async with`): `await send(value, key=, on_delivery=)` returns a future of the
         record's `RecordMetadata`. Batches leave per partition when `batch_bytes_max` /
         `batch_records_max` is reached or `linger_ms` after their first record, pipelined
         through this client's idempotent pipeline (its `in_flight_bytes_max`, 5 batches per
         partition)."""
-        return AsyncProducer(
-            self,
-            topic,
-            acks=acks,
-            linger_ms=linger_ms,
-            batch_bytes_max=batch_bytes_max,
-            batch_records_max=batch_records_max,
-            partitions=partitions,
-            partitioner=partitioner,
-        )
+        return AsyncProducer(self, topic, **options)
 
     def assigned_consumer(
-        self,
-        partitions: Sequence[tuple[str, int]],
-        *,
-        offsets: Mapping[tuple[str, int], int | str] | None = None,
-        auto_offset_reset: str = "earliest",
-        max_poll_records: int = 500,
-        fetch_bytes_max: int = FETCH_BYTES_MAX,
-        fetch_wait_ms: int = 500,
+        self, partitions: Sequence[tuple[str, int]], **options: Unpack[AssignedOptions]
     ) -> AsyncAssignedConsumer:
         """`Client.assigned_consumer` on this loop (`async with`, or the first `poll`,
         starts its fetch tasks)."""
-        return AsyncAssignedConsumer(
-            self,
-            partitions,
-            offsets=offsets,
-            auto_offset_reset=auto_offset_reset,
-            max_poll_records=max_poll_records,
-            fetch_bytes_max=fetch_bytes_max,
-            fetch_wait_ms=fetch_wait_ms,
-        )
+        return AsyncAssignedConsumer(self, partitions, **options)
 
     # -- consumer groups (replog.v1.Groups) ----------------------------------------------
 

@@ -25,6 +25,7 @@ from replog.client.group_consumer import QUEUE_BATCHES_MAX, ConsumerBase
 from replog.client.groups import (
     Answer,
     CommittedOffset,
+    Coordinators,
     GroupDescription,
     GroupSummary,
     TopicPartition,
@@ -48,25 +49,13 @@ from replog.errors import (
     UnknownMemberError,
 )
 from replog.rpc_errors import from_rpc_error
-from replog.v1 import groups_pb2, groups_pb2_grpc
+from replog.v1 import groups_pb2
 
 T = TypeVar("T")
 
 
-class AsyncGroupCalls:
+class AsyncGroupCalls(Coordinators):
     """`groups.GroupCalls`, awaited (over an `AsyncClient`'s channels and retry policy)."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-        self.coordinators: dict[str, str] = {}
-        self._stubs: dict[str, Any] = {}
-
-    def _stub(self, address: str) -> Any:
-        stub = self._stubs.get(address)
-        if stub is None:
-            channel = self.client._node(address).channel
-            stub = self._stubs[address] = groups_pb2_grpc.GroupsStub(channel)  # type: ignore[no-untyped-call]
-        return stub
 
     async def find_coordinator(self, group: str) -> str:
         req = groups_pb2.FindCoordinatorRequest(group=group)

@@ -59,9 +59,12 @@ def _no_group() -> InvalidArgumentError:
     )
 
 
-class AssignedConsumer(GroupConsumer):
-    """`poll` / `seek` / `position` / `pause` / `resume` over assigned partitions (threads;
-    see the module doc). The partitions start fetching when it is made."""
+class _Assigned:
+    """The assigned consumers' construction, sync and asyncio: the partitions and their
+    start offsets checked, then a group consumer without a group (never joins, never
+    commits); `_assigned(wanted)` is each driver's start."""
+
+    _start: dict[TopicPartition, int | str]
 
     def __init__(
         self,
@@ -75,7 +78,7 @@ class AssignedConsumer(GroupConsumer):
         fetch_wait_ms: int = 500,
     ) -> None:
         wanted, self._start = check_assignment(partitions, offsets)
-        super().__init__(
+        super().__init__(  # type: ignore[call-arg]  # ConsumerBase's, next in the MRO
             client,
             sorted({topic for topic, _ in wanted}),
             "",
@@ -85,6 +88,17 @@ class AssignedConsumer(GroupConsumer):
             fetch_bytes_max=fetch_bytes_max,
             fetch_wait_ms=fetch_wait_ms,
         )
+        self._assigned(wanted)
+
+    def _assigned(self, wanted: list[TopicPartition]) -> None:
+        raise NotImplementedError
+
+
+class AssignedConsumer(_Assigned, GroupConsumer):
+    """`poll` / `seek` / `position` / `pause` / `resume` over assigned partitions (threads;
+    see the module doc). The partitions start fetching when it is made."""
+
+    def _assigned(self, wanted: list[TopicPartition]) -> None:
         self._add(set(wanted))
 
     def _maintain(self) -> None:
@@ -109,32 +123,12 @@ class AssignedConsumer(GroupConsumer):
         return self
 
 
-class AsyncAssignedConsumer(AsyncGroupConsumer):
+class AsyncAssignedConsumer(_Assigned, AsyncGroupConsumer):
     """`AssignedConsumer` in asyncio: the partitions start fetching at `start()` (`async
     with`, or the first `poll`)."""
 
-    def __init__(
-        self,
-        client: Any,
-        partitions: Sequence[TopicPartition],
-        *,
-        offsets: Offsets | None = None,
-        auto_offset_reset: str = "earliest",
-        max_poll_records: int = 500,
-        fetch_bytes_max: int = FETCH_BYTES_MAX,
-        fetch_wait_ms: int = 500,
-    ) -> None:
-        self._wanted, self._start = check_assignment(partitions, offsets)
-        super().__init__(
-            client,
-            sorted({topic for topic, _ in self._wanted}),
-            "",
-            auto_commit=False,
-            auto_offset_reset=auto_offset_reset,
-            max_poll_records=max_poll_records,
-            fetch_bytes_max=fetch_bytes_max,
-            fetch_wait_ms=fetch_wait_ms,
-        )
+    def _assigned(self, wanted: list[TopicPartition]) -> None:
+        self._wanted = wanted
         self._started = False
 
     async def start(self) -> None:

@@ -7,12 +7,14 @@ apart so that the client module stays one idea: calls and routing.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
-from replog.client.assigned_consumer import AssignedConsumer
-from replog.client.group_consumer import FETCH_BYTES_MAX, Callback
-from replog.client.partitioner import DEFAULT_PARTITIONER, Partitioner
+from replog.client.group_consumer import Callback
+from replog.client.produce_rules import ProducerOptions
 from replog.client.producer import Producer, ProducerClient
+
+if TYPE_CHECKING:  # imported when used: it brings the asyncio consumers (a CLI start-up cost)
+    from replog.client.assigned_consumer import AssignedConsumer
 
 
 class GroupOptions(TypedDict, total=False):
@@ -33,63 +35,34 @@ class GroupOptions(TypedDict, total=False):
     on_revoke: Callback | None
 
 
+class AssignedOptions(TypedDict, total=False):
+    """The keyword options of `assigned_consumer(partitions, ...)`, sync and asyncio
+    (`assigned_consumer.AssignedConsumer`'s), typed as `GroupOptions` are."""
+
+    offsets: Mapping[tuple[str, int], int | str] | None
+    auto_offset_reset: str
+    max_poll_records: int
+    fetch_bytes_max: int
+    fetch_wait_ms: int
+
+
 class Factories:
-    def producer(
-        self: ProducerClient,
-        topic: str,
-        *,
-        acks: str = "all",
-        linger_ms: int = 5,
-        batch_bytes_max: int = 1024 * 1024,
-        batch_records_max: int = 10_000,
-        in_flight_max: int = 4,
-        partitions: int | None = None,
-        streaming: bool = True,
-        partition_in_flight_max: int = 5,
-        in_flight_bytes_max: int = 64 * 1024 * 1024,
-        partitioner: Partitioner = DEFAULT_PARTITIONER,
-    ) -> Producer:
+    def producer(self: ProducerClient, topic: str, **options: Unpack[ProducerOptions]) -> Producer:
         """A batching producer of `topic` (`producer.Producer`): `send(value, key=,
         on_delivery=)` returns a future of the record's `RecordMetadata`. Records leave
         per partition when `batch_bytes_max` / `batch_records_max` is reached or `linger_ms`
         after the first; `partitioner` places keys ("murmur2", Kafka's, or "crc32");
         `partition_in_flight_max` batches per partition and `in_flight_bytes_max` bytes in
         all travel pipelined (idempotent client), else `in_flight_max` unary Appends."""
-        return Producer(
-            self,
-            topic,
-            acks=acks,
-            linger_ms=linger_ms,
-            batch_bytes_max=batch_bytes_max,
-            batch_records_max=batch_records_max,
-            in_flight_max=in_flight_max,
-            partitions=partitions,
-            streaming=streaming,
-            partition_in_flight_max=partition_in_flight_max,
-            in_flight_bytes_max=in_flight_bytes_max,
-            partitioner=partitioner,
-        )
+        return Producer(self, topic, **options)
 
     def assigned_consumer(
-        self,
-        partitions: Sequence[tuple[str, int]],
-        *,
-        offsets: Mapping[tuple[str, int], int | str] | None = None,
-        auto_offset_reset: str = "earliest",
-        max_poll_records: int = 500,
-        fetch_bytes_max: int = FETCH_BYTES_MAX,
-        fetch_wait_ms: int = 500,
+        self, partitions: Sequence[tuple[str, int]], **options: Unpack[AssignedOptions]
     ) -> AssignedConsumer:
         """A consumer of `partitions` ((topic, partition) pairs, several topics allowed)
         without a group (Kafka's `assign`): `poll(timeout_s)`, `seek`, `position`, `pause`,
         `resume` (`assigned_consumer.AssignedConsumer`). Each starts at `offsets[tp]` (an
         int, "earliest" or "latest"), else at `auto_offset_reset`; nothing is committed."""
-        return AssignedConsumer(
-            self,
-            partitions,
-            offsets=offsets,
-            auto_offset_reset=auto_offset_reset,
-            max_poll_records=max_poll_records,
-            fetch_bytes_max=fetch_bytes_max,
-            fetch_wait_ms=fetch_wait_ms,
-        )
+        from replog.client.assigned_consumer import AssignedConsumer
+
+        return AssignedConsumer(self, partitions, **options)

@@ -234,8 +234,11 @@ class GroupsClient(Protocol):
     ) -> T: ...  # fmt: skip
 
 
-class GroupCalls:
-    def __init__(self, client: GroupsClient) -> None:
+class Coordinators:
+    """What `GroupCalls` and its asyncio twin share: each group's coordinator address as
+    last found, and one Groups stub per node address (over the client's channels)."""
+
+    def __init__(self, client: Any) -> None:
         self.client = client
         self.coordinators: dict[str, str] = {}  # group -> coordinator address
         self._stubs: dict[str, Any] = {}
@@ -246,6 +249,13 @@ class GroupCalls:
             channel = self.client._node(address).channel
             stub = self._stubs[address] = groups_pb2_grpc.GroupsStub(channel)  # type: ignore[no-untyped-call]
         return stub
+
+
+class GroupCalls(Coordinators):
+    """The Groups calls of a `Client` (threads), each sent to the group's coordinator and
+    following it as it moves."""
+
+    client: GroupsClient
 
     def find_coordinator(self, group: str) -> str:
         """The coordinator's address (asked of any node)."""

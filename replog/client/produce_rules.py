@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 from replog import records
 from replog.client import formats
@@ -81,6 +82,28 @@ def check_options(
         return check_partitioner(partitioner)
     except ValueError as err:
         raise InvalidArgumentError(str(err)) from None
+
+
+class AsyncProducerOptions(TypedDict, total=False):
+    """The keyword options of `AsyncClient.producer` (`aio_producer.AsyncProducer`'s):
+    typed, so that a checker flags a misspelt one (at run time it is a TypeError)."""
+
+    acks: str
+    linger_ms: int
+    batch_bytes_max: int
+    batch_records_max: int
+    partitions: int | None
+    partitioner: Partitioner
+
+
+class ProducerOptions(AsyncProducerOptions, total=False):
+    """The keyword options of `Client.producer` (`producer.Producer`'s): the asyncio
+    producer's, and the threaded one's in-flight limits and transport."""
+
+    in_flight_max: int
+    streaming: bool
+    partition_in_flight_max: int
+    in_flight_bytes_max: int
 
 
 class ProducerSettings:

@@ -82,6 +82,12 @@ def test_offset_minus_n_starts_n_records_before_each_partitions_end(
     expected = {b"%d %d" % (p, end - n) for p, end in latest.items() for n in (2, 1)}
     assert sorted(shown) == sorted(expected)
     assert lines_of(replog("consume", "kc-keyed", "-o", "end", address=addr)) == []
+    # kcat's -o s@TIMESTAMP_MS: from the first record at or after it
+    every = lines_of(replog("consume", "kc-keyed", "-f", "%p %o\\n", address=addr))
+    from_epoch = replog("consume", "kc-keyed", "-o", "s@0", "-f", "%p %o\\n", address=addr)
+    assert sorted(lines_of(from_epoch)) == sorted(every) and len(every) == 60
+    future = replog("consume", "kc-keyed", "-o", "s@4102444800000", address=addr)
+    assert future.returncode == 0 and lines_of(future) == []
 
 
 def test_count_stops_after_n_records(

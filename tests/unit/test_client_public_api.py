@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import inspect
 
+import pytest
+
 import replog
 import replog.client
 
@@ -24,3 +26,13 @@ def test_every_public_class_of_the_client_has_its_own_docstring() -> None:
 def test_dir_of_replog_shows_the_lazily_imported_client() -> None:
     assert {"Client", "Record", "__version__"} <= set(dir(replog))
     assert replog.Client is replog.client.Client
+
+
+def test_a_misspelt_producer_option_is_a_type_error_sync_and_asyncio() -> None:
+    from replog.client.aio import AsyncClient
+    from replog.client.factories import Factories
+
+    with pytest.raises(TypeError, match="linger"):
+        Factories.producer(object(), "t", linger=5)  # type: ignore[arg-type,call-arg]
+    with pytest.raises(TypeError, match="linger"):
+        AsyncClient.producer(object(), "t", linger=5)  # type: ignore[arg-type,call-arg]
