@@ -457,7 +457,7 @@ class Node:
             await asyncio.sleep(interval_s)
             now_ms = int(time.time() * 1000)
             for part in list(self.replicas.replicas.values()):
-                if part.closed:
+                if part.closed or not self.groups.retention_allowed(part):
                     continue
                 with contextlib.suppress(ReplogError):  # e.g. a disk error; a bug ends the node
                     # The driver does it, so that the core learns the new log start.

@@ -53,6 +53,7 @@ from replog.server.logs import log
 from replog.server.meta.metadata import METADATA_TOPIC, TopicMeta
 from replog.server.meta.metadata_log import MetadataLog
 from replog.server.partitions.replica_manager import ReplicaManager
+from replog.server.partitions.replicated import ReplicatedPartition
 from replog.server.peering.peers import Peers
 
 _log = logging.getLogger("replog.server.groups")
@@ -305,6 +306,23 @@ class Coordinator:
                 offsets = shard.groups.live_offsets(name, self.topic_id)
                 if offsets:
                     await shard.write(records.Commit(name, self.wall_ms(), offsets))
+            shard.refreshed = True
+
+    def retention_allowed(self, part: ReplicatedPartition) -> bool:
+        """Whether log retention may delete old segments of the replica `part` on this node.
+        Any topic but `__consumer_offsets`: yes. A replica of it that follows a known other
+        leader: yes (that leader's refreshes reach its log). One this node leads, or whose
+        leader is unknown: only once its shard has loaded and a retention pass has since
+        rewritten every group whose newest record is old, so that the segments retention
+        deletes hold no group's only record (a node that has just started or taken over
+        keeps them until its refreshes have run)."""
+        if part.topic != OFFSETS_TOPIC:
+            return True
+        leader = part.driver.leader_id
+        if leader is not None and leader != self.node_id:
+            return True
+        shard = self.shards.get(part.partition)
+        return shard is not None and shard.loaded and shard.current() and shard.refreshed
 
     async def run_snapshots(self) -> None:
         while True:

@@ -68,6 +68,9 @@ class Shard:
         self.snapshot_at = self.applied_offset  # the begin of the latest complete snapshot
         self.since_snapshot = 0  # records applied after it
         self.loaded_records = 0  # records the load applied (logged once loaded)
+        # Set once a retention pass has rewritten every stale group's offsets since the load:
+        # only then may the node's log retention delete this partition's old segments.
+        self.refreshed = False
         self._load_logged = False
         self._applied_changed = asyncio.Event()
         self._gate: asyncio.Event | None = None  # set while a snapshot holds writes back
