@@ -156,7 +156,10 @@ class Node:
         self.roster = Roster(node_id, addresses, settings.peer_dial_map() or addresses)
         self.peers = Peers(node_id, self.roster, dialer(settings.tls))
         self.links = PeerLinks(
-            node_id, dict(self.roster.dial), dialer(settings.tls, CHANNEL_OPTIONS)
+            node_id,
+            dict(self.roster.dial),
+            dialer(settings.tls, CHANNEL_OPTIONS),
+            silence_ms=settings.election_timeout_ms,
         )
         data_dir, storage = settings.data_dir, settings.storage_config()
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -598,7 +601,9 @@ def _add_services(
     )
     acl_pb2_grpc.add_AclsServicer_to_server(acl_service, server)  # type: ignore[no-untyped-call]
     # a peer that opens a stream here is up: the link to it stops waiting out its backoff
-    replication = ReplicationService(node.route, authenticate, node.heard_from, node.leader_news)
+    replication = ReplicationService(
+        node.route, authenticate, node.heard_from, node.leader_news, liveness=node.links.liveness
+    )
     if peer_server is not None:
         peer_admin = (
             admin_service if authenticate is None else MembersOnly(admin_service, authenticate)
