@@ -28,6 +28,11 @@ class ReplicaConfig:
     fetch_retry_ms: int = 600
     begin_epoch_retry_ms: int = 200
     flush_always: bool = True
+    # Quiescence (`quiet.py`): a fetch of a follower that holds the leader's whole log, HW
+    # included, is held this long instead of `fetch_wait_ms_max`, and the follower, while
+    # its leader's node is heard (`liveness`), waits that long before it fetches again or
+    # campaigns. 0: off (every replica exchanges a fetch and an answer each fetch wait).
+    quiet_fetch_wait_ms: int = 0
 
     def __post_init__(self) -> None:
         assert self.voters, "a partition needs at least one voter"
@@ -45,6 +50,7 @@ class ReplicaConfig:
         # a leader must answer a parked fetch before the follower gives up on it
         assert self.fetch_retry_ms < self.election_timeout_ms_min
         assert 0 < self.begin_epoch_retry_ms < self.election_timeout_ms_min
+        assert self.quiet_fetch_wait_ms == 0 or self.quiet_fetch_wait_ms > self.fetch_retry_ms
 
     @property
     def majority(self) -> int:

@@ -64,7 +64,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import math
 import os
 import random
 import time
@@ -97,7 +96,6 @@ from replog.replication.durable import (
     load_membership_history,
     load_quorum_state,
 )
-from replog.replication.faults import FaultHandling
 from replog.replication.inbox import (
     Append,
     Campaign,
@@ -122,6 +120,7 @@ from replog.replication.producers import ProducerBatch
 from replog.replication.replica import Role
 from replog.replication.state import QuorumState
 from replog.replication.ticker import Ticker, Wakeup
+from replog.replication.timing import Timing
 from replog.storage import FlushPolicy, PartitionLog
 from replog.storage.space import DiskSpace
 
@@ -142,7 +141,7 @@ def _spawn_task(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None
     return asyncio.get_running_loop().create_task(coro, name=name)
 
 
-class ReplicaDriver(FaultHandling):
+class ReplicaDriver(Timing):
     def __init__(
         self,
         log: PartitionLog,
@@ -186,6 +185,7 @@ class ReplicaDriver(FaultHandling):
         self._ticker: Ticker | None = None
         self._tick_wakeup = Wakeup(self._tick_fired)
         self._tick_due = False
+        self._init_liveness(transport)
         self._acks: dict[int, Waiting] = {}
         # One timer for every waiting append's deadline (the earliest), not one per append.
         self._sweep_timer: asyncio.TimerHandle | None = None
@@ -483,49 +483,7 @@ class ReplicaDriver(FaultHandling):
         finally:
             if self._ticker is not None:
                 self._ticker.cancel(self._tick_wakeup)
-
-    def _due_ms(self) -> int | None:
-        """When the owner next has a tick to run (None: not until an input comes): the
-        core's next timer, or the retry of a failed log operation."""
-        if self._offline is not None or self._stopping:
-            return None
-        if self._failed is not None:
-            return int(self._retry_at * 1000)
-        return self.replica.next_tick_ms()
-
-    def _schedule_tick(self) -> None:
-        """After each pass of the owner: be woken when the next tick is due, no sooner
-        than `tick_ms` from now (the most often a replica ever ticks)."""
-        ticker = self._ticker
-        if ticker is None:
-            return
-        due = self._due_ms()
-        if due is None:
-            ticker.cancel(self._tick_wakeup)
-            return
-        self._wake_at(ticker, max(due - self._now_ms(), self.tick_ms))
-
-    def _wake_at(self, ticker: Ticker, delay_ms: int) -> None:
-        """Be woken `delay_ms` from now, rounded up to the next multiple of `tick_ms` on the
-        loop's clock: the replicas of a node whose timers come due together tick together,
-        and their messages to a peer leave in one batch (the answers to parked fetches of
-        every partition two nodes share, then the fetches that follow them, stay in step)."""
-        grid_s = self.tick_ms / 1000
-        at = math.ceil((ticker.loop.time() + delay_ms / 1000) / grid_s) * grid_s
-        ticker.schedule(self._tick_wakeup, at)
-
-    def _tick_fired(self) -> None:
-        """The ticker's call: tick if the core's timer is due (it may have moved later
-        since this wake-up was armed: then be woken at the new time instead)."""
-        due = self._due_ms()
-        if due is None or self._ticker is None:
-            return
-        ahead_ms = due - self._now_ms()
-        if ahead_ms > 0:
-            self._wake_at(self._ticker, ahead_ms)
-            return
-        self._tick_due = True
-        self._wake()
+            self._watch_liveness(False)
 
     def _io_error_seen(self) -> None:
         """The log met an I/O error (`PartitionLog.on_io_error`, maybe from a thread that
@@ -539,7 +497,8 @@ class ReplicaDriver(FaultHandling):
             self._go_offline(self.log.io_error)
             return
         now = self._now_ms()
-        await self._perform(self._flush_progress() + self.replica.tick(now))
+        outputs = self._flush_progress() + self._woken_outputs(now)
+        await self._perform(outputs + self.replica.tick(now))
 
     async def _handle(self, batch: list[Input]) -> None:
         """Compute the outputs of every input of `batch` in order, perform them as one

@@ -109,6 +109,7 @@ class FaultHandling(ProducerSnapshots):
             log_end_offset=self.log.log_end_offset,
             high_watermark=self.log.high_watermark,
             log_start_offset=self.log.log_start_offset,
+            liveness=getattr(self, "_liveness", None),
         )
 
     def _check_writable(self, nbytes: int) -> None:

@@ -15,6 +15,14 @@ input method and performs the returned outputs in order (see `outputs.py`):
 * `transfer_leadership(target, now_ms)`: a leader hands its partition to voter `target`.
 * `change_membership(request_id, voters, observers, now_ms)`: a leader changes the
   partition's membership, one voter at a time (see `change_membership`).
+* `wake(node, now_ms)`: the liveness of peer node `node` changed (silent, restarted,
+  reconnected): what is quiet about it wakes.
+
+**Quiescence** (`roles/quiet.py`, with `quiet_fetch_wait_ms` and a node `liveness`): once
+a follower holds the leader's whole log and HW, the leader holds its next fetch for
+`quiet_fetch_wait_ms` and the follower neither fetches again nor campaigns in that time
+while its leader's node is heard; the node's liveness wakes both sides when that changes.
+Timers only: votes, logs and the HW rule are untouched.
 
 **Membership** (`membership.py`, Raft thesis 4.1-4.2, single-server changes): the leader
 appends a membership record (a control record); every replica uses the latest membership of
@@ -75,8 +83,8 @@ from replog.replication.outputs import (
     PersistMembershipHistory,
 )
 from replog.replication.producers import ProducerBatch, ProducerTable
-from replog.replication.roles import leading, steps
-from replog.replication.roles.core import Core, Role, Step
+from replog.replication.roles import leading, quiet, steps
+from replog.replication.roles.core import Core, Liveness, Role, Step
 from replog.replication.roles.following import send_fetch
 from replog.replication.roles.transitions import start_election
 from replog.replication.stale import Stale
@@ -101,6 +109,7 @@ class Replica:
         log_start_offset: int = 0,
         producers: ProducerTable | None = None,
         memberships: Iterable[MembershipEntry] = (),
+        liveness: Liveness | None = None,
     ) -> None:
         self.config = config
         starting = Membership(config.voters, config.observers)
@@ -114,6 +123,7 @@ class Replica:
             high_watermark=high_watermark,
             log_start_offset=log_start_offset,
             producers=producers if producers is not None else ProducerTable(),
+            liveness=liveness,
         )
         # Repairs of the durable state: the log may have lost an unflushed tail that the
         # epoch history still describes; a restarted leader is no longer the leader.
@@ -200,10 +210,7 @@ class Replica:
         c = self._core
         if c.role is Role.LEADER:
             return True
-        contact = c.leader_contact_ms
-        if c.role is not Role.FOLLOWER or c.leader_id is None or contact is None:
-            return False
-        if now_ms - contact >= self.config.election_timeout_ms_min:
+        if c.role is not Role.FOLLOWER or c.leader_id is None or not c.leader_heard(now_ms):
             return False
         return c.records_epoch == c.epoch and c.leo >= c.leader_hw_seen
 
@@ -389,6 +396,19 @@ class Replica:
             if c.fetch_sent_ms is None:
                 send_fetch(c, now_ms)
         return c.take()
+
+    @property
+    def quiet(self) -> bool:
+        """A follower or leader in a quiet state (`roles/quiet.py`): its driver asks the
+        node's liveness to `wake` it when a peer node goes silent, restarts or reconnects."""
+        return quiet.is_quiet(self._core)
+
+    def wake(self, node: int, now_ms: int) -> list[Output]:
+        """The liveness of peer node `node` changed: what is quiet about it wakes (a
+        follower fetches again and runs its usual election timer; a leader answers the
+        fetch it held and counts the follower from when its node was last heard)."""
+        steps.wake(self._core, node, now_ms)
+        return self._core.take()
 
     def log_start_advanced(self, offset: int, now_ms: int) -> list[Output]:
         """Log fact: retention deleted every offset below `offset` (never above the HW). A

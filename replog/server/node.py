@@ -157,7 +157,10 @@ class Node:
         self.roster = Roster(node_id, addresses, settings.peer_dial_map() or addresses)
         self.peers = Peers(node_id, self.roster, dialer(settings.tls))
         self.links = PeerLinks(
-            node_id, dict(self.roster.dial), dialer(settings.tls, CHANNEL_OPTIONS)
+            node_id,
+            dict(self.roster.dial),
+            dialer(settings.tls, CHANNEL_OPTIONS),
+            silence_ms=settings.election_timeout_ms,
         )
         data_dir, storage = settings.data_dir, settings.storage_config()
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -623,7 +626,9 @@ def _add_services(
     if kafka is not None:  # Kafka's ACL APIs: the same ACLs, changed the same way
         kafka.serve_acls(acl_service, lambda: node.metadata.image)
     # a peer that opens a stream here is up: the link to it stops waiting out its backoff
-    replication = ReplicationService(node.route, authenticate, node.heard_from, node.leader_news)
+    replication = ReplicationService(
+        node.route, authenticate, node.heard_from, node.leader_news, liveness=node.links.liveness
+    )
     if peer_server is not None:
         peer_admin = (
             admin_service if authenticate is None else MembersOnly(admin_service, authenticate)

@@ -351,6 +351,14 @@ class Settings:
     replica_fetch_wait_ms: int = field(
         default=400, metadata=_help("how long a leader holds a follower's fetch with no news")
     )
+    replica_quiet_fetch_wait_ms: int = field(
+        default=20_000,
+        metadata=_help(
+            "how long a leader holds the fetch of a follower that has its whole log, HW"
+            " included (an idle partition goes quiet; liveness comes from node heartbeats);"
+            " 0: off"
+        ),
+    )
     cluster_size: int = field(
         default=0,
         metadata=_help(
@@ -515,6 +523,11 @@ class Settings:
             0 < self.replica_fetch_wait_ms < self.election_timeout_ms // 2,
             "replica_fetch_wait_ms must be in (0, election_timeout_ms / 2)",
         )
+        _need(
+            self.replica_quiet_fetch_wait_ms == 0
+            or self.replica_quiet_fetch_wait_ms >= self.election_timeout_ms,
+            "replica_quiet_fetch_wait_ms must be 0 (off) or >= election_timeout_ms",
+        )
 
     def _validate_security(self) -> None:
         tls_files = (self.tls_cert_file, self.tls_key_file, self.tls_ca_file)
@@ -632,6 +645,7 @@ class Settings:
             fetch_retry_ms=min(self.election_timeout_ms - 1, self.replica_fetch_wait_ms * 2),
             begin_epoch_retry_ms=max(10, self.election_timeout_ms // 5),
             flush_always=self.flush is FlushPolicy.ALWAYS,
+            quiet_fetch_wait_ms=self.replica_quiet_fetch_wait_ms,
         )
 
     def storage_config(self) -> StorageConfig:

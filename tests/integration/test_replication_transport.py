@@ -34,8 +34,10 @@ T = TypeVar("T")
 
 
 class Node:
-    def __init__(self, node_id: int, root: Path, topic_id: int = 0) -> None:
+    def __init__(self, node_id: int, root: Path, topic_id: int = 0, quiet_ms: int = 0) -> None:
         self.node_id = node_id
+        self.quiet_ms = quiet_ms  # quiescence (0: off), with the links' liveness
+        self.service: ReplicationService | None = None
         self.root = root
         self.topic_id = topic_id  # the incarnation of topic "t" this node hosts
         self.port = 0
@@ -53,19 +55,23 @@ class Node:
 
     async def listen(self) -> None:
         self.server = grpc.aio.server()
+        self.service = ReplicationService(self._route)
         replication_pb2_grpc.add_ReplicationServicer_to_server(  # type: ignore[no-untyped-call]
-            ReplicationService(self._route), self.server
+            self.service, self.server
         )
         self.port = self.server.add_insecure_port(f"127.0.0.1:{self.port}")
         await self.server.start()
 
     async def start(self, peers: dict[int, str]) -> None:
-        self.links = PeerLinks(self.node_id, peers)
+        self.links = PeerLinks(self.node_id, peers, silence_ms=1000)
         self.links.start()
+        if self.quiet_ms and self.service is not None:
+            self.service.liveness = self.links.liveness
         self.log = PartitionLog(self.root / f"node{self.node_id}", "t", 0, STORAGE)
         config = ReplicaConfig(
             self.node_id, VOTERS, election_timeout_ms_min=400, election_timeout_ms_max=800,
             fetch_wait_ms_max=100, fetch_retry_ms=300, begin_epoch_retry_ms=100,
+            quiet_fetch_wait_ms=self.quiet_ms,
         )  # fmt: skip
         self.driver = ReplicaDriver(
             self.log, config, self.links.transport("t", 0, self.topic_id),
@@ -145,6 +151,52 @@ def test_three_nodes_replicate_over_grpc_and_survive_a_leader_crash(tmp_path: Pa
             )
             assert rejoined.log is not None
             assert values_of(rejoined.log, leo) == [*acked, b"after"]
+        finally:
+            for node in nodes.values():
+                if node.server is not None:
+                    await node.crash()
+
+    asyncio.run(main())
+
+
+def _sent(node: Node) -> tuple[int, int]:
+    """(batches of envelopes, heartbeats) a node's links sent."""
+    assert node.links is not None
+    links = node.links._links.values()
+    return sum(link.batches for link in links), sum(link.heartbeats for link in links)
+
+
+def test_a_quiet_partition_sends_only_heartbeats_and_fails_over_when_its_leader_dies(
+    tmp_path: Path,
+) -> None:
+    """Quiescence over real streams: once every replica holds the log and its HW, the
+    links carry only node heartbeats (no fetch for the minute the leader would hold one);
+    when the leader's process dies its followers' nodes notice the silence, wake the
+    partition and elect a new leader long before that minute."""
+
+    async def main() -> None:
+        nodes = {n: Node(n, tmp_path, quiet_ms=60_000) for n in VOTERS}
+        await start_all(nodes)
+        try:
+            first = await wait_for(lambda: leader_of(nodes))
+            driver = nodes[first].driver
+            assert driver is not None
+            await driver.append([b"a"], Acks.ALL, DEADLINE_S)
+            await wait_for(lambda: all(n.driver and n.driver.replica.quiet for n in nodes.values()))
+            sent = {n: _sent(node) for n, node in nodes.items()}
+            await asyncio.sleep(1.0)  # idle: heartbeats (4 per link a second), and at most
+            # an exchange or two after a heartbeat came late on this loaded machine (a
+            # wake); not quiet, the followers would fetch 10 times each in that second
+            batches = sum(_sent(node)[0] - sent[n][0] for n, node in nodes.items())
+            assert batches <= 6, f"{batches} replication messages from a quiet partition"
+            assert all(_sent(node)[1] > sent[n][1] for n, node in nodes.items())
+            await nodes[first].crash()
+            others = {n: v for n, v in nodes.items() if n != first}
+            second = await wait_for(lambda: leader_of(others))
+            survivor = nodes[second]
+            assert survivor.driver is not None and survivor.log is not None
+            await survivor.driver.append([b"after"], Acks.ALL, DEADLINE_S)
+            assert values_of(survivor.log, survivor.log.high_watermark) == [b"a", b"after"]
         finally:
             for node in nodes.values():
                 if node.server is not None:

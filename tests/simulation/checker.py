@@ -4,7 +4,9 @@
 * log matching: two replicas that ever hold the same (offset, epoch) hold identical logs up
   to it (a hash chain over (epoch, value, control) per offset, compared across all time);
 * leader completeness: every offset that was ever below any replica's HW, and every acked
-  acks=all record, is in every later leader's log at its offset, unchanged; no replica ever
+  acks=all record, is in the log of every leader of a later epoch at its offset, unchanged
+  (a leader of an older epoch elected late, after a pause, holds what earlier epochs
+  committed: `Checker.on_new_leader`); no replica ever
   truncates a committed record;
 * HW: monotonic on a leader within its epoch, never above LEO anywhere; when a leader moves
   it to X, a majority of the *voters* hold the leader's record at X - 1 (observers hold
@@ -57,6 +59,9 @@ class Checker:
     leaders: dict[int, int] = field(default_factory=dict)  # epoch -> leader id
     seen: dict[tuple[int, int], int] = field(default_factory=dict)  # (offset, epoch) -> chain
     committed: list[SimRecord] = field(default_factory=list)  # the committed prefix
+    # per committed offset, the epoch of the replica whose HW first covered it (the epoch
+    # its leader committed it in, as Raft counts: `on_new_leader`)
+    commit_epochs: list[int] = field(default_factory=list)
     assigned: dict[bytes, int] = field(default_factory=dict)  # client value -> offset
     retried: dict[bytes, set[int]] = field(default_factory=dict)  # producer value -> offsets
     leader_hw: dict[int, tuple[int, int]] = field(default_factory=dict)  # node -> (epoch, hw)
@@ -105,7 +110,8 @@ class Checker:
                 f"node {node}: truncation to {offset} removes committed records",
             )
 
-    def on_high_watermark(self, node: int, log: list[SimRecord], hw: int) -> None:
+    def on_high_watermark(self, node: int, log: list[SimRecord], hw: int, epoch: int = 0) -> None:
+        """`epoch`: the replica's epoch (a HW it holds was its leader's in that epoch)."""
         check(hw <= len(log), f"node {node}: HW {hw} above LEO {len(log)}")
         if hw == 0:
             return
@@ -122,6 +128,7 @@ class Checker:
                 f"node {node}: log differs from the committed prefix below {known}",
             )
         self.committed.extend(log[known:hw])
+        self.commit_epochs.extend([epoch] * (hw - known))
 
     def on_commit(
         self, node: int, log: list[SimRecord], hw: int, voter_logs: list[list[SimRecord]]
@@ -154,14 +161,25 @@ class Checker:
         self, node: int, epoch: int, log: list[SimRecord], damaged: set[int] | None = None
     ) -> None:
         """`damaged`: offsets whose bytes rotted on this node's disk (its checksums refuse
-        them; it repairs itself from the others): the record is there, unreadable."""
-        known = len(self.committed)
+        them; it repairs itself from the others): the record is there, unreadable.
+
+        By epoch, as Raft states it: a leader of `epoch` holds every record committed in
+        an earlier epoch (committed in: the epoch of the leader whose HW covered it first,
+        whatever epoch the record was written in). A process paused while it was a
+        candidate (SIGSTOP: `quiet.py`'s pauses) may take up its leadership of an old epoch
+        after later epochs committed more: it commits nothing (its voters moved on) and
+        serves nothing (its own epoch never commits; the simulator checks what serving
+        leaders answer after every event)."""
+        known = next(
+            (i for i, e in enumerate(self.commit_epochs) if e >= epoch), len(self.committed)
+        )
         check(
-            len(log) >= known and (known == 0 or log[known - 1].chain == self.committed[-1].chain),
+            len(log) >= known
+            and (known == 0 or log[known - 1].chain == self.committed[known - 1].chain),
             f"leader completeness: leader {node} of epoch {epoch} lacks committed records",
         )
         for offset, value in self.acked_all.items():
-            if damaged and offset in damaged:
+            if (damaged and offset in damaged) or offset >= known:
                 continue
             check(log[offset].value == value, f"leader {node} lost acked record at {offset}")
 

@@ -2,7 +2,7 @@
 
 python -m tests.simulation.run --seed 1234 --nodes 3 [--observers 1] [--flush never]
     [--interrupts] [--memberships --spares 1] [--balance [--voters 2,3,1]]
-    [--controller reassign|keeper --spares 2] [--late-votes]
+    [--controller reassign|keeper --spares 2] [--late-votes] [--quiet]
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ def main() -> None:
     parser.add_argument(
         "--late-votes", action="store_true", help="votes late past timeouts, duplicated"
     )
+    parser.add_argument(
+        "--quiet", action="store_true", help="quiescence, node heartbeats, pauses, one-way cuts"
+    )
     args = parser.parse_args()
     config = SimConfig.random(
         args.seed,
@@ -55,6 +58,7 @@ def main() -> None:
         voter_order=tuple(int(v) for v in args.voters.split(",") if v),
         controller=args.controller,
         late_votes=args.late_votes,
+        quiet=args.quiet,
     )
     print(config)
     outcome = run_schedule(config)

@@ -64,7 +64,7 @@ import heapq
 import random
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from replog import frames
 from replog.replication import (
@@ -100,9 +100,11 @@ from replog.replication import (
 )
 from replog.replication.batch_ends import BatchEnds
 from replog.replication.durable import durable_quorum_state
+from replog.replication.liveness import NodeLiveness
 from replog.replication.producers import ProducerBatch, ProducerTable, decode_header
 from replog.replication.roles.core import Step
 from replog.server.cluster.balancer import preferred_target
+from tests.simulation import quiet
 from tests.simulation.checker import Checker, InvariantViolation, SimRecord, check
 from tests.simulation.controllers import check_done, controller_bound_ms, make_controller
 
@@ -156,6 +158,11 @@ class SimConfig:
     # apply a topic's creation record at different times; messages to a replica not yet
     # created are lost, the first ones created campaign alone)
     start_spread_ms: int = 0
+    # quiescence (quiet.py): a follower's fetch at the leader's LEO and HW is held this long
+    # (0: off), with node heartbeats; pauses and one-way cuts of links during the chaos
+    quiet_fetch_wait_ms: int = 0
+    pauses_per_s: float = 0.0
+    one_way_per_s: float = 0.0
 
     def repro(self) -> str:
         flush = "" if self.flush_always else " --flush never"
@@ -171,6 +178,7 @@ class SimConfig:
             f" --controller {self.controller} --spares {self.spares}" if self.controller else ""
         )
         votes = " --late-votes" if self.vote_delay_ms_max else ""
+        votes += " --quiet" if self.quiet_fetch_wait_ms else ""
         return (
             f"python -m tests.simulation.run --seed {self.seed} --nodes {self.nodes}"
             f"{observers}{flush}{owner}{transfers}{corruption}{producers}{members}{balance}"
@@ -200,6 +208,7 @@ class SimConfig:
         voter_order: tuple[int, ...] = (),
         controller: str = "",
         late_votes: bool = False,
+        quiet: bool = False,
     ) -> SimConfig:
         """Fault rates drawn from the seed, so that seeds cover calm and hostile networks.
         `interrupts`: the owner model with cancelled callers (a rate drawn separately, so
@@ -217,7 +226,10 @@ class SimConfig:
         votes = random.Random(f"votes-{seed}-{shape}")
         vote_delay, vote_copies = votes.choice([100, 400, 1000]), votes.choice([0.1, 0.3, 0.6])
         spread = votes.choice([0, 100, 500, 1500])
-        return SimConfig(
+        calm = random.Random(f"quiet-{seed}-{shape}")
+        quiet_ms, pauses = calm.choice([400, 1500]), calm.choice([0.0, 0.5, 2.0])
+        one_way, quiet_appends = calm.choice([0.0, 0.5, 2.0]), calm.choice([0.5, 2.0, 10.0])
+        config = SimConfig(
             start_spread_ms=spread if late_votes else 0,
             vote_delay_ms_max=vote_delay if late_votes else 0,
             vote_duplication=vote_copies if late_votes else 0.0,
@@ -250,6 +262,17 @@ class SimConfig:
             # is outside the guarantee, see docs/design.md)
             retention_per_s=0.0 if producers else rng.choice([0.0, 0.0, 2.0, 10.0]),
         )
+        if not quiet:
+            return config
+        # few appends, so that partitions spend long stretches quiet, and a longer chaos
+        return replace(
+            config,
+            quiet_fetch_wait_ms=quiet_ms,
+            pauses_per_s=pauses,
+            one_way_per_s=one_way,
+            appends_per_s=quiet_appends,
+            chaos_ms=8000,
+        )
 
 
 @dataclass
@@ -278,6 +301,8 @@ class Node:
     batch_ends: BatchEnds = field(default_factory=BatchEnds)
     before_repair: list[SimRecord] | None = None  # its log when it was discarded
     memberships: tuple[MembershipEntry, ...] = ()  # the `membership-history` file
+    liveness: NodeLiveness | None = None  # its process's view of the others (quiet.py)
+    paused_until: int = 0  # a paused process (quiet.py): it does nothing until then
 
     def held(self, leader_log: list[SimRecord], hw: int) -> list[SimRecord]:
         """Its log, or, if only that holds the leader's record at `hw - 1`, what it held
@@ -391,6 +416,8 @@ class Simulation:
         self.votes_granted: dict[tuple[int, int], set[int]] = {}
         self.nodes = {i: Node(i) for i in self.ids}
         self.groups: dict[int, int] = dict.fromkeys(self.ids, 0)
+        self.cuts: set[tuple[int, int]] = set()  # (src, dst): lost one way (quiet.py)
+        self.quiet_rng = random.Random(f"quiet-chaos-{config.seed}-{config.shape}")
         self.loss = config.loss
         self.duplication = config.duplication
         self.fetch_records_max = config.fetch_records_max
@@ -425,6 +452,8 @@ class Simulation:
                 self._start_node(i)
             self._schedule(self.rng.randint(0, TICK_MS), "tick", i)
         self._schedule(0, "chaos", None)
+        if config.quiet_fetch_wait_ms:
+            quiet.schedule(self)
         if config.balance_interval_ms:
             for i in self.ids:
                 self._schedule(self._balance_delay(), "balance", i)
@@ -455,13 +484,17 @@ class Simulation:
         if kind == "tick":
             assert isinstance(payload, int)
             node = self.nodes[payload]
-            self._input(node, self._tick)
+            if not quiet.paused(self, payload):
+                self._input(node, self._tick)
             self._schedule(TICK_MS, "tick", payload)
         elif kind == "msg":
             assert isinstance(payload, _Delivery)
             src, dst = payload.src, payload.dst
             node = self.nodes[dst]
-            if node.replica is not None and self.groups[src] == self.groups[dst]:
+            if quiet.paused(self, dst):  # it reads the message once it runs again
+                self._schedule(node.paused_until - self.now, "msg", payload)
+            elif node.replica is not None and not quiet.lost(self, src, dst):
+                quiet.heard(self, src, dst)
                 self.last_delivered = (src, dst, payload.message)
                 message = payload.message
                 self._input(node, lambda r: r.receive(message, self.now))
@@ -498,7 +531,18 @@ class Simulation:
         elif kind == "chaos":
             if self.chaos:
                 self._chaos_step()
+                if self.config.pauses_per_s or self.config.one_way_per_s:
+                    quiet.chaos(self, self.quiet_rng)
                 self._schedule(TICK_MS, "chaos", None)
+        elif kind == "heartbeat":
+            assert isinstance(payload, int)
+            quiet.heartbeat(self, payload)
+        elif kind == "resume":
+            assert isinstance(payload, int)
+            quiet.resume(self, payload)
+        elif kind == "beat":
+            assert isinstance(payload, quiet.Heartbeat)
+            quiet.deliver_heartbeat(self, payload)
         else:  # pragma: no cover
             raise AssertionError(kind)
 
@@ -564,6 +608,7 @@ class Simulation:
 
     def heal(self) -> None:
         self.groups = dict.fromkeys(self.ids, 0)
+        self.cuts.clear()
 
     def corrupt(self, node_id: int, offset: int | None = None) -> None:
         """Flip the bytes of one committed record on one node's disk (bit rot). One node at
@@ -653,6 +698,8 @@ class Simulation:
         if node.replica is None:
             return
         node.replica = None
+        node.liveness = None
+        node.paused_until = 0
         node.busy.clear()  # the process died between two outputs: the rest never happen
         node.inbox.clear()
         node.caller = None
@@ -846,7 +893,9 @@ class Simulation:
             fetch_retry_ms=100,
             begin_epoch_retry_ms=50,
             flush_always=cfg.flush_always,
+            quiet_fetch_wait_ms=cfg.quiet_fetch_wait_ms,
         )
+        node.liveness = quiet.start_node(self, node) if cfg.quiet_fetch_wait_ms else None
         rng = random.Random(f"replica-{cfg.seed}-{node_id}-{node.incarnation}")
         replica = Replica(
             config,
@@ -859,11 +908,12 @@ class Simulation:
             log_start_offset=node.log_start,
             producers=producer_table(node.log, node.log_start),
             memberships=node.memberships,
+            liveness=node.liveness,
         )
         node.replica = replica
         node.flushed = len(node.log)
         node.hw = replica.high_watermark
-        self.checker.on_high_watermark(node.id, node.log, node.hw)
+        self.checker.on_high_watermark(node.id, node.log, node.hw, node.quorum.epoch)
         self._input(node, lambda r: r.start())
         self._check_epochs(node)
 
@@ -1120,7 +1170,8 @@ class Simulation:
                 node.log_start = node.flushed = out.offset
                 node.batch_ends.clear()
             elif isinstance(out, SetHighWatermark):
-                checker.on_high_watermark(node.id, node.log, out.offset)
+                epoch = node.replica.epoch if node.replica is not None else 0
+                checker.on_high_watermark(node.id, node.log, out.offset, epoch)
                 if node.replica is not None and node.replica.role is Role.LEADER:
                     # a node repairing its log still counts with what it held when it
                     # acknowledged (the leader may use that acknowledgement): the repair is
@@ -1282,7 +1333,10 @@ class Simulation:
             if role is Role.LEADER:
                 epoch = replica.epoch
                 checker.on_leader(node.id, epoch, hw)
-                if replica.serving and hw <= checker.acked_all_max:
+                # (a paused process answers no reader; it runs its timers first when it
+                # resumes: `quiet.resume`)
+                paused = node.paused_until > self.now
+                if replica.serving and hw <= checker.acked_all_max and not paused:
                     if newest < 0:
                         newest = max(n.replica.epoch for n in self.nodes.values() if n.replica)
                     if epoch >= newest:

@@ -20,15 +20,23 @@ import enum
 import random
 from collections import Counter, deque
 from dataclasses import dataclass
+from typing import Protocol
 
 from replog.replication.config import ReplicaConfig
 from replog.replication.epochs import EpochHistory
+from replog.replication.liveness import NeverHeard
 from replog.replication.membership import Membership, MembershipHistory
 from replog.replication.messages import FetchRequest
 from replog.replication.outputs import Output, PersistQuorumState
 from replog.replication.producers import ProducerTable
 from replog.replication.stale import Stale
 from replog.replication.state import QuorumState
+
+
+class Liveness(Protocol):
+    """What the node hears of its peers (`liveness.NodeLiveness`)."""
+
+    def heard_ms(self, node: int) -> int | None: ...
 
 
 class Role(enum.Enum):
@@ -60,6 +68,10 @@ class Progress:
     parked_since_ms: int = 0
     hw_due_ms: int | None = None  # the parked fetch is answered then to carry a new HW
     begin_sent_ms: int | None = None
+    # quiescence (`quiet.py`): its last answer left it holding the whole log, HW included
+    # (its next fetch may be held `quiet_fetch_wait_ms`); the parked fetch is held so
+    answered_quiet: bool = False
+    quiet: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +96,10 @@ class Core:
         high_watermark: int,
         log_start_offset: int,
         producers: ProducerTable,
+        liveness: Liveness | None = None,
     ) -> None:
         self.config = config
+        self.liveness: Liveness = liveness if liveness is not None else NeverHeard()
         self.producers = producers
         self.rng = rng
         self.out: list[Output] = []
@@ -107,6 +121,9 @@ class Core:
         self.prevotes: set[int] = set()  # PRE_CANDIDATE: the round's grants (itself too)
         self.leader_contact_ms: int | None = None  # last word from this epoch's leader
         self.election_deadline_ms = 0
+        # a follower whose leader said it holds the whole log, HW included, and whose
+        # leader's node is heard: long timers until an answer or a wake (`quiet.py`)
+        self.quiet = False
         # follower
         self.fetch_sent_ms: int | None = None
         self.leader_hw_seen = 0  # the HW in the last records answer
@@ -208,7 +225,16 @@ class Core:
             self.state = QuorumState(s.epoch, s.voted_for, s.leader_id)
             self.out.append(PersistQuorumState(self.state))
 
+    def leader_heard(self, now_ms: int) -> bool:
+        """This replica heard from its leader within `election_timeout_ms_min`, or is quiet
+        (its leader's node is heard: a change would have woken it)."""
+        contact = self.leader_contact_ms
+        if self.quiet:
+            return True
+        return contact is not None and now_ms - contact < self.config.election_timeout_ms_min
+
     def reset_election_timer(self, now_ms: int) -> None:
+        self.quiet = False
         cfg = self.config
         timeout = self.rng.randint(cfg.election_timeout_ms_min, cfg.election_timeout_ms_max)
         self.election_deadline_ms = now_ms + timeout

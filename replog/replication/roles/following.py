@@ -27,6 +27,7 @@ from replog.replication.outputs import (
     SetHighWatermark,
     TruncateTo,
 )
+from replog.replication.roles import quiet
 from replog.replication.roles.core import Core, Step
 from replog.replication.stale import Stale, divergence_offset, result_problem
 
@@ -83,6 +84,7 @@ def accept_fetch_response(c: Core, response: FetchResponse, now_ms: int) -> None
         _start_at(c, result)
     else:
         _append_records(c, result)
+        quiet.enter(c, result, now_ms)
     send_fetch(c, now_ms)
 
 

@@ -36,6 +36,7 @@ from replog.replication.outputs import (
 )
 from replog.replication.producers import BatchHeader, Check, ProducerBatch, Verdict
 from replog.replication.quorum import next_high_watermark
+from replog.replication.roles import quiet
 from replog.replication.roles.core import Core, PendingAck, Progress, Step
 
 
@@ -222,8 +223,10 @@ def answer_parked(c: Core, now_ms: int) -> None:
         if parked is None:
             continue
         if parked.fetch_offset < c.leo:
+            quiet.unpark(progress, now_ms)
             send_records(c, replica, parked)
         elif progress.hw_sent != c.hw:
+            quiet.unpark(progress, now_ms)
             hw_news(c, replica, progress, now_ms)
 
 
@@ -248,6 +251,7 @@ def send_records(c: Core, replica: int, request: FetchRequest) -> None:
     progress.parked = None
     progress.hw_due_ms = None
     progress.hw_sent = c.hw
+    quiet.answered(c, progress)
     start, end = request.fetch_offset, c.leo
     records = Records(
         start,
@@ -293,6 +297,7 @@ def serve_fetch(c: Core, request: FetchRequest, now_ms: int) -> None:
     else:
         progress.parked = request  # long poll: answered on new data, new HW or expiry
         progress.parked_since_ms = now_ms
+        quiet.park(c, progress, request, now_ms)
         if progress.hw_sent != c.hw:
             hw_news(c, sender, progress, now_ms)
 
@@ -305,6 +310,7 @@ def _send_start_at(c: Core, sender: int, request: FetchRequest, now_ms: int) -> 
     progress = c.progress[sender]
     progress.last_fetch_ms = now_ms  # it is alive (check-quorum), but matches nothing yet
     progress.parked = None
+    progress.quiet = progress.answered_quiet = False
     progress.hw_due_ms = None
     before = EpochHistory(c.history.entries)
     before.truncate_to(c.log_start)

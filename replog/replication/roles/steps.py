@@ -24,7 +24,7 @@ from replog.replication.messages import (
     VoteResponse,
 )
 from replog.replication.outputs import Send
-from replog.replication.roles import voting
+from replog.replication.roles import quiet, voting
 from replog.replication.roles.core import Core, Step
 from replog.replication.roles.following import accept_fetch_response, send_fetch
 from replog.replication.roles.leading import maybe_timeout_now, send_records, serve_fetch
@@ -273,7 +273,7 @@ def _tick_following(c: Core, now_ms: int) -> None:
     """FOLLOWER, PRE_CANDIDATE: the election timeout, else a lost fetch is sent again."""
     if now_ms >= c.election_deadline_ms:
         election_timeout(c, now_ms)
-    elif c.fetch_sent_ms is not None and now_ms - c.fetch_sent_ms >= c.config.fetch_retry_ms:
+    elif c.fetch_sent_ms is not None and now_ms - c.fetch_sent_ms >= quiet.fetch_retry_ms(c):
         c.fetch_sent_ms = None
         send_fetch(c, now_ms)
 
@@ -292,10 +292,14 @@ def _tick_leader(c: Core, now_ms: int) -> None:
     for replica, progress in c.progress.items():
         parked = progress.parked
         if parked is not None and (
-            now_ms - progress.parked_since_ms >= cfg.fetch_wait_ms_max
+            now_ms - progress.parked_since_ms >= quiet.parked_wait_ms(c, progress)
             or (progress.hw_due_ms is not None and now_ms >= progress.hw_due_ms)
         ):
+            quiet.unpark(progress, now_ms)
             send_records(c, replica, parked)
+        if progress.quiet:  # its node is heard (else a wake would have ended this)
+            alive += progress.voter
+            continue
         last = progress.last_fetch_ms
         # Tell the leader again to a replica that has not fetched in this epoch, and to an
         # observer that went quiet: it forgets a silent leader and does not campaign. So
@@ -321,7 +325,7 @@ def next_tick_ms(c: Core) -> int | None:
     if c.step is not Step.LEADER:
         due = c.election_deadline_ms
         if c.fetch_sent_ms is not None:  # a follower's (or pre-candidate's) fetch retry
-            due = min(due, c.fetch_sent_ms + cfg.fetch_retry_ms)
+            due = min(due, c.fetch_sent_ms + quiet.fetch_retry_ms(c))
         return due
     if c.transfer is not None or c.pending_leader:
         return 0
@@ -329,9 +333,13 @@ def next_tick_ms(c: Core) -> int | None:
     lasts: list[int] = []
     for progress in c.progress.values():
         if progress.parked is not None:
-            times.append(progress.parked_since_ms + cfg.fetch_wait_ms_max)
+            times.append(progress.parked_since_ms + quiet.parked_wait_ms(c, progress))
             if progress.hw_due_ms is not None:
                 times.append(progress.hw_due_ms)
+        if progress.quiet:  # alive until its held fetch is answered (then: alive now)
+            if progress.voter:
+                lasts.append(progress.parked_since_ms + cfg.quiet_fetch_wait_ms)
+            continue
         last = progress.last_fetch_ms
         unaware = not progress.voter or progress.match <= c.members.latest_offset
         if last is None or unaware:
@@ -348,6 +356,14 @@ def next_tick_ms(c: Core) -> int | None:
             quorum_since = max(quorum_since, lasts[others - 1])
         times.append(quorum_since + cfg.election_timeout_ms_max)
     return min(times, default=None)
+
+
+def wake(c: Core, node: int, now_ms: int) -> None:
+    """The liveness of peer node `node` changed (`quiet.py`): what is quiet about it wakes."""
+    if c.step is Step.LEADER:
+        quiet.wake_leader(c, node, now_ms)
+    elif quiet.wake_follower(c, node, now_ms):
+        send_fetch(c, now_ms)
 
 
 _TICKS: dict[Step, Callable[[Core, int], None]] = {

@@ -58,10 +58,8 @@ def pre_vote_response_epoch(c: Core, response: VoteResponse, now_ms: int) -> boo
 
 def answer_pre_vote(c: Core, request: VoteRequest, now_ms: int) -> None:
     """Would this replica vote for the asker in `request.epoch`? Not while it heard from a
-    live leader within `election_timeout_ms_min`."""
-    contact = c.leader_contact_ms
-    alive = contact is not None and now_ms - contact < c.config.election_timeout_ms_min
-    _answer_pre_vote(c, request, leader_alive=alive)
+    live leader within `election_timeout_ms_min` (or is quiet: its leader's node is heard)."""
+    _answer_pre_vote(c, request, leader_alive=c.leader_heard(now_ms))
 
 
 def answer_pre_vote_leading(c: Core, request: VoteRequest, now_ms: int) -> None:

@@ -26,6 +26,13 @@ its certificate names with TLS, else the id in the `replog-node-id` header every
 (believed, as envelopes' senders are without TLS), else the sender of the stream's first
 envelope (a node of an older version).
 
+Liveness (quiescence: `replication/liveness.py`, `replication/roles/quiet.py`). An idle
+`ExchangeBatches` stream carries an empty batch every `HEARTBEAT_S`, and every stream says
+its node's incarnation (`INCARNATION_HEADER`, drawn at process start). The receiving side
+reports each batch to the node's `NodeLiveness` (`PeerLinks.liveness`) and each new stream
+as a reconnection (with the incarnation: a new one is a restart); `PeerLinks` checks for
+silent peers every `HEARTBEAT_S`. The replicas of quiet partitions are woken by it.
+
 Trust. With TLS (`authenticate` given) the stream arrives on the peer listener, which
 requires a client certificate signed by the cluster's CA; the certificate must name a
 member (`security.peer_node_id`), and every envelope's `from_id` must be that member, or
@@ -44,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Protocol
@@ -51,6 +59,7 @@ from typing import Any, Protocol
 import grpc
 
 from replog.errors import InvalidArgumentError, ReplogError, ShuttingDownError
+from replog.replication.liveness import NodeLiveness
 from replog.replication.messages import Message
 from replog.server.edge import status
 from replog.server.edge.security import describe_peer
@@ -82,6 +91,13 @@ CHANNEL_OPTIONS = [
 DROP_LOG_INTERVAL_S = 10.0
 REAUTHENTICATE_INTERVAL_S = 1.0  # a stream's certificate is checked again this often
 NODE_ID_HEADER = "replog-node-id"  # the sending node's id, on every outgoing stream
+INCARNATION_HEADER = "replog-incarnation"  # the sending process's id, drawn at its start
+HEARTBEAT_S = 0.25  # an idle link sends an empty batch this often; silence is checked too
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)  # the replicas' clock (`ReplicaDriver`)
+
 
 # (topic, partition, topic_id) -> the replica's delivery, None when not hosted here
 Router = Callable[[str, int, int], Callable[[Message], Awaitable[None]] | None]
@@ -121,18 +137,31 @@ class _Link:
         self.batched = True  # the next stream is `ExchangeBatches` (False: `Exchange`, once)
         self.carry: pb.Envelope | None = None  # taken off the queue, for the next batch
         self.batches = 0  # messages sent on `ExchangeBatches` (for tests and metrics)
+        self.heartbeats = 0  # empty batches sent on an idle stream
 
 
 class PeerLinks:
     """Outgoing streams to every peer (`peers`: node id -> host:port)."""
 
-    def __init__(self, node_id: int, peers: dict[int, str], dial: Dial = insecure_dial) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        peers: dict[int, str],
+        dial: Dial = insecure_dial,
+        *,
+        silence_ms: int = 1000,
+    ) -> None:
+        """`silence_ms`: a peer not heard for this long is silent (its quiet partitions
+        wake: `NodeLiveness`); the election timeout's lower bound."""
         self.node_id = node_id
+        self.liveness = NodeLiveness(silence_ms)
+        self.incarnation = random.SystemRandom().getrandbits(62) + 1
         self._links = {p: _Link(p, a) for p, a in peers.items() if p != node_id}
         self._closed = False
         self._dial = dial  # a channel to a peer address (mutual TLS with TLS on)
         self._spawn: Spawn | None = None
         self._started = False
+        self._liveness_task: asyncio.Task[None] | None = None
 
     def start(self, spawn: Spawn | None = None) -> None:
         """Start one sender task per peer through `spawn` (the node's supervisor; tests of
@@ -140,6 +169,13 @@ class PeerLinks:
         self._spawn, self._started = spawn, True
         for link in self._links.values():
             self._start_link(link)
+        coro, name = self._check_liveness(), "peer-liveness"
+        self._liveness_task = spawn(coro, name) if spawn else asyncio.create_task(coro, name=name)
+
+    async def _check_liveness(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(HEARTBEAT_S)
+            self.liveness.check(_now_ms())
 
     def _start_link(self, link: _Link) -> None:
         coro, name = self._run(link), f"peer-{link.peer}"
@@ -195,7 +231,10 @@ class PeerLinks:
             channel = self._dial(link.address)
             stub = replication_pb2_grpc.ReplicationStub(channel)  # type: ignore[no-untyped-call]
             readers: list[asyncio.Task[Any]] = []
-            metadata = ((NODE_ID_HEADER, str(self.node_id)),)
+            metadata = (
+                (NODE_ID_HEADER, str(self.node_id)),
+                (INCARNATION_HEADER, str(self.incarnation)),
+            )
             batched, link.batched = link.batched, True
             try:
                 if batched:
@@ -255,7 +294,12 @@ class PeerLinks:
             first = link.carry
             link.carry = None
             if first is None:
-                first = await queue.get()
+                try:
+                    first = await asyncio.wait_for(queue.get(), HEARTBEAT_S)
+                except TimeoutError:  # (the get gives up without taking)
+                    link.heartbeats += 1
+                    yield pb.Envelopes()  # a heartbeat: the link is idle, the node alive
+                    continue
             batch = [first]
             size = first.ByteSize()
             while not queue.empty() and len(batch) < BATCH_ENVELOPES_MAX:
@@ -271,6 +315,8 @@ class PeerLinks:
     async def close(self) -> None:
         self._closed = True
         tasks = [link.task for link in self._links.values() if link.task is not None]
+        if self._liveness_task is not None:
+            tasks.append(self._liveness_task)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -284,6 +330,11 @@ class PartitionTransport:
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
+
+    @property
+    def liveness(self) -> NodeLiveness:
+        """The node's view of its peers (`ReplicaDriver` wakes quiet replicas by it)."""
+        return self.links.liveness
 
     def send(self, to: int, message: Message) -> None:
         self.links.send(
@@ -299,8 +350,10 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         authenticate: Authenticate | None = None,
         on_peer: Callable[[int], None] | None = None,
         news: NewsReceiver | None = None,
+        liveness: NodeLiveness | None = None,
     ) -> None:
         self.router = router
+        self.liveness = liveness  # told of every stream and batch from a peer
         self.news = news  # ShareLeaders (None: UNIMPLEMENTED)
         self.authenticate = authenticate  # None: plaintext, the envelope's sender is believed
         self.on_peer = on_peer  # told the sender of each stream's first envelope
@@ -388,8 +441,12 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         announced = peer if peer is not None else _announced_node(context)
         if announced is not None and self.on_peer is not None:
             self.on_peer(announced)  # it is up: before its first envelope, which may be late
+        if announced is not None and self.liveness is not None:
+            self.liveness.connected(announced, _now_ms(), _announced_incarnation(context))
         count = 0
         async for batch in batches:
+            if announced is not None and self.liveness is not None:
+                self.liveness.heard(announced, _now_ms())
             if authenticate is not None:
                 now = time.monotonic()
                 if now - checked_at >= REAUTHENTICATE_INTERVAL_S:
@@ -469,6 +526,15 @@ async def _deliver_all(deliveries: list[Awaitable[None]]) -> None:
         await asyncio.wait(tasks)
         for task in tasks:
             task.result()
+
+
+def _announced_incarnation(context: Any) -> int | None:
+    """The sending process's incarnation (`INCARNATION_HEADER`; None: none, a node of an
+    older version)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == INCARNATION_HEADER and isinstance(value, str) and value.isdigit():
+            return int(value) if len(value) < 20 else None
+    return None
 
 
 def _announced_node(context: Any) -> int | None:
