@@ -58,11 +58,6 @@ class FaultHandling(ProducerSnapshots):
     _files_short_until: float
     _membership_seen: Membership
 
-    def _wake(self) -> None:
-        wakeup = self._wakeup
-        if wakeup is not None and not wakeup.done():
-            wakeup.set_result(None)
-
     def _fail_waiting(self, exc: Exception) -> None:
         for item in self._inbox:
             if item.done is not None and not item.done.done():

@@ -94,8 +94,22 @@ class Transport(Protocol):
         """Best effort, never blocks: a lost message is the protocol's business."""
 
 
+class GroupFlush(Protocol):
+    """A node's group flusher under flush=always (`server/partitions/flusher.py`)."""
+
+    def request(self, log: PartitionLog, on_flushed: Callable[[], None]) -> None:
+        """fsync `log` in the next pass (with every other log asking meanwhile), then call
+        `on_flushed` on the event loop."""
+
+
 class Performer:
     """Performs a replica's outputs (the owner task's I/O)."""
+
+    # Under flush=always, the node's group flusher (None: each write fsyncs its own log).
+    # With one, a write only reaches the page cache (`PartitionLog.flush_deferred`) and
+    # asks the flusher; when its pass has fsynced the log, the owner's next pass tells the
+    # core the flushed offset (`_flush_progress`), and only that moves HW and acks.
+    group_flush: GroupFlush | None = None
 
     essential: bool
     log: PartitionLog
@@ -118,6 +132,8 @@ class Performer:
     _retry_s: float
     _hold_until: float
     _rng: random.Random
+    _tick_due: bool
+    _wakeup: asyncio.Future[None] | None
     # The quorum state this driver last wrote (None: unknown, the next one is written).
     _quorum_written: QuorumState | None = None
 
@@ -257,8 +273,23 @@ class Performer:
         hop), in a thread when it may fsync (flush=always)."""
         self.log_writes += 1
         if self.log.config.flush is FlushPolicy.ALWAYS:
-            return await self._io(fn)
+            result = await self._io(fn)
+            if self.group_flush is not None:
+                self.group_flush.request(self.log, self._flushed_by_group)
+            return result
         return fn()
+
+    def _flushed_by_group(self) -> None:
+        """The group flusher fsynced this log: the owner's next pass reports the flushed
+        offset to the core (`_tick` starts with `_flush_progress`)."""
+        if not self.stopped:
+            self._tick_due = True
+            self._wake()
+
+    def _wake(self) -> None:
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
 
     async def _io(self, fn: Callable[[], T]) -> T:
         """Every blocking log or file operation of the owner goes through here (a thread,
