@@ -9,11 +9,12 @@ for acks=all) and one with `--flush interval` (fsync every second), started side
 Each gets one topic of `PARTITIONS` partitions, replication factor = nodes. `THREADS` client
 threads (one `replog.Client` each, thread i on partition i mod `PARTITIONS`) append
 `--batches` batches of 1000 random 100-byte values with acks=all, one batch in flight per
-thread; the rate is records/s from the first to the last ack. Repeats alternate which
-cluster goes first; the ratio always/interval is taken within each repeat and the median
-over the repeats reported (the machine's load moves both alike). `--base-tree DIR` also
-starts the same two clusters running another checkout's code (the "before"), in the same
-repeats, so that before and after are compared under the same load. `--write-docs` writes
+thread; the rate is records/s from the first to the last ack. `--workload producer`: instead,
+the default pipelined producer (`pipelined`) sends the same number of batches. Repeats
+rotate which cluster goes first; the ratio always/interval is taken within each repeat and
+the median over the repeats reported (the machine's load moves both alike). `--base-tree
+DIR` also starts the same two clusters running another checkout's code (the "before"), in
+the same repeats, so that before and after are compared under the same load. `--write-docs` writes
 `## Group commit across partitions (bench/flush_ratio.py)` in docs/benchmarks.md.
 Target (issue 32): ratio >= 0.75 on 1 and 3 nodes.
 """
@@ -36,7 +37,7 @@ from _common import Result, bench_tmpdir, emit, log, machine_info, write_section
 from replog.client import Client, RetryPolicy
 from replog.devcluster import DevCluster
 
-SECTION = "## Group commit across partitions (bench/flush_ratio.py)"
+SECTION = "## Group commit across partitions (bench/flush_ratio.py)"  # + workload
 MODES = ("always", "interval")
 PARTITIONS = 8
 THREADS = 8
@@ -74,6 +75,30 @@ def throughput(address: str, batches: int) -> float:
     return batches * BATCH * THREADS / elapsed
 
 
+def pipelined(address: str, batches: int) -> float:
+    """The default producer (`Client.producer`, acks=all, up to 5 batches in flight per
+    partition over AppendStream): `batches` x `THREADS` batches round robin over the
+    partitions, all sent, then every ack awaited."""
+    batch = [os.urandom(VALUE_BYTES) for _ in range(BATCH)]
+    with Client(address, retry=PATIENT) as client:
+        producer = client.producer(TOPIC, acks="all", partitions=PARTITIONS)
+        try:
+            for p in range(PARTITIONS):
+                producer.send_batch(batch[:1], p).result()  # connect, find the leaders
+            total = batches * THREADS
+            began = time.perf_counter()
+            futures = [producer.send_batch(batch, i % PARTITIONS) for i in range(total)]
+            for fut in futures:
+                fut.result()
+            elapsed = time.perf_counter() - began
+        finally:
+            producer.close()
+    return total * BATCH / elapsed
+
+
+WORKLOADS = {"threads": throughput, "producer": pipelined}
+
+
 def run_nodes(
     nodes: int, args: argparse.Namespace, work: Path, trees: dict[str, Path]
 ) -> dict[tuple[str, str], list[float]]:
@@ -93,7 +118,7 @@ def run_nodes(
         for r in range(args.repeats):
             order = keys[r % len(keys) :] + keys[: r % len(keys)]
             for key in order:
-                rate = throughput(clusters[key].bootstrap, args.batches)
+                rate = WORKLOADS[args.workload](clusters[key].bootstrap, args.batches)
                 rates[key].append(rate)
                 log(f"{nodes} node(s) {key[0]} --flush {key[1]} repeat {r}: {rate:,.0f} rec/s")
     finally:
@@ -107,6 +132,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batches", type=int, default=40, help="per thread")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="threads")
     parser.add_argument(
         "--base-tree", type=Path, help="also run this checkout's code (the 'before'), same run"
     )
@@ -153,7 +179,7 @@ def main() -> int:
             "",
             "Target (issue 32): always / interval >= 0.75 on 1 and 3 nodes.",
         ]
-        write_section(SECTION, "\n".join(lines))
+        write_section(f"{SECTION[:-1]}, {args.workload})", "\n".join(lines))
     return 0
 
 

@@ -215,6 +215,10 @@ class FaultHandling(ProducerSnapshots):
             exc,
         )
         self.rebuilds += 1
+        if self.log.flushed_offset < self.log.log_end_offset:
+            # A new core takes the whole log for flushed (what recovery found is on disk):
+            # make it so first (writes waiting for the group flusher's fsync).
+            await self._io(self.log.flush)
         try:
             self.replica = self._new_replica()
         except OSError as err:  # reading the durable files (EMFILE, EIO)

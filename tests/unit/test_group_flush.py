@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from replog.errors import AckTimeoutError, StorageError
 from replog.replication import Acks, ReplicaConfig, Role
 from replog.replication.driver import ReplicaDriver
 from replog.server.partitions.flusher import GroupFlusher
@@ -157,6 +158,36 @@ def test_appends_to_many_partitions_share_fsyncs_and_no_ack_precedes_its_fsync(
             for network in networks:
                 await network.close()
             runner.cancel()
+            flusher.close()
+
+    asyncio.run(main())
+
+
+def test_without_the_flushers_fsync_nothing_is_acknowledged_and_a_rebuilt_core_flushes_first(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        flusher = GroupFlusher()  # never run: no fsync comes
+        log = PartitionLog(tmp_path / "node1" / "t-0", "t", 0, STORAGE)
+        log.flush_deferred = True
+        config = ReplicaConfig(1, (1,))
+        driver = ReplicaDriver(log, config, LocalNetwork().transport(1), rng=random.Random(1))
+        driver.group_flush = flusher
+        try:
+            await driver.start()
+            await _wait(lambda: driver.role is Role.LEADER)
+            for acks in (Acks.ALL, Acks.LEADER):
+                with pytest.raises(AckTimeoutError):
+                    await driver.append([b"unsynced"], acks, 0.3)
+            assert log.flushed_offset < log.log_end_offset
+            # a core rebuilt after a failed log operation takes the log for flushed: the
+            # driver fsyncs it first
+            await driver._retry_rebuild(StorageError("a failed write (test)"))
+            assert log.flushed_offset == log.log_end_offset
+            assert driver.replica.flushed_offset <= log.flushed_offset
+        finally:
+            await driver.close()
+            log.close()
             flusher.close()
 
     asyncio.run(main())
