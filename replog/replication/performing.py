@@ -101,6 +101,9 @@ class GroupFlush(Protocol):
         """fsync `log` in the next pass (with every other log asking meanwhile), then call
         `on_flushed` on the event loop."""
 
+    def flushing(self, log: PartitionLog) -> bool:
+        """Whether an fsync of `log` is under way."""
+
 
 class Performer:
     """Performs a replica's outputs (the owner task's I/O)."""
@@ -166,10 +169,11 @@ class Performer:
         """Perform `out` if that needs no await (True; outputs it leads to are added to
         `queue`), else nothing (False): the outputs of an append, first, then the rest."""
         if isinstance(out, AppendRecords | AppendPieces):
-            if self.log.config.flush is FlushPolicy.ALWAYS:
-                return False  # may fsync: in a thread
+            if not self._writes_inline():
+                return False  # may fsync or wait for one: in a thread
             self.log_writes += 1
             self._appended(out, self._log_write(out)(), queue)
+            self._ask_flush()
         elif isinstance(out, SetHighWatermark):
             self._batch_ends.committed(out.offset)
             self.log.set_high_watermark(out.offset)
@@ -270,14 +274,29 @@ class Performer:
 
     async def _write(self, fn: Callable[[], T]) -> T:
         """A log append: inline when it only reaches the page cache (cheaper than a thread
-        hop), in a thread when it may fsync (flush=always)."""
+        hop), in a thread when it may fsync or wait for one (`_writes_inline`); with the
+        group flusher, the log's fsync is asked for."""
         self.log_writes += 1
-        if self.log.config.flush is FlushPolicy.ALWAYS:
+        if self._writes_inline():
+            result = fn()
+        else:
             result = await self._io(fn)
-            if self.group_flush is not None:
-                self.group_flush.request(self.log, self._flushed_by_group)
-            return result
-        return fn()
+        self._ask_flush()
+        return result
+
+    def _writes_inline(self) -> bool:
+        """Whether a log write may be made in the event loop: it never fsyncs (flush is
+        not `always`), or the group flusher fsyncs the log and is not fsyncing it now (an
+        fsync holds the log's lock; the flusher starts one only from the event loop, so
+        none starts before this write is done)."""
+        if self.log.config.flush is not FlushPolicy.ALWAYS:
+            return True
+        flusher = self.group_flush
+        return flusher is not None and not flusher.flushing(self.log)
+
+    def _ask_flush(self) -> None:
+        if self.group_flush is not None and self.log.config.flush is FlushPolicy.ALWAYS:
+            self.group_flush.request(self.log, self._flushed_by_group)
 
     def _flushed_by_group(self) -> None:
         """The group flusher fsynced this log: the owner's next pass reports the flushed

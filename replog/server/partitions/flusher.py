@@ -65,6 +65,7 @@ class GroupFlusher:
     def __init__(self, threads_max: int = GROUP_THREADS_MAX) -> None:
         self._pending: dict[PartitionLog, Callable[[], None]] = {}
         self._asked = asyncio.Event()
+        self._in_flight: set[PartitionLog] = set()
         self._pool = ThreadPoolExecutor(threads_max, thread_name_prefix="replog-flush")
         self.passes = 0  # times the flusher started fsyncs (each: every log then asking)
         self.flushes = 0  # log fsyncs made
@@ -74,6 +75,9 @@ class GroupFlusher:
         self._pending[log] = on_flushed
         self._asked.set()
 
+    def flushing(self, log: PartitionLog) -> bool:
+        return log in self._in_flight
+
     async def run(self) -> None:
         """Start the fsyncs of every log asked for that has none in flight, all at once;
         when any ends, tell its replica and start what was asked meanwhile (a log asked for
@@ -82,12 +86,12 @@ class GroupFlusher:
         loop = asyncio.get_running_loop()
         running: dict[asyncio.Future[Any], tuple[PartitionLog, Callable[[], None]]] = {}
         while True:
-            busy = {log for log, _ in running.values()}
-            ready = [log for log in self._pending if log not in busy]
+            ready = [log for log in self._pending if log not in self._in_flight]
             if ready:
                 self.passes += 1
             for log in ready:
                 on_flushed = self._pending.pop(log)
+                self._in_flight.add(log)
                 running[loop.run_in_executor(self._pool, _flush_one, log)] = (log, on_flushed)
             self._asked.clear()
             asked: asyncio.Future[object] = asyncio.ensure_future(self._asked.wait())
@@ -98,6 +102,7 @@ class GroupFlusher:
                 asked.cancel()
             for fut in [f for f in running if f.done()]:
                 log, on_flushed = running.pop(fut)
+                self._in_flight.discard(log)
                 self.flushes += 1
                 ok = fut.result()
                 if ok is True:
