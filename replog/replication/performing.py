@@ -230,6 +230,8 @@ class Performer:
             if isinstance(out, AppendRecords | AppendPieces):  # flush=always
                 self._appended(out, await self._write(self._log_write(out)), queue)
             elif isinstance(out, PersistQuorumState):
+                if i < len(queue) and isinstance(queue[i], PersistQuorumState):
+                    continue  # the next one supersedes it, and nothing comes in between
                 await self._persist_quorum_state(out.state)
             elif isinstance(out, PersistEpochHistory):
                 data_h = [[e.epoch, e.start_offset] for e in out.entries]
