@@ -105,6 +105,9 @@ def run_nodes(
     """Rates by (tree label, flush mode): every cluster started side by side, repeats
     rotating the order."""
     keys = [(label, m) for label in trees for m in MODES]
+    # `python -m replog` puts its working directory first on sys.path: the nodes start in
+    # the scratch directory, so that PYTHONPATH decides which checkout they run
+    os.chdir(work)
     clusters: dict[tuple[str, str], DevCluster] = {}
     rates: dict[tuple[str, str], list[float]] = {k: [] for k in keys}
     try:
