@@ -97,6 +97,11 @@ def pipelined(address: str, batches: int) -> float:
 
 
 WORKLOADS = {"threads": throughput, "producer": pipelined}
+WHO = {
+    "threads": f"{THREADS} client threads, one batch in flight each (`Client.append`).",
+    "producer": "One default producer (`Client.producer`, up to 5 batches in flight per "
+    "partition over AppendStream).",
+}
 
 
 def run_nodes(
@@ -162,10 +167,12 @@ def main() -> int:
     if args.write_docs:
         lines = [
             "Batched producers, acks=all: `--flush always` against `--flush interval`, two "
-            "clusters side by side in the same run (see the script's docstring). "
-            f"{THREADS} client threads, {PARTITIONS} partitions (rf = nodes), batches of "
-            f"{BATCH} x {VALUE_BYTES} B, {args.batches} batches per thread, "
-            f"median of {args.repeats} repeats (ratio taken within each repeat).",
+            "clusters side by side in the same run (see the script's docstring); `base` is "
+            "the same two clusters running `--base-tree`'s code in the same repeats. "
+            + WHO[args.workload]
+            + f" {PARTITIONS} partitions (rf = nodes), batches of {BATCH} x {VALUE_BYTES} B, "
+            f"{args.batches * THREADS} batches per run, median of {args.repeats} repeats "
+            "(ratio taken within each repeat).",
             "",
             "Command: `" + " ".join(["python bench/flush_ratio.py", *sys.argv[1:]]) + "`",
             "",
