@@ -191,3 +191,23 @@ def test_without_the_flushers_fsync_nothing_is_acknowledged_and_a_rebuilt_core_f
             flusher.close()
 
     asyncio.run(main())
+
+
+def test_a_flush_asked_for_after_the_flusher_closed_is_ignored_and_its_task_lives_on(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        flusher = GroupFlusher()
+        runner = asyncio.create_task(flusher.run())
+        log = PartitionLog(tmp_path / "node1" / "t-0", "t", 0, STORAGE)
+        log.flush_deferred = True
+        log.append([b"x"])
+        flusher.close()  # the node's replicas stopped; a retry may still come
+        flusher.request(log, lambda: pytest.fail("a closed flusher fsynced"))
+        await asyncio.sleep(0.05)
+        assert not runner.done(), "the flusher's task died"
+        runner.cancel()
+        log.close()  # it flushes what it holds as it closes
+        assert log.flushed_offset == log.log_end_offset == 1
+
+    asyncio.run(main())

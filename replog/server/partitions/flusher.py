@@ -66,12 +66,15 @@ class GroupFlusher:
         self._pending: dict[PartitionLog, Callable[[], None]] = {}
         self._asked = asyncio.Event()
         self._in_flight: set[PartitionLog] = set()
+        self._closed = False
         self._pool = ThreadPoolExecutor(threads_max, thread_name_prefix="replog-flush")
         self.passes = 0  # times the flusher started fsyncs (each: every log then asking)
         self.flushes = 0  # log fsyncs made
 
     def request(self, log: PartitionLog, on_flushed: Callable[[], None]) -> None:
         assert log.flush_deferred, "a log the group flusher does not fsync for"
+        if self._closed or log.closed:
+            return  # the node is stopping (a closed log flushed itself as it closed)
         self._pending[log] = on_flushed
         self._asked.set()
 
@@ -111,6 +114,9 @@ class GroupFlusher:
                     loop.call_later(GROUP_RETRY_S, self.request, log, on_flushed)
 
     def close(self) -> None:
+        """After the node's replicas stopped: nothing is asked for any more."""
+        self._closed = True
+        self._pending.clear()
         self._pool.shutdown(wait=False)
 
 
