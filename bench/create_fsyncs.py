@@ -68,6 +68,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, object]:
     count_dir.mkdir()
     os.environ["BENCH_FSYNC_DIR"] = str(count_dir)
     os.environ["PYTHONPATH"] = f"{HOOKS}:{args.tree}"
+    # `python -m replog` puts its working directory first on sys.path: the nodes start in
+    # the scratch directory, so that PYTHONPATH decides which checkout they run
+    os.chdir(work)
     extra = ["--flush", args.flush]
     cluster = DevCluster(work / "cluster", args.nodes, extra_args=extra)
     try:

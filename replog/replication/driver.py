@@ -683,7 +683,7 @@ class ReplicaDriver(Timing):
             and not self._tick_due
             and not self._handoff
             and self._failed is None
-            and self.log.config.flush is not FlushPolicy.ALWAYS
+            and self._writes_inline()
         )
 
     def _append_here(self, item: Append, loop: asyncio.AbstractEventLoop) -> None:

@@ -7,7 +7,10 @@
 
 The driver writes `quorum-state` in its durable form (`durable_quorum_state`: a leader's
 own leadership is not kept, as a restart drops it anyway) and skips a write whose form is
-the one it last wrote: winning an election costs no fsync beyond the vote's.
+the one it last wrote: winning an election costs no fsync beyond the vote's. Of two
+`PersistQuorumState` outputs in a row only the second is written (nothing is performed
+between them, and it supersedes the first): a voter that learns a new epoch from the vote
+request it grants writes once, not twice.
 
 Loaders validate what they read (CorruptDataError for anything out of range: the replica
 does not open; nothing is guessed). Also the values of the control records a leader

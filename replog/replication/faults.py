@@ -58,11 +58,6 @@ class FaultHandling(ProducerSnapshots):
     _files_short_until: float
     _membership_seen: Membership
 
-    def _wake(self) -> None:
-        wakeup = self._wakeup
-        if wakeup is not None and not wakeup.done():
-            wakeup.set_result(None)
-
     def _fail_waiting(self, exc: Exception) -> None:
         for item in self._inbox:
             if item.done is not None and not item.done.done():
@@ -221,6 +216,10 @@ class FaultHandling(ProducerSnapshots):
             exc,
         )
         self.rebuilds += 1
+        if self.log.flushed_offset < self.log.log_end_offset:
+            # A new core takes the whole log for flushed (what recovery found is on disk):
+            # make it so first (writes waiting for the group flusher's fsync).
+            await self._io(self.log.flush)
         try:
             self.replica = self._new_replica()
         except OSError as err:  # reading the durable files (EMFILE, EIO)

@@ -94,8 +94,25 @@ class Transport(Protocol):
         """Best effort, never blocks: a lost message is the protocol's business."""
 
 
+class GroupFlush(Protocol):
+    """A node's group flusher under flush=always (`server/partitions/flusher.py`)."""
+
+    def request(self, log: PartitionLog, on_flushed: Callable[[], None]) -> None:
+        """fsync `log` in the next pass (with every other log asking meanwhile), then call
+        `on_flushed` on the event loop."""
+
+    def flushing(self, log: PartitionLog) -> bool:
+        """Whether an fsync of `log` is under way."""
+
+
 class Performer:
     """Performs a replica's outputs (the owner task's I/O)."""
+
+    # Under flush=always, the node's group flusher (None: each write fsyncs its own log).
+    # With one, a write only reaches the page cache (`PartitionLog.flush_deferred`) and
+    # asks the flusher; when its pass has fsynced the log, the owner's next pass tells the
+    # core the flushed offset (`_flush_progress`), and only that moves HW and acks.
+    group_flush: GroupFlush | None = None
 
     essential: bool
     log: PartitionLog
@@ -118,6 +135,8 @@ class Performer:
     _retry_s: float
     _hold_until: float
     _rng: random.Random
+    _tick_due: bool
+    _wakeup: asyncio.Future[None] | None
     # The quorum state this driver last wrote (None: unknown, the next one is written).
     _quorum_written: QuorumState | None = None
 
@@ -150,10 +169,11 @@ class Performer:
         """Perform `out` if that needs no await (True; outputs it leads to are added to
         `queue`), else nothing (False): the outputs of an append, first, then the rest."""
         if isinstance(out, AppendRecords | AppendPieces):
-            if self.log.config.flush is FlushPolicy.ALWAYS:
-                return False  # may fsync: in a thread
+            if not self._writes_inline():
+                return False  # may fsync or wait for one: in a thread
             self.log_writes += 1
             self._appended(out, self._log_write(out)(), queue)
+            self._ask_flush()
         elif isinstance(out, SetHighWatermark):
             self._batch_ends.committed(out.offset)
             self.log.set_high_watermark(out.offset)
@@ -210,6 +230,8 @@ class Performer:
             if isinstance(out, AppendRecords | AppendPieces):  # flush=always
                 self._appended(out, await self._write(self._log_write(out)), queue)
             elif isinstance(out, PersistQuorumState):
+                if i < len(queue) and isinstance(queue[i], PersistQuorumState):
+                    continue  # the next one supersedes it, and nothing comes in between
                 await self._persist_quorum_state(out.state)
             elif isinstance(out, PersistEpochHistory):
                 data_h = [[e.epoch, e.start_offset] for e in out.entries]
@@ -257,11 +279,41 @@ class Performer:
 
     async def _write(self, fn: Callable[[], T]) -> T:
         """A log append: inline when it only reaches the page cache (cheaper than a thread
-        hop), in a thread when it may fsync (flush=always)."""
+        hop), in a thread when it may fsync or wait for one (`_writes_inline`); with the
+        group flusher, the log's fsync is asked for."""
         self.log_writes += 1
-        if self.log.config.flush is FlushPolicy.ALWAYS:
-            return await self._io(fn)
-        return fn()
+        if self._writes_inline():
+            result = fn()
+        else:
+            result = await self._io(fn)
+        self._ask_flush()
+        return result
+
+    def _writes_inline(self) -> bool:
+        """Whether a log write may be made in the event loop: it never fsyncs (flush is
+        not `always`), or the group flusher fsyncs the log and is not fsyncing it now (an
+        fsync holds the log's lock; the flusher starts one only from the event loop, so
+        none starts before this write is done)."""
+        if self.log.config.flush is not FlushPolicy.ALWAYS:
+            return True
+        flusher = self.group_flush
+        return flusher is not None and not flusher.flushing(self.log)
+
+    def _ask_flush(self) -> None:
+        if self.group_flush is not None and self.log.config.flush is FlushPolicy.ALWAYS:
+            self.group_flush.request(self.log, self._flushed_by_group)
+
+    def _flushed_by_group(self) -> None:
+        """The group flusher fsynced this log: the owner's next pass reports the flushed
+        offset to the core (`_tick` starts with `_flush_progress`)."""
+        if not self.stopped:
+            self._tick_due = True
+            self._wake()
+
+    def _wake(self) -> None:
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
 
     async def _io(self, fn: Callable[[], T]) -> T:
         """Every blocking log or file operation of the owner goes through here (a thread,

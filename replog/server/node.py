@@ -410,6 +410,7 @@ class Node:
             spawn(self.reassigner.run(), "reassigner"),
             spawn(self.quorum_keeper.run(), "metadata-quorum"),
             spawn(run_flusher(self.logs, self.settings.storage_config()), "flusher"),
+            spawn(self.replicas.group_flusher.run(), "group-flusher"),
             spawn(self.run_retention(), "retention"),
             spawn(
                 node_cleaner(

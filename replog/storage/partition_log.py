@@ -170,6 +170,9 @@ class PartitionLog:
         # The first I/O error (EIO, ...) met on this log's files: set, the partition's replica
         # goes offline (`replog.replication.driver`), the node keeps serving the others.
         self.io_error: StorageError | None = None
+        # Under flush=always: set when a group flusher fsyncs this log (`flush()`), so an
+        # append does not (`flushed_offset` lags LEO until the flusher's pass).
+        self.flush_deferred = False
         # Called (from any thread) when `io_error` is set: the replica's driver goes offline
         # at once rather than at its next timer.
         self.on_io_error: Callable[[], None] | None = None
@@ -435,7 +438,7 @@ class PartitionLog:
             except ReplogError as exc:
                 raise self._fault(exc, "append") from None
             self._leo = leo + len(ends)
-            if self.config.flush is FlushPolicy.ALWAYS:
+            if self.config.flush is FlushPolicy.ALWAYS and not self.flush_deferred:
                 self._flush_locked()
             return AppendResult(leo, self._leo - 1)
 

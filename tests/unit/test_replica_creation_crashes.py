@@ -182,3 +182,48 @@ def test_a_crash_at_any_fsync_of_a_replicas_creation_leaves_no_replica_or_a_vali
             outcomes.add(asyncio.run(_check_image(target, acked)))
     assert outcomes == {"none", "valid"}
     assert (data_dir / "t" / "partition_0" / QUORUM_STATE_FILE).exists()
+
+
+def test_a_vote_granted_in_a_new_epoch_is_one_quorum_state_write_made_before_the_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import replog.replication.performing as performing
+    from replog.replication.messages import VoteRequest, VoteResponse
+
+    events: list[object] = []
+    real = performing._write_state_file
+
+    def writing(space: object, path: Path, data: bytes) -> None:
+        events.append((path.name, data))
+        real(space, path, data)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(performing, "_write_state_file", writing)
+
+    class Recording:
+        def send(self, to: int, message: object) -> None:
+            events.append(message)
+
+    async def main() -> None:
+        log = PartitionLog(tmp_path / "t-0", "t", 0, STORAGE)
+        config = ReplicaConfig(
+            1, (1, 2, 3), election_timeout_ms_min=60_000, election_timeout_ms_max=60_001,
+            fetch_wait_ms_max=10, fetch_retry_ms=30, begin_epoch_retry_ms=30,
+        )  # fmt: skip
+        driver = ReplicaDriver(log, config, Recording(), rng=random.Random(1))
+        await driver.start()
+        try:
+            await driver.deliver(
+                VoteRequest(epoch=1, candidate_id=2, last_epoch=0, log_end_offset=0)
+            )
+            await _wait(lambda: any(isinstance(e, VoteResponse) for e in events))
+        finally:
+            await driver.close()
+            log.close()
+        assert load_quorum_state(tmp_path / "t-0").voted_for == 2
+
+    asyncio.run(main())
+    writes = [e for e in events if isinstance(e, tuple) and e[0] == QUORUM_STATE_FILE]
+    assert len(writes) == 1, writes
+    answer = next(e for e in events if isinstance(e, VoteResponse))
+    assert answer.granted
+    assert events.index(writes[0]) < events.index(answer), "the vote is durable before it is sent"

@@ -48,9 +48,10 @@ from replog.server.logs import log
 from replog.server.meta import timestamps, topic_configs
 from replog.server.meta.metadata import MetadataImage, TopicMeta
 from replog.server.partitions import replica_dirs
+from replog.server.partitions.flusher import GroupFlusher
 from replog.server.partitions.replica_dirs import LocalTopic
 from replog.server.partitions.replicated import ReplicatedPartition
-from replog.storage import PartitionLog, StorageConfig
+from replog.storage import FlushPolicy, PartitionLog, StorageConfig
 from replog.storage.names import partition_dir
 from replog.storage.open_files import FILES_PER_SEGMENT, OpenFiles, nofile_soft_limit
 from replog.storage.space import DiskSpace
@@ -112,6 +113,9 @@ class ReplicaManager:
         self._passes = 0
         self._pass_done = asyncio.Event()
         self._closed = False
+        # flush=always: every replica's log is fsynced by the node's group flusher (its
+        # task: `group_flusher.run`, started with the node's other tasks)
+        self.group_flusher = GroupFlusher()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -192,6 +196,7 @@ class ReplicaManager:
         self._closed = True
         for key in list(self.replicas):
             await self._stop(key)
+        self.group_flusher.close()
 
     # -- capacity ----------------------------------------------------------------------------
 
@@ -338,6 +343,9 @@ class ReplicaManager:
         plog = await asyncio.to_thread(PartitionLog, directory, meta.name, p, config, self.files)
         try:
             part = self._make_replica(meta, p, plog)
+            if config.flush is FlushPolicy.ALWAYS:
+                plog.flush_deferred = True
+                part.driver.group_flush = self.group_flusher
             await part.start()
         except BaseException:
             await asyncio.to_thread(plog.close)
