@@ -100,7 +100,7 @@ def auto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     try:
         yield cluster
     finally:
-        cluster.stop()
+        cluster.kill_all()  # cleanup (a graceful stop waits out each node's hand-over)
 
 
 def _three(cluster: DevCluster) -> str:
@@ -293,4 +293,4 @@ def test_a_cluster_with_join_manual_refuses_joins(tmp_path: Path) -> None:
         seen = _membership_everywhere(cluster, [1, 2, 3])
         assert all(s == ([1, 2, 3], [1, 2, 3], []) for s in seen.values()), seen
     finally:
-        cluster.stop()
+        cluster.kill_all()  # cleanup (a graceful stop waits out each node's hand-over)

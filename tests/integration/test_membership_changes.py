@@ -186,7 +186,7 @@ def test_a_cluster_grows_to_five_nodes_and_back_to_three_without_restarts_under_
                 b"after restart"
             ]
     finally:
-        cluster.stop()
+        cluster.kill_all()  # cleanup (a graceful stop waits out each node's hand-over)
 
 
 def _metadata_of(address: str) -> admin_pb2.Metadata | None:
@@ -252,4 +252,4 @@ def test_a_node_that_missed_the_additions_reaches_a_metadata_leader_it_was_never
         )
         assert "members.discovered" in nodes[3].log_tail(200_000)
     finally:
-        cluster.stop()
+        cluster.kill_all()  # cleanup (a graceful stop waits out each node's hand-over)

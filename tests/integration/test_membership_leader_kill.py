@@ -229,4 +229,4 @@ def test_the_metadata_leader_dies_in_the_middle_of_adding_and_of_removing_a_node
                 proc.kill()
                 proc.communicate()
         watch.close()
-        cluster.stop()
+        cluster.kill_all()  # cleanup (a graceful stop waits out each node's hand-over)

@@ -127,7 +127,7 @@ def test_a_fourth_node_joins_and_leaves_by_rolling_restarts_under_load(tmp_path:
             meta = client.refresh_metadata(["after", "final"])
             assert all(4 not in p.replicas for t in meta.topics for p in t.partitions)
     finally:
-        cluster.stop()
+        cluster.kill_all()  # cleanup (a graceful stop waits out each node's hand-over)
 
 
 def _replog(*args: str) -> Any:

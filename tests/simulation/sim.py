@@ -937,7 +937,7 @@ class Simulation:
         leaders = [
             n
             for n in self.nodes.values()
-            if n.replica is not None and n.replica.role is Role.LEADER
+            if n.replica is not None and n.replica.step is Step.LEADER  # (= role LEADER)
         ]
         if not leaders:
             return None
