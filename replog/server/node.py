@@ -38,13 +38,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
@@ -80,7 +78,7 @@ from replog.server.edge.listeners import (
     server_options,
 )
 from replog.server.edge.quotas import Quotas
-from replog.server.edge.readiness import READY_SERVICE, report_readiness
+from replog.server.edge.readiness import READY_SERVICE, report_readiness, write_ready_file
 from replog.server.edge.reflection import enable_reflection
 from replog.server.groups import service as groups_service
 from replog.server.groups.coordinator import Coordinator
@@ -165,18 +163,7 @@ class Node:
         data_dir, storage = settings.data_dir, settings.storage_config()
         data_dir.mkdir(parents=True, exist_ok=True)
         self.imported = import_legacy_topics(data_dir, node_id, members, storage)
-        voters, observers = self.identity.metadata_quorum(members)
-        if self.identity.catching_up:  # a lost disk: no vote before catching up (identity.py)
-            identities.floor_replica(metadata_dir(data_dir))
-        self.metadata = MetadataLog(
-            PartitionLog(metadata_dir(data_dir), METADATA_TOPIC, 0, storage),
-            self.settings.replica_config(voters, observers),
-            self.links.transport(METADATA_TOPIC, 0),
-            fetch_bytes_max=settings.fetch_bytes_max,
-            spawn=supervisor.spawn,
-            on_applied=self._metadata_applied,
-            bootstrap=dict(self.roster.members),
-        )
+        self.metadata = self._open_metadata(members)
         self._wire_membership()
         self.replicas = ReplicaManager(
             node_id,
@@ -224,6 +211,22 @@ class Node:
         self.repairer = Repairer(self.drivers)
         self._watch()
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _open_metadata(self, members: list[int]) -> MetadataLog:
+        """The `__cluster` log's replica (a lost disk's floored first: identity.py)."""
+        settings, data_dir = self.settings, self.settings.data_dir
+        voters, observers = self.identity.metadata_quorum(members)
+        if self.identity.catching_up:  # a lost disk: no vote before catching up
+            identities.floor_replica(metadata_dir(data_dir))
+        return MetadataLog(
+            PartitionLog(metadata_dir(data_dir), METADATA_TOPIC, 0, settings.storage_config()),
+            settings.replica_config(voters, observers),
+            self.links.transport(METADATA_TOPIC, 0),
+            fetch_bytes_max=settings.fetch_bytes_max,
+            spawn=self.supervisor.spawn,
+            on_applied=self._metadata_applied,
+            bootstrap=dict(self.roster.members),
+        )
 
     def _wire_membership(self) -> None:
         """The roster's one owner, the AddNode/RemoveNode path and the metadata quorum."""
@@ -471,20 +474,6 @@ class Node:
 
 
 # -- the serve loop ----------------------------------------------------------------------------
-
-
-def write_ready_file(
-    path: Path, address: str, metrics_address: str | None, peer_address: str | None = None
-) -> None:
-    lines = [address]
-    if metrics_address:
-        lines.append(f"metrics={metrics_address}")
-    if peer_address:
-        lines.append(f"peer={peer_address}")
-    lines.append(f"pid={os.getpid()}")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(path)
 
 
 def serve(settings: Settings) -> int:

@@ -14,8 +14,6 @@ import argparse
 import dataclasses
 import enum
 import os
-import re
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +25,7 @@ from replog.replication import ReplicaConfig
 from replog.server.edge import exposure
 from replog.server.edge.limits import LimitsConfig
 from replog.server.groups.config import GroupsConfig
+from replog.server.settings_text import convert, derive_cluster, is_address
 from replog.storage import FlushPolicy, StorageConfig
 from replog.storage.open_files import FILES_MAX_MIN, files_max_for, nofile_soft_limit
 from replog.tls import TlsFiles
@@ -460,8 +459,8 @@ class Settings:
                 raw = env.get(ENV_PREFIX + f.name.upper())
             if raw is None:
                 continue
-            values[f.name] = _convert(f.name, str(f.type), types[f.name], raw)
-        _derive_cluster(values, env)
+            values[f.name] = convert(f.name, str(f.type), types[f.name], raw)
+        derive_cluster(values, env)
         settings = cls(**values)
         settings.validate()
         return settings
@@ -489,10 +488,10 @@ class Settings:
             self.log_level.upper() in LOG_LEVELS,
             f"log_level must be one of {'|'.join(LOG_LEVELS).lower()}, got {self.log_level!r}",
         )
-        _need(_is_address(self.listen), f"listen must be host:port, got {self.listen!r}")
+        _need(is_address(self.listen), f"listen must be host:port, got {self.listen!r}")
         for name in ("metrics_listen", "peer_listen", "health_listen"):
             value = getattr(self, name)
-            _need(value == "" or _is_address(value), f"{name} must be host:port or empty")
+            _need(value == "" or is_address(value), f"{name} must be host:port or empty")
         _need(
             self.open_files_max == 0 or self.open_files_max >= FILES_MAX_MIN,
             f"open_files_max must be 0 (derived) or >= {FILES_MAX_MIN}",
@@ -553,7 +552,7 @@ class Settings:
         )
         for name in ("kafka_listen", "kafka_advertise"):
             value = getattr(self, name)
-            _need(value == "" or _is_address(value), f"{name} must be host:port or empty")
+            _need(value == "" or is_address(value), f"{name} must be host:port or empty")
         _need(
             self.kafka_scram_file is None or self.tls is not None,
             "kafka_scram_file needs TLS: SASL credentials never cross the network in the clear",
@@ -609,8 +608,8 @@ class Settings:
             if not (
                 sep
                 and ident.strip().isdigit()
-                and _is_address(client)
-                and (peer == "" or _is_address(peer))
+                and is_address(client)
+                and (peer == "" or is_address(peer))
             ):
                 raise InvalidConfigError(
                     "invalid settings: peers must be id=host:port[/host:peer_port],..., "
@@ -737,75 +736,3 @@ _AT_LEAST: dict[str, int] = {
 def _need(ok: bool, what: str) -> None:
     if not ok:
         raise InvalidConfigError(f"invalid settings: {what}")
-
-
-def _derive_cluster(values: dict[str, Any], env: Mapping[str, str]) -> None:
-    """StatefulSet identity: peers from `peer_address_template` x `cluster_size`, this node's
-    id from the ordinal ending its host name (`replog-2` -> node 3), and the advertised
-    address from its own peer entry. Fills `values` in place; a no-op when not configured."""
-    template = values.get("peer_address_template", "")
-    size = values.get("cluster_size", 0)
-    if not template and not size:
-        return
-    if not template or size < 1:
-        raise InvalidConfigError(
-            "invalid settings: cluster_size >= 1 and peer_address_template go together"
-        )
-    if "{ordinal}" not in template:
-        raise InvalidConfigError("invalid settings: peer_address_template needs {ordinal}")
-    if values.get("peers"):
-        raise InvalidConfigError("invalid settings: give peers or peer_address_template, not both")
-    addresses = {i + 1: template.replace("{ordinal}", str(i)) for i in range(size)}
-    # With a peer listener, node i is dialed at the same host, on peer_listen's port.
-    peer_port = values.get("peer_listen", "").rpartition(":")[2]
-    values["peers"] = ",".join(
-        f"{ident}={address}" + (f"/{address.rpartition(':')[0]}:{peer_port}" if peer_port else "")
-        for ident, address in addresses.items()
-    )
-    if "node_id" not in values:
-        hostname = env.get("HOSTNAME") or socket.gethostname()
-        match = re.search(r"-(\d+)$", hostname)
-        if match is None:
-            raise InvalidConfigError(
-                f"invalid settings: host name {hostname!r} does not end in -<ordinal>; set node_id"
-            )
-        values["node_id"] = int(match.group(1)) + 1
-    if not values.get("advertised_address") and values["node_id"] in addresses:
-        values["advertised_address"] = addresses[values["node_id"]]
-
-
-def _is_address(value: str) -> bool:
-    host, sep, port = value.rpartition(":")
-    return bool(sep and host and port.isdigit() and 0 <= int(port) <= 65535)
-
-
-def _convert(name: str, type_name: str, kind: object, raw: object) -> object:
-    """`raw` (a flag's or env var's text) as the field's type: an enum's value, a path, an
-    integer, or the text itself."""
-    text = str(raw)
-    if type_name == "bool":
-        if text.lower() in ("1", "true", "yes", "on"):
-            return True
-        if text.lower() in ("0", "false", "no", "off", ""):
-            return False
-        raise InvalidConfigError(f"invalid settings: {name} must be true or false, got {text!r}")
-    if isinstance(kind, type) and issubclass(kind, enum.Enum):
-        try:
-            return kind(text)
-        except ValueError:
-            accepted = "|".join(str(member.value) for member in kind)
-            raise InvalidConfigError(
-                f"invalid settings: {name} must be {accepted}, got {text!r}"
-            ) from None
-    try:
-        if "Path" in type_name:
-            return Path(text) if text else None
-        if "int" in type_name:
-            if "None" in type_name and text.lower() in ("", "none"):
-                return None
-            return int(text.replace("_", ""))
-    except ValueError:
-        raise InvalidConfigError(
-            f"invalid settings: {name} must be an integer, got {text!r}"
-        ) from None
-    return text

@@ -6,13 +6,18 @@ restart stops the next pod only when the restarted one holds again what its lead
 committed, and a node that is far behind takes no traffic from the client Service. It
 turns NOT_SERVING at once when the node starts its drain (SIGTERM), like every other
 health name. `report_readiness` checks every `interval_s` and logs each change.
+
+`write_ready_file`: the `--ready-file` a supervisor or a test waits for once the node
+listens (its addresses and pid, replaced atomically).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 
 from replog.replication.driver import ReplicaDriver
 from replog.server.logs import log
@@ -50,3 +55,17 @@ async def report_readiness(
                 )
             ready = now
         await asyncio.sleep(interval_s)
+
+
+def write_ready_file(
+    path: Path, address: str, metrics_address: str | None, peer_address: str | None = None
+) -> None:
+    lines = [address]
+    if metrics_address:
+        lines.append(f"metrics={metrics_address}")
+    if peer_address:
+        lines.append(f"peer={peer_address}")
+    lines.append(f"pid={os.getpid()}")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
