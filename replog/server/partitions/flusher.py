@@ -7,7 +7,8 @@ meanwhile) is skipped this round and tried again the next one; a full disk also 
 data directory full (`storage.space`), so that appends are refused up front until it has
 room again.
 
-The group flusher (flush=always; group commit across partitions and clients): a
+The group flusher (flush=always; group commit across partitions and clients; off unless
+`replica_manager.GROUP_FLUSH`: measured slower, see docs/benchmarks.md): a
 partition replica's write reaches the page cache only (`PartitionLog.flush_deferred`) and
 asks the flusher (`request`). The flusher runs passes: a pass takes every log asked for
 so far and fsyncs them all at once, each in a thread of its own pool (so the file system

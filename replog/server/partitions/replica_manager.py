@@ -76,6 +76,14 @@ class Failure:
     retry_at: float  # on the manager's clock
 
 
+# Off: measured slower than each write fsyncing its own log (bench/group_flush_inprocess.py
+# --appenders 4: 0.56-0.75 of its rate, the same fsyncs per batch; flush_ratio.py within
+# noise). While a log's fsync holds its lock, the appends that come meanwhile each wait in
+# a thread instead of being merged into the next write; the fsync must first stop holding
+# the log's lock (docs/benchmarks.md, "Group commit across partitions").
+GROUP_FLUSH = False
+
+
 class ReplicaManager:
     def __init__(
         self,
@@ -113,8 +121,8 @@ class ReplicaManager:
         self._passes = 0
         self._pass_done = asyncio.Event()
         self._closed = False
-        # flush=always: every replica's log is fsynced by the node's group flusher (its
-        # task: `group_flusher.run`, started with the node's other tasks)
+        # flush=always with GROUP_FLUSH: every replica's log is fsynced by the node's group
+        # flusher (its task: `group_flusher.run`, started with the node's other tasks)
         self.group_flusher = GroupFlusher()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -343,7 +351,7 @@ class ReplicaManager:
         plog = await asyncio.to_thread(PartitionLog, directory, meta.name, p, config, self.files)
         try:
             part = self._make_replica(meta, p, plog)
-            if config.flush is FlushPolicy.ALWAYS:
+            if GROUP_FLUSH and config.flush is FlushPolicy.ALWAYS:
                 plog.flush_deferred = True
                 part.driver.group_flush = self.group_flusher
             await part.start()
