@@ -132,10 +132,11 @@ def test_idle_streams_hold_a_bounded_amount_of_memory_and_give_it_back_when_they
         ]  # none of them is ever read
         wait_until(lambda: streams_open(server) in (None, IDLE_STREAMS), "every stream is open")
         held = settled_rss(server)
-        with Client(server.address, timeout_s=10, retry=RetryPolicy(attempts_max=1)) as client:
-            began = time.monotonic()
-            client.list_topics()  # the node still answers other calls promptly
-            assert time.monotonic() - began < 2.0
+        # The node still answers other calls: one attempt, within a generous deadline (a
+        # starved node would miss it; a wall-clock threshold would only measure the machine).
+        one = RetryPolicy(attempts_max=1)
+        with Client(server.address, timeout_s=30, attempt_timeout_s=30, retry=one) as client:
+            assert "big" in client.list_topics()
         per_stream = (held - start) / IDLE_STREAMS
         print(f"RSS {start >> 20} MiB -> {held >> 20} MiB: {per_stream / KIB:.0f} KiB/stream")
         assert per_stream < bound, f"{per_stream / KIB:.0f} KiB per idle stream"
