@@ -19,6 +19,7 @@ the inherited tail) when it fits.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 
 ENDS_MAX = 100_000  # past this many uncommitted batches, the oldest boundaries are forgotten
 
@@ -48,6 +49,11 @@ class BatchEnds:
     def clear(self) -> None:
         self._ends.clear()
 
+    def known(self, offset: int) -> bool:
+        """Whether `offset` is the end of a batch this leader knows."""
+        i = bisect.bisect_left(self._ends, offset)
+        return i < len(self._ends) and self._ends[i] == offset
+
     def cut(self, start: int, end: int, available_end: int, high_watermark: int) -> int:
         """Where an answer from `start` should end, given that a read reached `end` (of the
         records up to `available_end`): `end` when it is safe (everything available, at or
@@ -68,3 +74,20 @@ class BatchEnds:
         if i < len(ends) and ends[i] <= available_end:
             return ends[i]
         return end
+
+
+def whole_batches_end(headers: Iterable[tuple[int, int]], start: int, end: int) -> int:
+    """Where an answer of `[start, end)` that ends at no known boundary may end without
+    splitting an idempotent batch, given the `(offset, record_count)` of the producer batch
+    headers in the range, in order: `end` when every batch whose header is in the range
+    ends by `end`; else the offset of the header whose batch runs past `end` (the answer
+    stops before it) when that leaves something to send; else that batch's end (the caller
+    reads on to it). For a leader that does not know the batch boundaries of an inherited
+    tail (restarted, its `BatchEnds` gone) and cuts an answer inside it: a follower holding
+    a header and half its records, elected, would commit the half, and the producer's retry
+    of that sequence would be taken for a duplicate (its other records never written)."""
+    for offset, count in headers:
+        batch_end = offset + 1 + count
+        if batch_end > end:
+            return offset if offset > start else batch_end
+    return end

@@ -31,7 +31,7 @@ from replog.errors import (
     StorageError,
     TooManyOpenFilesError,
 )
-from replog.replication.batch_ends import BatchEnds
+from replog.replication.batch_ends import BatchEnds, whole_batches_end
 from replog.replication.config import ReplicaConfig
 from replog.replication.durable import (
     EPOCH_HISTORY_FILE,
@@ -65,6 +65,7 @@ from replog.replication.outputs import (
     SetHighWatermark,
     TruncateTo,
 )
+from replog.replication.producers import headers_in
 from replog.replication.replica import Replica
 from replog.replication.state import QuorumState
 from replog.storage import AppendResult, FlushPolicy, PartitionLog
@@ -364,13 +365,22 @@ class Performer:
         data = self.log.read_uncommitted(start, self.fetch_bytes_max, end_offset=end)
         reached = frames.next_offset(data, start)
         cut = self._batch_ends.cut(start, reached, end, self.log.high_watermark)
-        if cut < reached:
-            return self.log.read_uncommitted(start, self.fetch_bytes_max, end_offset=cut)
-        if cut > reached:
-            whole = self.log.read_uncommitted(start, self.answer_bytes_max, end_offset=cut)
-            if frames.next_offset(whole, start) == cut:
-                return whole
+        if cut != reached:
+            data = self._read_to(start, cut, data)
+        got = frames.next_offset(data, start)
+        if got < end and got > self.log.high_watermark and not self._batch_ends.known(got):
+            # no boundary known here (an inherited tail): end between idempotent batches
+            found = ((o, h.record_count) for o, h in headers_in(data))
+            data = self._read_to(start, whole_batches_end(found, start, got), data)
         return data
+
+    def _read_to(self, start: int, end: int, data: bytes) -> bytes:
+        """The frames of `[start, end)`: `data` (from `start`) cut short, or read on up to
+        `answer_bytes_max` (`data` itself when that does not reach `end`)."""
+        if end < frames.next_offset(data, start):
+            return self.log.read_uncommitted(start, self.fetch_bytes_max, end_offset=end)
+        whole = self.log.read_uncommitted(start, self.answer_bytes_max, end_offset=end)
+        return whole if frames.next_offset(whole, start) == end else data
 
     def _failure(self, out: AckFailed) -> Exception:
         where = f"{self.log.topic}/{self.log.partition}"

@@ -98,7 +98,7 @@ from replog.replication import (
     VoteRequest,
     VoteResponse,
 )
-from replog.replication.batch_ends import BatchEnds
+from replog.replication.batch_ends import BatchEnds, whole_batches_end
 from replog.replication.durable import durable_quorum_state
 from replog.replication.liveness import NodeLiveness
 from replog.replication.producers import ProducerBatch, ProducerTable, decode_header
@@ -1243,6 +1243,17 @@ class Simulation:
         for value, control in zip(decoded.values, controls, strict=True):
             self._append(node, value, control=control, assigned_here=False)
 
+    def _whole_batches(self, node: Node, start: int, end: int, reached: int, avail: int) -> int:
+        """As the driver's `_read_batches` past an unknown boundary: no idempotent batch is
+        split (`whole_batches_end`), reading on within the answer's bound."""
+        found = [
+            (o, h.record_count)
+            for o in range(start, end)
+            if node.log[o].control and (h := decode_header(node.log[o].value)) is not None
+        ]
+        safe = whole_batches_end(found, start, end)
+        return safe if safe <= min(avail, reached + ANSWER_RECORDS_MAX) else end
+
     def _read_frames(self, node: Node, start: int, end: int) -> bytes | None:
         """The frames of `[start, end)`, or None when the checksums refuse a damaged record
         in the range (the answer is not sent; the node repairs itself)."""
@@ -1282,6 +1293,8 @@ class Simulation:
                 end = node.batch_ends.cut(start, reached, records.end_offset, node.hw)
                 if end > reached + ANSWER_RECORDS_MAX:
                     end = reached
+                if end < records.end_offset and end > node.hw and not node.batch_ends.known(end):
+                    end = self._whole_batches(node, start, end, reached, records.end_offset)
             data = self._read_frames(node, start, end)
             if data is None:
                 return

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replog.replication.batch_ends import BatchEnds
+from replog.replication.batch_ends import BatchEnds, whole_batches_end
 
 
 def ends(*offsets: int) -> BatchEnds:
@@ -46,6 +46,20 @@ def test_truncation_forgets_the_batches_past_the_new_end() -> None:
 
 def test_without_a_known_boundary_the_read_is_left_as_it_is() -> None:
     assert BatchEnds().cut(0, 7, 30, 0) == 7
+
+
+def test_past_an_unknown_boundary_no_idempotent_batch_is_split() -> None:
+    """A restarted leader's inherited tail (no boundary known): seed 156 of the membership
+    schedules cut an answer after a batch header and one of its three records; the
+    follower, elected, committed the half batch."""
+    assert BatchEnds().known(5) is False and ends(5, 9).known(9)
+    # [17, 19) holds the header at 18 of a 3-record batch (18..21): stop before the header
+    assert whole_batches_end([(18, 3)], 17, 19) == 18
+    # an answer that starts at the header: read on to the batch's end
+    assert whole_batches_end([(18, 3)], 18, 20) == 22
+    # every batch ends by the end (plain records around them too): the read as it is
+    assert whole_batches_end([(2, 3), (7, 1)], 0, 12) == 12
+    assert whole_batches_end([], 0, 7) == 7
 
 
 @given(
