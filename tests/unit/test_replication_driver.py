@@ -365,3 +365,37 @@ def test_an_append_while_the_owner_waits_is_written_in_the_callers_own_step(
             assert driver.idle and driver.replica.log_end_offset == log.log_end_offset
 
     asyncio.run(main())
+
+
+def test_an_answer_past_an_unknown_boundary_never_splits_an_idempotent_batch(
+    tmp_path: Path,
+) -> None:
+    """A restarted leader knows no batch ends in the tail it inherited (here: frames written
+    to its log before the driver existed). An answer whose read stops inside an idempotent
+    batch ends before the batch's header, or carries the whole batch when it starts there:
+    never the header with part of its records (a follower elected with that half would
+    commit it, and the producer's retry would be taken for a duplicate)."""
+    from replog.replication.producers import BatchHeader
+
+    storage = StorageConfig(segment_bytes_max=1 << 20, index_interval_bytes=256)
+    log = PartitionLog(tmp_path / "tail", "t", 0, storage)
+    header = BatchHeader(7, 0, 0, 3, 1_700_000_000_000).encode()
+    values = [b"p" * 40]
+    log.append_frames(frames.encode(0, [b"a" * 40]))
+    log.append_frames(frames.encode(1, [header], control=True))
+    log.append_frames(frames.encode(2, values * 3))
+    log.append_frames(frames.encode(5, [b"z" * 40]))
+    frame = len(frames.encode(0, [b"a" * 40]))
+    config = ReplicaConfig(1, (1, 2))
+    driver = ReplicaDriver(
+        log, config, Transport(LocalNetwork(), 1), rng=random.Random(1), fetch_bytes_max=3 * frame
+    )
+    try:
+        # a read from 0 stops inside the batch (0, the header, one record): ends before it
+        first = driver._read_batches(0, 6)
+        assert frames.decode(first).offsets == [0]
+        # from the header: the whole batch, past the fetch size (within the answer bound)
+        second = driver._read_batches(1, 6)
+        assert frames.decode(second).offsets == [1, 2, 3, 4]
+    finally:
+        log.close()
