@@ -15,6 +15,7 @@ from replog import frames
 from replog.errors import NotLeaderError, ShuttingDownError, StorageFullError
 from replog.replication import Acks, Message, ReplicaConfig, Role
 from replog.replication.driver import ReplicaDriver
+from replog.replication.producers import BatchHeader
 from replog.storage import FlushPolicy, PartitionLog, StorageConfig
 
 VOTERS = (1, 2, 3)
@@ -375,8 +376,6 @@ def test_an_answer_past_an_unknown_boundary_never_splits_an_idempotent_batch(
     batch ends before the batch's header, or carries the whole batch when it starts there:
     never the header with part of its records (a follower elected with that half would
     commit it, and the producer's retry would be taken for a duplicate)."""
-    from replog.replication.producers import BatchHeader
-
     storage = StorageConfig(segment_bytes_max=1 << 20, index_interval_bytes=256)
     log = PartitionLog(tmp_path / "tail", "t", 0, storage)
     header = BatchHeader(7, 0, 0, 3, 1_700_000_000_000).encode()
