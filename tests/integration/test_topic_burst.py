@@ -14,7 +14,7 @@ past about 330 topics three nodes on the 2 shared cores needed more CPU than the
 has, event loops lagged past the election timeout, elections never settled and creations
 stalled (LEADER_UNKNOWN, at about 280-330 topics). Idle partitions now go quiet (docs/
 design.md, "Quiescence"): measured on this branch (load average 2-6), 1,000 topics from
-8 clients in 38-47 s over plaintext (4 runs in a row, all passed) and 43-49 s over TLS (3
+8 clients in 38-47 s over plaintext (3 runs, all passed) and 43-49 s over TLS (3
 runs, all passed); both tests together 112-117 s (the 200-topic tests took about 56 s
 each before: the same CI time). On a
 machine loaded well past its cores (load average 20-27 from other work), one plaintext run
