@@ -635,14 +635,17 @@ class ReplicaDriver(Timing):
 
     def replica_status(self) -> list[tuple[int, int, int, int]]:
         """Leader only (else empty): (replica id, its LEO as acknowledged, lag in records,
-        ms since its last fetch or -1), this replica included (lag 0, fetch age 0)."""
+        ms since its last fetch or -1; 0 for a fetch held quietly now), this replica
+        included (lag 0, fetch age 0)."""
         if self.role is not Role.LEADER:
             return []
         now = self._now_ms()
         leo = self.log.log_end_offset
         out = [(self.config.replica_id, leo, 0, 0)]
+        held = self.replica.held_quietly()  # a fetch held now is as fresh as can be
         for voter, (match, last) in sorted(self.replica.followers().items()):
-            out.append((voter, match, max(0, leo - match), -1 if last is None else now - last))
+            ago = 0 if voter in held else (-1 if last is None else now - last)
+            out.append((voter, match, max(0, leo - match), ago))
         return sorted(out)
 
     # -- outputs (performed by the owner only) -------------------------------------------

@@ -291,6 +291,11 @@ class Replica:
         of its last fetch in ms)."""
         return {v: (p.match, p.last_fetch_ms) for v, p in self._core.progress.items()}
 
+    def held_quietly(self) -> frozenset[int]:
+        """Leader only: the replicas whose fetch it holds quietly now (`roles/quiet.py`):
+        each has a fetch outstanding here this very moment, however long ago it came."""
+        return frozenset(r for r, p in self._core.progress.items() if p.quiet)
+
     def epoch_of(self, offset: int) -> int:
         c = self._core
         assert 0 <= offset < c.leo, (offset, c.leo)

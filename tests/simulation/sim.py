@@ -854,8 +854,9 @@ class Simulation:
             return []
         leo = len(node.log)
         rows = [(node_id, leo, 0, 0)]
+        held = replica.held_quietly()  # (0 for a fetch held quietly now, as the driver)
         for other, (match, last) in sorted(replica.followers().items()):
-            ago = -1 if last is None else self.now - last
+            ago = 0 if other in held else (-1 if last is None else self.now - last)
             rows.append((other, match, max(0, leo - match), ago))
         return sorted(rows)
 

@@ -204,3 +204,12 @@ def test_node_liveness_wakes_once_per_silence_restart_or_reconnection() -> None:
     liveness.unwatch(woken.append)
     liveness.check(5000)
     assert woken == [2, 2, 2] and liveness.heard_ms(2) == 1500
+
+
+def test_a_follower_whose_fetch_is_held_quietly_counts_as_fresh_for_the_balancer() -> None:
+    c = Cluster()
+    leader = c.elect_1()
+    c.run(1, leader.append(1, [b"a"], Acks.ALL, c.now))
+    c.tick_until(5000)
+    assert leader.held_quietly() == {2, 3}
+    assert c.replicas[2].held_quietly() == frozenset()  # (a follower holds nothing)
