@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from typing import TYPE_CHECKING
 
 from replog.errors import (
     PartitionOfflineError,
@@ -24,6 +25,7 @@ from replog.errors import (
     StorageFullError,
     TooManyOpenFilesError,
 )
+from replog.replication.config import ReplicaConfig
 from replog.replication.durable import (
     load_epoch_history,
     load_membership_history,
@@ -31,9 +33,13 @@ from replog.replication.durable import (
 )
 from replog.replication.inbox import Deliver, Input
 from replog.replication.membership import Membership
+from replog.replication.messages import TimeoutNow
 from replog.replication.producer_state import ProducerSnapshots
-from replog.replication.replica import Replica
+from replog.replication.replica import Replica, Role
 from replog.storage.segment_log import storage_error
+
+if TYPE_CHECKING:  # (performing.py imports this module's neighbours; the type only)
+    from replog.replication.performing import Transport
 
 _log = logging.getLogger("replog.replication")
 
@@ -57,6 +63,8 @@ class FaultHandling(ProducerSnapshots):
     _retry_at: float
     _files_short_until: float
     _membership_seen: Membership
+    config: ReplicaConfig
+    transport: Transport
 
     def _fail_waiting(self, exc: Exception) -> None:
         for item in self._inbox:
@@ -176,7 +184,24 @@ class FaultHandling(ProducerSnapshots):
             exc,
         )
         self._fail_waiting(self._offline_error())
+        self._hand_over_offline()
         self._wake()
+
+    def _hand_over_offline(self) -> None:
+        """A leader taken offline answers nothing more: the most caught-up voter among its
+        followers is told to campaign at once (Raft's `TimeoutNow`), so that followers who
+        went quiet (`roles/quiet.py`: they still hear this node, which is alive) get a new
+        leader within an election rather than after the quiet wait. Liveness only: the
+        votes decide, as for any candidate; a lost message leaves the quiet wait's bound."""
+        replica = self.replica
+        if replica.role is not Role.LEADER:
+            return
+        me = self.config.replica_id
+        voters = set(replica.membership.voters) - {me}
+        match = {r: m for r, (m, _) in replica.followers().items() if r in voters}
+        if match:
+            target = max(sorted(match), key=match.__getitem__)
+            self.transport.send(target, TimeoutNow(replica.epoch, me))
 
     async def _recover(self, exc: ReplogError) -> None:
         self._note_failure(exc)
