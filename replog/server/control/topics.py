@@ -136,6 +136,8 @@ class Topics:
                 configs=configs,
             )
             await remote(self.peers.admin(leader).CreateTopic(request, timeout=self.timeout_s))
+            # read your writes on this node too (bounded: the command is committed already)
+            await self.metadata.wait_until(lambda image: name in image.topics, LOCAL_OPEN_WAIT_S)
             return
 
         racks = await self.racks() if self.racks is not None else None
@@ -161,6 +163,7 @@ class Topics:
         if leader != self.peers.node_id:
             request = admin_pb2.DeleteTopicRequest(name=name)
             await remote(self.peers.admin(leader).DeleteTopic(request, timeout=self.timeout_s))
+            await self.metadata.wait_until(lambda i: name not in i.topics, LOCAL_OPEN_WAIT_S)
             return
         await self.metadata.propose(lambda image: image.delete_topic(name), self.timeout_s)
 

@@ -138,6 +138,21 @@ class MetadataLog:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), remaining)
 
+    async def wait_until(self, holds: Callable[[MetadataImage], bool], timeout_s: float) -> bool:
+        """Wait until this node's image satisfies `holds` (True), or `timeout_s` passed
+        (False): a node that forwarded a command to the leader answers once it has applied
+        it too, so the caller's next request to it sees its own change."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not holds(self.image):
+            event = self._applied_changed
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), remaining)
+        return True
+
     @property
     def ready(self) -> bool:
         """Whether everything in this node's metadata log is committed and applied (a node
