@@ -73,14 +73,18 @@ def wait_for_descriptors(server: ServerProcess, count: int, timeout_s: float = 3
         time.sleep(0.02)
 
 
-def wait_until_reachable(server: ServerProcess, timeout_s: float = 60.0) -> None:
+def reachable_client(server: ServerProcess, timeout_s: float = 90.0) -> Client:
+    """A patient client that has had an answer from the node: once the listener has drained
+    the connections left behind. A client's first contact fails fast on a connection the node
+    accepts but does not answer (`ConnectFailedError`); after it, such a failure is retried."""
     deadline = time.monotonic() + timeout_s
     while True:
+        client = Client(server.address, timeout_s=30, retry=PATIENT)
         try:
-            with Client(server.address, timeout_s=5, retry=ONCE) as client:
-                client.list_topics()
-                return
+            client.list_topics()
+            return client
         except ReplogError:
+            client.close()
             assert time.monotonic() < deadline, "the node does not answer again"
 
 
@@ -125,8 +129,8 @@ def test_running_out_of_descriptors_is_a_typed_error_without_elections(
         if refused:
             assert counter(server, "replog_storage_errors", "TOO_MANY_OPEN_FILES") > 0
         assert server.proc is not None and server.proc.poll() is None
-        wait_until_reachable(server)  # the listener drains the connections left behind
-        with Client(server.address, timeout_s=30, retry=PATIENT) as client:
+        # The listener drains the connections left behind; then everything works again.
+        with reachable_client(server) as client:
             for p in range(PARTITIONS):  # descriptors are free again: everything works
                 client.append("many", p, [b"after-%d" % p])
                 acked[p].append(b"after-%d" % p)
