@@ -69,6 +69,8 @@ class TinyBroker:
                     data = conn.recv(65536)
                 except TimeoutError:
                     continue
+                except OSError:  # reset by a closing consumer
+                    return
                 if not data:
                     return
                 for payload in decoder.feed(data):

@@ -128,15 +128,8 @@ class MetadataLog:
 
     async def wait_applied(self, offset: int, timeout_s: float) -> None:
         """Wait until metadata offset `offset` is applied on this node."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while self.image.applied_offset <= offset:
-            event = self._applied_changed
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise LeaderUnknownError("the cluster metadata did not apply in time")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), remaining)
+        if not await self.wait_until(lambda image: image.applied_offset > offset, timeout_s):
+            raise LeaderUnknownError("the cluster metadata did not apply in time")
 
     async def wait_until(self, holds: Callable[[MetadataImage], bool], timeout_s: float) -> bool:
         """Wait until this node's image satisfies `holds` (True), or `timeout_s` passed
