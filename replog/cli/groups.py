@@ -25,6 +25,7 @@ from replog.cli.common import (
     add_output_argument,
     cli_client,
     client_parser,
+    command_group,
     print_json,
     time_ms_arg,
 )
@@ -48,13 +49,13 @@ JSON_KEYS = {
 
 
 def add_parser(sub: Subparsers) -> None:
-    group = sub.add_parser(
+    gsub = command_group(
+        sub,
         "group",
-        help="consumer groups: list, describe, reset offsets, delete",
-        description="Consumer groups (docs/api.md, Consumer groups).",
+        cmd_group,
+        "consumer groups: list, describe, reset offsets, delete",
+        "Consumer groups (docs/api.md, Consumer groups).",
     )
-    group.set_defaults(run=cmd_group)
-    gsub = group.add_subparsers(dest="group_command", required=True, metavar="ACTION")
     add_output_argument(
         client_parser(gsub, "list", "list the cluster's groups"), JSON_KEYS["group list"]
     )

@@ -23,6 +23,7 @@ from replog.cli.common import (
     add_output_argument,
     cli_client,
     client_parser,
+    command_group,
     node_ids,
     print_json,
 )
@@ -53,9 +54,7 @@ def add_parsers(sub: Subparsers) -> None:
 
 
 def _add_topic(sub: Subparsers) -> None:
-    topic = sub.add_parser("topic", help="manage topics", description="Manage topics.")
-    topic.set_defaults(run=cmd_topic)
-    tsub = topic.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
+    tsub = command_group(sub, "topic", cmd_topic, "manage topics", "Manage topics.")
     create = client_parser(tsub, "create", "create a topic")
     create.add_argument("name")
     create.add_argument("--partitions", "-p", type=int, default=1)
@@ -94,11 +93,9 @@ def _add_topic(sub: Subparsers) -> None:
 
 
 def _add_partition(sub: Subparsers) -> None:
-    partition = sub.add_parser(
-        "partition", help="operate on one partition", description="Operate on one partition."
+    psub = command_group(
+        sub, "partition", cmd_partition, "operate on one partition", "Operate on one partition."
     )
-    partition.set_defaults(run=cmd_partition)
-    psub = partition.add_subparsers(dest="partition_command", required=True, metavar="ACTION")
     transfer = client_parser(
         psub, "transfer-leader", "hand a partition's leadership to another of its voters"
     )
