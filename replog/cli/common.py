@@ -45,6 +45,25 @@ def print_json(document: object, out: TextIO) -> None:
     print(json.dumps(document, indent=2), file=out)
 
 
+def print_rows(
+    out: TextIO,
+    output: str,
+    key: str,
+    rows: list[dict[str, object]],
+    header: str | None,
+    document: dict[str, object] | None = None,
+) -> None:
+    """A listing: with `--output json` one document, `document` with `rows` under `key`;
+    as text the `header` line (None: none) and a line a row, its values tab-separated."""
+    if output == "json":
+        print_json({**(document or {}), key: rows}, out)
+        return
+    if header is not None:
+        print(header, file=out)
+    for row in rows:
+        print("\t".join(map(str, row.values())), file=out)
+
+
 def add_output_argument(p: argparse.ArgumentParser, keys: str) -> None:
     """`--output text|json` (`-o json`); `keys` describes the JSON document. Stable: add
     keys, never rename or remove them."""

@@ -27,6 +27,7 @@ from replog.cli.common import (
     client_parser,
     command_group,
     print_json,
+    print_rows,
     time_ms_arg,
 )
 
@@ -101,24 +102,18 @@ def run(args: argparse.Namespace, client: Client, out: TextIO) -> int:
     command = args.group_command
     if command == "list":
         groups = sorted(client.list_groups(), key=lambda g: g.group)
-        if args.output == "json":
-            rows = [
-                {
-                    "group": g.group,
-                    "state": g.state,
-                    "members": g.members,
-                    "generation": g.generation,
-                    "coordinator_id": g.coordinator_id,
-                }
-                for g in groups
-            ]
-            print_json({"groups": rows}, out)
-            return 0
-        print("group\tstate\tmembers\tgeneration\tcoordinator", file=out)
-        for g in groups:
-            print(
-                f"{g.group}\t{g.state}\t{g.members}\t{g.generation}\t{g.coordinator_id}", file=out
-            )
+        rows: list[dict[str, object]] = [
+            {
+                "group": g.group,
+                "state": g.state,
+                "members": g.members,
+                "generation": g.generation,
+                "coordinator_id": g.coordinator_id,
+            }
+            for g in groups
+        ]
+        header = "group\tstate\tmembers\tgeneration\tcoordinator"
+        print_rows(out, args.output, "groups", rows, header)
     elif command == "describe":
         d = client.describe_group(args.group)
         if args.output == "json":
