@@ -38,7 +38,7 @@ _pack_header = HEADER.pack
 _unpack_header = HEADER.unpack_from
 _first = itemgetter(0)
 _second = itemgetter(1)
-_HEADER_DTYPE = np.dtype([("offset", ">u8"), ("length", ">u4")])
+HEADER_DTYPE = np.dtype([("offset", ">u8"), ("length", ">u4")])
 _BE_U64 = np.dtype(">u8")
 
 
@@ -125,7 +125,7 @@ def encode_with_ends(
         buf = b"".join(parts)  # type: ignore[arg-type]
         return buf, list(accumulate(map(add, lengths, repeat(HEADER_BYTES)), initial=position))[1:]
     lengths_np = np.fromiter(map(len, values), dtype=np.int64, count=n)
-    headers = np.empty(n, dtype=_HEADER_DTYPE)
+    headers = np.empty(n, dtype=HEADER_DTYPE)
     headers["offset"] = np.arange(base_offset, base_offset + n, dtype=np.uint64)
     headers["length"] = lengths_np | CONTROL_FLAG if control else lengths_np
     data = np.frombuffer(b"".join(values), dtype=np.uint8)

@@ -105,26 +105,17 @@ class ConsumerRecord(NamedTuple):
     timestamp_ms: int
 
 
+@dataclass(slots=True, eq=False)
 class DecodedRecords:
     """Columns of decoded envelopes: `offsets[i]`, `values[i]` (None: a null value),
     `keys[i]` (None: no key), `timestamps[i]`, `headers[i]` (a tuple, empty for most
     records)."""
 
-    __slots__ = ("headers", "keys", "offsets", "timestamps", "values")
-
-    def __init__(
-        self,
-        offsets: list[int],
-        values: list[bytes | None],
-        keys: list[bytes | None],
-        timestamps: list[int],
-        headers: list[tuple[Header, ...]],
-    ) -> None:
-        self.offsets = offsets
-        self.values = values
-        self.keys = keys
-        self.timestamps = timestamps
-        self.headers = headers
+    offsets: list[int]
+    values: list[bytes | None]
+    keys: list[bytes | None]
+    timestamps: list[int]
+    headers: list[tuple[Header, ...]]
 
     def __len__(self) -> int:
         return len(self.offsets)

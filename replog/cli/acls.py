@@ -23,6 +23,7 @@ from replog.cli.common import (
     add_output_argument,
     cli_client,
     client_parser,
+    command_group,
     print_json,
 )
 
@@ -41,11 +42,9 @@ QUOTA_RATES = (
 
 
 def add_parsers(sub: Subparsers) -> None:
-    acl = sub.add_parser(
-        "acl", help="manage ACLs (who may do what)", description="Manage ACLs (docs/api.md)."
+    asub = command_group(
+        sub, "acl", cmd_acl, "manage ACLs (who may do what)", "Manage ACLs (docs/api.md)."
     )
-    acl.set_defaults(run=cmd_acl)
-    asub = acl.add_subparsers(dest="acl_command", required=True, metavar="ACTION")
     for name, text in (("add", "allow an operation"), ("remove", "remove an ACL")):
         p = client_parser(asub, name, text)
         p.add_argument("--principal", required=True, help="User:<name>, User:* or Node:<id>")
@@ -67,13 +66,13 @@ def add_parsers(sub: Subparsers) -> None:
         )
     add_output_argument(client_parser(asub, "list", "list ACLs"), JSON_KEYS["acl list"])
 
-    quota = sub.add_parser(
+    qsub = command_group(
+        sub,
         "quota",
-        help="manage quotas (how fast a principal may go)",
-        description="Manage quotas per principal and the default User:* (docs/security.md).",
+        cmd_quota,
+        "manage quotas (how fast a principal may go)",
+        "Manage quotas per principal and the default User:* (docs/security.md).",
     )
-    quota.set_defaults(run=cmd_quota)
-    qsub = quota.add_subparsers(dest="quota_command", required=True, metavar="ACTION")
     qset = client_parser(qsub, "set", "set a principal's quotas (all 0: remove them)")
     qset.add_argument("--principal", required=True, help="User:<name>, or User:* (default)")
     for rate in QUOTA_RATES:

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from replog.errors import ReplogError
@@ -44,6 +45,25 @@ def print_json(document: object, out: TextIO) -> None:
     print(json.dumps(document, indent=2), file=out)
 
 
+def print_rows(
+    out: TextIO,
+    output: str,
+    key: str,
+    rows: list[dict[str, object]],
+    header: str | None,
+    document: dict[str, object] | None = None,
+) -> None:
+    """A listing: with `--output json` one document, `document` with `rows` under `key`;
+    as text the `header` line (None: none) and a line a row, its values tab-separated."""
+    if output == "json":
+        print_json({**(document or {}), key: rows}, out)
+        return
+    if header is not None:
+        print(header, file=out)
+    for row in rows:
+        print("\t".join(map(str, row.values())), file=out)
+
+
 def add_output_argument(p: argparse.ArgumentParser, keys: str) -> None:
     """`--output text|json` (`-o json`); `keys` describes the JSON document. Stable: add
     keys, never rename or remove them."""
@@ -67,6 +87,38 @@ def add_progress_argument(p: argparse.ArgumentParser) -> None:
 
 def progress_enabled(args: argparse.Namespace) -> bool:
     return sys.stderr.isatty() if args.progress is None else bool(args.progress)
+
+
+# The TLS options of a client command: flag, environment variable (the default), help.
+_TLS_OPTIONS = (
+    (
+        "--tls-ca",
+        "REPLOG_TLS_CA",
+        "PEM CA bundle that signs the servers' certificates: TLS on",
+    ),
+    ("--tls-cert", "REPLOG_TLS_CERT", "PEM client certificate, for mutual TLS"),
+    ("--tls-key", "REPLOG_TLS_KEY", "PEM key of --tls-cert"),
+    ("--token", "REPLOG_TOKEN", "bearer token sent with every call, TLS only"),
+    (
+        "--tls-server-name",
+        "REPLOG_TLS_SERVER_NAME",
+        "name to verify in the server certificate instead of the address's host",
+    ),
+)
+
+
+def command_group(
+    sub: Subparsers,
+    name: str,
+    run: Callable[[argparse.Namespace, TextIO], int],
+    help_text: str,
+    description: str,
+) -> Subparsers:
+    """A command with actions (`replog NAME ACTION ...`): its parser runs `run`, which
+    finds the action in `args.<name>_command`; the actions are added to the result."""
+    p = sub.add_parser(name, help=help_text, description=description)
+    p.set_defaults(run=run)
+    return p.add_subparsers(dest=f"{name}_command", required=True, metavar="ACTION")
 
 
 def client_parser(parent: Subparsers, name: str, help_text: str) -> argparse.ArgumentParser:
@@ -97,32 +149,8 @@ def client_parser(parent: Subparsers, name: str, help_text: str) -> argparse.Arg
         "(env REPLOG_ATTEMPT_TIMEOUT; default %(default)s)",
     )
     tls = p.add_argument_group("TLS (all off unless --tls-ca is given)")
-    tls.add_argument(
-        "--tls-ca",
-        default=env("REPLOG_TLS_CA"),
-        help="PEM CA bundle that signs the servers' certificates: TLS on (env REPLOG_TLS_CA)",
-    )
-    tls.add_argument(
-        "--tls-cert",
-        default=env("REPLOG_TLS_CERT"),
-        help="PEM client certificate, for mutual TLS (env REPLOG_TLS_CERT)",
-    )
-    tls.add_argument(
-        "--tls-key",
-        default=env("REPLOG_TLS_KEY"),
-        help="PEM key of --tls-cert (env REPLOG_TLS_KEY)",
-    )
-    tls.add_argument(
-        "--token",
-        default=env("REPLOG_TOKEN"),
-        help="bearer token sent with every call (TLS only; env REPLOG_TOKEN)",
-    )
-    tls.add_argument(
-        "--tls-server-name",
-        default=env("REPLOG_TLS_SERVER_NAME"),
-        help="name to verify in the server certificate instead of the address's host "
-        "(env REPLOG_TLS_SERVER_NAME)",
-    )
+    for flag, variable, text in _TLS_OPTIONS:
+        tls.add_argument(flag, default=env(variable), help=f"{text} (env {variable})")
     return p
 
 

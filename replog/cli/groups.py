@@ -25,7 +25,9 @@ from replog.cli.common import (
     add_output_argument,
     cli_client,
     client_parser,
+    command_group,
     print_json,
+    print_rows,
     time_ms_arg,
 )
 
@@ -48,13 +50,13 @@ JSON_KEYS = {
 
 
 def add_parser(sub: Subparsers) -> None:
-    group = sub.add_parser(
+    gsub = command_group(
+        sub,
         "group",
-        help="consumer groups: list, describe, reset offsets, delete",
-        description="Consumer groups (docs/api.md, Consumer groups).",
+        cmd_group,
+        "consumer groups: list, describe, reset offsets, delete",
+        "Consumer groups (docs/api.md, Consumer groups).",
     )
-    group.set_defaults(run=cmd_group)
-    gsub = group.add_subparsers(dest="group_command", required=True, metavar="ACTION")
     add_output_argument(
         client_parser(gsub, "list", "list the cluster's groups"), JSON_KEYS["group list"]
     )
@@ -100,24 +102,18 @@ def run(args: argparse.Namespace, client: Client, out: TextIO) -> int:
     command = args.group_command
     if command == "list":
         groups = sorted(client.list_groups(), key=lambda g: g.group)
-        if args.output == "json":
-            rows = [
-                {
-                    "group": g.group,
-                    "state": g.state,
-                    "members": g.members,
-                    "generation": g.generation,
-                    "coordinator_id": g.coordinator_id,
-                }
-                for g in groups
-            ]
-            print_json({"groups": rows}, out)
-            return 0
-        print("group\tstate\tmembers\tgeneration\tcoordinator", file=out)
-        for g in groups:
-            print(
-                f"{g.group}\t{g.state}\t{g.members}\t{g.generation}\t{g.coordinator_id}", file=out
-            )
+        rows: list[dict[str, object]] = [
+            {
+                "group": g.group,
+                "state": g.state,
+                "members": g.members,
+                "generation": g.generation,
+                "coordinator_id": g.coordinator_id,
+            }
+            for g in groups
+        ]
+        header = "group\tstate\tmembers\tgeneration\tcoordinator"
+        print_rows(out, args.output, "groups", rows, header)
     elif command == "describe":
         d = client.describe_group(args.group)
         if args.output == "json":

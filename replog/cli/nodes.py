@@ -47,6 +47,7 @@ from replog.cli.common import (
     cli_client,
     client_parser,
     client_tls,
+    command_group,
     print_json,
 )
 
@@ -76,13 +77,13 @@ class Move:
 
 
 def add_parser(sub: Subparsers) -> None:
-    node = sub.add_parser(
+    nsub = command_group(
+        sub,
         "node",
-        help="the cluster's nodes: list, add, remove, decommission",
-        description="The cluster's nodes (docs/operations.md, Scale).",
+        cmd_node,
+        "the cluster's nodes: list, add, remove, decommission",
+        "The cluster's nodes (docs/operations.md, Scale).",
     )
-    node.set_defaults(run=cmd_node)
-    nsub = node.add_subparsers(dest="node_command", required=True, metavar="ACTION")
     add_output_argument(
         client_parser(nsub, "list", "nodes, replicas hosted and partitions led"),
         JSON_KEYS["node list"],

@@ -13,6 +13,7 @@ Stdout is never touched, so piping a command's output stays clean.
 from __future__ import annotations
 
 import time
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TextIO
 
 REDRAW_INTERVAL_S = 0.25
@@ -33,31 +34,24 @@ def human_duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
+@dataclass(eq=False)
 class Progress:
     """Counts records and bytes; draws to `stream` only when `enabled`.
 
     Exactly one of `total_records` / `total_bytes` (or neither) gives the ETA.
     """
 
-    def __init__(
-        self,
-        stream: TextIO,
-        verb: str,
-        *,
-        enabled: bool,
-        total_records: int | None = None,
-        total_bytes: int | None = None,
-    ) -> None:
-        self.stream = stream
-        self.verb = verb
-        self.enabled = enabled
-        self.total_records = total_records
-        self.total_bytes = total_bytes
-        self.records = 0
-        self.bytes = 0
-        self.started = time.perf_counter()
-        self._drawn_at: float | None = None
-        self._width = 0
+    stream: TextIO
+    verb: str
+    _: KW_ONLY
+    enabled: bool
+    total_records: int | None = None
+    total_bytes: int | None = None
+    records: int = field(default=0, init=False)
+    bytes: int = field(default=0, init=False)
+    started: float = field(default_factory=time.perf_counter, init=False)
+    _drawn_at: float | None = field(default=None, init=False)
+    _width: int = field(default=0, init=False)
 
     def update(self, records: int, nbytes: int) -> None:
         self.records += records

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, TextIO
 
-from replog.cli.common import add_output_argument, print_json
+from replog.cli.common import add_output_argument, print_rows
 
 if TYPE_CHECKING:
     from replog.client import Client
@@ -63,10 +63,7 @@ def alter(client: Client, args: argparse.Namespace, out: TextIO) -> None:
 
 def describe(client: Client, args: argparse.Namespace, out: TextIO) -> None:
     found = sorted(client.describe_configs(args.name).items())
-    if args.output == "json":
-        rows = [{"name": k, "value": c.value, "source": c.source} for k, c in found]
-        print_json({"topic": args.name, "configs": rows}, out)
-        return
-    print("config\tvalue\tsource", file=out)
-    for name, c in found:
-        print(f"{name}\t{c.value}\t{c.source}", file=out)
+    rows: list[dict[str, object]] = [
+        {"name": k, "value": c.value, "source": c.source} for k, c in found
+    ]
+    print_rows(out, args.output, "configs", rows, "config\tvalue\tsource", {"topic": args.name})

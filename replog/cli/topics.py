@@ -23,8 +23,10 @@ from replog.cli.common import (
     add_output_argument,
     cli_client,
     client_parser,
+    command_group,
     node_ids,
     print_json,
+    print_rows,
 )
 
 if TYPE_CHECKING:
@@ -53,9 +55,7 @@ def add_parsers(sub: Subparsers) -> None:
 
 
 def _add_topic(sub: Subparsers) -> None:
-    topic = sub.add_parser("topic", help="manage topics", description="Manage topics.")
-    topic.set_defaults(run=cmd_topic)
-    tsub = topic.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
+    tsub = command_group(sub, "topic", cmd_topic, "manage topics", "Manage topics.")
     create = client_parser(tsub, "create", "create a topic")
     create.add_argument("name")
     create.add_argument("--partitions", "-p", type=int, default=1)
@@ -94,11 +94,9 @@ def _add_topic(sub: Subparsers) -> None:
 
 
 def _add_partition(sub: Subparsers) -> None:
-    partition = sub.add_parser(
-        "partition", help="operate on one partition", description="Operate on one partition."
+    psub = command_group(
+        sub, "partition", cmd_partition, "operate on one partition", "Operate on one partition."
     )
-    partition.set_defaults(run=cmd_partition)
-    psub = partition.add_subparsers(dest="partition_command", required=True, metavar="ACTION")
     transfer = client_parser(
         psub, "transfer-leader", "hand a partition's leadership to another of its voters"
     )
@@ -136,12 +134,10 @@ def cmd_topic(args: argparse.Namespace, out: TextIO) -> int:
             print(f"created topic {args.name} with {args.partitions} partition(s)", file=out)
         elif args.topic_command == "list":
             topics = sorted(client.list_topics().items())
-            if args.output == "json":
-                rows = [{"name": name, "partitions": count} for name, count in topics]
-                print_json({"topics": rows}, out)
-                return 0
-            for name, count in topics:
-                print(f"{name}\t{count}", file=out)
+            rows: list[dict[str, object]] = [
+                {"name": name, "partitions": count} for name, count in topics
+            ]
+            print_rows(out, args.output, "topics", rows, None)
         elif args.topic_command == "describe":
             infos = client.describe_topic(args.name)
             if args.output == "json":
@@ -264,20 +260,15 @@ def cmd_partition(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_offsets(args: argparse.Namespace, out: TextIO) -> int:
 
     with cli_client(args) as client:
-        offsets = client.list_offsets(args.topic)
-        if args.output == "json":
-            rows = [
-                {
-                    "partition": o.partition,
-                    "earliest": o.earliest,
-                    "latest": o.latest,
-                    "log_end_offset": o.log_end_offset,
-                }
-                for o in offsets
-            ]
-            print_json({"topic": args.topic, "partitions": rows}, out)
-            return 0
-        print("partition\tearliest\tlatest\tlog_end", file=out)
-        for o in offsets:
-            print(f"{o.partition}\t{o.earliest}\t{o.latest}\t{o.log_end_offset}", file=out)
+        rows: list[dict[str, object]] = [
+            {
+                "partition": o.partition,
+                "earliest": o.earliest,
+                "latest": o.latest,
+                "log_end_offset": o.log_end_offset,
+            }
+            for o in client.list_offsets(args.topic)
+        ]
+    header = "partition\tearliest\tlatest\tlog_end"
+    print_rows(out, args.output, "partitions", rows, header, {"topic": args.topic})
     return 0

@@ -24,8 +24,8 @@ import json
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any
 
-from replog.errors import CorruptDataError
 from replog.replication.epochs import EpochStart
 from replog.replication.membership import Membership, MembershipEntry
 from replog.replication.state import EPOCH_MAX, NODE_ID_MAX, OFFSET_MAX, QuorumState
@@ -42,28 +42,22 @@ MEMBERSHIP_RECORD_PREFIX = b"\x00\x02\x00\x01"  # 0x00, record type 2, version 1
 def load_quorum_state(directory: Path) -> QuorumState:
     """The persisted quorum state, validated: CorruptDataError for anything out of range
     (the replica does not open; nothing is guessed)."""
-    raw = checkpoint.read_file(directory / QUORUM_STATE_FILE)
-    if raw is None:
-        return QuorumState()
-    try:
-        data = json.loads(raw)
-        if not isinstance(data, dict):
-            raise TypeError("not an object")
-        floor, floor_epoch = data.get("vote_floor", 0), data.get("vote_floor_epoch", 0)
-        state = QuorumState(data["epoch"], data["voted_for"], data["leader_id"], floor, floor_epoch)
-        ok = (
-            _in_range(state.epoch, EPOCH_MAX)
-            and _in_range(floor, OFFSET_MAX)
-            and _in_range(floor_epoch, EPOCH_MAX)
-            and all(
-                i is None or _in_range(i, NODE_ID_MAX) for i in (state.voted_for, state.leader_id)
-            )
-        )
-    except (ValueError, TypeError, KeyError):
-        ok = False
-    if not ok:
-        raise CorruptDataError(f"{directory / QUORUM_STATE_FILE}: invalid {raw[:200]!r}")
-    return state
+    state = checkpoint.load_json(directory / QUORUM_STATE_FILE, _quorum_state)
+    return QuorumState() if state is None else state
+
+
+def _quorum_state(data: Any) -> QuorumState | None:
+    if not isinstance(data, dict):
+        return None
+    floor, floor_epoch = data.get("vote_floor", 0), data.get("vote_floor_epoch", 0)
+    state = QuorumState(data["epoch"], data["voted_for"], data["leader_id"], floor, floor_epoch)
+    ok = (
+        _in_range(state.epoch, EPOCH_MAX)
+        and _in_range(floor, OFFSET_MAX)
+        and _in_range(floor_epoch, EPOCH_MAX)
+        and all(i is None or _in_range(i, NODE_ID_MAX) for i in (state.voted_for, state.leader_id))
+    )
+    return state if ok else None
 
 
 def durable_quorum_state(s: QuorumState, replica_id: int) -> QuorumState:
@@ -93,49 +87,38 @@ def encode_quorum_state(s: QuorumState) -> bytes:
 def load_epoch_history(directory: Path) -> list[EpochStart]:
     """The persisted epoch history, validated: epochs strictly increasing, start offsets
     non-decreasing, every number in range; CorruptDataError otherwise."""
-    raw = checkpoint.read_file(directory / EPOCH_HISTORY_FILE)
-    if raw is None:
-        return []
-    try:
-        out = [EpochStart(e, s) for e, s in json.loads(raw)]
-        ok = all(
-            _in_range(b.epoch, EPOCH_MAX) and _in_range(b.start_offset, OFFSET_MAX) for b in out
-        )
-        ok = ok and all(
-            a.epoch < b.epoch and a.start_offset <= b.start_offset
-            for a, b in itertools.pairwise(out)
-        )
-    except (ValueError, TypeError):
-        ok = False
-    if not ok:
-        raise CorruptDataError(f"{directory / EPOCH_HISTORY_FILE}: invalid {raw[:200]!r}")
-    return out
+    return checkpoint.load_json(directory / EPOCH_HISTORY_FILE, _epoch_history) or []
+
+
+def _epoch_history(data: Any) -> list[EpochStart] | None:
+    out = [EpochStart(e, s) for e, s in data]
+    ok = all(_in_range(b.epoch, EPOCH_MAX) and _in_range(b.start_offset, OFFSET_MAX) for b in out)
+    ok = ok and all(
+        a.epoch < b.epoch and a.start_offset <= b.start_offset for a, b in itertools.pairwise(out)
+    )
+    return out if ok else None
 
 
 def load_membership_history(directory: Path) -> list[MembershipEntry]:
     """The persisted membership history, validated: offsets strictly increasing, ids in
     range, each membership valid; CorruptDataError otherwise. A missing file (every file
     written before membership changes existed) is an empty history."""
-    raw = checkpoint.read_file(directory / MEMBERSHIP_HISTORY_FILE)
-    if raw is None:
-        return []
-    try:
-        out = [
-            MembershipEntry(offset, Membership(tuple(voters), tuple(observers)))
-            for offset, voters, observers in json.loads(raw)
-        ]
-        ok = all(
-            _in_range(e.offset, OFFSET_MAX)
-            and e.membership.problem() is None
-            and all(_in_range(i, NODE_ID_MAX) for i in e.membership.replicas)
-            for e in out
-        )
-        ok = ok and all(a.offset < b.offset for a, b in itertools.pairwise(out))
-    except (ValueError, TypeError):
-        ok = False
-    if not ok:
-        raise CorruptDataError(f"{directory / MEMBERSHIP_HISTORY_FILE}: invalid {raw[:200]!r}")
-    return out
+    return checkpoint.load_json(directory / MEMBERSHIP_HISTORY_FILE, _membership_history) or []
+
+
+def _membership_history(data: Any) -> list[MembershipEntry] | None:
+    out = [
+        MembershipEntry(offset, Membership(tuple(voters), tuple(observers)))
+        for offset, voters, observers in data
+    ]
+    ok = all(
+        _in_range(e.offset, OFFSET_MAX)
+        and e.membership.problem() is None
+        and all(_in_range(i, NODE_ID_MAX) for i in e.membership.replicas)
+        for e in out
+    )
+    ok = ok and all(a.offset < b.offset for a, b in itertools.pairwise(out))
+    return out if ok else None
 
 
 def encode_membership_history(entries: Sequence[MembershipEntry]) -> bytes:

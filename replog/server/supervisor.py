@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from replog.server.logs import log
 
 _log = logging.getLogger("replog.server.supervisor")
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 EXIT_TASK_FAILED = 70  # EX_SOFTWARE: an internal error, the process should be restarted
 
@@ -74,3 +76,18 @@ class Supervisor:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def run_thread(
+    stop: threading.Event, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+) -> T:
+    """`work(*args, **kwargs)` in a worker thread, which checks `stop` between two steps. A
+    thread cannot be cancelled: cancelling the caller sets `stop` and waits for the thread
+    to end before the cancellation goes on, so the work never outlives its task."""
+    thread = asyncio.ensure_future(asyncio.to_thread(work, *args, **kwargs))
+    try:
+        return await asyncio.shield(thread)
+    except asyncio.CancelledError:
+        stop.set()
+        await asyncio.wait([thread])
+        raise

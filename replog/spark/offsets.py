@@ -126,15 +126,22 @@ def parse_spec(
     return None
 
 
-def _partition_json(raw: str, option: str, *, minimum: int) -> dict[TopicPartition, int]:
-    example = '{"orders": {"0": 42, "1": -2}}'
-    what = "earliest, latest or " if option.endswith("Offsets") else ""
+def by_topic_json(raw: str, option: str, example: str, what: str = "") -> dict[str, object]:
+    """An option's value that is a JSON object by topic, not empty (else
+    `InvalidArgumentError` naming the option and showing `example`)."""
     try:
         parsed = json.loads(raw)
     except json.JSONDecodeError:
         parsed = None
     if not isinstance(parsed, dict) or not parsed:
         raise InvalidArgumentError(f"option {option} must be {what}JSON such as {example}: {raw!r}")
+    return parsed
+
+
+def _partition_json(raw: str, option: str, *, minimum: int) -> dict[TopicPartition, int]:
+    example = '{"orders": {"0": 42, "1": -2}}'
+    what = "earliest, latest or " if option.endswith("Offsets") else ""
+    parsed = by_topic_json(raw, option, example, what)
     out: dict[TopicPartition, int] = {}
     for topic, parts in parsed.items():
         if not isinstance(parts, dict):

@@ -20,7 +20,6 @@ its lower-cased name and reported by its documented (camelCase) name.
 from __future__ import annotations
 
 import difflib
-import json
 import logging
 import re
 from collections.abc import Mapping
@@ -222,12 +221,7 @@ class Subscription:
 
 def _assign(raw: str) -> tuple[off.TopicPartition, ...]:
     example = '{"orders": [0, 1], "events": [2]}'
-    try:
-        parsed = json.loads(raw)
-    except json.JSONDecodeError:
-        parsed = None
-    if not isinstance(parsed, dict) or not parsed:
-        raise InvalidArgumentError(f"option assign must be JSON such as {example}: {raw!r}")
+    parsed = off.by_topic_json(raw, "assign", example)
     out: list[off.TopicPartition] = []
     for topic, parts in parsed.items():
         if not isinstance(parts, list) or not all(

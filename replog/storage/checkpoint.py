@@ -4,14 +4,23 @@ Used for `high-watermark` (text: `<int>\\n`), `topic.json`, and by replication f
 `quorum-state` and `epoch-history`. A reader sees either the old or the new content, never a
 mix, even after a crash or power loss at any point. `write_hint` (no fsync) is for the
 recovery point and the clean-shutdown marker (`partition_log.py`), whose loss is safe.
+`load_json` is the one reader of the JSON state files (quorum state, epoch and membership
+histories, the node identity): a document its parser refuses is CorruptDataError.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
+
+from replog.errors import CorruptDataError
+
+T = TypeVar("T")
 
 
 def fsync_dir(path: Path) -> None:
@@ -97,6 +106,22 @@ def read_file(path: Path) -> bytes | None:
         return path.read_bytes()
     except FileNotFoundError:
         return None
+
+
+def load_json(path: Path, parse: Callable[[Any], T | None]) -> T | None:
+    """The JSON document in `path` as `parse` reads it; None when there is no file. A
+    document `parse` refuses (it returns None, or raises ValueError, TypeError or KeyError)
+    is CorruptDataError naming the file and its first bytes: nothing is guessed."""
+    raw = read_file(path)
+    if raw is None:
+        return None
+    try:
+        value = parse(json.loads(raw))
+    except (ValueError, TypeError, KeyError):
+        value = None
+    if value is None:
+        raise CorruptDataError(f"{path}: invalid {raw[:200]!r}")
+    return value
 
 
 def write_int(path: Path, value: int) -> None:

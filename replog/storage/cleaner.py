@@ -45,8 +45,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from replog.errors import InvalidConfigError, OffsetOutOfRangeError
-from replog.frames import CONTROL_FLAG, HEADER, HEADER_BYTES, LENGTH_MASK, FrameError, scan
-from replog.records import ATTR_KEY, ATTR_NULL_VALUE, FIXED_BYTES, VERSION
+from replog.frames import (
+    CONTROL_FLAG,
+    HEADER,
+    HEADER_BYTES,
+    HEADER_DTYPE,
+    LENGTH_MASK,
+    FrameError,
+    scan,
+)
+from replog.records import ATTR_KEY, ATTR_NULL_VALUE, FIXED_BYTES, FIXED_DTYPE, VERSION
 from replog.storage.config import DAY_MS, MIB, StorageConfig
 from replog.storage.partition_log import PartitionLog
 from replog.storage.segment import Segment
@@ -127,18 +135,9 @@ class Throttle:
             self._sleep(ahead_s)
 
 
-_COLUMNS = np.dtype(  # a frame header and an envelope's fixed part, 32 bytes
-    [
-        ("offset", ">u8"),
-        ("length", ">u4"),
-        ("version", "u1"),
-        ("attributes", "u1"),
-        ("ts", ">i8"),
-        ("key_length", ">u4"),
-        ("count", ">u2"),
-        ("value_length", ">u4"),
-    ]
-)
+# A frame header and an envelope's fixed part, side by side (32 bytes, packed).
+_COLUMNS = np.dtype(HEADER_DTYPE.descr + FIXED_DTYPE.descr)
+assert _COLUMNS.itemsize == HEADER_BYTES + FIXED_BYTES
 _SPAN = np.arange(_COLUMNS.itemsize)
 
 

@@ -58,3 +58,13 @@ def test_an_impossible_epoch_history_is_refused_on_load(tmp_path: Path, text: st
     (tmp_path / EPOCH_HISTORY_FILE).write_text(text)
     with pytest.raises(CorruptDataError):
         load_epoch_history(tmp_path)
+
+
+def test_missing_files_load_as_a_fresh_replica_and_a_refusal_names_the_file(
+    tmp_path: Path,
+) -> None:
+    assert load_quorum_state(tmp_path) == QuorumState()
+    assert load_epoch_history(tmp_path) == []
+    (tmp_path / EPOCH_HISTORY_FILE).write_text("[[2, 0], [1, 0]]")
+    with pytest.raises(CorruptDataError, match=rf"{EPOCH_HISTORY_FILE}: invalid b'\[\[2, 0\]"):
+        load_epoch_history(tmp_path)

@@ -273,37 +273,32 @@ def is_empty(data_dir: Path) -> bool:
 
 
 def load(data_dir: Path) -> Identity | None:
-    raw = checkpoint.read_file(data_dir / IDENTITY_FILE)
-    if raw is None:
-        return None
-    try:
-        data = json.loads(raw)
-        identity = Identity(
-            data["node_id"],
-            data["directory_id"],
-            data["start"],
-            data.get("caught_up_at"),
-            tuple(data.get("voters", ())),
-            tuple(data.get("observers", ())),
-            tuple((f[0], f[1]) for f in data.get("founders", ())),
-        )
-        ids = (*identity.voters, *identity.observers)
-        ok = (
-            all(type(i) is int and 0 < i <= NODE_ID_MAX for i in ids)
-            and len(set(ids)) == len(ids)
-            and (not identity.observers or bool(identity.voters))
-            and type(identity.node_id) is int
-            and isinstance(identity.directory_id, str)
-            and 0 < len(identity.directory_id) <= DIRECTORY_ID_CHARS_MAX
-            and identity.start in STARTS
-            and (identity.caught_up_at is None or type(identity.caught_up_at) is int)
-            and all(_founder_ok(i, d) for i, d in identity.founders)
-        )
-    except (ValueError, TypeError, KeyError):
-        ok = False
-    if not ok:
-        raise CorruptDataError(f"{data_dir / IDENTITY_FILE}: invalid {raw[:200]!r}")
-    return identity
+    return checkpoint.load_json(data_dir / IDENTITY_FILE, _identity)
+
+
+def _identity(data: Any) -> Identity | None:
+    identity = Identity(
+        data["node_id"],
+        data["directory_id"],
+        data["start"],
+        data.get("caught_up_at"),
+        tuple(data.get("voters", ())),
+        tuple(data.get("observers", ())),
+        tuple((f[0], f[1]) for f in data.get("founders", ())),
+    )
+    ids = (*identity.voters, *identity.observers)
+    ok = (
+        all(type(i) is int and 0 < i <= NODE_ID_MAX for i in ids)
+        and len(set(ids)) == len(ids)
+        and (not identity.observers or bool(identity.voters))
+        and type(identity.node_id) is int
+        and isinstance(identity.directory_id, str)
+        and 0 < len(identity.directory_id) <= DIRECTORY_ID_CHARS_MAX
+        and identity.start in STARTS
+        and (identity.caught_up_at is None or type(identity.caught_up_at) is int)
+        and all(_founder_ok(i, d) for i, d in identity.founders)
+    )
+    return identity if ok else None
 
 
 def _founder_ok(node_id: object, directory_id: object) -> bool:

@@ -21,6 +21,8 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, NoReturn, Protocol, TypeVar
 
 import grpc
@@ -52,17 +54,10 @@ def unary(
     def decorate(fn: UnaryHandler[Req, Resp]) -> UnaryHandler[Req, Resp]:
         async def handler(self: HasMetrics, request: Req, context: Context) -> Resp:
             started = time.perf_counter()
-            code = "OK"
             try:
-                return await fn(self, request, context)
-            except asyncio.CancelledError:
-                code = "CANCELLED"
-                raise
-            except Exception as exc:
-                code = _code(exc)
-                await _fail(method, context, exc)
+                async with _Call(self.metrics, method, context):
+                    return await fn(self, request, context)
             finally:
-                self.metrics.requests.labels(method, code).inc()
                 self.metrics.latency.labels(method).observe(time.perf_counter() - started)
 
         handler.__name__ = fn.__name__
@@ -76,27 +71,46 @@ def streaming(
 ) -> Callable[[StreamHandler[Req, Resp]], StreamingHandler[Req]]:
     def decorate(fn: StreamHandler[Req, Resp]) -> StreamingHandler[Req]:
         async def handler(self: HasMetrics, request: Req, context: Context) -> None:
-            code = "OK"
             replies = fn(self, request, context)
             try:
-                async for item in replies:
-                    if not await _write(context, item):
-                        code = "CANCELLED"  # the client went away during the write
-                        return
-            except asyncio.CancelledError:
-                code = "CANCELLED"
-                raise
-            except Exception as exc:
-                code = _code(exc)
-                await _fail(method, context, exc)
+                async with _Call(self.metrics, method, context) as call:
+                    async for item in replies:
+                        if not await _write(context, item):
+                            call.code = "CANCELLED"  # the client went away during the write
+                            return
             finally:
-                self.metrics.requests.labels(method, code).inc()
                 await replies.aclose()  # its finally blocks run now
 
         handler.__name__ = fn.__name__
         return handler
 
     return decorate
+
+
+@dataclass(slots=True)
+class _Call:
+    """One call's ending, either kind: counted under its status code once it ends (OK,
+    CANCELLED, or the code of what it raised); an exception ends it by `_fail`."""
+
+    metrics: Metrics
+    method: str
+    context: Context
+    code: str = "OK"
+
+    async def __aenter__(self) -> _Call:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if isinstance(exc, asyncio.CancelledError):
+                self.code = "CANCELLED"
+            elif isinstance(exc, Exception):
+                self.code = _code(exc)
+                await _fail(self.method, self.context, exc)
+        finally:
+            self.metrics.requests.labels(self.method, self.code).inc()
 
 
 async def _write(context: Context, item: object) -> bool:

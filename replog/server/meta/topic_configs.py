@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from replog.errors import InvalidArgumentError
@@ -234,25 +234,27 @@ def _optional(value: str | None) -> int | None:
     return None if value is None or int(value) < 0 else int(value)
 
 
+# The configs that override a field of the node's `StorageConfig`: the field, and how the
+# config's canonical string reads as the field's value.
+_STORAGE_FIELDS: dict[str, tuple[str, Callable[[str], object]]] = {
+    RETENTION_MS: ("retention_ms", _optional),
+    RETENTION_BYTES: ("retention_bytes", _optional),
+    SEGMENT_BYTES: ("segment_bytes_max", int),
+    MAX_MESSAGE_BYTES: ("topic_record_bytes_max", int),
+    SEGMENT_MS: ("segment_ms", int),
+    DELETE_RETENTION_MS: ("delete_retention_ms", int),
+    MIN_CLEANABLE_DIRTY_RATIO: ("min_cleanable_dirty_ratio", float),
+    MIN_COMPACTION_LAG_MS: ("min_compaction_lag_ms", int),
+}
+
+
 def storage_config(base: StorageConfig, configs: Mapping[str, str]) -> StorageConfig:
     """The node's storage config `base` with a topic's configs over it."""
-    changes: dict[str, object] = {}
-    if RETENTION_MS in configs:
-        changes["retention_ms"] = _optional(configs[RETENTION_MS])
-    if RETENTION_BYTES in configs:
-        changes["retention_bytes"] = _optional(configs[RETENTION_BYTES])
-    if SEGMENT_BYTES in configs:
-        changes["segment_bytes_max"] = int(configs[SEGMENT_BYTES])
-    if MAX_MESSAGE_BYTES in configs:
-        changes["topic_record_bytes_max"] = int(configs[MAX_MESSAGE_BYTES])
-    if SEGMENT_MS in configs:
-        changes["segment_ms"] = int(configs[SEGMENT_MS])
-    if DELETE_RETENTION_MS in configs:
-        changes["delete_retention_ms"] = int(configs[DELETE_RETENTION_MS])
-    if MIN_CLEANABLE_DIRTY_RATIO in configs:
-        changes["min_cleanable_dirty_ratio"] = float(configs[MIN_CLEANABLE_DIRTY_RATIO])
-    if MIN_COMPACTION_LAG_MS in configs:
-        changes["min_compaction_lag_ms"] = int(configs[MIN_COMPACTION_LAG_MS])
+    changes: dict[str, object] = {
+        field: parse(configs[name])
+        for name, (field, parse) in _STORAGE_FIELDS.items()
+        if name in configs
+    }
     if compacted(configs):
         changes["compact"] = True
         if "delete" not in configs[CLEANUP_POLICY].split(","):  # compact only: kept for good

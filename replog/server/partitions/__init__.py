@@ -9,5 +9,5 @@
     repair           scrubbing and repair: re-verify logs, refetch what rotted
     handover         leadership hand-over of every led partition before the node stops
 
-Imports `meta`, `edge` and `logs`; never `peering` or a room above.
+Imports `meta`, `edge`, `supervisor` and `logs`; never `peering` or a room above.
 """

@@ -35,6 +35,7 @@ from prometheus_client.core import CounterMetricFamily
 
 from replog.errors import ReplogError
 from replog.server.logs import log
+from replog.server.supervisor import run_thread
 from replog.storage import PartitionLog
 from replog.storage.cleaner import CleanerConfig, Throttle, clean
 
@@ -109,15 +110,7 @@ async def run_cleaner(
         compacted = [plog for plog in logs() if plog.config.compact and not plog.closed]
         if not compacted:
             continue
-        thread = asyncio.ensure_future(
-            asyncio.to_thread(clean_all, compacted, bytes_per_s, offset_map_keys_max, stop, stats)
-        )
-        try:
-            await asyncio.shield(thread)
-        except asyncio.CancelledError:
-            stop.set()
-            await asyncio.wait([thread])
-            raise
+        await run_thread(stop, clean_all, compacted, bytes_per_s, offset_map_keys_max, stop, stats)
 
 
 async def node_cleaner(

@@ -44,6 +44,7 @@ from replog.replication import Role
 from replog.replication.driver import ReplicaDriver
 from replog.server.logs import log
 from replog.server.partitions.handover import pick_target, wait_until
+from replog.server.supervisor import run_thread
 from replog.storage import PartitionLog
 from replog.storage.integrity import IntegrityIssue
 from replog.storage.scrub import Scrubber
@@ -282,15 +283,7 @@ async def run_scrubber(
     its stop event and waits for the thread, which notices between two steps."""
     scrubber = Scrubber(logs, bytes_per_s=bytes_per_s, on_corrupt=on_corrupt)
     stop = threading.Event()
-    thread = asyncio.ensure_future(
-        asyncio.to_thread(scrub_forever, scrubber, logs, stop, pass_interval_s, poll_s)
-    )
-    try:
-        await asyncio.shield(thread)
-    except asyncio.CancelledError:
-        stop.set()
-        await asyncio.wait([thread])
-        raise
+    await run_thread(stop, scrub_forever, scrubber, logs, stop, pass_interval_s, poll_s)
 
 
 def scrub_forever(
