@@ -231,3 +231,24 @@ def test_mangled_frames_are_refused_as_the_envelope_decoder_refuses_them(
             (k, b"" if v is None else v)
             for k, v in zip(decoded.keys, decoded.values, strict=True)  # type: ignore[union-attr]
         ]
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 200), blobs, blobs), min_size=1, max_size=4),
+    st.lists(st.tuples(st.integers(0, 100_000), st.integers(0, 255)), max_size=2),
+    st.integers(0, 2),
+    st.integers(-2, 2),
+)
+@settings(max_examples=200, deadline=None)
+def test_runs_of_equal_records_decode_as_the_per_record_decoder_decodes_them(
+    groups: list, flips: list, cut: int, miscount: int
+) -> None:
+    """The length walk's galloping over runs of equally long records (`_starts`), on runs
+    of equal records, mangled or not."""
+    recs = [Record(0, 0, k, v) for count, k, v in groups for _ in range(count)]
+    section = bytearray(b"".join(map(_encode_record, recs)))
+    for at, value in flips:
+        section[at % len(section)] = value
+    data = bytes(section[: len(section) - cut])
+    count = max(len(recs) + miscount, 0)
+    assert decoded(data, count) == reference(data, count)
