@@ -110,11 +110,23 @@ def test_any_section_decodes_as_the_per_record_decoder_decodes_it(
     assert decoded(data, count) == reference(data, count)
 
 
-@given(records, st.booleans())
+@given(records, st.booleans(), st.sampled_from([1, 10**9]), st.integers(1, 30))
 @settings(max_examples=150, deadline=None)
-def test_the_edge_converts_columns_as_it_converts_records(rows: list, raw: bool) -> None:
+def test_the_edge_converts_columns_as_it_converts_records(
+    rows: list, raw: bool, run_records_min: int, repeat: int
+) -> None:
     """Produce: a batch decoded as columns appends the values the records would; Fetch:
-    frames become the batch the per-record encoder makes."""
+    frames become the batch the per-record encoder makes (the columns assembled by runs
+    of equal records as blocks, or by one gather: both forced)."""
+    old = columns.RUN_RECORDS_MIN
+    columns.RUN_RECORDS_MIN = run_records_min
+    try:
+        edge_conversions(rows[:1] * repeat + rows, raw)
+    finally:
+        columns.RUN_RECORDS_MIN = old
+
+
+def edge_conversions(rows: list, raw: bool) -> None:
     recs = [(k if not raw else None, v, 1_700_000_000_000 + (t % 10**9), ()) for t, _, k, v in rows]
     if not recs:
         return
@@ -183,8 +195,8 @@ def test_spans_encode_the_bytes_the_per_record_encoder_does(
             bytes(buf),
             np.array([r.offset_delta for r in recs], dtype=np.int64),
             np.array([r.timestamp_delta for r in recs], dtype=np.int64),
-            (cols[:, 0], cols[:, 1]),
-            (cols[:, 2], cols[:, 3]),
+            columns.Span(cols[:, 0], cols[:, 1]),
+            columns.Span(cols[:, 2], cols[:, 3]),
         )
     finally:
         columns.RUN_RECORDS_MIN = old

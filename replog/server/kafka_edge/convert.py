@@ -30,7 +30,7 @@ import numpy as np
 
 from replog import frames, records
 from replog.errors import InvalidRecordError
-from replog.kafka.columns import Columns, encode_spans
+from replog.kafka.columns import Columns, Gen, Span, assemble, encode_spans
 from replog.kafka.records import (
     Header,
     Record,
@@ -91,14 +91,20 @@ def _values_of_columns(cols: Columns, base_timestamp: int, envelope: bool) -> li
         cols.value_lengths < 0
     ) * records.ATTR_NULL_VALUE
     fixed["ts"] = cols.timestamp_deltas + base_timestamp
-    fixed["key_length"] = np.maximum(cols.key_lengths, 0)
-    fixed["value_length"] = np.maximum(cols.value_lengths, 0)
-    heads = fixed.tobytes()
-    size = records.FIXED_BYTES
-    cut = map(
-        heads.__getitem__, map(slice, range(0, n * size, size), range(size, n * size + 1, size))
+    key_bytes = np.maximum(cols.key_lengths, 0)
+    value_bytes = np.maximum(cols.value_lengths, 0)
+    fixed["key_length"] = key_bytes
+    fixed["value_length"] = value_bytes
+    heads = Gen(
+        fixed.view(np.uint8).reshape(n, records.FIXED_BYTES), np.full(n, records.FIXED_BYTES)
     )
-    return list(map(b"".join, zip(cut, cols.keys_or_empty(), cols.values_or_empty(), strict=True)))
+    out, sizes = assemble(
+        cols.payload,
+        [heads, Span(cols.key_starts, key_bytes), Span(cols.value_starts, value_bytes)],
+    )
+    flat = out.tobytes()
+    ends = np.cumsum(sizes)
+    return list(map(flat.__getitem__, map(slice, (ends - sizes).tolist(), ends.tolist())))
 
 
 def batch_of_frames(data: bytes, envelope: bool, leader_epoch: int = -1) -> bytes:
@@ -148,8 +154,8 @@ def _batch_of_spans(data: bytes, spans: records.EnvelopeSpans, leader_epoch: int
         data,
         spans.offsets - base,
         times - base_ts,
-        (spans.key_starts, spans.key_lengths),
-        (spans.value_starts, spans.value_lengths),
+        Span(spans.key_starts, spans.key_lengths),
+        Span(spans.value_starts, spans.value_lengths),
     )
     batch = RecordBatch(
         base_offset=base,
