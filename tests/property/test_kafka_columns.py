@@ -118,12 +118,13 @@ def test_the_edge_converts_columns_as_it_converts_records(
     """Produce: a batch decoded as columns appends the values the records would; Fetch:
     frames become the batch the per-record encoder makes (the columns assembled by runs
     of equal records as blocks, or by one gather: both forced)."""
-    old = columns.RUN_RECORDS_MIN
+    old = (columns.RUN_RECORDS_MIN, columns._GATHER_BYTES_MAX)
     columns.RUN_RECORDS_MIN = run_records_min
+    columns._GATHER_BYTES_MAX = 64  # the gathers in chunks of a few rows
     try:
         edge_conversions(rows[:1] * repeat + rows, raw)
     finally:
-        columns.RUN_RECORDS_MIN = old
+        columns.RUN_RECORDS_MIN, columns._GATHER_BYTES_MAX = old
 
 
 def edge_conversions(rows: list, raw: bool) -> None:
@@ -188,8 +189,9 @@ def test_spans_encode_the_bytes_the_per_record_encoder_does(
             offset += offset_step
             ts += ts_step
     cols = np.array(spans, dtype=np.int64).reshape(-1, 4)
-    old = columns.RUN_RECORDS_MIN
+    old = (columns.RUN_RECORDS_MIN, columns._GATHER_BYTES_MAX)
     columns.RUN_RECORDS_MIN = run_records_min
+    columns._GATHER_BYTES_MAX = 64  # the gathers in chunks of a few rows
     try:
         section = columns.encode_spans(
             bytes(buf),
@@ -199,7 +201,7 @@ def test_spans_encode_the_bytes_the_per_record_encoder_does(
             columns.Span(cols[:, 2], cols[:, 3]),
         )
     finally:
-        columns.RUN_RECORDS_MIN = old
+        columns.RUN_RECORDS_MIN, columns._GATHER_BYTES_MAX = old
     assert section == b"".join(map(_encode_record, recs))
 
 
