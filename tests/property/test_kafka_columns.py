@@ -168,7 +168,7 @@ groups = st.lists(
 
 
 @given(groups, st.sampled_from([1, 10**9]))
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_spans_encode_the_bytes_the_per_record_encoder_does(
     spec: list, run_records_min: int
 ) -> None:
@@ -210,7 +210,7 @@ def test_spans_encode_the_bytes_the_per_record_encoder_does(
     st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=3),
     st.integers(0, 3),
 )
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_mangled_frames_are_refused_as_the_envelope_decoder_refuses_them(
     rows: list, flips: list, cut: int
 ) -> None:
@@ -253,7 +253,7 @@ def test_mangled_frames_are_refused_as_the_envelope_decoder_refuses_them(
     st.integers(0, 2),
     st.integers(-2, 2),
 )
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_runs_of_equal_records_decode_as_the_per_record_decoder_decodes_them(
     groups: list, flips: list, cut: int, miscount: int
 ) -> None:
