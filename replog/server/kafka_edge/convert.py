@@ -30,7 +30,7 @@ import numpy as np
 
 from replog import frames, records
 from replog.errors import InvalidRecordError
-from replog.kafka.columns import Columns, encode_columns
+from replog.kafka.columns import Columns, Gen, Span, assemble, encode_spans
 from replog.kafka.records import (
     Header,
     Record,
@@ -91,27 +91,35 @@ def _values_of_columns(cols: Columns, base_timestamp: int, envelope: bool) -> li
         cols.value_lengths < 0
     ) * records.ATTR_NULL_VALUE
     fixed["ts"] = cols.timestamp_deltas + base_timestamp
-    fixed["key_length"] = np.maximum(cols.key_lengths, 0)
-    fixed["value_length"] = np.maximum(cols.value_lengths, 0)
-    heads = fixed.tobytes()
-    size = records.FIXED_BYTES
-    cut = map(
-        heads.__getitem__, map(slice, range(0, n * size, size), range(size, n * size + 1, size))
+    key_bytes = np.maximum(cols.key_lengths, 0)
+    value_bytes = np.maximum(cols.value_lengths, 0)
+    fixed["key_length"] = key_bytes
+    fixed["value_length"] = value_bytes
+    heads = Gen(
+        fixed.view(np.uint8).reshape(n, records.FIXED_BYTES), np.full(n, records.FIXED_BYTES)
     )
-    return list(map(b"".join, zip(cut, cols.keys_or_empty(), cols.values_or_empty(), strict=True)))
+    out, sizes = assemble(
+        cols.payload,
+        [heads, Span(cols.key_starts, key_bytes), Span(cols.value_starts, value_bytes)],
+    )
+    flat = out.tobytes()
+    ends = np.cumsum(sizes)
+    return list(map(flat.__getitem__, map(slice, (ends - sizes).tolist(), ends.tolist())))
 
 
 def batch_of_frames(data: bytes, envelope: bool, leader_epoch: int = -1) -> bytes:
     """One Kafka batch (bytes) holding the frames `data` (b"" for no frames)."""
+    if envelope:  # the envelopes as spans of `data` (control records skipped)
+        spans = records.envelope_spans(data)
+        if not spans.header_counts.any():  # the usual case: one columnar encoding
+            return b"" if not data else _batch_of_spans(data, spans, leader_epoch)
     decoded = frames.decode(data)
     if not decoded.offsets:
         return b""
     base = decoded.offsets[0]
     last = decoded.offsets[-1]
-    if envelope:  # the envelopes' columns at once (control records skipped)
+    if envelope:  # envelopes with headers: a Record each
         env = records.decode_frames(data)
-        if not any(env.headers):  # the usual case: the Kafka records as columns too
-            return _batch_of_columns(env, base, last, leader_epoch)
         times = env.timestamps
         out = [
             Record(offset - base, 0, key, value, tuple(Header(n, v) for n, v in heads))
@@ -134,26 +142,29 @@ def batch_of_frames(data: bytes, envelope: bool, leader_epoch: int = -1) -> byte
     return encode_batch(batch)
 
 
-def _batch_of_columns(
-    env: records.DecodedRecords, base: int, last: int, leader_epoch: int
-) -> bytes:
-    """`batch_of_frames` of envelopes without headers: one columnar encoding."""
-    times = np.array(env.timestamps, dtype=np.int64)
-    base_ts = int(times.min()) if len(times) else NO_TIMESTAMP
-    section = encode_columns(
-        np.array(env.offsets, dtype=np.int64) - base,
-        times - base_ts if len(times) else times,
-        env.keys,
-        env.values,
+def _batch_of_spans(data: bytes, spans: records.EnvelopeSpans, leader_epoch: int) -> bytes:
+    """`batch_of_frames` of envelopes without headers: one columnar encoding from the
+    frames' bytes. Its offsets reach the first and last frames', control ones included."""
+    base = int(frames.HEADER.unpack_from(data)[0])
+    last = frames.next_offset(data, base) - 1
+    times = spans.timestamps
+    n = len(times)
+    base_ts = int(times.min()) if n else NO_TIMESTAMP
+    section = encode_spans(
+        data,
+        spans.offsets - base,
+        times - base_ts,
+        Span(spans.key_starts, spans.key_lengths),
+        Span(spans.value_starts, spans.value_lengths),
     )
     batch = RecordBatch(
         base_offset=base,
         records=(),
         base_timestamp=base_ts,
-        max_timestamp=int(times.max()) if len(times) else NO_TIMESTAMP,
+        max_timestamp=int(times.max()) if n else NO_TIMESTAMP,
         last_offset_delta=last - base,
         partition_leader_epoch=leader_epoch,
-        records_count=len(times),
+        records_count=n,
     )
     return encode_batch(batch, section)
 
