@@ -5,6 +5,7 @@
     rpc            handler wrappers: errors to status, metrics, logs
     status         the one place server errors become gRPC statuses (with ErrorInfo)
     auth           client authentication and authorization (ACLs) on the client listener
+    watched_file   a config file (tokens, SCRAM credentials) re-read when it changes
     security       server-side TLS: credentials that follow the files, who a peer is
     listeners      the node's listeners and the channels it dials its peers with
     exposure       no plaintext cluster by accident; no peer call on the client listener

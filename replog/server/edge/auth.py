@@ -31,9 +31,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import inspect
-import os
-import threading
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -56,6 +53,7 @@ from replog.server.edge.handler_chain import Handler
 from replog.server.edge.quotas import Quotas
 from replog.server.edge.security import peer_sans
 from replog.server.edge.status import Refused, abort, or_refuse
+from replog.server.edge.watched_file import WatchedFile
 from replog.server.meta.metadata import MetadataImage
 
 AUTHORIZATION_KEY = "authorization"
@@ -71,52 +69,38 @@ def hash_token(token: str) -> str:
     return HASH_PREFIX + hashlib.sha256(token.encode()).hexdigest()
 
 
+def _parse_tokens(path: Path) -> list[tuple[bytes, str]]:
+    """`User:<name> sha256:<64 hex digits>` lines (comments after `#`)."""
+    entries: list[tuple[bytes, str]] = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        principal, _, digest = line.partition(" ")
+        digest = digest.strip()
+        hex_part = digest[len(HASH_PREFIX) :]
+        if not (
+            principal.startswith("User:")
+            and digest.startswith(HASH_PREFIX)
+            and len(hex_part) == 64
+            and all(c in "0123456789abcdef" for c in hex_part)
+        ):
+            raise InvalidConfigError(
+                f"{path}:{number}: expected `User:<name> sha256:<64 hex digits>`"
+            )
+        entries.append((bytes.fromhex(hex_part), principal))
+    return entries
+
+
 class TokenFile:
     """Principals by token hash, from a file re-read when it changes."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._lock = threading.Lock()
-        self._signature: tuple[int, int] | None = None
-        self._checked_at = 0.0
-        self._entries: list[tuple[bytes, str]] = []
-        self._load()
-
-    def _load(self) -> None:
-        st = os.stat(self.path)
-        entries: list[tuple[bytes, str]] = []
-        for number, line in enumerate(self.path.read_text().splitlines(), 1):
-            line = line.split("#", 1)[0].strip()
-            if not line:
-                continue
-            principal, _, digest = line.partition(" ")
-            digest = digest.strip()
-            hex_part = digest[len(HASH_PREFIX) :]
-            if not (
-                principal.startswith("User:")
-                and digest.startswith(HASH_PREFIX)
-                and len(hex_part) == 64
-                and all(c in "0123456789abcdef" for c in hex_part)
-            ):
-                raise InvalidConfigError(
-                    f"{self.path}:{number}: expected `User:<name> sha256:<64 hex digits>`"
-                )
-            entries.append((bytes.fromhex(hex_part), principal))
-        self._entries = entries
-        self._signature = (st.st_mtime_ns, st.st_size)
+        self._file = WatchedFile(path, _parse_tokens, TOKEN_RELOAD_CHECK_S)
 
     def principal(self, token: str) -> str | None:
-        now = time.monotonic()
-        with self._lock:
-            if now - self._checked_at >= TOKEN_RELOAD_CHECK_S:
-                self._checked_at = now
-                try:
-                    st = os.stat(self.path)
-                    if (st.st_mtime_ns, st.st_size) != self._signature:
-                        self._load()
-                except (OSError, InvalidConfigError):
-                    pass  # keep the last good entries; the file is being rewritten
-            entries = self._entries
+        entries = self._file.current()
         digest = hashlib.sha256(token.encode()).digest()
         found = None
         for known, principal in entries:  # no early exit: the time does not say which

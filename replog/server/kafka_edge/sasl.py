@@ -31,16 +31,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import os
 import secrets
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from replog.errors import InvalidConfigError, UnauthenticatedError
+from replog.server.edge.watched_file import WatchedFile
 
 PLAIN: Final = "PLAIN"
 MECHANISMS: Final[dict[str, str]] = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
@@ -124,40 +122,25 @@ def _parse_entry(line: str, where: str) -> tuple[str, ScramCredential]:
     return parts[0], ScramCredential(parts[1], iterations, salt, stored, server)
 
 
+def _parse_credentials(path: Path) -> dict[tuple[str, str], ScramCredential]:
+    entries: dict[tuple[str, str], ScramCredential] = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if line:
+            principal, credential = _parse_entry(line, f"{path}:{number}")
+            entries[(principal, credential.mechanism)] = credential
+    return entries
+
+
 class ScramFile:
     """SCRAM credentials by (principal, mechanism), from a file re-read when it changes."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._lock = threading.Lock()
-        self._signature: tuple[int, int] | None = None
-        self._checked_at = 0.0
-        self._entries: dict[tuple[str, str], ScramCredential] = {}
-        self._load()
-
-    def _load(self) -> None:
-        st = os.stat(self.path)
-        entries: dict[tuple[str, str], ScramCredential] = {}
-        for number, line in enumerate(self.path.read_text().splitlines(), 1):
-            line = line.split("#", 1)[0].strip()
-            if line:
-                principal, credential = _parse_entry(line, f"{self.path}:{number}")
-                entries[(principal, credential.mechanism)] = credential
-        self._entries = entries
-        self._signature = (st.st_mtime_ns, st.st_size)
+        self._file = WatchedFile(path, _parse_credentials, RELOAD_CHECK_S)
 
     def lookup(self, principal: str, mechanism: str) -> ScramCredential | None:
-        now = time.monotonic()
-        with self._lock:
-            if now - self._checked_at >= RELOAD_CHECK_S:
-                self._checked_at = now
-                try:
-                    st = os.stat(self.path)
-                    if (st.st_mtime_ns, st.st_size) != self._signature:
-                        self._load()
-                except (OSError, InvalidConfigError):
-                    pass  # keep the last good entries; the file is being rewritten
-            return self._entries.get((principal, mechanism))
+        return self._file.current().get((principal, mechanism))
 
 
 Lookup = Callable[[str, str], ScramCredential | None]  # principal, mechanism
