@@ -8,6 +8,8 @@ per case, records of a 16 B key and a 100 B value, acks=all, idempotent producer
 * `kafka_produce`: librdkafka (confluent-kafka) through `--kafka-listen`, linger 5 ms,
   records/s until `flush()`; `ceiling` = replog's Python client `Producer` (linger 5 ms,
   streaming appends) in the same run on its own topic;
+* `kafka_produce_pipelined`: the same with librdkafka's defaults (acks=all, not idempotent,
+  up to `max.in.flight` requests pipelined), against the same anchor;
 * `kafka_consume`: librdkafka's consumer (assign, from the beginning) reading them back,
   records/s from its first records on (its connection and first fetch not timed);
   `ceiling` = the Python client's `fetch` loop (1 MiB per fetch);
@@ -75,11 +77,13 @@ def server_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def kafka_produce(kafka: str, topic: str, records: int) -> float:
+def kafka_produce(kafka: str, topic: str, records: int, idempotent: bool = True) -> float:
+    """librdkafka's producer, idempotent (one request in flight per partition) or with its
+    own defaults (acks=all, not idempotent, requests pipelined)."""
     import confluent_kafka
 
     producer = confluent_kafka.Producer(
-        {"bootstrap.servers": kafka, "enable.idempotence": True, "linger.ms": 5}
+        {"bootstrap.servers": kafka, "enable.idempotence": idempotent, "linger.ms": 5}
     )
     producer.list_topics(topic, timeout=30)  # connected, metadata known: not timed
     start = time.perf_counter()
@@ -226,6 +230,7 @@ def main() -> None:
     args = parser.parse_args()
     rows: dict[str, tuple[list[float], list[float]]] = {
         "kafka_produce": ([], []),
+        "kafka_produce_pipelined": ([], []),
         "kafka_consume": ([], []),
         "kafka_latency": ([], []),
     }
@@ -233,6 +238,7 @@ def main() -> None:
     # the load average does not move much, unlike the records/s
     cpu: dict[str, tuple[list[float], list[float]]] = {
         "kafka_produce": ([], []),
+        "kafka_produce_pipelined": ([], []),
         "kafka_consume": ([], []),
     }
     convert = conversion_ms()
@@ -245,13 +251,19 @@ def main() -> None:
             with Client(address, timeout_s=60) as client:
                 for run in range(args.runs):
                     k, r = f"k{run}", f"r{run}"
-                    client.create_topic(k, 1)
-                    client.create_topic(r, 1)
+                    kp, rp = f"kp{run}", f"rp{run}"
+                    for name in (k, r, kp, rp):
+                        client.create_topic(name, 1)
                     cases: list[tuple[str, Callable[[], float], Callable[[], float]]] = [
                         (
                             "kafka_produce",
                             partial(kafka_produce, kafka, k, args.records),
                             partial(replog_produce, client, r, args.records),
+                        ),
+                        (
+                            "kafka_produce_pipelined",
+                            partial(kafka_produce, kafka, kp, args.records, idempotent=False),
+                            partial(replog_produce, client, rp, args.records),
                         ),
                         (
                             "kafka_consume",
@@ -276,7 +288,12 @@ def main() -> None:
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
-    units = {"kafka_produce": "records/s", "kafka_consume": "records/s", "kafka_latency": "ms"}
+    units = {
+        "kafka_produce": "records/s",
+        "kafka_produce_pipelined": "records/s",
+        "kafka_consume": "records/s",
+        "kafka_latency": "ms",
+    }
     results = [
         Result(name, statistics.median(k), units[name], statistics.median(r))
         for name, (k, r) in rows.items()
@@ -299,7 +316,9 @@ def _section(
         f"`.venv/bin/python bench/kafka_listener.py --records {args.records} --runs {args.runs}`",
         "",
         "One node, flush=always, one partition per case, 16 B keys and 100 B values, acks=all,",
-        "idempotent producers. Kafka = librdkafka (confluent-kafka) through `--kafka-listen`;",
+        "idempotent producers but in `kafka_produce_pipelined` (librdkafka's own defaults:",
+        "not idempotent, requests pipelined; replog's `Producer` is the same anchor).",
+        "Kafka = librdkafka (confluent-kafka) through `--kafka-listen`;",
         "replog = replog's Python client in the same run (the anchor). Medians of the runs.",
         "",
         "| case | Kafka listener | replog client | ratio | runs (Kafka / replog) |",
