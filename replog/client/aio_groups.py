@@ -15,30 +15,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Literal, TypeVar
 
 import grpc
 
 from replog.client.fetch_rules import GroupRecord, PartitionState, offset_at
 from replog.client.group_consumer import QUEUE_BATCHES_MAX, ConsumerBase
-from replog.client.groups import (
-    Answer,
-    CommittedOffset,
-    Coordinators,
-    GroupDescription,
-    GroupSummary,
-    TopicPartition,
-    answer,
-    commit_request,
-    committed_offsets,
-    dead_attempt,
-    description,
-    follow,
-    join_request,
-    summaries,
-    wire_tps,
-)
+from replog.client.group_rpcs import GroupRpc
+from replog.client.groups import Coordinators, TopicPartition
 from replog.client.member_rules import Heartbeat
 from replog.client.results import FetchResult
 from replog.client.retry import RetryPolicy, acall_with_retry
@@ -49,7 +34,6 @@ from replog.errors import (
     UnknownMemberError,
 )
 from replog.rpc_errors import from_rpc_error
-from replog.v1 import groups_pb2
 
 T = TypeVar("T")
 
@@ -57,115 +41,28 @@ T = TypeVar("T")
 class AsyncGroupCalls(Coordinators):
     """`groups.GroupCalls`, awaited (over an `AsyncClient`'s channels and retry policy)."""
 
-    async def find_coordinator(self, group: str) -> str:
-        req = groups_pb2.FindCoordinatorRequest(group=group)
-        reply = await self.client._call(
-            lambda node: self._stub(node.address).FindCoordinator(
-                req, timeout=self.client.attempt_timeout_s
-            ),
-            idempotent=True,
-        )
-        self.coordinators[group] = reply.address
-        return str(reply.address)
+    blocking: Literal[False] = False
 
-    async def call(
-        self,
-        group: str,
-        fn: Callable[[Any, float], Awaitable[T]],
-        *,
-        retry: RetryPolicy | None = None,
-        timeout_s: float | None = None,
-        retry_dead: bool = True,
-    ) -> T:
-        timeout = self.client.attempt_timeout_s if timeout_s is None else timeout_s
+    async def run(self, rpc: GroupRpc[T]) -> T:
+        """`GroupCalls.run`, awaited."""
+        send, group = self._sender(rpc), rpc.group
+        if group is None:
+            reply = await self.client._call(lambda node: send(node.address), idempotent=True)
+            return rpc.read(reply)
 
         async def attempt() -> T:
             address = self.coordinators.get(group) or await self.find_coordinator(group)
             try:
-                return await fn(self._stub(address), timeout)
+                return rpc.read(await send(address))
             except grpc.RpcError as exc:
-                err = from_rpc_error(exc)
-                raise (dead_attempt(err, address) if retry_dead else err) from None
+                raise self.failed(rpc, from_rpc_error(exc), address) from None
+
+        follow = self.follow(rpc)
 
         async def moved(err: ReplogError) -> bool:
-            return follow(err, self.coordinators, group)
+            return follow(err)
 
-        return await acall_with_retry(attempt, retry or self.client.retry, moved)
-
-    async def join(
-        self,
-        group: str,
-        topics: Sequence[str],
-        *,
-        session_timeout_ms: int = 0,
-        rebalance_timeout_ms: int = 0,
-        client_id: str = "",
-    ) -> tuple[Answer, int]:
-        req = join_request(group, topics, session_timeout_ms, rebalance_timeout_ms, client_id)
-        reply = await self.call(
-            group,
-            lambda stub, t: stub.JoinGroup(req, timeout=t),
-            timeout_s=self.client.timeout_s,  # the coordinator answers once the group settled
-            retry_dead=False,  # a second join would be a second member
-        )
-        return answer(reply, reply.member_id), reply.session_timeout_ms
-
-    async def heartbeat(
-        self,
-        group: str,
-        member_id: str,
-        generation: int,
-        owned: Iterable[TopicPartition],
-        retry: RetryPolicy | None = None,
-        timeout_s: float | None = None,
-    ) -> Answer:
-        req = groups_pb2.HeartbeatRequest(
-            group=group, member_id=member_id, generation=generation, owned=wire_tps(owned)
-        )
-        reply = await self.call(
-            group, lambda stub, t: stub.Heartbeat(req, timeout=t), retry=retry, timeout_s=timeout_s
-        )
-        return answer(reply, member_id)
-
-    async def leave(self, group: str, member_id: str, retry: RetryPolicy | None = None) -> None:
-        req = groups_pb2.LeaveGroupRequest(group=group, member_id=member_id)
-        await self.call(group, lambda stub, t: stub.LeaveGroup(req, timeout=t), retry=retry)
-
-    async def commit(
-        self,
-        group: str,
-        offsets: Mapping[TopicPartition, int | tuple[int, str]],
-        member_id: str = "",
-        generation: int = -1,
-    ) -> None:
-        req = commit_request(group, offsets, member_id, generation)
-        await self.call(group, lambda stub, t: stub.CommitOffsets(req, timeout=t))
-
-    async def committed(
-        self, group: str, partitions: Iterable[TopicPartition] = ()
-    ) -> list[CommittedOffset]:
-        req = groups_pb2.FetchCommittedOffsetsRequest(group=group, partitions=wire_tps(partitions))
-        reply = await self.call(group, lambda stub, t: stub.FetchCommittedOffsets(req, timeout=t))
-        return committed_offsets(reply)
-
-    async def list(self) -> list[GroupSummary]:
-        req = groups_pb2.ListGroupsRequest()
-        reply = await self.client._call(
-            lambda node: self._stub(node.address).ListGroups(
-                req, timeout=self.client.attempt_timeout_s
-            ),
-            idempotent=True,
-        )
-        return summaries(reply)
-
-    async def describe(self, group: str) -> GroupDescription:
-        req = groups_pb2.DescribeGroupRequest(group=group)
-        reply = await self.call(group, lambda stub, t: stub.DescribeGroup(req, timeout=t))
-        return description(reply)
-
-    async def delete(self, group: str) -> None:
-        req = groups_pb2.DeleteGroupRequest(group=group)
-        await self.call(group, lambda stub, t: stub.DeleteGroup(req, timeout=t), retry_dead=False)
+        return await acall_with_retry(attempt, self.policy_of(rpc), moved)
 
 
 class AsyncGroupConsumer(ConsumerBase):
