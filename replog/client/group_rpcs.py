@@ -5,15 +5,14 @@ answers it (None: any node), the stub method, its request, how its answer reads,
 deadline, its retry policy and whether an attempt that got no answer may be sent again.
 `groups.GroupCalls` (threads) and `aio_groups.AsyncGroupCalls` (asyncio) only send them
 (`run`, blocking or awaited) and expose each builder as a method of the same signature
-(`GroupCall`: one method table, `GroupCalls`), so the two twins cannot drift apart.
+(`twins.TwinCall`: one method table, `GroupCalls`), so the two twins cannot drift apart.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Concatenate, Generic, Literal, ParamSpec, Protocol, Self, TypeVar, overload
+from typing import Any, Generic, Protocol, TypeVar
 
 from replog.client.group_wire import (
     CommittedOffset,
@@ -31,12 +30,11 @@ from replog.client.group_wire import (
 )
 from replog.client.member_rules import Answer
 from replog.client.retry import RetryPolicy
+from replog.client.twins import TwinCall
 from replog.errors import ReplogError
 from replog.v1 import groups_pb2
 
-P = ParamSpec("P")
 T = TypeVar("T")
-S = TypeVar("S")
 
 
 class GroupClient(Protocol):
@@ -190,63 +188,15 @@ def _nothing(_reply: Any) -> None:
     return None
 
 
-class SyncRunner(Protocol):
-    """The threaded twin: `run` blocks until the answer."""
-
-    @property
-    def blocking(self) -> Literal[True]: ...
-
-    def run(self, rpc: GroupRpc[T]) -> T: ...
-
-
-class AsyncRunner(Protocol):
-    """The asyncio twin: `run` is awaited."""
-
-    @property
-    def blocking(self) -> Literal[False]: ...
-
-    def run(self, rpc: GroupRpc[T]) -> Coroutine[Any, Any, T]: ...
-
-
-class GroupCall(Generic[P, T]):
-    """A call's builder as a method of both twins, with the builder's signature: on the
-    threaded twin it returns the result, on the asyncio twin a coroutine of it (the
-    twin's `run` of the built `GroupRpc`)."""
-
-    def __init__(self, build: Callable[Concatenate[Any, P], GroupRpc[T]]) -> None:
-        self.build = build
-        self.__doc__ = build.__doc__
-
-    @overload
-    def __get__(self, obj: None, owner: type) -> Self: ...
-
-    @overload
-    def __get__(self, obj: SyncRunner, owner: type) -> Callable[P, T]: ...
-
-    @overload
-    def __get__(self, obj: AsyncRunner, owner: type) -> Callable[P, Coroutine[Any, Any, T]]: ...
-
-    def __get__(self, obj: Any, owner: type) -> Any:
-        if obj is None:
-            return self
-        build = self.build
-
-        @functools.wraps(build)
-        def call(*args: P.args, **kwargs: P.kwargs) -> Any:
-            return obj.run(build(obj, *args, **kwargs))
-
-        return call
-
-
 class GroupCalls(CoordinatorMap):
-    """The Groups calls both twins offer (each a `GroupCall` of a builder above)."""
+    """The Groups calls both twins offer (each a `twins.TwinCall` of a builder above)."""
 
-    find_coordinator = GroupCall(find_coordinator)
-    join = GroupCall(join)
-    heartbeat = GroupCall(heartbeat)
-    leave = GroupCall(leave)
-    commit = GroupCall(commit)
-    committed = GroupCall(committed)
-    list = GroupCall(list_groups)
-    describe = GroupCall(describe)
-    delete = GroupCall(delete)
+    find_coordinator = TwinCall(find_coordinator)
+    join = TwinCall(join)
+    heartbeat = TwinCall(heartbeat)
+    leave = TwinCall(leave)
+    commit = TwinCall(commit)
+    committed = TwinCall(committed)
+    list = TwinCall(list_groups)
+    describe = TwinCall(describe)
+    delete = TwinCall(delete)
