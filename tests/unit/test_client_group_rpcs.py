@@ -83,3 +83,26 @@ def test_find_coordinator_goes_to_any_node_and_remembers_the_answer() -> None:
     assert find.group is None
     assert find.read(groups_pb2.FindCoordinatorResponse(address="n3:1")) == "n3:1"
     assert calls.coordinators == {"g": "n3:1"}
+
+
+def test_the_producers_share_their_defaults() -> None:
+    from replog.client.aio_producer import AsyncProducer
+    from replog.client.produce_rules import ASYNC_PRODUCER_DEFAULTS, AsyncProducerOptions
+    from replog.client.producer import Producer
+
+    params = inspect.signature(Producer).parameters
+    assert {k: params[k].default for k in ASYNC_PRODUCER_DEFAULTS} == ASYNC_PRODUCER_DEFAULTS
+    assert set(AsyncProducerOptions.__annotations__) <= set(params)
+    assert AsyncProducer.send_and_wait.__annotations__["options"] == "Unpack[rules.SendOptions]"
+
+
+def test_a_misspelt_send_option_is_a_type_error_in_asyncio() -> None:
+    from replog.client.produce_rules import SEND_OPTIONS, check_keywords
+
+    check_keywords({"key": b"k", "on_delivery": None}, SEND_OPTIONS, "send")
+    try:
+        check_keywords({"keys": b"k"}, SEND_OPTIONS, "send")
+    except TypeError as err:
+        assert "'keys'" in str(err)
+    else:
+        raise AssertionError("a misspelt option passed")
