@@ -131,22 +131,31 @@ class Sender:
         raise err
 
 
-async def drive(flow: Flow[T], perform: Callable[[Step], Awaitable[Any]]) -> T:
-    """Run `flow`, awaiting `perform` of each step it yields (its result goes back in)."""
+async def drive(flow: Generator[Any, Any, T], perform: Callable[[Any], Awaitable[Any]]) -> T:
+    """Run `flow`, awaiting `perform` of each step it yields: the step's result goes back
+    in, or its error (an `Exception`) is raised in the flow at its `yield`. A cancelled
+    or failing flow is closed."""
     answer: Any = None
-    while True:
-        try:
-            step = flow.send(answer)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        answer = await perform(step)
+    error: Exception | None = None
+    try:
+        while True:
+            try:
+                step = flow.send(answer) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                answer, error = await perform(step), None
+            except Exception as err:  # the flow's to handle (or not)
+                answer, error = None, err
+    finally:
+        flow.close()
 
 
-def drive_blocking(flow: Flow[T], perform: Callable[[Step], Any]) -> T:
+def drive_blocking(flow: Generator[Any, Any, T], perform: Callable[[Any], Any]) -> T:
     """`drive` with a blocking `perform`: the coroutine never suspends (nothing in it
     awaits a future), so one `send` runs it to its end."""
 
-    async def now(step: Step) -> Any:
+    async def now(step: Any) -> Any:
         return perform(step)
 
     coro = drive(flow, now)
