@@ -12,6 +12,7 @@ the result). So the twins keep only their I/O and cannot drift apart.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Concatenate, Generic, Literal, ParamSpec, Protocol, Self, TypeVar, overload
 
@@ -48,6 +49,11 @@ class TwinCall(Generic[P, T]):
     ) -> None:
         self.build = build
         self.__doc__ = build.__doc__
+        signature = inspect.signature(build)  # the method's: the builder's, but its twin
+        self.signature = signature.replace(
+            parameters=list(signature.parameters.values())[1:],
+            return_annotation=inspect.Signature.empty,  # the builder's: what to send
+        )
 
     @overload
     def __get__(self, obj: None, owner: type) -> Self: ...
@@ -67,4 +73,5 @@ class TwinCall(Generic[P, T]):
         def call(*args: P.args, **kwargs: P.kwargs) -> Any:
             return obj.run(build(obj, *args, **kwargs))
 
+        call.__signature__ = self.signature  # type: ignore[attr-defined]
         return call

@@ -106,3 +106,23 @@ def test_a_misspelt_send_option_is_a_type_error_in_asyncio() -> None:
         assert "'keys'" in str(err)
     else:
         raise AssertionError("a misspelt option passed")
+
+
+def test_a_shared_call_shows_its_own_signature_without_the_twin() -> None:
+    from replog.client import Client
+    from replog.client.aio import AsyncClient
+
+    async def aio_signature() -> str:
+        async with AsyncClient("127.0.0.1:1") as aio:
+            return str(inspect.signature(aio.list_offsets))
+
+    sync = Client("127.0.0.1:1")
+    assert str(inspect.signature(sync.list_offsets)) == asyncio.run(aio_signature())
+    assert list(inspect.signature(sync.fetch).parameters) == [
+        "topic",
+        "partition",
+        "offset",
+        "max_bytes",
+        "max_wait_ms",
+    ]
+    sync.close()
