@@ -410,14 +410,9 @@ def fetch_raw(
 
 
 def fetch(
-    client: ClientState,
-    topic: str,
-    partition: int,
-    offset: int,
-    *,
-    max_bytes: int = 0,
+    client: ClientState, topic: str, partition: int, offset: int, *, max_bytes: int = 0,
     max_wait_ms: int = 0,
-) -> Flow[FetchResult]:
+) -> Flow[FetchResult]:  # fmt: skip
     """Committed records from `offset` (long poll up to `max_wait_ms` at the HW); on an
     envelope topic `records` are decoded envelopes (`records.DecodedRecords`)."""
     raw = yield from fetch_raw(
