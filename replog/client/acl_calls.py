@@ -6,7 +6,7 @@ module stays one idea: calls and routing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypedDict, TypeVar, Unpack
 
 from replog.client.retry import RetryPolicy
 from replog.client.wire import acl as _acl
@@ -31,35 +31,37 @@ class _Calls(Protocol):
     ) -> T: ...
 
 
+class AclTarget(TypedDict, total=False):
+    """What an ACL is about (keywords of `add_acl` / `remove_acl`): a `topic`, consumer
+    `group` or `producer` name (a prefix with `prefix`), or the `cluster`."""
+
+    topic: str
+    prefix: bool
+    cluster: bool
+    group: str
+    producer: str
+
+
+def _target_acl(principal: str, operation: str, target: AclTarget) -> Any:
+    unknown = set(target) - AclTarget.__optional_keys__
+    if unknown:
+        raise TypeError(f"unexpected keyword arguments: {', '.join(sorted(unknown))}")
+    where = (target.get("topic", ""), target.get("prefix", False), target.get("cluster", False))
+    return _acl(principal, operation, *where, target.get("group", ""), target.get("producer", ""))
+
+
 class AclCalls:
-    def add_acl(
-        self: _Calls,
-        principal: str,
-        operation: str,
-        *,
-        topic: str = "",
-        prefix: bool = False,
-        cluster: bool = False,
-        group: str = "",
-        producer: str = "",
-    ) -> None:
+    def add_acl(self: _Calls, principal: str, operation: str, **target: Unpack[AclTarget]) -> None:
         """Allow `principal` ("User:alice") `operation` on `topic`, consumer `group` or
         `producer` name (a prefix with `prefix`), or on the cluster."""
-        acl = _acl(principal, operation, topic, prefix, cluster, group, producer)
+        acl = _target_acl(principal, operation, target)
         self._call(lambda node: node.acls.AddAcl(acl, timeout=self.commit_timeout_s))
 
     def remove_acl(
-        self: _Calls,
-        principal: str,
-        operation: str,
-        *,
-        topic: str = "",
-        prefix: bool = False,
-        cluster: bool = False,
-        group: str = "",
-        producer: str = "",
+        self: _Calls, principal: str, operation: str, **target: Unpack[AclTarget]
     ) -> None:
-        acl = _acl(principal, operation, topic, prefix, cluster, group, producer)
+        """Remove the ACL `add_acl` made with the same arguments."""
+        acl = _target_acl(principal, operation, target)
         self._call(lambda node: node.acls.RemoveAcl(acl, timeout=self.commit_timeout_s))
 
     def set_quota(self: _Calls, principal: str, **rates: int) -> None:
@@ -70,40 +72,15 @@ class AclCalls:
         self._call(lambda node: node.acls.SetQuota(quota, timeout=self.commit_timeout_s))
 
     def list_quotas(self: _Calls) -> list[dict[str, object]]:
-        resp = self._call(
-            lambda node: node.acls.ListQuotas(
-                acl_pb2.ListQuotasRequest(), timeout=self.attempt_timeout_s
-            ),
-            idempotent=True,
-        )
-        return [
-            {
-                "principal": q.principal,
-                "produce_bytes_per_s": q.produce_bytes_per_s,
-                "fetch_bytes_per_s": q.fetch_bytes_per_s,
-                "requests_per_s": q.requests_per_s,
-                "metadata_writes_per_s": q.metadata_writes_per_s,
-            }
-            for q in resp.quotas
-        ]
+        """Every quota entry: `principal` and its rates (0: unlimited)."""
+        rates = ("produce_bytes_per_s", "fetch_bytes_per_s", "requests_per_s")
+        fields = ("principal", *rates, "metadata_writes_per_s")
+        return _listed(self, "ListQuotas", acl_pb2.ListQuotasRequest(), "quotas", fields)
 
     def list_acls(self: _Calls) -> list[dict[str, object]]:
-        resp = self._call(
-            lambda node: node.acls.ListAcls(
-                acl_pb2.ListAclsRequest(), timeout=self.attempt_timeout_s
-            ),
-            idempotent=True,
-        )
-        return [
-            {
-                "principal": a.principal,
-                "resource_type": a.resource_type,
-                "resource_name": a.resource_name,
-                "prefix": a.prefix,
-                "operation": a.operation,
-            }
-            for a in resp.acls
-        ]
+        """Every ACL: `principal`, `resource_type`, `resource_name`, `prefix`, `operation`."""
+        fields = ("principal", "resource_type", "resource_name", "prefix", "operation")
+        return _listed(self, "ListAcls", acl_pb2.ListAclsRequest(), "acls", fields)
 
     def whoami(self: _Calls) -> dict[str, object]:
         """Who the cluster takes this client for (`Acls.WhoAmI`): `principal` ("User:alice",
@@ -119,3 +96,14 @@ class AclCalls:
             "authorization": resp.authorization,
             "super_user": resp.super_user,
         }
+
+
+def _listed(
+    client: _Calls, method: str, request: Any, items: str, fields: tuple[str, ...]
+) -> list[dict[str, object]]:
+    """An Acls listing call (a read, retried anywhere), each item as a dict of `fields`."""
+    timeout_s = client.attempt_timeout_s
+    resp = client._call(
+        lambda node: getattr(node.acls, method)(request, timeout=timeout_s), idempotent=True
+    )
+    return [{name: getattr(item, name) for name in fields} for item in getattr(resp, items)]

@@ -14,42 +14,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Generator
+from typing import Any, Literal, TypeVar
 
 import grpc
 
-from replog.client.fetch_rules import GroupRecord, PartitionState, offset_at
+from replog.client import member_flows as flows
+from replog.client.client_calls import drive
+from replog.client.fetch_rules import GroupRecord, PartitionState, fetched, offset_at
 from replog.client.group_consumer import QUEUE_BATCHES_MAX, ConsumerBase
-from replog.client.groups import (
-    Answer,
-    CommittedOffset,
-    Coordinators,
-    GroupDescription,
-    GroupSummary,
-    TopicPartition,
-    answer,
-    commit_request,
-    committed_offsets,
-    dead_attempt,
-    description,
-    follow,
-    join_request,
-    summaries,
-    wire_tps,
-)
-from replog.client.member_rules import Heartbeat
+from replog.client.group_rpcs import GroupRpc
+from replog.client.groups import Coordinators, TopicPartition
 from replog.client.results import FetchResult
-from replog.client.retry import RetryPolicy, acall_with_retry
+from replog.client.retry import acall_with_retry
 from replog.errors import (
-    IllegalGenerationError,
     OffsetOutOfRangeError,
     ReplogError,
-    UnknownMemberError,
 )
 from replog.rpc_errors import from_rpc_error
-from replog.v1 import groups_pb2
 
 T = TypeVar("T")
 
@@ -57,121 +39,35 @@ T = TypeVar("T")
 class AsyncGroupCalls(Coordinators):
     """`groups.GroupCalls`, awaited (over an `AsyncClient`'s channels and retry policy)."""
 
-    async def find_coordinator(self, group: str) -> str:
-        req = groups_pb2.FindCoordinatorRequest(group=group)
-        reply = await self.client._call(
-            lambda node: self._stub(node.address).FindCoordinator(
-                req, timeout=self.client.attempt_timeout_s
-            ),
-            idempotent=True,
-        )
-        self.coordinators[group] = reply.address
-        return str(reply.address)
+    blocking: Literal[False] = False
 
-    async def call(
-        self,
-        group: str,
-        fn: Callable[[Any, float], Awaitable[T]],
-        *,
-        retry: RetryPolicy | None = None,
-        timeout_s: float | None = None,
-        retry_dead: bool = True,
-    ) -> T:
-        timeout = self.client.attempt_timeout_s if timeout_s is None else timeout_s
+    async def run(self, rpc: GroupRpc[T]) -> T:
+        """`GroupCalls.run`, awaited."""
+        send, group = self._sender(rpc), rpc.group
+        if group is None:
+            reply = await self.client._call(lambda node: send(node.address), idempotent=True)
+            return rpc.read(reply)
 
         async def attempt() -> T:
             address = self.coordinators.get(group) or await self.find_coordinator(group)
             try:
-                return await fn(self._stub(address), timeout)
+                return rpc.read(await send(address))
             except grpc.RpcError as exc:
-                err = from_rpc_error(exc)
-                raise (dead_attempt(err, address) if retry_dead else err) from None
+                raise self.failed(rpc, from_rpc_error(exc), address) from None
+
+        follow = self.follow(rpc)
 
         async def moved(err: ReplogError) -> bool:
-            return follow(err, self.coordinators, group)
+            return follow(err)
 
-        return await acall_with_retry(attempt, retry or self.client.retry, moved)
-
-    async def join(
-        self,
-        group: str,
-        topics: Sequence[str],
-        *,
-        session_timeout_ms: int = 0,
-        rebalance_timeout_ms: int = 0,
-        client_id: str = "",
-    ) -> tuple[Answer, int]:
-        req = join_request(group, topics, session_timeout_ms, rebalance_timeout_ms, client_id)
-        reply = await self.call(
-            group,
-            lambda stub, t: stub.JoinGroup(req, timeout=t),
-            timeout_s=self.client.timeout_s,  # the coordinator answers once the group settled
-            retry_dead=False,  # a second join would be a second member
-        )
-        return answer(reply, reply.member_id), reply.session_timeout_ms
-
-    async def heartbeat(
-        self,
-        group: str,
-        member_id: str,
-        generation: int,
-        owned: Iterable[TopicPartition],
-        retry: RetryPolicy | None = None,
-        timeout_s: float | None = None,
-    ) -> Answer:
-        req = groups_pb2.HeartbeatRequest(
-            group=group, member_id=member_id, generation=generation, owned=wire_tps(owned)
-        )
-        reply = await self.call(
-            group, lambda stub, t: stub.Heartbeat(req, timeout=t), retry=retry, timeout_s=timeout_s
-        )
-        return answer(reply, member_id)
-
-    async def leave(self, group: str, member_id: str, retry: RetryPolicy | None = None) -> None:
-        req = groups_pb2.LeaveGroupRequest(group=group, member_id=member_id)
-        await self.call(group, lambda stub, t: stub.LeaveGroup(req, timeout=t), retry=retry)
-
-    async def commit(
-        self,
-        group: str,
-        offsets: Mapping[TopicPartition, int | tuple[int, str]],
-        member_id: str = "",
-        generation: int = -1,
-    ) -> None:
-        req = commit_request(group, offsets, member_id, generation)
-        await self.call(group, lambda stub, t: stub.CommitOffsets(req, timeout=t))
-
-    async def committed(
-        self, group: str, partitions: Iterable[TopicPartition] = ()
-    ) -> list[CommittedOffset]:
-        req = groups_pb2.FetchCommittedOffsetsRequest(group=group, partitions=wire_tps(partitions))
-        reply = await self.call(group, lambda stub, t: stub.FetchCommittedOffsets(req, timeout=t))
-        return committed_offsets(reply)
-
-    async def list(self) -> list[GroupSummary]:
-        req = groups_pb2.ListGroupsRequest()
-        reply = await self.client._call(
-            lambda node: self._stub(node.address).ListGroups(
-                req, timeout=self.client.attempt_timeout_s
-            ),
-            idempotent=True,
-        )
-        return summaries(reply)
-
-    async def describe(self, group: str) -> GroupDescription:
-        req = groups_pb2.DescribeGroupRequest(group=group)
-        reply = await self.call(group, lambda stub, t: stub.DescribeGroup(req, timeout=t))
-        return description(reply)
-
-    async def delete(self, group: str) -> None:
-        req = groups_pb2.DeleteGroupRequest(group=group)
-        await self.call(group, lambda stub, t: stub.DeleteGroup(req, timeout=t), retry_dead=False)
+        return await acall_with_retry(attempt, self.policy_of(rpc), moved)
 
 
 class AsyncGroupConsumer(ConsumerBase):
     """`group_consumer.GroupConsumer` in asyncio (the same options, rules and cores)."""
 
     CLIENT_ID = "replog-python-aio"
+    blocking: Literal[False] = False
 
     def _init_driver(self, client: Any, calls: AsyncGroupCalls | None) -> None:
         self.calls = calls or AsyncGroupCalls(client)
@@ -182,44 +78,52 @@ class AsyncGroupConsumer(ConsumerBase):
         )
         self._closed = False
         self._heartbeats: asyncio.Task[None] | None = None
+        self.lock = contextlib.nullcontext()  # one task changes the member's state at a time
 
-    # -- membership ----------------------------------------------------------------------
+    # -- the member's I/O (`member_flows` says when) ----------------------------------
 
-    async def _join(self) -> None:
-        answer, session_ms = await self.calls.join(
-            self.group,
-            self.topics,
-            session_timeout_ms=self.session_timeout_ms,
-            rebalance_timeout_ms=self.rebalance_timeout_ms,
-            client_id=self.client_id,
-        )
-        self._member.joined(answer, session_ms, time.monotonic())
+    async def run(self, flow: Generator[Any, Any, T]) -> T:
+        """Perform a member flow's steps (`member_flows`), awaited."""
+        return await drive(flow, self._perform)
+
+    async def _perform(self, step: flows.Step) -> Any:
+        if isinstance(step, GroupRpc):
+            return await self.calls.run(step)
+        return await getattr(self, step.method)(step)
+
+    async def _do_reset_offset(self, step: flows.ResetOffset) -> int:
+        return await self._offset_at(step.tp, step.where)
+
+    async def _do_restart_fetch(self, step: flows.Restart) -> None:
+        self._restart(step.tp, step.state)
+
+    async def _do_stop_fetch(self, step: flows.StopFetch) -> None:
+        for state in step.states:
+            _cancel(state)
+
+    async def _do_start_heartbeats(self, _step: flows.StartHeartbeats) -> None:
         if self._heartbeats is None:
             self._heartbeats = asyncio.create_task(self._heartbeat_loop())
+
+    async def _do_heartbeat_now(self, _step: flows.HeartbeatNow) -> None:
+        self._heartbeat_now.set()
+
+    async def _do_await_heartbeat(self, step: flows.AwaitHeartbeat) -> None:
+        self._answered.clear()
+        self._heartbeat_now.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._answered.wait(), step.timeout_s)
 
     async def _heartbeat_loop(self) -> None:
         while not self._closed:
             beat = self._member.heartbeat(self._pos.partitions)
-            if beat is not None:
-                await self._heartbeat(beat)
+            if beat is not None and await self.run(flows.heartbeat(self, beat)):
+                self._answered.set()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
                     self._heartbeat_now.wait(), self._member.heartbeat_interval_s
                 )
             self._heartbeat_now.clear()
-
-    async def _heartbeat(self, beat: Heartbeat) -> None:
-        policy = RetryPolicy(attempts_max=1000, deadline_ms=beat.deadline_ms)
-        try:
-            answer = await self.calls.heartbeat(
-                self.group, beat.member_id, beat.generation, beat.owned, policy, beat.timeout_s
-            )
-        except ReplogError as err:
-            unknown = isinstance(err, UnknownMemberError)
-            self._member.heartbeat_failed(beat, unknown, time.monotonic())
-        else:
-            self._member.heartbeat_answered(beat, answer, time.monotonic())
-            self._answered.set()
 
     # -- the caller's task ---------------------------------------------------------------
 
@@ -240,79 +144,19 @@ class AsyncGroupConsumer(ConsumerBase):
                 yield record
 
     async def _records(self, timeout_s: float) -> list[GroupRecord]:
-        out = self._pos.take_held()
-        if self._pos.held:
-            return out  # still more held than one call returns
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while len(out) < self.max_poll_records:
-            try:
-                if out:
-                    item = self._queue.get_nowait()
-                else:
-                    remaining = max(0.0, deadline - loop.time())
-                    item = await asyncio.wait_for(self._queue.get(), remaining)
-            except (asyncio.QueueEmpty, TimeoutError):
-                break
-            out.extend(await self._accept(*item))
-            if self._member.changed:
-                break
-        return self._pos.cut(out)
+        return await self.run(flows.records(self, timeout_s))
 
-    async def _accept(self, tp: TopicPartition, epoch: int, item: object) -> list[GroupRecord]:
-        records = self._pos.accept(tp, epoch, item)
-        if records is None:  # out of range: start again where auto_offset_reset says
-            self._restart(tp, self._pos.reset(tp, await self._reset_position(tp)))
-            return []
-        return records
+    async def _do_take(self, step: flows.Take) -> object:
+        if not step.timeout_s:
+            return self._queue.get_nowait() if not self._queue.empty() else None
+        with contextlib.suppress(TimeoutError):
+            return await asyncio.wait_for(self._queue.get(), step.timeout_s)
+        return None
 
     async def _maintain(self) -> None:
         if self._closed:
             raise ReplogError("the consumer is closed")
-        if self._member.needs_join():
-            await self._drop(set(self._pos.partitions), commit=False)
-            await self._join()
-        plan = self._member.reconcile(self._pos.partitions)
-        if plan is not None:
-            await self._reconcile(*plan)
-        if self._member.auto_commit_due(time.monotonic()):
-            with contextlib.suppress(ReplogError):
-                await self._commit(self._pos.consumed_offsets())
-
-    async def _reconcile(self, revoked: set[TopicPartition], added: set[TopicPartition]) -> None:
-        """Release `revoked` (committed, then `on_revoke`), then take `added`."""
-        if revoked:
-            await self._drop(revoked, commit=True)
-        if added:
-            await self._add(added)
-        if revoked or added:
-            self._member.rebalanced()
-            self._heartbeat_now.set()  # tell the coordinator at once
-
-    async def _drop(self, tps: set[TopicPartition], *, commit: bool) -> None:
-        if not tps:
-            return
-        if commit and self.auto_commit:
-            with contextlib.suppress(ReplogError):
-                await self._commit(self._pos.consumed_offsets(tps))
-        if self.on_revoke is not None:
-            self.on_revoke(set(tps))
-        for state in self._pos.drop(tps):
-            _cancel(state)
-
-    async def _add(self, tps: set[TopicPartition]) -> None:
-        found = await self.calls.committed(self.group, sorted(tps))
-        committed = {(c.topic, c.partition): c.offset for c in found}
-        for tp in sorted(tps):
-            offset = committed.get(tp, -1)
-            if offset < 0:
-                offset = await self._reset_position(tp)
-            self._restart(tp, self._pos.add(tp, offset))
-        if self.on_assign is not None:
-            self.on_assign(set(tps))
-
-    async def _reset_position(self, tp: TopicPartition) -> int:
-        return await self._offset_at(tp, self.auto_offset_reset)
+        await self.run(flows.maintain(self))
 
     async def _offset_at(self, tp: TopicPartition, where: str) -> int:
         """See `group_consumer.reset_offset`."""
@@ -334,65 +178,25 @@ class AsyncGroupConsumer(ConsumerBase):
 
     async def _fetch_loop(self, tp: TopicPartition, epoch: int, offset: int) -> None:
         topic, partition = tp
+        wait_ms = self.fetch_wait_ms
         while not self._closed:
-            item: object
+            item: FetchResult | ReplogError
             try:
                 item = await self.client.fetch(
-                    topic,
-                    partition,
-                    offset,
-                    max_bytes=self.fetch_bytes_max,
-                    max_wait_ms=self.fetch_wait_ms,
+                    topic, partition, offset, max_bytes=self.fetch_bytes_max, max_wait_ms=wait_ms
                 )
             except ReplogError as err:
-                if err.retriable:
-                    await asyncio.sleep(self.fetch_wait_ms / 1000)
-                    continue
                 item = err
-            if isinstance(item, FetchResult):
-                offset = item.next_offset
-                if not len(item.records):
-                    continue
-            await self._queue.put((tp, epoch, item))
-            if not isinstance(item, FetchResult):
+            after = fetched(item, offset, wait_ms)
+            offset = after.offset
+            if after.deliver:
+                await self._queue.put((tp, epoch, item))
+            elif after.pause_s:
+                await asyncio.sleep(after.pause_s)
+            if after.last:
                 return
 
-    # -- commits and positions -----------------------------------------------------------
-
-    async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
-        member = self.member_id
-        if member is None or not offsets:
-            return
-        try:
-            await self.calls.commit(self.group, offsets, member, self.generation)
-        except IllegalGenerationError:
-            self._answered.clear()
-            self._heartbeat_now.set()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._answered.wait(), self._member.session_s)
-            await self.calls.commit(self.group, offsets, member, self.generation)
-        except UnknownMemberError:
-            self._member.mark_lost(member)
-            raise
-
-    async def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
-        """Commit `offsets`, or every partition's position (all records delivered so far)."""
-        if offsets is None:
-            offsets = self._pos.positions()
-        await self._commit(offsets)
-
-    async def committed(
-        self, partitions: Sequence[TopicPartition] = ()
-    ) -> dict[TopicPartition, int]:
-        wanted = list(partitions) or sorted(self._pos.partitions)
-        found = await self.calls.committed(self.group, wanted)
-        return {(c.topic, c.partition): c.offset for c in found}
-
-    async def seek(self, topic: str, partition: int, offset: int | str) -> None:
-        tp = (topic, partition)
-        if isinstance(offset := self._pos.seek_target(tp, offset), str):
-            offset = await self._offset_at(tp, offset)
-        self._restart(tp, self._pos.reset(tp, offset))
+    # -- positions and the end ---------------------------------------------------------
 
     async def seek_to_time(self, topic: str, partition: int, timestamp_ms: int) -> None:
         """See `GroupConsumer.seek_to_time`."""
@@ -402,16 +206,8 @@ class AsyncGroupConsumer(ConsumerBase):
     async def close(self) -> None:
         if self._closed:
             return
-        member = self.member_id
         try:
-            if member is not None and not self._member.lost:
-                if self.auto_commit:
-                    if self._poll_api:
-                        self._pos.processed()
-                    with contextlib.suppress(ReplogError):
-                        await self._commit(self._pos.consumed_offsets())
-                with contextlib.suppress(ReplogError):
-                    await self.calls.leave(self.group, member, RetryPolicy(attempts_max=3))
+            await self.run(flows.leave(self))
         finally:
             self._closed = True
             fetchers = [s.fetcher for s in self._pos.partitions.values()]

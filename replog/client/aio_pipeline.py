@@ -20,10 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Unpack
 
-from replog.client.pipeline_rules import Batch, Failures, Limits, PipelineRules, Reroute
+from replog.client.pipeline_rules import (
+    Batch,
+    Failures,
+    Limits,
+    PipelineLimits,
+    PipelineRules,
+    Reroute,
+)
 from replog.client.pipeline_rules import Send as RuleSend
 from replog.client.results import AppendResult
 from replog.client.retry import Attempts, RetryPolicy
@@ -63,19 +72,13 @@ class AsyncPipeline(Limits):
         identity: Callable[[], Awaitable[Identity]],
         sequences: Sequences,
         retry: RetryPolicy,
-        *,
-        partition_in_flight_max: int = 5,
-        in_flight_bytes_max: int = 64 * 1024 * 1024,
+        **limits: Unpack[PipelineLimits],
     ) -> None:
-        self._rules: PipelineRules[_Item] = PipelineRules(
-            sequences,
-            lambda: Attempts(retry),
-            partition_in_flight_max=partition_in_flight_max,
-            in_flight_bytes_max=in_flight_bytes_max,
-        )
+        super().__init__(sequences, functools.partial(Attempts, retry), identity, reroute, **limits)
+        self._rules: PipelineRules[_Item]
+        self._identity: Callable[[], Awaitable[Identity]]
+        self._reroute: Callable[[ReplogError, str, int], Awaitable[bool]]
         self._send_request = send
-        self._reroute = reroute
-        self._identity = identity
         self._wake = asyncio.Event()
         self._sender: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()

@@ -30,25 +30,13 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, Unpack
 
 from replog.client import formats
-from replog.client.partitioner import DEFAULT_PARTITIONER, Partitioner
-from replog.client.produce_rules import (
-    ACKS_WIRE,
-    Chooser,
-    DeliveryCallback,
-    OpenBatch,
-    Prepared,
-    ProducerSettings,
-    RecordMetadata,
-    deliver,
-    metadata,
-    prepare,
-)
+from replog.client import produce_rules as rules
+from replog.client.partitioner import DEFAULT_PARTITIONER
 from replog.client.results import AppendResult
 from replog.errors import ShuttingDownError, TopicNotFoundError
-from replog.records import Header
 from replog.v1 import log_pb2
 
 
@@ -68,40 +56,37 @@ class AsyncProducerClient(Protocol):
     async def _enqueue(self, req: log_pb2.AppendRequest) -> asyncio.Future[AppendResult]: ...
 
 
-class _Batch(OpenBatch):
+class _Batch(rules.OpenBatch):
     __slots__ = ("future", "records", "timer")
 
     def __init__(self, partition: int, future: asyncio.Future[AppendResult]) -> None:
         super().__init__(partition)
         self.future = future
         # (index, the record, its future) of each record sent with `send`
-        self.records: list[tuple[int, Prepared, asyncio.Future[RecordMetadata]]] = []
+        self.records: list[tuple[int, rules.Prepared, asyncio.Future[rules.RecordMetadata]]] = []
         self.timer: asyncio.TimerHandle | None = None
 
 
-class AsyncProducer(ProducerSettings):
+class AsyncProducer(rules.ProducerSettings):
     """Batches records per partition and sends them on the event loop (module doc)."""
 
     def __init__(
-        self,
-        client: AsyncProducerClient,
-        topic: str,
-        *,
-        acks: str = "all",
-        linger_ms: int = 5,
-        batch_bytes_max: int = 1024 * 1024,
-        batch_records_max: int = 10_000,
-        partitions: int | None = None,
-        partitioner: Partitioner = DEFAULT_PARTITIONER,
+        self, client: AsyncProducerClient, topic: str, **options: Unpack[rules.AsyncProducerOptions]
     ) -> None:
-        """In-flight limits are the client's pipeline's (`AsyncClient(in_flight_bytes_max=)`,
-        5 batches per partition), shared by everything the client appends."""
-        self.configure(topic, acks, linger_ms, batch_bytes_max, batch_records_max, partitioner)
+        """`options`: `produce_rules.AsyncProducerOptions` (defaults: `Producer`'s). In-flight
+        limits are the client's pipeline's (`AsyncClient(in_flight_bytes_max=)`, 5 batches
+        per partition), shared by everything the client appends."""
+        rules.check_keywords(options, rules.AsyncProducerOptions.__optional_keys__, "producer")
+        given: rules.AsyncProducerOptions = {**rules.ASYNC_PRODUCER_DEFAULTS, **options}
+        acks, linger_ms = given["acks"], given["linger_ms"]
+        batching = (given["batch_bytes_max"], given["batch_records_max"])
+        partitioner = given.get("partitioner", DEFAULT_PARTITIONER)
+        self.configure(topic, acks, linger_ms, *batching, partitioner)
         self.client = client
-        self.partitions = partitions
+        self.partitions = given["partitions"]
         self.envelope = False
         self._pipelined = client.idempotent and acks != "none"
-        self._chooser: Chooser | None = None
+        self._chooser: rules.Chooser | None = None
         self._starting = asyncio.Lock()
         self._open: dict[int, _Batch] = {}
         self._ready: dict[int, deque[_Batch]] = {}
@@ -124,18 +109,11 @@ class AsyncProducer(ProducerSettings):
                     )
                 self.partitions = topics[self.topic]
             self.envelope = await self.client.topic_format(self.topic) == formats.ENVELOPE
-            self._chooser = Chooser(self.partitions, self.partitioner)
+            self._chooser = rules.Chooser(self.partitions, self.partitioner)
 
     async def send(
-        self,
-        value: bytes | None,
-        *,
-        key: bytes | None = None,
-        partition: int | None = None,
-        headers: Sequence[Header] = (),
-        timestamp_ms: int | None = None,
-        on_delivery: DeliveryCallback | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
+        self, value: bytes | None, **options: Unpack[rules.SendOptions]
+    ) -> asyncio.Future[rules.RecordMetadata]:
         """Queue one record (`value=None`: a tombstone on an envelope topic); the future of
         its `RecordMetadata`. `on_delivery(err, metadata)` is called once on the loop when
         the record's batch is answered."""
@@ -144,38 +122,27 @@ class AsyncProducer(ProducerSettings):
         assert self._chooser is not None
         if self._closing:
             raise ShuttingDownError("the producer is closed")
-        record = prepare(self.topic, self.envelope, value, key, headers, timestamp_ms)
-        p = self._chooser.choose(key, partition)
+        rules.check_keywords(options, rules.SEND_OPTIONS, "send")
+        key, headers = options.get("key"), options.get("headers", ())
+        timestamp_ms = options.get("timestamp_ms")
+        record = rules.prepare(self.topic, self.envelope, value, key, headers, timestamp_ms)
+        p = self._chooser.choose(key, options.get("partition"))
         loop = asyncio.get_running_loop()
         batch = self._open.get(p)
         if batch is None:
             batch = self._open[p] = self._new_batch(p, loop)
-        index = batch.add(record, on_delivery)
-        fut: asyncio.Future[RecordMetadata] = loop.create_future()
+        index = batch.add(record, options.get("on_delivery"))
+        fut: asyncio.Future[rules.RecordMetadata] = loop.create_future()
         batch.records.append((index, record, fut))
         if batch.full(self.batch_bytes_max, self.batch_records_max):
             self._seal(p)
         return fut
 
     async def send_and_wait(
-        self,
-        value: bytes | None,
-        *,
-        key: bytes | None = None,
-        partition: int | None = None,
-        headers: Sequence[Header] = (),
-        timestamp_ms: int | None = None,
-        on_delivery: DeliveryCallback | None = None,
-    ) -> RecordMetadata:
+        self, value: bytes | None, **options: Unpack[rules.SendOptions]
+    ) -> rules.RecordMetadata:
         """`send` and wait for the record's metadata (cancelling stops the wait only)."""
-        fut = await self.send(
-            value,
-            key=key,
-            partition=partition,
-            headers=headers,
-            timestamp_ms=timestamp_ms,
-            on_delivery=on_delivery,
-        )
+        fut = await self.send(value, **options)
         return await asyncio.shield(fut)
 
     async def flush(self, timeout: float | None = None) -> None:
@@ -282,7 +249,7 @@ class AsyncProducer(ProducerSettings):
             topic=self.topic,
             partition=batch.partition,
             values=batch.wire_values(self.topic, self.envelope),
-            acks=ACKS_WIRE[self.acks],
+            acks=rules.ACKS_WIRE[self.acks],
         )
 
     def _answered(self, batch: _Batch) -> None:
@@ -301,9 +268,11 @@ class AsyncProducer(ProducerSettings):
                 assert error is not None
                 record_future.set_exception(error)
             else:
-                md = metadata(self.topic, batch.partition, result, index, record, self.envelope)
-                record_future.set_result(md)
-        deliver(self.topic, batch, result, error, self.envelope)
+                p = batch.partition
+                record_future.set_result(
+                    rules.metadata(self.topic, p, result, index, record, self.envelope)
+                )
+        rules.deliver(self.topic, batch, result, error, self.envelope)
 
 
 def _chain(source: asyncio.Future[AppendResult], target: asyncio.Future[AppendResult]) -> None:

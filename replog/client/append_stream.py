@@ -39,13 +39,14 @@ metadata names now).
 from __future__ import annotations
 
 import contextlib
+import functools
 import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 import grpc
 
@@ -55,6 +56,7 @@ from replog.client.pipeline_rules import (
     Failures,
     Limits,
     Need,
+    PipelineLimits,
     PipelineRules,
     Reroute,
     Send,
@@ -288,20 +290,14 @@ class Pipeline(Limits):
         identity: Callable[[], Identity],
         reroute: Callable[[ReplogError, str, int], bool],
         retry: RetryPolicy,
-        *,
-        partition_in_flight_max: int = 5,
-        in_flight_bytes_max: int = 64 * 1024 * 1024,
+        **limits: Unpack[PipelineLimits],
     ) -> None:
-        self._rules: PipelineRules[_Item] = PipelineRules(
-            sequences,
-            lambda: Attempts(retry),
-            partition_in_flight_max=partition_in_flight_max,
-            in_flight_bytes_max=in_flight_bytes_max,
-        )
+        super().__init__(sequences, functools.partial(Attempts, retry), identity, reroute, **limits)
+        self._rules: PipelineRules[_Item]
+        self._identity: Callable[[], Identity]
+        self._reroute: Callable[[ReplogError, str, int], bool]
         self._streams = streams
         self._routing = routing
-        self._identity = identity
-        self._reroute = reroute
         self._cond = threading.Condition()
         self._closing = False
         self._sender = threading.Thread(target=self._run, name="replog-pipeline", daemon=True)

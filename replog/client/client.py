@@ -43,60 +43,48 @@ appends still in flight at most `timeout_s`: those left then fail with SHUTTING_
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from functools import cached_property
-from typing import Any, TypeVar, Unpack, overload
+from typing import Any, Literal, TypeVar, Unpack, overload
 
 import grpc
 
-from replog.client import connect, environment, formats
+from replog.client import client_calls as calls
+from replog.client import connect, formats
 from replog.client.acl_calls import AclCalls
 from replog.client.append_stream import AppendStreams, Pipeline
 from replog.client.channels import (
     ATTEMPT_TIMEOUT_S,
     CHANNEL_OPTIONS,
-    COMMIT_TIMEOUT_S,
     MESSAGE_BYTES_MAX,
-    channel_options,
 )
+from replog.client.client_base import ClientBase, Node
+from replog.client.client_calls import ACKS as ACKS  # re-exported
+from replog.client.client_calls import metadata_request as metadata_request  # re-exported
 from replog.client.consumer import Consumer
 from replog.client.factories import Factories, GroupOptions
 from replog.client.group_consumer import GroupConsumer
-from replog.client.groups import CommittedOffset, GroupCalls, GroupDescription, GroupSummary
-from replog.client.results import (
-    AppendResult,
-    FetchResult,
-    Offsets,
-    PartitionInfo,
-    RawFetch,
-    TopicConfig,
-)
-from replog.client.retry import Attempts, RetryPolicy, call_with_retry, one_try_each
-from replog.client.routing import (
-    Routing,
-    needs_metadata,
-    split_addresses,
-    topic_partition_moved,
-)
-from replog.client.sequences import Identity, Sequences
+from replog.client.group_rpcs import GroupRpc
+from replog.client.groups import GroupCalls
+from replog.client.results import AppendResult, TopicConfig
+from replog.client.retry import RetryPolicy, call_with_retry
+from replog.client.sequences import Identity
 from replog.client.wire import partition_info
 from replog.errors import (
-    ConnectFailedError,
     DuplicateSequenceError,
     NotLeaderError,
     ReplogError,
-    TopicExistsError,
     TopicNotFoundError,
 )
 from replog.rpc_errors import from_rpc_error
-from replog.tls import ClientTls, channel
-from replog.v1 import acl_pb2_grpc, admin_pb2, admin_pb2_grpc, log_pb2, log_pb2_grpc
+from replog.tls import channel
+from replog.v1 import admin_pb2, log_pb2
 
 T = TypeVar("T")
 __all__ = [
+    "ACKS",
     "ATTEMPT_TIMEOUT_S",
     "CHANNEL_OPTIONS",
     "MESSAGE_BYTES_MAX",
@@ -104,113 +92,57 @@ __all__ = [
     "Node",
     "partition_info",
 ]
-ACKS = {"none": log_pb2.ACKS_NONE, "leader": log_pb2.ACKS_LEADER, "all": log_pb2.ACKS_ALL}
 
 
-def metadata_request(topic: str | None) -> admin_pb2.GetMetadataRequest:
-    """What a client asks to learn the cluster: the topic it is about to use (its leaders
-    come with the nodes), or every topic for a call without one (`CreateTopic` names a
-    topic that does not exist yet)."""
-    return admin_pb2.GetMetadataRequest(topics=[topic] if topic else [])
-
-
-class Node:
-    """One node's channel and stubs (on an asyncio channel, the stubs' calls are awaited)."""
-
-    def __init__(self, address: str, channel: Any) -> None:
-        self.address = address
-        self.channel = channel
-        self.acls = acl_pb2_grpc.AclsStub(channel)  # type: ignore[no-untyped-call]
-        self.log = log_pb2_grpc.LogStub(channel)  # type: ignore[no-untyped-call]
-        self.admin = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
-
-
-class Client(Factories, AclCalls):
+class Client(ClientBase, Factories, AclCalls):
     """The synchronous client of a replog cluster (see the module doc): admin calls
     (`create_topic`, `describe_topic`, `list_offsets`, ...), record calls (`append`,
     `fetch`, `stream`), and the factories of producers (`producer`), consumers
     (`consumer(topic, partition)` or `consumer(topic, group=...)`) and assigned consumers
-    (`assigned_consumer`). Thread-safe; `close()` (or `with`) ends its channels."""
+    (`assigned_consumer`). Thread-safe; `close()` (or `with`) ends its channels. Its
+    options: `client_base.ClientBase`; the calls it shares with `AsyncClient`:
+    `client_calls.ClientCalls`."""
 
-    def __init__(
-        self,
-        address: str,
-        *,
-        timeout_s: float = 30.0,
-        attempt_timeout_s: float = ATTEMPT_TIMEOUT_S,
-        retry: RetryPolicy | None = None,
-        tls: ClientTls | None = None,
-        token: str | None = None,
-        idempotent: bool = True,
-        producer_name: str = "",
-        producer_resume: bool = False,
-        streaming: bool = True,
-    ) -> None:
-        if token is not None and tls is None:
-            raise ValueError(
-                "a bearer token needs TLS (tls=ClientTls(ca_file)): never in the clear"
-            )
-        self.tls = tls
-        self.token = token
-        # One or several comma-separated bootstrap addresses; more nodes come from metadata.
-        self.routing = Routing(split_addresses(address))
-        if attempt_timeout_s <= 0 or timeout_s <= 0:
-            raise ValueError("timeout_s and attempt_timeout_s must be > 0")
-        self.timeout_s = timeout_s
-        self.attempt_timeout_s = min(attempt_timeout_s, timeout_s)
-        self.commit_timeout_s = max(self.attempt_timeout_s, min(timeout_s, COMMIT_TIMEOUT_S))
-        self.retry = retry or RetryPolicy()
-        self.idempotent = idempotent
-        self.producer_name = producer_name
-        self.producer_resume = producer_resume
-        self._sequences = Sequences()
+    blocking: Literal[True] = True
+
+    def _init_driver(self) -> None:
         self._identity_lock = threading.Lock()
         self._partition_locks: dict[tuple[str, int], threading.Lock] = {}
         self._lock = threading.Lock()
         self._discovering = threading.Lock()
-        self._nodes: dict[str, Node] = {}
-        self._formats: dict[str, str] = {}  # topic -> "raw" | "envelope" (formats.py)
         # Idempotent appends go over AppendStream (append_stream.py) unless streaming=False.
-        self.streaming = streaming
         self._streams: AppendStreams | None = None
         self._pipeline: Pipeline | None = None
-        self._node(self.routing.current)  # bad TLS files fail here, not at the first call
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **options: Any) -> Client:
-        """A client configured as the `replog` CLI is: `REPLOG_ADDRESS` (default
-        127.0.0.1:7070), `REPLOG_TLS_CA`/`_CERT`/`_KEY`/`_SERVER_NAME`, `REPLOG_TOKEN`,
-        `REPLOG_ATTEMPT_TIMEOUT` (`environment.from_env`; `replog dev-cluster --env-file`
-        writes them). `options` are the constructor's keywords and win over the env."""
-        conn = environment.from_env(env)
-        given: dict[str, Any] = {"tls": conn.tls, "token": conn.token}
-        given["attempt_timeout_s"] = conn.attempt_timeout_s
-        return cls(conn.address, **{**given, **options})
 
     # -- plumbing ---------------------------------------------------------------------------
 
+    _open_channel = staticmethod(channel)
+
     def _node(self, address: str) -> Node:
         with self._lock:
-            node = self._nodes.get(address)
-            if node is None:
-                options = channel_options(self.attempt_timeout_s)
-                made = channel(address, self.tls, options, self.token)
-                node = self._nodes[address] = Node(address, made)
-            return node
+            return super()._node(address)
 
     def _leader(self, topic: str, partition: int) -> Node:
         return self._node(self.routing.address(topic, partition))
 
+    def run(self, flow: calls.Flow[T]) -> T:
+        """Perform `flow`'s steps in turn, blocking (`client_calls.drive_blocking`)."""
+        return calls.drive_blocking(flow, self._perform)
+
+    def _perform(self, step: calls.Step) -> Any:
+        if isinstance(step, GroupRpc):
+            return self.groups.run(step)
+        send = calls.Sender(step, self)
+        try:
+            reply = self._call(send, *send.route, **send.options)
+        except ReplogError as err:
+            return send.settle(err)
+        return step.read(reply)
+
     def _call(
-        self,
-        fn: Callable[[Node], T],
-        topic: str | None = None,
-        partition: int = 0,
-        *,
-        idempotent: bool = False,
-        discover: bool = True,
-        retry: RetryPolicy | None = None,
-    ) -> T:
+        self, fn: Callable[[Node], T], topic: str | None = None, partition: int = 0, *,
+        idempotent: bool = False, discover: bool = True, retry: RetryPolicy | None = None,
+    ) -> T:  # fmt: skip
         """`fn(node)` with typed errors, retries and routing: to the partition's leader with
         a `topic`, else to the current node. A node that does not answer is passed over
         (`Routing.failed`); an `idempotent` call (a read) that timed out is retried
@@ -223,10 +155,7 @@ class Client(Factories, AclCalls):
             try:
                 out = fn(self._node(address))
             except grpc.RpcError as exc:
-                err = connect.check(
-                    from_rpc_error(exc), address, self.tls is not None, self.routing
-                )
-                raise self.routing.failed(err, address, idempotent=idempotent) from None
+                raise self._failed(exc, address, idempotent=idempotent) from None
             self.routing.answered(address)
             return out
 
@@ -234,70 +163,31 @@ class Client(Factories, AclCalls):
             attempt, retry or self.retry, lambda err: self._reroute(err, topic, partition)
         )
 
+    def _failed(self, exc: grpc.RpcError, address: str, *, idempotent: bool) -> ReplogError:
+        """The typed error of a failed attempt at `address` (`connect.check`,
+        `Routing.failed`)."""
+        err = connect.check(from_rpc_error(exc), address, self.tls is not None, self.routing)
+        return self.routing.failed(err, address, idempotent=idempotent)
+
     def _discover(self, topic: str | None) -> None:
-        """Before the first call: learn every node of the cluster (best effort: one try per
-        bootstrap address; whatever else fails, the call itself reports)."""
+        """Before the first call: learn every node of the cluster (`client_calls.discover`;
+        one thread asks, the others go on)."""
         if self.routing.discovered or not self._discovering.acquire(blocking=False):
             return
         try:
-            policy = one_try_each(len(self.routing.bootstraps), self.retry)
-            self._refresh(metadata_request(topic), policy)
-        except ConnectFailedError:
-            raise  # no node answers, for a cause retrying does not change: say so now
-        except ReplogError:
-            pass
+            self.run(calls.discover(self, topic))
         finally:
             self._discovering.release()
 
     def _reroute(self, err: ReplogError, topic: str | None, partition: int) -> bool:
-        """Update routing after a retriable error; True when the retry goes to another node
-        (worth trying at once). After NOT_LEADER without a usable hint, LEADER_UNKNOWN or a
-        node that did not answer, the partition's leader is asked of the metadata again
-        (best effort, one try per node: `routing.Routing.learn` skips a suspect leader)."""
-        rerouted = self.routing.reroute(err, topic, partition)
-        if topic is not None and needs_metadata(err, self.routing.address(topic, partition)):
-            policy = one_try_each(len(self.routing.known), self.retry)
-            with contextlib.suppress(ReplogError):  # the retry itself reports
-                self._refresh(metadata_request(topic), policy)
-            return rerouted or topic_partition_moved(self.routing, topic, partition)
-        return rerouted
+        """Update routing after a retriable error (`client_calls.reroute`); True when the
+        retry goes to another node (worth trying at once)."""
+        return self.run(calls.reroute(self, err, topic, partition))
 
     def _on_not_leader(self, topic: str, partition: int, err: NotLeaderError) -> bool:
         """Route to the leader the error names (True: a new address, worth retrying at once)
         or refetch metadata."""
         return self._reroute(err, topic, partition)
-
-    @property
-    def known_nodes(self) -> tuple[str, ...]:
-        """Every address this client may call: the bootstraps and the nodes metadata named."""
-        return self.routing.known
-
-    def refresh_metadata(self, topics: Sequence[str] = ()) -> admin_pb2.Metadata:
-        """Fetch nodes and partition leaders; update the known nodes and the leader cache."""
-        return self._refresh(admin_pb2.GetMetadataRequest(topics=list(topics)), self.retry)
-
-    def _refresh(self, req: admin_pb2.GetMetadataRequest, retry: RetryPolicy) -> admin_pb2.Metadata:
-        meta: admin_pb2.Metadata = self._call(
-            lambda node: node.admin.GetMetadata(req, timeout=self.attempt_timeout_s),
-            idempotent=True,
-            discover=False,
-            retry=retry,
-        )
-        self.routing.learn(meta)
-        formats.learn(self._formats, meta)
-        return meta
-
-    def topic_format(self, topic: str) -> str:
-        """ "raw" or "envelope" (from metadata, asked once per topic; UNKNOWN_TOPIC if none)."""
-        known = self._formats.get(topic)
-        if known is None:
-            self.refresh_metadata([topic])
-            known = self._formats.get(topic, formats.RAW)
-        return known
-
-    def topic_config(self, topic: str) -> tuple[str, str]:
-        """(format, timestamp_type) of `topic`, asked from metadata now."""
-        return formats.config_in(self.refresh_metadata([topic]), topic)
 
     def close(self) -> None:
         """Close the channels, after the appends in flight (at most `timeout_s`: see the
@@ -322,47 +212,9 @@ class Client(Factories, AclCalls):
 
     # -- admin ------------------------------------------------------------------------------
 
-    def create_topic(
-        self,
-        name: str,
-        partitions: int = 1,
-        replication_factor: int = 0,
-        *,
-        format: str = formats.ENVELOPE,
-        timestamp_type: str = formats.CREATE_TIME,
-        configs: Mapping[str, str] | None = None,
-    ) -> None:
-        """`format`: "raw" (values are your bytes) or "envelope" (records with key,
-        timestamp and headers); `timestamp_type`: "create_time" (the producer's) or
-        "log_append_time" (the leader's clock); `configs`: docs/api.md, Topic configs."""
-        args = (name, partitions, replication_factor, format, timestamp_type, configs)
-        req, attempts = formats.create_request(*args), 0
-
-        def call(node: Node) -> None:
-            nonlocal attempts
-            attempts += 1
-            node.admin.CreateTopic(req, timeout=self.commit_timeout_s)
-
-        try:
-            # A retry after an attempt that got no answer is safe: TOPIC_ALREADY_EXISTS then
-            # means that attempt created it.
-            self._call(call, idempotent=True)
-        except TopicExistsError:
-            if attempts > 1:
-                return  # an earlier attempt whose answer was lost created it
-            raise
-
     def delete_topic(self, name: str) -> None:
         req = admin_pb2.DeleteTopicRequest(name=name)
         self._call(lambda node: node.admin.DeleteTopic(req, timeout=self.commit_timeout_s))
-
-    def create_partitions(self, topic: str, partitions: int) -> int:
-        """Grow `topic` to `partitions` (never shrink); returns the new count. Keyed records
-        of later sends may go to other partitions (docs/api.md): producers made after the
-        call use the new count, one made before keeps the count it learned."""
-        req = admin_pb2.CreatePartitionsRequest(topic=topic, partitions=partitions)
-        timeout = self.commit_timeout_s
-        return int(self._call(lambda n: n.admin.CreatePartitions(req, timeout=timeout)).partitions)
 
     def describe_configs(self, topic: str) -> dict[str, TopicConfig]:
         """Every config of `topic`: name -> its value and source ("topic" or "default")."""
@@ -377,52 +229,6 @@ class Client(Factories, AclCalls):
         req = admin_pb2.AlterConfigsRequest(topic=topic, set=set or {}, delete=delete)
         call = lambda node: node.admin.AlterConfigs(req, timeout=self.commit_timeout_s)  # noqa: E731
         self._call(call, idempotent=True)  # (the same change twice: the same configs)
-
-    def list_topics(self) -> dict[str, int]:
-        resp = self._call(
-            lambda node: node.admin.ListTopics(
-                admin_pb2.ListTopicsRequest(), timeout=self.attempt_timeout_s
-            ),
-            idempotent=True,
-        )
-        return {t.name: t.partitions for t in resp.topics}
-
-    def describe_topic(self, name: str) -> list[PartitionInfo]:
-        req = admin_pb2.DescribeTopicRequest(name=name)
-        resp = self._call(
-            lambda node: node.admin.DescribeTopic(req, timeout=self.attempt_timeout_s),
-            idempotent=True,
-        )
-        return [partition_info(p) for p in resp.partitions]
-
-    def list_offsets(
-        self, topic: str, partitions: Sequence[int] = (), *, timestamp_ms: int | None = None
-    ) -> list[Offsets]:
-        """Log start, HW and LEO per partition (default: all); with `timestamp_ms`, also
-        the first committed offset whose record timestamp is >= it (`offset_for_timestamp`;
-        the HW when there is none)."""
-        req = formats.offsets_request(topic, partitions, timestamp_ms)
-        # Routed like the topic's reads: to a leader of it when known, and a LEADER_UNKNOWN
-        # answer (a node cut off from the others) moves the retry to the next node.
-        resp = self._call(
-            lambda node: node.admin.ListOffsets(req, timeout=self.attempt_timeout_s),
-            topic,
-            partitions[0] if partitions else 0,
-            idempotent=True,
-        )
-        return formats.offsets_of(resp, timestamp_ms is not None)
-
-    def offsets_for_times(self, topic: str, times: Mapping[int, int]) -> dict[int, int]:
-        """{partition: timestamp_ms} -> {partition: the first committed offset whose record
-        timestamp is >= it, or the partition's end (HW) when none is}. Kafka's
-        offsetsForTimes, except that "none" answers the end offset, where a reader that
-        starts waits for newer records. Record timestamps: docs/api.md, ListOffsets by time."""
-        out: dict[int, int] = {}
-        for timestamp_ms, partitions in formats.by_timestamp(times).items():
-            for o in self.list_offsets(topic, partitions, timestamp_ms=timestamp_ms):
-                assert o.offset_for_timestamp is not None
-                out[o.partition] = o.offset_for_timestamp
-        return out
 
     def transfer_leadership(self, topic: str, partition: int, to: int = 0) -> int:
         """Hand the partition's leadership to voter `to` (0: the freshest caught-up one);
@@ -497,7 +303,7 @@ class Client(Factories, AclCalls):
         self, topic: str, partition: int, values: Sequence[bytes], acks: str
     ) -> AppendResult:
         req = log_pb2.AppendRequest(
-            topic=topic, partition=partition, values=values, acks=ACKS[acks]
+            topic=topic, partition=partition, values=values, acks=calls.ACKS[acks]
         )
 
         plain = not self.idempotent or acks == "none" or not values
@@ -553,64 +359,7 @@ class Client(Factories, AclCalls):
         """This client's producer id and epoch (InitProducer on first use, and again after
         an append failed for good)."""
         with self._identity_lock:
-            identity = self._sequences.identity
-            if identity is None:
-                req = log_pb2.InitProducerRequest(
-                    name=self.producer_name, resume=self.producer_resume
-                )
-                resp = self._call(
-                    lambda node: node.log.InitProducer(req, timeout=self.commit_timeout_s)
-                )
-                identity = Identity(resp.producer_id, resp.producer_epoch)
-                self._sequences.adopt(identity)
-            return identity
-
-    def fetch(
-        self,
-        topic: str,
-        partition: int,
-        offset: int,
-        *,
-        max_bytes: int = 0,
-        max_wait_ms: int = 0,
-    ) -> FetchResult:
-        """Committed records from `offset` (long poll up to `max_wait_ms` at the HW); on an
-        envelope topic `records` are decoded envelopes (`records.DecodedRecords`)."""
-        raw = self.fetch_raw(topic, partition, offset, max_bytes=max_bytes, max_wait_ms=max_wait_ms)
-        return FetchResult(
-            formats.decode(raw.frames, self.topic_format(topic) == formats.ENVELOPE),
-            raw.high_watermark,
-            raw.log_start_offset,
-            raw.next_offset,
-        )
-
-    def fetch_raw(
-        self,
-        topic: str,
-        partition: int,
-        offset: int,
-        *,
-        max_bytes: int = 0,
-        max_wait_ms: int = 0,
-    ) -> RawFetch:
-        """Like `fetch`, but the frames stay raw bytes (control records included): for
-        columnar decoders such as the Spark source, which must not build an object per record."""
-        req = log_pb2.FetchRequest(
-            topic=topic,
-            partition=partition,
-            offset=offset,
-            max_bytes=max_bytes,
-            max_wait_ms=max_wait_ms,
-        )
-        timeout_s = self.attempt_timeout_s + max_wait_ms / 1000
-
-        def call(node: Node) -> RawFetch:
-            resp = node.log.Fetch(req, timeout=timeout_s)
-            return RawFetch(
-                resp.frames, resp.high_watermark, resp.log_start_offset, resp.next_offset
-            )
-
-        return self._call(call, topic, partition, idempotent=True)
+            return self._sequences.identity or self.run(calls.init_producer(self))
 
     def stream(
         self, topic: str, partition: int, offset: int, *, max_bytes: int = 0
@@ -620,33 +369,20 @@ class Client(Factories, AclCalls):
         Closing the iterator cancels the stream.
         """
         self._discover(topic)
-        attempts = Attempts(self.retry)
+        resume = calls.StreamResume(self.retry, topic, partition, offset, max_bytes)
         while True:
-            req = log_pb2.StreamFromRequest(
-                topic=topic, partition=partition, offset=offset, max_bytes=max_bytes
-            )
             address = self.routing.address(topic, partition)
-            call = self._node(address).log.StreamFrom(req)
-            progressed = False
+            call = self._node(address).log.StreamFrom(resume.request())
             try:
                 for batch in call:
-                    progressed = True
-                    offset = batch.next_offset
-                    yield batch
+                    yield resume.advanced(batch)
                 return  # the server ended the stream normally
             except grpc.RpcError as exc:
-                err = connect.check(
-                    from_rpc_error(exc), address, self.tls is not None, self.routing
-                )
-                err = self.routing.failed(err, address, idempotent=True)
-                if progressed:  # the budget counts failures in a row
-                    attempts = Attempts(self.retry)
-                backoff_s = attempts.budget_left(err)
+                err = self._failed(exc, address, idempotent=True)
+                backoff_s = resume.backoff_s(err)
                 if backoff_s is None:
                     raise err from None
-                pause_s = attempts.pause_s(backoff_s, self._reroute(err, topic, partition))
-                if pause_s:
-                    time.sleep(pause_s)
+                time.sleep(resume.pause_s(backoff_s, self._reroute(err, topic, partition)))
             finally:
                 call.cancel()
 
@@ -720,7 +456,7 @@ class Client(Factories, AclCalls):
         """The pipeline of `append` (one per client, shared by its threads)."""
         pipeline = self._pipeline
         if pipeline is None:
-            made = self.pipeline("all")
+            made = self.pipeline("all", in_flight_bytes_max=self.in_flight_bytes_max)
             assert made is not None
             with self._lock:
                 if self._pipeline is None:
@@ -736,27 +472,3 @@ class Client(Factories, AclCalls):
     def groups(self) -> GroupCalls:
         """The Groups calls, routed to each group's coordinator (`groups.GroupCalls`)."""
         return GroupCalls(self)
-
-    def list_groups(self) -> list[GroupSummary]:
-        return self.groups.list()
-
-    def describe_group(self, group: str) -> GroupDescription:
-        """Members, their partitions, and each partition's committed offset and lag."""
-        return self.groups.describe(group)
-
-    def delete_group(self, group: str) -> None:
-        """Drop the group's committed offsets (GROUP_NOT_EMPTY while it has members)."""
-        self.groups.delete(group)
-
-    def committed_offsets(
-        self, group: str, partitions: Sequence[tuple[str, int]] = ()
-    ) -> list[CommittedOffset]:
-        """The group's committed offsets of `partitions` (default: all it has)."""
-        return self.groups.committed(group, partitions)
-
-    def commit_offsets(
-        self, group: str, offsets: Mapping[tuple[str, int], int | tuple[int, str]]
-    ) -> None:
-        """Commit offsets outside membership (tools, a job that assigns partitions itself):
-        refused with GROUP_NOT_EMPTY while the group has members."""
-        self.groups.commit(group, offsets)

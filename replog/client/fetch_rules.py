@@ -93,6 +93,27 @@ def offset_at(found: FetchResult | OffsetOutOfRangeError, where: str) -> int:
     return start if where == "earliest" else hw
 
 
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """What a partition's fetch loop does after one Fetch (`fetched`)."""
+
+    offset: int  # the next fetch's offset
+    pause_s: float  # wait this long, then fetch again (a retriable error)
+    deliver: bool  # hand the item to the caller (records, or an error that ends the loop)
+    last: bool  # the loop ends (an error: the caller decides: reset, drop, raise)
+
+
+def fetched(item: FetchResult | ReplogError, offset: int, fetch_wait_ms: int) -> Fetched:
+    """The fetch loops' rule, threads or asyncio: records go to the caller and the next
+    fetch starts after them; an empty answer is fetched again at once; a retriable error
+    (the client retried already) a while later; any other ends the loop, with the caller."""
+    if isinstance(item, FetchResult):
+        return Fetched(item.next_offset, 0.0, bool(len(item.records)), False)
+    if item.retriable:
+        return Fetched(offset, fetch_wait_ms / 1000, False, False)
+    return Fetched(offset, 0.0, True, True)
+
+
 def check_reset(auto_offset_reset: str) -> None:
     if auto_offset_reset not in RESETS:
         raise ValueError("auto_offset_reset is 'earliest' or 'latest'")

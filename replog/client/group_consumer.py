@@ -34,13 +34,14 @@ change them).
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from typing import Any, Literal, Protocol, TypeVar
 
+from replog.client import member_flows as flows
+from replog.client.client_calls import drive_blocking
 from replog.client.fetch_rules import (
     GroupRecord,
     PartitionState,
@@ -48,21 +49,23 @@ from replog.client.fetch_rules import (
     Positions,
     bounds,
     check_reset,
+    fetched,
     first_offsets,
     offset_at,
     records_of,
 )
+from replog.client.group_rpcs import GroupRpc
 from replog.client.groups import GroupCalls, TopicPartition
-from replog.client.member_rules import Heartbeat, Member, Membership
+from replog.client.member_rules import Member, Membership
 from replog.client.results import FetchResult
 from replog.client.retry import RetryPolicy
+from replog.client.twins import TwinCall
 from replog.errors import (
-    IllegalGenerationError,
     OffsetOutOfRangeError,
     ReplogError,
-    UnknownMemberError,
 )
 
+T = TypeVar("T")
 FETCH_BYTES_MAX = 1024 * 1024
 QUEUE_BATCHES_MAX = 16
 Callback = Callable[[set[TopicPartition]], None]
@@ -154,6 +157,13 @@ class ConsumerBase(Member):
     def max_poll_records(self) -> int:
         return self._pos.max_poll_records
 
+    def now(self) -> float:
+        return time.monotonic()
+
+    commit = TwinCall(flows.commit_positions)
+    committed = TwinCall(flows.committed)
+    seek = TwinCall(flows.seek)
+
     def _init_driver(self, client: Any, calls: Any) -> None:
         raise NotImplementedError
 
@@ -206,10 +216,12 @@ class GroupConsumer(ConsumerBase):
     iterate it; `commit`, `seek`, `pause`, `resume`, `position`; `close()` commits (with
     auto-commit) and leaves the group."""
 
+    blocking: Literal[True] = True
+
     def _init_driver(self, client: Any, calls: GroupCalls | None) -> None:
         self.client: GroupConsumerClient = client
         self.calls = calls or GroupCalls(client)
-        self._lock = threading.Lock()
+        self._lock = self.lock = threading.Lock()
         self._heartbeat_now = threading.Event()
         self._queue: queue.Queue[tuple[TopicPartition, int, object]] = queue.Queue(
             QUEUE_BATCHES_MAX
@@ -220,46 +232,49 @@ class GroupConsumer(ConsumerBase):
 
     # -- membership ----------------------------------------------------------------------
 
-    def _join(self) -> None:
-        answer, session_ms = self.calls.join(
-            self.group,
-            self.topics,
-            session_timeout_ms=self.session_timeout_ms,
-            rebalance_timeout_ms=self.rebalance_timeout_ms,
-            client_id=self.client_id,
-        )
-        with self._lock:
-            self._member.joined(answer, session_ms, time.monotonic())
+    def run(self, flow: Generator[Any, Any, T]) -> T:
+        """Perform a member flow's steps (`member_flows`), blocking."""
+        return drive_blocking(flow, self._perform)
+
+    def _perform(self, step: flows.Step) -> Any:
+        if isinstance(step, GroupRpc):
+            return self.calls.run(step)
+        return getattr(self, step.method)(step)
+
+    def _do_reset_offset(self, step: flows.ResetOffset) -> int:
+        return reset_offset(self.client, step.tp, step.where)
+
+    def _do_restart_fetch(self, step: flows.Restart) -> None:
+        self._restart(step.tp, step.state)
+
+    def _do_stop_fetch(self, step: flows.StopFetch) -> None:
+        for state in step.states:
+            _stop(state)
+
+    def _do_start_heartbeats(self, _step: flows.StartHeartbeats) -> None:
         if self._heartbeats is None:
             self._heartbeats = threading.Thread(
                 target=self._heartbeat_loop, name=f"replog-heartbeat-{self.group}", daemon=True
             )
             self._heartbeats.start()
 
+    def _do_heartbeat_now(self, _step: flows.HeartbeatNow) -> None:
+        self._heartbeat_now.set()
+
+    def _do_await_heartbeat(self, step: flows.AwaitHeartbeat) -> None:
+        self._answered.clear()
+        self._heartbeat_now.set()
+        self._answered.wait(step.timeout_s)
+
     def _heartbeat_loop(self) -> None:
         while not self._closed.is_set():
             with self._lock:
                 beat = self._member.heartbeat(self._pos.partitions)
                 interval_s = self._member.heartbeat_interval_s
-            if beat is not None:
-                self._heartbeat(beat)
+            if beat is not None and self.run(flows.heartbeat(self, beat)):
+                self._answered.set()
             self._heartbeat_now.wait(interval_s)
             self._heartbeat_now.clear()
-
-    def _heartbeat(self, beat: Heartbeat) -> None:
-        policy = RetryPolicy(attempts_max=1000, deadline_ms=beat.deadline_ms)
-        try:
-            answer = self.calls.heartbeat(
-                self.group, beat.member_id, beat.generation, beat.owned, policy, beat.timeout_s
-            )
-        except ReplogError as err:
-            with self._lock:
-                unknown = isinstance(err, UnknownMemberError)
-                self._member.heartbeat_failed(beat, unknown, time.monotonic())
-        else:
-            with self._lock:
-                self._member.heartbeat_answered(beat, answer, time.monotonic())
-            self._answered.set()
 
     # -- the caller's thread -------------------------------------------------------------
 
@@ -281,88 +296,20 @@ class GroupConsumer(ConsumerBase):
             yield from self._hand_out(self._records(1.0))
 
     def _records(self, timeout_s: float) -> list[GroupRecord]:
-        out = self._pos.take_held()
-        if self._pos.held:
-            return out  # still more held than one call returns
-        deadline = time.monotonic() + timeout_s
-        while len(out) < self.max_poll_records:
-            try:
-                if out:
-                    item = self._queue.get_nowait()
-                else:
-                    item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            out.extend(self._accept(*item))
-            if self._member.changed:
-                break  # reconcile before delivering more of partitions that may be moving
-        return self._pos.cut(out)
+        return self.run(flows.records(self, timeout_s))
 
-    def _accept(self, tp: TopicPartition, epoch: int, item: object) -> list[GroupRecord]:
-        records = self._pos.accept(tp, epoch, item)
-        if records is None:  # out of range: start again where auto_offset_reset says
-            self._restart(tp, self._pos.reset(tp, self._reset_position(tp)))
-            return []
-        return records
+    def _do_take(self, step: flows.Take) -> object:
+        try:
+            return self._queue.get(timeout=step.timeout_s)
+        except queue.Empty:
+            return None
 
     def _maintain(self) -> None:
-        """Join, reconcile, auto-commit: what poll does before it waits for records."""
+        """Join, reconcile, auto-commit (`member_flows.maintain`): what poll does before it
+        waits for records."""
         if self._closed.is_set():
             raise ReplogError("the consumer is closed")
-        with self._lock:
-            rejoin = self._member.needs_join()
-        if rejoin:
-            self._drop(set(self._pos.partitions), commit=False)
-            self._join()
-        with self._lock:
-            plan = self._member.reconcile(self._pos.partitions)
-        if plan is not None:
-            self._reconcile(*plan)
-        with self._lock:
-            due = self._member.auto_commit_due(time.monotonic())
-        if due:
-            with contextlib.suppress(ReplogError):  # next time (or the next owner re-reads)
-                self._commit(self._pos.consumed_offsets())
-
-    def _reconcile(self, revoked: set[TopicPartition], added: set[TopicPartition]) -> None:
-        """Release `revoked` (committed, then `on_revoke`), then take `added`."""
-        if revoked:
-            self._drop(revoked, commit=True)
-        if added:
-            self._add(added)
-        if revoked or added:
-            with self._lock:
-                self._member.rebalanced()
-            self._heartbeat_now.set()  # tell the coordinator at once
-
-    def _drop(self, tps: set[TopicPartition], *, commit: bool) -> None:
-        if not tps:
-            return
-        if commit and self.auto_commit:
-            with contextlib.suppress(ReplogError):  # refused: its new owner re-reads them
-                self._commit(self._pos.consumed_offsets(tps))
-        if self.on_revoke is not None:
-            self.on_revoke(set(tps))
-        with self._lock:
-            for state in self._pos.drop(tps):
-                _stop(state)
-
-    def _add(self, tps: set[TopicPartition]) -> None:
-        committed = {
-            (c.topic, c.partition): c.offset for c in self.calls.committed(self.group, sorted(tps))
-        }
-        for tp in sorted(tps):
-            offset = committed.get(tp, -1)
-            if offset < 0:
-                offset = self._reset_position(tp)
-            with self._lock:
-                state = self._pos.add(tp, offset)
-            self._restart(tp, state)
-        if self.on_assign is not None:
-            self.on_assign(set(tps))
-
-    def _reset_position(self, tp: TopicPartition) -> int:
-        return reset_offset(self.client, tp, self.auto_offset_reset)
+        self.run(flows.maintain(self))
 
     # -- fetching ------------------------------------------------------------------------
 
@@ -386,76 +333,25 @@ class GroupConsumer(ConsumerBase):
         self, tp: TopicPartition, epoch: int, offset: int, stop: threading.Event
     ) -> None:
         topic, partition = tp
+        options = {"max_bytes": self.fetch_bytes_max, "max_wait_ms": self.fetch_wait_ms}
         while not stop.is_set() and not self._closed.is_set():
-            item: object
+            item: FetchResult | ReplogError
             try:
-                item = self.client.fetch(
-                    topic,
-                    partition,
-                    offset,
-                    max_bytes=self.fetch_bytes_max,
-                    max_wait_ms=self.fetch_wait_ms,
-                )
+                item = self.client.fetch(topic, partition, offset, **options)
             except ReplogError as err:
-                if err.retriable:  # (the client retried already): a while, then again
-                    stop.wait(self.fetch_wait_ms / 1000)
-                    continue
                 item = err
-            if isinstance(item, FetchResult):
-                offset = item.next_offset
-                if not len(item.records):
-                    continue
-            while not stop.is_set():  # bounded queue: wait for room, or for the end
+            after = fetched(item, offset, self.fetch_wait_ms)
+            offset = after.offset
+            if after.pause_s:
+                stop.wait(after.pause_s)
+            while after.deliver and not stop.is_set():  # bounded queue: room, or the end
                 try:
                     self._queue.put((tp, epoch, item), timeout=0.2)
                     break
                 except queue.Full:
                     continue
-            if not isinstance(item, FetchResult):
+            if after.last:
                 return  # an error: the caller's thread decides (reset, drop, raise)
-
-    # -- commits -------------------------------------------------------------------------
-
-    def _commit(self, offsets: dict[TopicPartition, int]) -> None:
-        member = self.member_id
-        if member is None or not offsets:
-            return
-        try:
-            self.calls.commit(self.group, offsets, member, self.generation)
-        except IllegalGenerationError:
-            # A heartbeat answer crossed this commit: learn the new generation, once.
-            self._answered.clear()
-            self._heartbeat_now.set()
-            self._answered.wait(self._member.session_s)
-            self.calls.commit(self.group, offsets, member, self.generation)
-        except UnknownMemberError:
-            with self._lock:
-                self._member.mark_lost(member)
-            raise
-
-    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
-        """Commit `offsets` ((topic, partition) -> next offset to read), or the position of
-        every partition (every record delivered so far). Raises UNKNOWN_MEMBER if this
-        member was removed (its partitions are someone else's now)."""
-        if offsets is None:
-            offsets = self._pos.positions()
-        self._commit(offsets)
-
-    # -- positions -----------------------------------------------------------------------
-
-    def committed(self, partitions: Sequence[TopicPartition] = ()) -> dict[TopicPartition, int]:
-        """The group's committed offsets (-1: none) of `partitions` (default: this member's)."""
-        wanted = list(partitions) or sorted(self._pos.partitions)
-        found = self.calls.committed(self.group, wanted)
-        return {(c.topic, c.partition): c.offset for c in found}
-
-    def seek(self, topic: str, partition: int, offset: int | str) -> None:
-        """Read `topic/partition` (one of this member's) from `offset`: an int, "earliest"
-        or "latest". The next commit stores it."""
-        tp = (topic, partition)
-        if isinstance(offset := self._pos.seek_target(tp, offset), str):
-            offset = reset_offset(self.client, tp, offset)
-        self._restart(tp, self._pos.reset(tp, offset))
 
     def seek_to_time(self, topic: str, partition: int, timestamp_ms: int) -> None:
         """Read `topic/partition` (one of this member's) from its first committed record
@@ -469,16 +365,8 @@ class GroupConsumer(ConsumerBase):
         """Commit what was processed (with auto-commit), leave the group, stop the threads."""
         if self._closed.is_set():
             return
-        member = self.member_id
         try:
-            if member is not None and not self._member.lost:
-                if self.auto_commit:
-                    if self._poll_api:
-                        self._pos.processed()
-                    with contextlib.suppress(ReplogError):
-                        self._commit(self._pos.consumed_offsets())
-                with contextlib.suppress(ReplogError):
-                    self.calls.leave(self.group, member, RetryPolicy(attempts_max=3))
+            self.run(flows.leave(self))
         finally:
             self._closed.set()
             self._heartbeat_now.set()

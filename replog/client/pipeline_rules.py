@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypedDict, TypeVar, Unpack
 
 from replog.errors import (
     DuplicateSequenceError,
@@ -157,6 +157,15 @@ class Reroute(Generic[P]):
 IDENTITY = "identity"  # the producer has no identity: ask for one, or `identity_failed`
 Need = Reroute[P] | str
 Failures = list[tuple[Batch[P], ReplogError]]
+
+
+class PipelineLimits(TypedDict, total=False):
+    """The in-flight limits of a pipeline (`PipelineRules`' keywords, and its drivers'):
+    batches in flight per partition (default 5), and bytes of appends sent and not
+    answered over all partitions (default 64 MiB; one batch alone always goes)."""
+
+    partition_in_flight_max: int
+    in_flight_bytes_max: int
 
 
 class PipelineRules(Generic[P]):
@@ -364,10 +373,23 @@ class PipelineRules(Generic[P]):
 
 
 class Limits:
-    """The limits and the bytes in flight of a driver's rules (`_rules`), as its attributes
-    (both drivers inherit this view)."""
+    """What both drivers keep: their rules (`_rules`, whose limits and bytes in flight are
+    this view's attributes), how they get the producer's identity and how they re-route
+    after a retriable error (blocking or awaited)."""
 
     _rules: PipelineRules[Any]
+
+    def __init__(
+        self,
+        numbering: Numbering,
+        budget: Callable[[], Budget],
+        identity: Callable[[], Any],
+        reroute: Callable[[ReplogError, str, int], Any],
+        **limits: Unpack[PipelineLimits],
+    ) -> None:
+        self._rules = PipelineRules(numbering, budget, **limits)
+        self._identity = identity
+        self._reroute = reroute
 
     @property
     def partition_in_flight_max(self) -> int:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -94,6 +94,38 @@ class AsyncProducerOptions(TypedDict, total=False):
     batch_records_max: int
     partitions: int | None
     partitioner: Partitioner
+
+
+ASYNC_PRODUCER_DEFAULTS: AsyncProducerOptions = {
+    "acks": "all",
+    "linger_ms": 5,
+    "batch_bytes_max": 1024 * 1024,
+    "batch_records_max": 10_000,
+    "partitions": None,
+}  # (and the partitioner: partitioner.DEFAULT_PARTITIONER); `Producer`'s defaults too
+
+
+class SendOptions(TypedDict, total=False):
+    """The keyword options of a producer's `send` (both producers'): the record's `key`,
+    its `partition` (default: from the key, `Chooser`), `headers`, `timestamp_ms`
+    (default: the producer's clock, or the leader's on a log_append_time topic), and
+    `on_delivery(err, metadata)`, called once when the record's batch is answered."""
+
+    key: bytes | None
+    partition: int | None
+    headers: Sequence[Header]
+    timestamp_ms: int | None
+    on_delivery: DeliveryCallback | None
+
+
+SEND_OPTIONS = SendOptions.__optional_keys__
+
+
+def check_keywords(given: Mapping[str, object], known: frozenset[str], what: str) -> None:
+    """A misspelt keyword option is a TypeError, as for a function that lists them."""
+    if not given.keys() <= known:
+        unknown = ", ".join(repr(k) for k in sorted(given.keys() - known))
+        raise TypeError(f"{what} got unexpected keyword arguments: {unknown}")
 
 
 class ProducerOptions(AsyncProducerOptions, total=False):
