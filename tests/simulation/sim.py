@@ -1351,8 +1351,11 @@ class Simulation:
                 # resumes: `quiet.resume`)
                 paused = node.paused_until > self.now
                 if replica.serving and hw <= checker.acked_all_max and not paused:
-                    if newest < 0:
-                        newest = max(n.replica.epoch for n in self.nodes.values() if n.replica)
+                    if newest < 0:  # (a crashed node's epoch is its durable one)
+                        newest = max(
+                            n.replica.epoch if n.replica else n.quorum.epoch
+                            for n in self.nodes.values()
+                        )
                     if epoch >= newest:
                         check(
                             False,
