@@ -152,6 +152,8 @@ class Repairer:
 
     async def _repair_one(self, key: tuple[str, int], driver: ReplicaDriver) -> None:
         ranges = driver.log.corrupt_ranges()
+        if not ranges and key not in self.blocked and key not in self._reported:
+            return  # nothing found, nothing pending: the common case, and O(1)
         self._report(key, ranges)
         decision = self._decide(driver, ranges)
         if decision.action in (Action.WAIT, Action.IMPOSSIBLE):
