@@ -32,9 +32,6 @@ from replog.replication.producers import ProducerTable
 from replog.replication.stale import Stale
 from replog.replication.state import QuorumState
 
-# The longest election timeout is the configured one times 2 ** this (failed rounds in a row).
-ELECTION_BACKOFF_MAX = 3
-
 
 class Liveness(Protocol):
     """What the node hears of its peers (`liveness.NodeLiveness`)."""
@@ -75,6 +72,7 @@ class Progress:
     # (its next fetch may be held `quiet_fetch_wait_ms`); the parked fetch is held so
     answered_quiet: bool = False
     quiet: bool = False
+    quiet_wait_ms: int = 0  # how long this quiet hold lasts (`quiet.park`: jittered)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +122,6 @@ class Core:
         self.prevotes: set[int] = set()  # PRE_CANDIDATE: the round's grants (itself too)
         self.leader_contact_ms: int | None = None  # last word from this epoch's leader
         self.election_deadline_ms = 0
-        # rounds of pre-votes or votes in a row that ended without a leader: each doubles
-        # the next election timeout, up to 2 ** ELECTION_BACKOFF_MAX (`reset_election_timer`)
-        self.failed_rounds = 0
         # a follower whose leader said it holds the whole log, HW included, and whose
         # leader's node is heard: long timers until an answer or a wake (`quiet.py`)
         self.quiet = False
@@ -240,22 +235,10 @@ class Core:
         return contact is not None and now_ms - contact < self.config.election_timeout_ms_min
 
     def reset_election_timer(self, now_ms: int) -> None:
-        """Timing only: a replica whose rounds keep failing campaigns less often. Each
-        round costs a quorum-state write (fsync) on the candidate and on every voter; at
-        ~1,200 partitions on 3 loaded nodes, hundreds of rounds at a steady 1-2 s outran
-        the disks, so votes came after the rounds had ended and no round ever won (measured:
-        bench/scale.py). Backing off lets the writes catch up; word from a leader, or
-        leading, ends the backoff (`heard_leader`)."""
         self.quiet = False
         cfg = self.config
         timeout = self.rng.randint(cfg.election_timeout_ms_min, cfg.election_timeout_ms_max)
-        backoff = min(self.failed_rounds, ELECTION_BACKOFF_MAX)
-        self.election_deadline_ms = now_ms + (timeout << backoff)
-
-    def heard_leader(self, now_ms: int) -> None:
-        """Word from this epoch's leader (or this replica leads): no backoff."""
-        self.failed_rounds = 0
-        self.leader_contact_ms = now_ms
+        self.election_deadline_ms = now_ms + timeout
 
 
 _ROLES = {Step.FOLLOWER: Role.FOLLOWER, Step.CANDIDATE: Role.CANDIDATE, Step.LEADER: Role.LEADER}

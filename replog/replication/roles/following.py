@@ -72,8 +72,8 @@ def accept_fetch_response(c: Core, response: FetchResponse, now_ms: int) -> None
         c.stale(problem)
         return
     c.fetch_sent_ms = None
-    c.heard_leader(now_ms)
     c.reset_election_timer(now_ms)
+    c.leader_contact_ms = now_ms
     if c.step is Step.PRE_CANDIDATE:  # the leader answers after all: the round ends
         assert c.votes is None, "a candidate follows no leader"
         c.step = Step.FOLLOWER

@@ -30,9 +30,7 @@ def become_follower(c: Core, epoch: int, leader_id: int | None, now_ms: int) -> 
     c.step = Step.FOLLOWER
     c.votes = None
     c.prevotes = set()
-    c.leader_contact_ms = None
-    if leader_id is not None:
-        c.heard_leader(now_ms)
+    c.leader_contact_ms = now_ms if leader_id is not None else None
     c.progress = {}
     c.fetch_sent_ms = None
     c.reset_election_timer(now_ms)
@@ -61,8 +59,6 @@ def _lose_leader(c: Core, now_ms: int) -> None:
 def start_prevote(c: Core, now_ms: int) -> None:
     """Ask the voters whether they would vote for this replica in the next epoch."""
     me = c.replica_id
-    if c.step is not Step.FOLLOWER:  # its last round (pre-votes or votes) ended leaderless
-        c.failed_rounds += 1
     c.reset_election_timer(now_ms)
     c.step = Step.PRE_CANDIDATE  # (a candidate's votes stay open: `Core.votes`)
     c.prevotes = {me}
@@ -104,7 +100,6 @@ def become_leader(c: Core, now_ms: int) -> None:
     # A candidate whose election timed out asks for pre-votes for the next epoch while its
     # votes may still come in: a late vote that elects it ends that round too.
     c.step = Step.LEADER
-    c.failed_rounds = 0
     c.votes = None
     c.prevotes = set()
     c.transfer = None
