@@ -243,7 +243,18 @@ def _grow(cluster: DevCluster, case: Case, limit_s: float, args: argparse.Namesp
                     break
                 name = f"s{len(created):05d}"
                 start = time.monotonic()
-                client.create_topic(name, args.topic_partitions, rf, format="raw")
+                try:
+                    client.create_topic(name, args.topic_partitions, rf, format="raw")
+                except (ReplogError, grpc.RpcError) as exc:
+                    if not case.checkpoints:
+                        raise
+                    # past a checkpoint: stop growing, restart at the last one reached
+                    case.gave_up = (
+                        f"stopped creating at {total:,} partitions by {type(exc).__name__}: "
+                        f"{str(exc)[:200]}"
+                    )
+                    log(f"{nodes} node(s): {case.gave_up}")
+                    break
                 block.append(time.monotonic() - start)
                 creating_s += block[-1]
                 created.append(name)

@@ -103,7 +103,8 @@ def test_an_idle_partition_goes_quiet_once_every_follower_holds_the_whole_log_an
     assert leader.high_watermark == leader.log_end_offset == 2
     assert all(r.high_watermark == 2 and r.quiet for r in c.replicas.values())
     mark = len(c.sent)
-    c.tick_until(QUIET_MS - 100)  # ten times as long as an election timeout
+    # held for 3/4 of quiet_fetch_wait_ms at least (jittered up to all of it: `quiet.park`)
+    c.tick_until(QUIET_MS * 3 // 4 - 100)  # 7.5 times as long as an election timeout
     assert c.sent[mark:] == []
     assert leader.role is Role.LEADER and all(r.epoch == leader.epoch for r in c.replicas.values())
     # the safety net: the held fetches are answered after quiet_fetch_wait_ms, and go quiet again

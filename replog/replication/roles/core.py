@@ -72,6 +72,7 @@ class Progress:
     # (its next fetch may be held `quiet_fetch_wait_ms`); the parked fetch is held so
     answered_quiet: bool = False
     quiet: bool = False
+    quiet_wait_ms: int = 0  # how long this quiet hold lasts (`quiet.park`: jittered)
 
 
 @dataclass(frozen=True, slots=True)

@@ -355,6 +355,14 @@ class ReplicaManager:
                 plog.flush_deferred = True
                 part.driver.group_flush = self.group_flusher
             await part.start()
+            preferred = meta.assignment[p][0] == self.node_id
+            if preferred and plog.log_end_offset == 0 and part.driver.epoch == 0:
+                # A new partition's preferred replica campaigns at once (`Replica.campaign`:
+                # an ordinary election, in epoch 1 when nothing happened yet): its first
+                # leader is the one the balancer wants, instead of whichever timed out
+                # first and then a transfer (two elections, each a quorum-state fsync on
+                # every voter). Timing only: the votes decide, as always.
+                await part.driver.campaign()
         except BaseException:
             await asyncio.to_thread(plog.close)
             raise

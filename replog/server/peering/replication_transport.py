@@ -19,8 +19,15 @@ hand-over.
 Incoming (`ReplicationService`): envelopes of one stream are delivered in order to the
 replica of `(topic, partition)` found by the router; envelopes for replicas this node does
 not host (yet) are dropped. The envelopes of one batch are handed to their replicas
-together (in order: each replica's inbox keeps it), and the next batch is read once every
-one of them has been handled (backpressure). The node that opens a stream is reported to
+together (in order: each replica's inbox keeps it), and the next batch is read while the
+stream's deliveries not handled yet stay within `PENDING_DELIVERIES_MAX` and
+`PENDING_BYTES_MAX` (backpressure, `_Window`). Before, the next batch waited until every
+delivery of the last one was handled: one replica slow to handle its message (a vote
+waiting for its quorum state's fsync behind hundreds of others) held the messages of every
+partition the two nodes share, heartbeats included; at ~1,200 partitions on 3 nodes a
+burst of leader transfers turned that into elections timing out everywhere, the metadata
+log's too, for good (measured: bench/scale.py stopped at 470 partitions, a profiling run
+at 1,210). The node that opens a stream is reported to
 `on_peer` (the node passes `PeerLinks.heard_from`) as soon as the stream opens: the member
 its certificate names with TLS, else the id in the `replog-node-id` header every link sends
 (believed, as envelopes' senders are without TLS), else the sender of the stream's first
@@ -93,6 +100,10 @@ REAUTHENTICATE_INTERVAL_S = 1.0  # a stream's certificate is checked again this 
 NODE_ID_HEADER = "replog-node-id"  # the sending node's id, on every outgoing stream
 INCARNATION_HEADER = "replog-incarnation"  # the sending process's id, drawn at its start
 HEARTBEAT_S = 0.25  # an idle link sends an empty batch this often; silence is checked too
+# A stream's deliveries started and not handled yet (by count and by envelope bytes): the
+# next batch is read while both are below these (`_Window`).
+PENDING_DELIVERIES_MAX = 4096
+PENDING_BYTES_MAX = 32 * 1024 * 1024
 
 
 def _now_ms() -> int:
@@ -437,12 +448,31 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
             peer = authenticate(context)
             if peer is None:
                 await self._refuse(context, "the client certificate names no member")
-        checked_at = time.monotonic()
         announced = peer if peer is not None else _announced_node(context)
         if announced is not None and self.on_peer is not None:
             self.on_peer(announced)  # it is up: before its first envelope, which may be late
         if announced is not None and self.liveness is not None:
             self.liveness.connected(announced, _now_ms(), _announced_incarnation(context))
+        window = _Window()
+        try:
+            count = await self._read(batches, context, peer, announced, window)
+            await window.drain()
+        finally:
+            window.cancel()  # (the waits only: each replica handles what it was given)
+        return pb.ExchangeSummary(envelopes=count)
+
+    async def _read(
+        self,
+        batches: AsyncIterator[Sequence[pb.Envelope]],
+        context: Any,
+        peer: int | None,
+        announced: int | None,
+        window: _Window,
+    ) -> int:
+        """Read the stream's batches and start their deliveries; returns the envelopes
+        read."""
+        authenticate = self.authenticate
+        checked_at = time.monotonic()
         count = 0
         async for batch in batches:
             if announced is not None and self.liveness is not None:
@@ -453,7 +483,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                     checked_at = now
                     if authenticate(context) != peer:
                         await self._refuse(context, f"node {peer} is no longer a member")
-            deliveries: list[Awaitable[None]] = []
+            deliveries: list[tuple[Awaitable[None], int]] = []
             try:
                 for envelope in batch:
                     count += 1
@@ -465,14 +495,15 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                         self.on_peer(envelope.from_id)
                     delivery = self._delivery(envelope)
                     if delivery is not None:
-                        deliveries.append(delivery)
+                        deliveries.append((delivery, envelope.ByteSize()))
             except BaseException:
-                for delivery in deliveries:
+                for delivery, _size in deliveries:
                     if isinstance(delivery, Coroutine):
                         delivery.close()  # none of a refused batch is delivered
                 raise
-            await _deliver_all(deliveries)
-        return pb.ExchangeSummary(envelopes=count)
+            window.start(deliveries)
+            await window.room()
+        return count
 
     def _delivery(self, envelope: pb.Envelope) -> Awaitable[None] | None:
         """The delivery of `envelope` to its replica, not started yet (None: not hosted
@@ -512,20 +543,55 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
             )
 
 
-async def _deliver_all(deliveries: list[Awaitable[None]]) -> None:
-    """Run one batch's deliveries; a delivery that failed ends the stream. A replica's
-    delivery puts the message in its inbox before its first wait, and the handler's
-    cancellation stops only the waiting (the replica's owner handles what it was given).
-    One delivery (a single-partition stream, the usual hot path) runs in the handler's
-    own task: no task and no `asyncio.wait` per message. Several start as tasks in the
-    batch's order, so each replica gets its messages in the stream's order."""
-    if len(deliveries) == 1:
-        await deliveries[0]
-    elif deliveries:
-        tasks = [asyncio.ensure_future(delivery) for delivery in deliveries]
-        await asyncio.wait(tasks)
-        for task in tasks:
-            task.result()
+class _Window:
+    """The deliveries one incoming stream has started and its replicas have not handled
+    yet. Each delivery puts its message in its replica's inbox in its task's first step
+    (tasks start in the order they were made, so each replica gets its messages in the
+    stream's order); the stream reads on while the window has room, so a replica slow to
+    handle one message delays only its own. A delivery that failed ends the stream."""
+
+    def __init__(self) -> None:
+        self.pending: dict[asyncio.Future[None], int] = {}
+        self.bytes = 0
+        self.failed: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def start(self, deliveries: list[tuple[Awaitable[None], int]]) -> None:
+        for delivery, size in deliveries:
+            task = asyncio.ensure_future(delivery)
+            self.pending[task] = size
+            self.bytes += size
+            task.add_done_callback(self._done)
+
+    def _full(self) -> bool:
+        return len(self.pending) >= PENDING_DELIVERIES_MAX or self.bytes >= PENDING_BYTES_MAX
+
+    def _done(self, task: asyncio.Future[None]) -> None:
+        self.bytes -= self.pending.pop(task)
+        if not task.cancelled() and task.exception() is not None and self.failed is None:
+            self.failed = task.exception()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done() and (self.failed or not self._full()):
+            waiter.set_result(None)
+
+    async def room(self) -> None:
+        """Return once the window has room for the next batch."""
+        while self._full() and self.failed is None:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        if self.failed is not None:
+            raise self.failed
+
+    async def drain(self) -> None:
+        """Wait until every delivery started has been handled (the stream ended)."""
+        if self.pending:
+            await asyncio.wait(list(self.pending))
+        if self.failed is not None:
+            raise self.failed
+
+    def cancel(self) -> None:
+        for task in list(self.pending):
+            task.cancel()
 
 
 def _announced_incarnation(context: Any) -> int | None:
