@@ -153,6 +153,7 @@ class Compaction:
         self.rng = random.Random(f"cleaner-{sim.config.seed}-{sim.config.shape}")
         self.meta: list[Meta] = []  # per committed offset (grows with checker.committed)
         self.latest: dict[bytes, int] = {}  # key -> offset of its latest committed record
+        self.script: list[tuple[int, bool]] = []  # scenarios: the next values' (key, tombstone)
 
     def schedule(self) -> None:
         for node_id in self.sim.ids:
@@ -170,8 +171,11 @@ class Compaction:
     def value(self, number: int) -> bytes:
         """The envelope of the client's `number`th value: keyed, a tombstone now and then."""
         rng, cfg = self.sim.rng, self.config
-        key = f"k{rng.randrange(cfg.keys)}".encode()
-        tombstone = rng.random() < cfg.tombstones
+        if self.script:
+            number_of_key, tombstone = self.script.pop(0)
+        else:
+            number_of_key, tombstone = rng.randrange(cfg.keys), rng.random() < cfg.tombstones
+        key = f"k{number_of_key}".encode()
         tag = f"s{self.sim.config.seed}-v{number}".encode()
         return records.encode(
             None if tombstone else tag, key=key, headers=[("id", tag)], timestamp_ms=self.now_ms()
@@ -315,7 +319,12 @@ class Compaction:
 
     # -- the cleaner -------------------------------------------------------------------------
 
-    def read(self, node: Node, base: int, end: int) -> bytes:
+    def read(self, node: Node, base: int, end: int) -> bytes | None:
+        """The frames of the records present in `[base, end)`; None when the checksums
+        refuse a damaged one (the pass ends; the node repairs itself, as for a fetch)."""
+        if any(base <= o < end for o in node.corrupt):
+            self.sim._schedule(1, "repair", node.id)
+            return None
         gone = self.nodes[node.id].gone
         return b"".join(
             frames.encode(o, [node.log[o].value], control=node.log[o].control)
@@ -363,7 +372,10 @@ class Compaction:
         latest: dict[bytes, int] = {}
         map_end = dirty[0][0]
         for base, end, _ in dirty:
-            map_keys(self.read(node, base, end), latest)
+            data = self.read(node, base, end)
+            if data is None:
+                return
+            map_keys(data, latest)
             map_end = end
             if len(latest) >= cfg.offset_map_keys_max:
                 break
@@ -393,7 +405,12 @@ class Compaction:
         if crash and self.rng.random() < 0.5:  # before the commit point: the old segment
             self._crash(node.id)
             return
-        kept = set(kept_offsets(self.read(node, base, end), swap.latest, swap.horizon_ms))
+        data = self.read(node, base, end)
+        if data is None:  # a corrupt range: the pass ends (`cleaner.failed`)
+            st.running = False
+            self.stats.passes_cut += 1
+            return
+        kept = set(kept_offsets(data, swap.latest, swap.horizon_ms))
         dropped = [o for o in range(base, end) if o not in st.gone and o not in kept]
         st.gone.update(dropped)
         for offset in dropped:

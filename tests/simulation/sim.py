@@ -638,6 +638,8 @@ class Simulation:
             return
         if offset is None:
             offset = self.rng.randint(node.log_start, node.hw - 1)
+        if self.compaction is not None and offset in self.compaction.gone(node_id):
+            return  # (a gap: nothing on disk there)
         rec = node.log[offset]
         flipped = bytes([rec.value[0] ^ 0x01]) + rec.value[1:] if rec.value else b"\x01"
         node.log[offset] = SimRecord(flipped, rec.control, rec.epoch, rec.chain)
@@ -662,6 +664,8 @@ class Simulation:
         node.before_repair = list(node.log)
         del node.log[node.log_start :]
         node.flushed = node.hw_checkpoint = node.log_start
+        if self.compaction is not None:
+            self.compaction.reset(node_id, node.log_start)
         node.corrupt.clear()
         if up:
             self._start_node(node_id)
@@ -675,6 +679,8 @@ class Simulation:
         node.before_repair = list(node.log)
         node.log = []
         node.log_start = node.flushed = node.hw = node.hw_checkpoint = 0
+        if self.compaction is not None:
+            self.compaction.reset(node_id, 0)
         node.quorum = QuorumState()
         node.history = EpochHistory()
         node.memberships = ()
