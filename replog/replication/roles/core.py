@@ -186,15 +186,21 @@ class Core:
 
     def caught_up_after_repair(self) -> bool:
         """Durably back at what it held before its log was discarded, or durably holding
-        everything its leader has committed once that leader's HW covers its own epoch (it
-        then covers every record committed before, this replica's acknowledgements
-        included). Durably: a power loss must not take the refetched records again."""
+        everything its leader has committed once that leader's HW covers its own epoch, an
+        epoch after the last one of the discarded log (it then covers every record committed
+        before, this replica's acknowledgements included: it can have acknowledged no record
+        of this epoch, so none past the epoch's start; in the discarded log's last epoch it
+        may have acknowledged records past the HW, which a late fetch of it lets the leader
+        count). Durably: a power loss must not take the refetched records again."""
         end = self.flushed if self.config.flush_always else self.leo
         if end >= self.state.vote_floor:
             return True
         entries = self.history.entries
+        later = self.epoch > self.state.vote_floor_epoch
         epoch_start = (
-            entries[-1].start_offset if entries and entries[-1].epoch == self.epoch else None
+            entries[-1].start_offset
+            if later and entries and entries[-1].epoch == self.epoch
+            else None
         )
         return epoch_start is not None and epoch_start < self.leader_hw_seen <= end
 
