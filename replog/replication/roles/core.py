@@ -30,7 +30,7 @@ from replog.replication.messages import FetchRequest
 from replog.replication.outputs import Output, PersistQuorumState
 from replog.replication.producers import ProducerTable
 from replog.replication.stale import Stale
-from replog.replication.state import QuorumState
+from replog.replication.state import EPOCH_MAX, QuorumState
 
 
 class Liveness(Protocol):
@@ -191,12 +191,15 @@ class Core:
         before, this replica's acknowledgements included: it can have acknowledged no record
         of this epoch, so none past the epoch's start; in the discarded log's last epoch it
         may have acknowledged records past the HW, which a late fetch of it lets the leader
-        count). Durably: a power loss must not take the refetched records again."""
+        count). A floor of an unknown former log (`EPOCH_MAX`: a lost disk, a replica
+        added) has only the HW to go by. Durably: a power loss must not take the refetched
+        records again."""
         end = self.flushed if self.config.flush_always else self.leo
         if end >= self.state.vote_floor:
             return True
         entries = self.history.entries
-        later = self.epoch > self.state.vote_floor_epoch
+        floor_epoch = self.state.vote_floor_epoch
+        later = self.epoch > floor_epoch or floor_epoch == EPOCH_MAX
         epoch_start = (
             entries[-1].start_offset
             if later and entries and entries[-1].epoch == self.epoch
