@@ -258,11 +258,33 @@ def _offset_map(
     for base, end, _ in dirty:
         for chunk in _chunks(log, base, end, config, throttle):
             result.bytes_read += len(chunk.buf)
-            latest.update(zip(chunk.keys, chunk.offsets[chunk.keyed_at].tolist(), strict=True))
+            _map_chunk(chunk, latest)
         map_end = end
         if len(latest) >= config.offset_map_keys_max:
             break
     return latest, map_end
+
+
+def _map_chunk(chunk: _Chunk, latest: dict[bytes, int]) -> None:
+    latest.update(zip(chunk.keys, chunk.offsets[chunk.keyed_at].tolist(), strict=True))
+
+
+def map_keys(buf: bytes, latest: dict[bytes, int]) -> None:
+    """Step 1 for one log read `buf` (whole frames, offsets ascending, gaps allowed): each
+    keyed record's offset into `latest` (key -> offset), the later one winning. With
+    `kept_offsets`, the pure rule of a pass, for models of the log (the simulator's)."""
+    if buf:
+        _map_chunk(_Chunk(buf), latest)
+
+
+def kept_offsets(buf: bytes, latest: dict[bytes, int], horizon_ms: int) -> list[int]:
+    """Step 3 for one log read `buf`: the offsets of the frames a pass keeps, given the
+    offset map `latest` and the tombstone horizon (now - `delete_retention_ms`)."""
+    if not buf:
+        return []
+    chunk = _Chunk(buf)
+    kept: list[int] = chunk.offsets[_kept(chunk, latest, horizon_ms)].tolist()
+    return kept
 
 
 def _kept(chunk: _Chunk, latest: dict[bytes, int], horizon_ms: int) -> np.ndarray:

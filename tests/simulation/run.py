@@ -2,14 +2,19 @@
 
 python -m tests.simulation.run --seed 1234 --nodes 3 [--observers 1] [--flush never]
     [--interrupts] [--memberships --spares 1] [--balance [--voters 2,3,1]]
-    [--controller reassign|keeper --spares 2] [--late-votes] [--quiet]
+    [--controller reassign|keeper --spares 2] [--late-votes] [--quiet] [--compaction]
+
+A sweep of seeds: `--seeds N` runs seeds `--seed` .. `--seed + N - 1` with the same flags,
+prints a line per failure and a summary (with `--compaction`: what the cleaners did).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from collections import Counter
 
-from tests.simulation.sim import SimConfig, run_schedule
+from tests.simulation.sim import SimConfig, SimulationFailure, run_schedule
 
 
 def main() -> None:
@@ -42,9 +47,23 @@ def main() -> None:
     parser.add_argument(
         "--quiet", action="store_true", help="quiescence, node heartbeats, pauses, one-way cuts"
     )
+    parser.add_argument(
+        "--compaction", action="store_true", help="a compacted topic: each replica's cleaner"
+    )
+    parser.add_argument("--seeds", type=int, default=0, help="sweep this many seeds")
     args = parser.parse_args()
-    config = SimConfig.random(
-        args.seed,
+    if args.seeds:
+        sweep(args)
+        return
+    config = _config(args, args.seed)
+    print(config)
+    outcome = run_schedule(config)
+    print(outcome)
+
+
+def _config(args: argparse.Namespace, seed: int) -> SimConfig:
+    return SimConfig.random(
+        seed,
         args.nodes,
         flush_always=args.flush == "always",
         observers=args.observers,
@@ -59,10 +78,23 @@ def main() -> None:
         controller=args.controller,
         late_votes=args.late_votes,
         quiet=args.quiet,
+        compaction=args.compaction,
     )
-    print(config)
-    outcome = run_schedule(config)
-    print(outcome)
+
+
+def sweep(args: argparse.Namespace) -> None:
+    failures = 0
+    totals: Counter[str] = Counter()
+    for seed in range(args.seed, args.seed + args.seeds):
+        try:
+            outcome = run_schedule(_config(args, seed))
+        except SimulationFailure as exc:
+            failures += 1
+            print(f"seed {seed}: {exc}", flush=True)
+            continue
+        if outcome.compaction is not None:
+            totals.update({k: v for k, v in dataclasses.asdict(outcome.compaction).items() if v})
+    print(f"{args.seeds} seeds from {args.seed}: {failures} failed; totals {dict(totals)}")
 
 
 if __name__ == "__main__":

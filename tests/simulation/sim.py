@@ -106,6 +106,7 @@ from replog.replication.roles.core import Step
 from replog.server.cluster.balancer import preferred_target
 from tests.simulation import quiet
 from tests.simulation.checker import Checker, InvariantViolation, SimRecord, check
+from tests.simulation.compaction import Compaction, CompactionConfig, CompactionStats
 from tests.simulation.controllers import check_done, controller_bound_ms, make_controller
 
 TICK_MS = 10
@@ -163,6 +164,8 @@ class SimConfig:
     quiet_fetch_wait_ms: int = 0
     pauses_per_s: float = 0.0
     one_way_per_s: float = 0.0
+    # a compacted topic (compaction.py): keyed values and tombstones, each replica's cleaner
+    compaction: CompactionConfig | None = None
 
     def repro(self) -> str:
         flush = "" if self.flush_always else " --flush never"
@@ -179,6 +182,7 @@ class SimConfig:
         )
         votes = " --late-votes" if self.vote_delay_ms_max else ""
         votes += " --quiet" if self.quiet_fetch_wait_ms else ""
+        votes += " --compaction" if self.compaction else ""
         return (
             f"python -m tests.simulation.run --seed {self.seed} --nodes {self.nodes}"
             f"{observers}{flush}{owner}{transfers}{corruption}{producers}{members}{balance}"
@@ -209,6 +213,7 @@ class SimConfig:
         controller: str = "",
         late_votes: bool = False,
         quiet: bool = False,
+        compaction: bool = False,
     ) -> SimConfig:
         """Fault rates drawn from the seed, so that seeds cover calm and hostile networks.
         `interrupts`: the owner model with cancelled callers (a rate drawn separately, so
@@ -230,6 +235,7 @@ class SimConfig:
         quiet_ms, pauses = calm.choice([400, 1500]), calm.choice([0.0, 0.5, 2.0])
         one_way, quiet_appends = calm.choice([0.0, 0.5, 2.0]), calm.choice([0.5, 2.0, 10.0])
         config = SimConfig(
+            compaction=CompactionConfig.random(seed, shape) if compaction else None,
             start_spread_ms=spread if late_votes else 0,
             vote_delay_ms_max=vote_delay if late_votes else 0,
             vote_duplication=vote_copies if late_votes else 0.0,
@@ -444,6 +450,7 @@ class Simulation:
         self.deleted: set[int] = set()
         self.starting: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self.controller = make_controller(self) if config.controller else None
+        self.compaction = Compaction(self, config.compaction) if config.compaction else None
         spread = random.Random(f"spread-{config.seed}-{config.shape}")
         for i in self.ids:
             if i not in self.deleted and config.start_spread_ms:
@@ -460,6 +467,8 @@ class Simulation:
         if self.controller is not None:
             for i in self.ids:
                 self._schedule(self.controller.interval(), "control", i)
+        if self.compaction is not None:
+            self.compaction.schedule()
 
     # -- event loop ----------------------------------------------------------------------
 
@@ -543,6 +552,9 @@ class Simulation:
         elif kind == "beat":
             assert isinstance(payload, quiet.Heartbeat)
             quiet.deliver_heartbeat(self, payload)
+        elif kind in ("clean", "swap"):
+            assert self.compaction is not None
+            self.compaction.handle(kind, payload)
         else:  # pragma: no cover
             raise AssertionError(kind)
 
@@ -626,6 +638,8 @@ class Simulation:
             return
         if offset is None:
             offset = self.rng.randint(node.log_start, node.hw - 1)
+        if self.compaction is not None and offset in self.compaction.gone(node_id):
+            return  # (a gap: nothing on disk there)
         rec = node.log[offset]
         flipped = bytes([rec.value[0] ^ 0x01]) + rec.value[1:] if rec.value else b"\x01"
         node.log[offset] = SimRecord(flipped, rec.control, rec.epoch, rec.chain)
@@ -650,6 +664,8 @@ class Simulation:
         node.before_repair = list(node.log)
         del node.log[node.log_start :]
         node.flushed = node.hw_checkpoint = node.log_start
+        if self.compaction is not None:
+            self.compaction.reset(node_id, node.log_start)
         node.corrupt.clear()
         if up:
             self._start_node(node_id)
@@ -663,6 +679,8 @@ class Simulation:
         node.before_repair = list(node.log)
         node.log = []
         node.log_start = node.flushed = node.hw = node.hw_checkpoint = 0
+        if self.compaction is not None:
+            self.compaction.reset(node_id, 0)
         node.quorum = QuorumState()
         node.history = EpochHistory()
         node.memberships = ()
@@ -711,6 +729,8 @@ class Simulation:
         if self.config.flush_always or self.config.power_loss:
             del node.log[node.flushed :]  # power loss: the page cache is gone
         node.flushed = len(node.log)
+        if self.compaction is not None:
+            self.compaction.crashed(node)
         for request in (*self.requests.values(), *self.membership_requests.values()):
             if request.node == node_id and request.outcome == "pending":
                 request.outcome = "unknown"
@@ -728,6 +748,8 @@ class Simulation:
                 return []
             start = self.rng.randint(node.log_start, upper) if offset is None else offset
             node.log_start = start
+            if self.compaction is not None:
+                self.compaction.retention(node.id, start)
             for gone in [o for o in node.corrupt if o < start]:  # deleted with its segment
                 node.corrupt.discard(gone)
                 node.log[gone] = self.checker.committed[gone]  # a stand-in, like ResetLog's
@@ -961,7 +983,10 @@ class Simulation:
         values = []
         for _ in range(count):
             self.values_sent += 1
-            values.append(f"s{self.config.seed}-v{self.values_sent}".encode())
+            if self.compaction is not None:
+                values.append(self.compaction.value(self.values_sent))
+            else:
+                values.append(f"s{self.config.seed}-v{self.values_sent}".encode())
         request_id = self.values_sent
         self.requests[request_id] = ClientRequest(node_id, tuple(values), acks)
         self._input(node, lambda r: r.append(request_id, values, acks, self.now), request_id)
@@ -1158,6 +1183,8 @@ class Simulation:
                 del node.log[out.offset :]
                 node.flushed = min(node.flushed, out.offset)
                 node.batch_ends.truncated(out.offset)
+                if self.compaction is not None:
+                    self.compaction.truncated(node.id, out.offset)
             elif isinstance(out, ResetLog):
                 # Offsets below the leader's log start are committed; the node holds none of
                 # them, but the checker's committed records stand in for them (so the
@@ -1170,6 +1197,8 @@ class Simulation:
                 node.log = list(checker.committed[: out.offset])
                 node.log_start = node.flushed = out.offset
                 node.batch_ends.clear()
+                if self.compaction is not None:
+                    self.compaction.reset(node.id, out.offset)
             elif isinstance(out, SetHighWatermark):
                 epoch = node.replica.epoch if node.replica is not None else 0
                 checker.on_high_watermark(node.id, node.log, out.offset, epoch)
@@ -1223,10 +1252,23 @@ class Simulation:
             f"membership {m} acked at {out.base_offset}, which does not hold it committed",
         )
 
-    def _append(self, node: Node, value: bytes, *, control: bool, assigned_here: bool) -> None:
-        epoch = node.history.epoch_of(len(node.log))
-        rec = self.checker.record(node.log, value, control, epoch)
+    def _append(
+        self,
+        node: Node,
+        value: bytes,
+        *,
+        control: bool,
+        assigned_here: bool,
+        standin: SimRecord | None = None,  # a gap: the record the node lacks (compaction)
+    ) -> None:
+        if standin is None:
+            epoch = node.history.epoch_of(len(node.log))
+            rec = self.checker.record(node.log, value, control, epoch)
+        else:
+            rec = standin
         self.checker.on_append(node.id, node.log, rec, assigned_here=assigned_here)
+        if self.compaction is not None:
+            self.compaction.appended(node.id, len(node.log))
         node.log.append(rec)
         if not node.flush_pending:
             node.flush_pending = True
@@ -1234,6 +1276,9 @@ class Simulation:
             self._schedule(delay, "flush", _Flush(node.id, node.incarnation))
 
     def _append_frames(self, node: Node, records: Records) -> None:
+        if self.compaction is not None:  # (offset gaps allowed)
+            self.compaction.append_frames(node, records)
+            return
         decoded = frames.decode(records.frames)
         check(
             decoded.offsets == list(range(records.start_offset, records.end_offset)),
@@ -1262,9 +1307,11 @@ class Simulation:
         if any(start <= offset < end for offset in node.corrupt):
             self._schedule(1, "repair", node.id)
             return None
+        gone = self.compaction.gone(node.id) if self.compaction is not None else ()
         chunks = [
             frames.encode(offset, [rec.value], control=rec.control)
             for offset, rec in enumerate(node.log[start:end], start)
+            if offset not in gone
         ]
         return b"".join(chunks)
 
@@ -1287,6 +1334,12 @@ class Simulation:
             records = message.result
             start = records.start_offset
             reached = min(records.end_offset, start + self.fetch_records_max)
+            gaps = self.compaction is not None and bool(self.compaction.gone(node.id))
+            if gaps:  # (a read of fetch_records_max records present)
+                assert self.compaction is not None
+                reached = self.compaction.reach(
+                    node, start, records.end_offset, self.fetch_records_max
+                )
             # as the driver's `_read_batches`: above the HW, end between batches (reading on
             # to the end of a batch larger than the read, within a bound)
             end = reached
@@ -1299,6 +1352,9 @@ class Simulation:
             data = self._read_frames(node, start, end)
             if data is None:
                 return
+            if gaps:  # ends past a gap that reaches the answer's end (`reached`)
+                assert self.compaction is not None
+                end = self.compaction.past_gap(node, end, records.end_offset)
             message = FetchResponse(
                 message.epoch,
                 message.leader_id,
@@ -1414,6 +1470,7 @@ class Outcome:
     # and the steps it took after the heal
     controlled_ms: int = -1
     controller_steps: int = 0
+    compaction: CompactionStats | None = None  # what the cleaners did (compaction.py)
 
 
 class SimulationFailure(AssertionError):
@@ -1469,6 +1526,8 @@ def run_schedule(config: SimConfig) -> Outcome:
             _check_converged(sim, sim.now + config.liveness_ms)
         sim.check_all_epochs()
         sim.check_producers()
+        if sim.compaction is not None:
+            sim.compaction.check_final()
     except (InvariantViolation, AssertionError) as exc:
         raise SimulationFailure(
             f"{type(exc).__name__}: {exc} at t={sim.now} ms; reproduce: {config.repro()}"
@@ -1492,6 +1551,7 @@ def run_schedule(config: SimConfig) -> Outcome:
         balanced_ms=balanced_ms,
         controlled_ms=controlled_ms,
         controller_steps=sim.controller.steps_since_heal() if sim.controller is not None else 0,
+        compaction=sim.compaction.stats if sim.compaction is not None else None,
     )
 
 

@@ -30,7 +30,7 @@ from replog.replication.messages import FetchRequest
 from replog.replication.outputs import Output, PersistQuorumState
 from replog.replication.producers import ProducerTable
 from replog.replication.stale import Stale
-from replog.replication.state import QuorumState
+from replog.replication.state import EPOCH_MAX, QuorumState
 
 
 class Liveness(Protocol):
@@ -187,15 +187,24 @@ class Core:
 
     def caught_up_after_repair(self) -> bool:
         """Durably back at what it held before its log was discarded, or durably holding
-        everything its leader has committed once that leader's HW covers its own epoch (it
-        then covers every record committed before, this replica's acknowledgements
-        included). Durably: a power loss must not take the refetched records again."""
+        everything its leader has committed once that leader's HW covers its own epoch, an
+        epoch after the last one of the discarded log (it then covers every record committed
+        before, this replica's acknowledgements included: it can have acknowledged no record
+        of this epoch, so none past the epoch's start; in the discarded log's last epoch it
+        may have acknowledged records past the HW, which a late fetch of it lets the leader
+        count). A floor of an unknown former log (`EPOCH_MAX`: a lost disk, a replica
+        added) has only the HW to go by. Durably: a power loss must not take the refetched
+        records again."""
         end = self.flushed if self.config.flush_always else self.leo
         if end >= self.state.vote_floor:
             return True
         entries = self.history.entries
+        floor_epoch = self.state.vote_floor_epoch
+        later = self.epoch > floor_epoch or floor_epoch == EPOCH_MAX
         epoch_start = (
-            entries[-1].start_offset if entries and entries[-1].epoch == self.epoch else None
+            entries[-1].start_offset
+            if later and entries and entries[-1].epoch == self.epoch
+            else None
         )
         return epoch_start is not None and epoch_start < self.leader_hw_seen <= end
 
