@@ -445,6 +445,7 @@ def markdown(
     return "\n".join(lines) + "\n"
 
 
+# length: the run in the order it happens (start, cases, write-up); a bench script, not served code
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tree", action="append", required=True, help="NAME=PATH, twice: A then B")

@@ -282,6 +282,7 @@ def run_repeat(
 # -- main ------------------------------------------------------------------------------------
 
 
+# length: the run in the order it happens (start, cases, write-up); a bench script, not served code
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a run of under 30 s")
@@ -450,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+# length: the run in the order it happens (start, cases, write-up); a bench script, not served code
 def write_docs(
     lines: list[tuple[str, str, list[float], list[float] | None]],
     tls_lines: list[tuple[str, str, list[float], list[float] | None]],

@@ -82,6 +82,7 @@ def run_loop(values: list[bytes]) -> float:
     return len(values) / (time.perf_counter() - started)
 
 
+# length: the run in the order it happens (start, cases, write-up); a bench script, not served code
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)

@@ -283,6 +283,7 @@ def emit_exits(exits: list[float], gaps: list[float] | None = None) -> None:
 MODES = ("always", "interval")  # the durable default first, then the fast mode
 
 
+# length: the run in the order it happens (start, cases, write-up); a bench script, not served code
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a run of under a minute")

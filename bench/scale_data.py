@@ -244,6 +244,7 @@ def storage_row(name: str, out: dict[str, list[float]]) -> str:
     )
 
 
+# length: the run in the order it happens (start, cases, write-up); a bench script, not served code
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--gib", type=float, nargs="*", default=[2.0])

@@ -117,6 +117,7 @@ def _held_by(data_dir: Path, topic: str, partition: int, value: bytes) -> bool:
     return any(value in f.read_bytes() for f in sorted(part.glob("*.log")))
 
 
+# length: one scenario told top to bottom (setup, faults, checks); split, it would hide the story
 def test_the_image_adds_and_removes_a_node_without_restarting_the_others_under_load(
     image: str, tmp_path: Path
 ) -> None:

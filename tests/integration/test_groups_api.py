@@ -128,6 +128,7 @@ def test_offsets_committed_outside_membership_read_back_with_their_metadata(stub
     assert got.offsets[1].commit_time_ms > 0
 
 
+# length: one scenario told top to bottom (setup, faults, checks); split, it would hide the story
 def test_members_share_the_partitions_and_a_zombie_cannot_commit(stub: Any) -> None:
     join = g.JoinGroupRequest(group="shared", topics=["orders"], session_timeout_ms=400)
     a = call(stub.JoinGroup, join)

@@ -255,6 +255,7 @@ def test_a_member_replaced_after_its_session_cannot_commit_over_its_successor(
             assert after == committed
 
 
+# length: one scenario told top to bottom (setup, faults, checks); split, it would hide the story
 def test_no_record_is_skipped_by_a_group_through_joins_leaves_kills_and_a_coordinator_failover(
     cluster: DevCluster, tmp_path: Path
 ) -> None:

@@ -41,6 +41,7 @@ def binding(principal: str, operation: Any, permission: Any = None, **kw: Any) -
     )
 
 
+# length: one scenario told top to bottom (setup, faults, checks); split, it would hide the story
 def test_acls_created_described_and_deleted_through_kafka_are_replogs_acls(
     tmp_path: Path,
 ) -> None:

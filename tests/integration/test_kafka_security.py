@@ -43,6 +43,7 @@ def kafka_config(address: str, ca: Path, principal: str, mechanism: str) -> dict
     }
 
 
+# length: one scenario told top to bottom (setup, faults, checks); split, it would hide the story
 def test_sasl_ssl_scram_clients_are_held_to_the_acls_and_plaintext_is_refused(
     tmp_path: Path,
 ) -> None:

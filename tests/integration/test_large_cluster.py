@@ -106,6 +106,7 @@ def read_values(client: Client, topic: str, partition: int, count: int) -> list[
     return values
 
 
+# length: one scenario told top to bottom (setup, faults, checks); split, it would hide the story
 def test_a_sixth_node_observes_the_metadata_forwards_admin_calls_and_takes_writes(
     cluster: DevCluster,
 ) -> None:

@@ -71,6 +71,7 @@ def _quorum(client: Client) -> tuple[list[int], list[int]]:
     return sorted(meta.metadata_voters), sorted(meta.metadata_observers)
 
 
+# length: one scenario told top to bottom (setup, faults, checks); split, it would hide the story
 def test_a_cluster_grows_to_five_nodes_and_back_to_three_without_restarts_under_load(
     tmp_path: Any,
 ) -> None:

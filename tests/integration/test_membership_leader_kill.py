@@ -141,6 +141,7 @@ def _start_three_of_four(cluster: DevCluster) -> None:
         node.wait_ready()
 
 
+# length: one scenario told top to bottom (setup, faults, checks); split, it would hide the story
 def test_the_metadata_leader_dies_in_the_middle_of_adding_and_of_removing_a_node(
     tmp_path: Any,
 ) -> None:

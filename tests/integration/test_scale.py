@@ -46,6 +46,7 @@ def _identity(data_dir: Path) -> dict[str, object]:
     return data
 
 
+# length: one scenario told top to bottom (setup, faults, checks); split, it would hide the story
 def test_a_fourth_node_joins_and_leaves_by_rolling_restarts_under_load(tmp_path: Path) -> None:
     cluster = DevCluster(tmp_path / "cluster", 4, extra_args=["--flush", "always"])
     nodes = cluster.members

@@ -102,6 +102,7 @@ def cluster(tmp_path: Path) -> Iterator[DevCluster]:
     c.kill_all()
 
 
+# length: one scenario told top to bottom (setup, faults, checks); split, it would hide the story
 def test_sigterm_ends_every_stream_with_shutting_down_and_exits_before_the_grace(
     cluster: DevCluster,
 ) -> None:

@@ -1,3 +1,5 @@
+# length: one simulated cluster whose parts share its event queue and state; the checker,
+# the owner model, quiescence and compaction already live beside it in their own modules
 """A seeded, deterministic simulator of N replicas of the replication core.
 
 Replicas 1..`nodes` are voters; `observers` more replicas (ids after the voters) follow the
@@ -195,6 +197,7 @@ class SimConfig:
         the seeds they always had)."""
         return f"{self.nodes}+{self.observers}" if self.observers else str(self.nodes)
 
+    # length: every dimension's seeded draw in one place, in the order seeds have always used
     @staticmethod
     def random(
         seed: int,
@@ -1149,6 +1152,7 @@ class Simulation:
 
     # -- the driver ----------------------------------------------------------------------
 
+    # length: the driver's output dispatch mirrored case by case (a match over output types)
     def apply(self, node: Node, outputs: list[Output]) -> None:
         checker = self.checker
         for out in outputs:

@@ -375,6 +375,7 @@ def _peer_list_start(node_id: int, peers: list[int]) -> tuple[tuple[int, ...], t
     return replica_config_members(peers)
 
 
+# length: one scenario told top to bottom (setup, faults, checks); split, it would hide the story
 @pytest.mark.parametrize("start", ["joining", "peer list (replacement; before the fix)"])
 def test_a_node_added_as_members_leave_is_not_elected_by_peers_lacking_committed_records(
     start: str, monkeypatch: pytest.MonkeyPatch

@@ -79,6 +79,7 @@ async def _wait(condition: Callable[[], object]) -> None:
         await asyncio.sleep(0.01)
 
 
+# length: one scenario told top to bottom (setup, faults, checks); split, it would hide the story
 @pytest.mark.parametrize("voters", [1, 3])
 def test_appends_to_many_partitions_share_fsyncs_and_no_ack_precedes_its_fsync(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, voters: int
