@@ -448,8 +448,9 @@ def soak(cluster: DevCluster, args: argparse.Namespace, run: Run) -> None:
             log(f"sample {json.dumps(asdict(s))}")
     finally:
         load.stop.set()
+        joined_by = time.monotonic() + 90  # each thread ends within one call's deadline
         for w in workers:
-            w.join(60)
+            w.join(max(0.1, joined_by - time.monotonic()))
         run.load_s = time.monotonic() - began
     run.check_ok, run.check = verify(cluster.bootstrap, load)
     log(f"check: {run.check}")
