@@ -467,7 +467,8 @@ def command(args: argparse.Namespace) -> str:
     return (
         f"python bench/soak.py --nodes {args.nodes} --topics {args.topics} "
         f"--topic-partitions {args.topic_partitions} --duration-s {args.duration_s:.0f} "
-        f"--rate {args.rate:.0f} --batch {args.batch}"
+        f"--rate {args.rate:.0f} --batch {args.batch} --creators {args.creators}"
+        + "".join(f' --node-arg "{a}"' for a in args.node_arg)
     )
 
 
@@ -481,7 +482,10 @@ def section(run: Run, args: argparse.Namespace, machine: dict[str, str]) -> str:
         "",
         "Machine: " + "; ".join(f"{k}: {v}" for k, v in machine.items()) + ".",
         "",
-        f"{args.nodes} nodes on 127.0.0.1 (replication factor {args.nodes}, node defaults). "
+        f"{args.nodes} nodes on 127.0.0.1 (replication factor {args.nodes}; node defaults but "
+        f"`--retention-check-interval-ms {args.retention_check_interval_ms}`"
+        + "".join(f", `{a}`" for a in args.node_arg)
+        + "). "
         f"{len(c.topics):,} topics x {args.topic_partitions} partitions = **{parts:,} "
         f"partitions** created from {args.creators} clients in {c.seconds:.0f} s (per topic: "
         + (f"median {per[len(per) // 2]:.0f} ms, max {per[-1]:.0f} ms" if per else "none")
@@ -595,6 +599,12 @@ def main() -> int:
     parser.add_argument("--rss-tolerance-mib-per-min", type=float, default=1.0)
     parser.add_argument("--fds-tolerance-per-min", type=float, default=2.0)
     parser.add_argument("--disk-tolerance-pct", type=float, default=1.0)
+    parser.add_argument(
+        "--node-arg",
+        action="append",
+        default=[],
+        help='a flag for every node, e.g. "--leader-balance-interval-ms 0" (repeatable)',
+    )
     parser.add_argument("--no-docs", action="store_true")
     parser.add_argument("--note", default="", help="a sentence for the section's end")
     args = parser.parse_args()
@@ -603,6 +613,7 @@ def main() -> int:
     with bench_tmpdir(prefix="soak-") as work:
         machine = machine_info(work)
         extra = ["--retention-check-interval-ms", str(args.retention_check_interval_ms)]
+        extra += [a for arg in args.node_arg for a in arg.split(maxsplit=1)]
         cluster = DevCluster(work / "cluster", args.nodes, extra_args=extra)
         try:
             cluster.start()
