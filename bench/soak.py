@@ -520,7 +520,10 @@ def section(run: Run, args: argparse.Namespace, machine: dict[str, str]) -> str:
             f"{s.append_p99_ms:.0f} |"
         )
     if every > 1:
-        lines += ["", f"(every {every}th sample shown, and the last; all samples in the run's log)"]
+        lines += [
+            "",
+            f"(one sample in {every} shown, and the last; every sample is in the run's stderr)",
+        ]
     lines += [
         "",
         "Slopes over the second half of the samples (least squares, per minute, per node) "
