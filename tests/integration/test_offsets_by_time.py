@@ -107,6 +107,26 @@ def test_answers_survive_a_restart(server_factory: object) -> None:
     assert asked[123_456] < asked[250_000]
 
 
+def _list_offsets_retrying(
+    address: str, request: admin_pb2.ListOffsetsRequest, deadline_s: float = 60.0
+) -> admin_pb2.ListOffsetsResponse:
+    """ListOffsets on one node, retried on UNAVAILABLE as docs/api.md tells clients to: a
+    follower forwards the question to the leader, and its channel to a leader that started
+    a moment after it may still be waiting out a reconnect backoff (clean-clone CI)."""
+    deadline = time.monotonic() + deadline_s
+    with grpc.insecure_channel(address) as channel:
+        admin = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+        while True:
+            try:
+                reply: admin_pb2.ListOffsetsResponse = admin.ListOffsets(request, timeout=30)
+                return reply
+            except grpc.RpcError as exc:
+                code = exc.code()  # type: ignore[attr-defined]
+                if code != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.1)
+
+
 @pytest.mark.slow
 def test_followers_forward_a_time_question_to_the_leader(tmp_path: Path) -> None:
     cluster = DevCluster(tmp_path / "cluster", 3)
@@ -118,11 +138,9 @@ def test_followers_forward_a_time_question_to_the_leader(tmp_path: Path) -> None
                 "cluster-time", 0, [Record(b"a", timestamp_ms=10), Record(b"b", timestamp_ms=20)]
             )
         for address in cluster.addresses.values():  # the leader and both followers
-            with grpc.insecure_channel(address) as channel:
-                admin = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
-                reply = admin.ListOffsets(
-                    admin_pb2.ListOffsetsRequest(topic="cluster-time", timestamp_ms=15), timeout=30
-                )
+            reply = _list_offsets_retrying(
+                address, admin_pb2.ListOffsetsRequest(topic="cluster-time", timestamp_ms=15)
+            )
             (p,) = reply.partitions
             assert (p.offset_for_timestamp, p.found_timestamp_ms) == (res.base_offset + 1, 20)
     finally:
