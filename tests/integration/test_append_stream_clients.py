@@ -19,7 +19,13 @@ import pytest
 
 from replog.client import AsyncClient, Client, RetryPolicy
 from replog.devcluster import DevCluster
-from replog.errors import ReplogError, ShuttingDownError, UnavailableError
+from replog.errors import (
+    OutOfOrderSequenceError,
+    ReplogError,
+    ShuttingDownError,
+    UnavailableError,
+)
+from replog.server.edge.status import to_status
 from replog.v1 import admin_pb2, admin_pb2_grpc, log_pb2
 from tests.integration.servers import ServerProcess
 from tests.integration.test_append_stream import read_back
@@ -94,13 +100,22 @@ class LegacyLog:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.offsets: dict[tuple[str, int], int] = {}
+        self.sequences: dict[tuple[str, int], int] = {}  # the next base sequence expected
         self.appends = 0
         self.streams = 0
 
     def Append(self, request: log_pb2.AppendRequest, context: Any) -> log_pb2.AppendResponse:
+        key = (request.topic, request.partition)
         with self.lock:
+            # As an older replog does: an idempotent batch is taken only in sequence order
+            # (unary calls in flight together may arrive in another order; the client resends)
+            expected = self.sequences.get(key, 0)
+            if request.producer_id and request.base_sequence != expected:
+                err = OutOfOrderSequenceError("out of order", expected_sequence=expected)
+                context.abort_with_status(to_status(err))
+            if request.producer_id:
+                self.sequences[key] = expected + len(request.values)
             self.appends += 1
-            key = (request.topic, request.partition)
             base = self.offsets.get(key, 0)
             self.offsets[key] = base + len(request.values)
         last = base + len(request.values) - 1
