@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,12 +138,39 @@ def stream_once(spark: Any, address: str, checkpoint: Path) -> StreamRun:
     return stream_into_noop(source, checkpoint)
 
 
-def floor_reader(reader: Any, records: int) -> Any:
-    """`spark.read` or `spark.readStream` of the do-nothing source (bench/spark_floor.py)."""
+JVM_FLOOR_SOURCE = Path(__file__).resolve().parent / "spark_jvm_floor" / "FloorSource.java"
+JVM_FLOOR_CLASS = "replog.bench.FloorSource"
+
+
+def build_jvm_floor(work: Path) -> Path | None:
+    """bench/spark_jvm_floor/FloorSource.java compiled against pyspark's own jars (or None
+    when this machine has no javac)."""
+    import pyspark
+
+    javac, jar = shutil.which("javac"), shutil.which("jar")
+    if javac is None or jar is None:
+        log("no javac/jar here: the JVM floor is not measured")
+        return None
+    classes = work / "jvm-floor-classes"
+    classes.mkdir()
+    jars = Path(pyspark.__file__).parent / "jars"
+    subprocess.run(
+        [javac, "-nowarn", "-d", str(classes), "-cp", f"{jars}/*", str(JVM_FLOOR_SOURCE)],
+        check=True,
+        capture_output=True,
+    )
+    out = work / "jvm-floor.jar"
+    subprocess.run([jar, "cf", str(out), "-C", str(classes), "."], check=True)
+    return out
+
+
+def floor_reader(reader: Any, records: int, source: str = "") -> Any:
+    """`spark.read` or `spark.readStream` of a do-nothing source: the Python one
+    (bench/spark_floor.py) or, with `source`, the JVM one (bench/spark_jvm_floor/)."""
     from spark_floor import NAME
 
     return (
-        reader.format(NAME)
+        reader.format(source or NAME)
         .option("records", str(records))
         .option("partitions", str(PARTITIONS))
         .option("valueBytes", str(VALUE_BYTES))
@@ -180,6 +209,18 @@ class Floor:
     before_s: Any  # its stream's time around the micro-batches
 
 
+@dataclass
+class JvmFloor:
+    """The JVM do-nothing source's runs (bench/spark_jvm_floor/)."""
+
+    rates: list[float]  # its batch read, rows/s
+    streams: list[StreamRun]  # its availableNow streams
+
+    def fixed(self) -> Any:
+        """Its stream's time around the micro-batches: Spark's fixed cost per query."""
+        return summarize([r.before_s for r in self.streams])
+
+
 def timed(action: object) -> float:
     started = time.perf_counter()
     action()  # type: ignore[operator]
@@ -203,8 +244,13 @@ def main() -> int:
     )
     from pyspark.sql import SparkSession  # Spark before any gRPC in this process
 
+    jvm_work = Path(tempfile.mkdtemp(prefix="bench-spark-jvm-"))
+    jvm_jar = build_jvm_floor(jvm_work)
+    builder = SparkSession.builder
+    if jvm_jar is not None:
+        builder = builder.config("spark.jars", str(jvm_jar))
     spark = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName("replog-bench")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -241,6 +287,13 @@ def main() -> int:
             floor_rates: list[float] = []
             floor_streams: list[StreamRun] = []
             floor_df = floor_reader(spark.read, records)
+            jvm = JvmFloor([], [])
+            jvm_df = None if jvm_jar is None else floor_reader(spark.read, records, JVM_FLOOR_CLASS)
+            if jvm_df is not None:
+                timed(lambda: jvm_df.write.format("noop").mode("overwrite").save())
+                stream_into_noop(
+                    floor_reader(spark.readStream, records, JVM_FLOOR_CLASS), work / "jvm-warm-up"
+                )
             timed(lambda: replog_df.write.format("noop").mode("overwrite").save())  # warm-up
             timed(lambda: floor_df.write.format("noop").mode("overwrite").save())
             stream_once(spark, address, work / "checkpoint-warm-up")
@@ -262,6 +315,19 @@ def main() -> int:
                     )
                 )
                 assert floor_streams[-1].rows == records, floor_streams[-1]
+                if jvm_df is not None:
+                    jvm.rates.append(
+                        records
+                        / timed(lambda: jvm_df.write.format("noop").mode("overwrite").save())
+                    )
+                    jvm.streams.append(
+                        stream_into_noop(
+                            floor_reader(spark.readStream, records, JVM_FLOOR_CLASS),
+                            work / f"jvm-checkpoint-{i}",
+                        )
+                    )
+                    assert jvm.streams[-1].rows == records, jvm.streams[-1]
+                    log(f"  jvm floor: batch {jvm.rates[-1]:,.0f} rows/s, {jvm.streams[-1]}")
                 log(
                     f"run {i + 1}/{runs}: replog {replog_rates[-1]:,.0f} rows/s, "
                     f"parquet {parquet_rates[-1]:,.0f} rows/s, stream "
@@ -273,6 +339,7 @@ def main() -> int:
             server.send_signal(signal.SIGKILL)
             server.wait()
     spark.stop()
+    shutil.rmtree(jvm_work, ignore_errors=True)
     ours, anchor = summarize(replog_rates), summarize(parquet_rates)
     ratios = summarize([a / b for a, b in zip(replog_rates, parquet_rates, strict=True)])
     emit(Result("batch_read", round(ours.median), "rows/s", round(anchor.median)))
@@ -292,8 +359,12 @@ def main() -> int:
     )
     emit(Result("floor_batch_read", round(floor.batch.median), "rows/s", None))
     emit(Result("floor_stream_available_now", round(floor.stream.median), "rows/s", None))
+    if jvm.streams:
+        emit(Result("jvm_floor_stream_fixed_s", jvm.fixed().median, "s", None))
     if args.write_docs:
-        write_docs(info, records, runs, ours, anchor, ratios, stream, stream_ratios, streams, floor)
+        write_docs(
+            info, records, runs, ours, anchor, ratios, stream, stream_ratios, streams, floor, jvm
+        )
     return 0
 
 
@@ -327,6 +398,41 @@ def floor_lines(floor: Floor, stream: Any, stream_ratios: Any) -> list[str]:
     ]
 
 
+def jvm_lines(jvm: JvmFloor, streams: list[StreamRun], replog_batch_s: float) -> list[str]:
+    """The spike: Spark's fixed cost per streaming query with a JVM source, and what a JVM
+    stream reader whose tasks read at replog's batch rate would reach."""
+    if not jvm.streams:
+        return ["The JVM spike was not measured in this run (no javac on the machine)."]
+    fixed, python_fixed = jvm.fixed(), summarize([r.before_s for r in streams])
+    batch = summarize(jvm.rates)
+    reach = replog_batch_s / (replog_batch_s + fixed.median)
+    return [
+        "The spike (issue 32 item 6), in the same runs: `bench/spark_jvm_floor/FloorSource.java`, "
+        "the same do-nothing source as a JVM DataSource V2 (batch and micro-batch stream with "
+        "`Trigger.AvailableNow`; compiled by the bench against pyspark's jars). Its stream's "
+        "time around the micro-batches is Spark's fixed cost per query when the stream reader "
+        "is on the JVM:",
+        "",
+        "| | median | min | max |",
+        "|---|---:|---:|---:|",
+        f"| JVM source: stream time around the micro-batches (s) | {fixed.median:.2f} "
+        f"| {fixed.low:.2f} | {fixed.high:.2f} |",
+        f"| replog's Python stream reader: the same (s) | {python_fixed.median:.2f} "
+        f"| {python_fixed.low:.2f} | {python_fixed.high:.2f} |",
+        f"| JVM source: batch read (rows/s) | {batch.median:,.0f} | {batch.low:,.0f} "
+        f"| {batch.high:,.0f} |",
+        "",
+        f"A stream reader on the JVM (offsets, `latestOffset`, planning) whose tasks read at "
+        f"replog's batch rate ({replog_batch_s:.2f} s for these rows, median) would reach about "
+        f"{reach:.2f}x of the batch read ({replog_batch_s:.2f} / ({replog_batch_s:.2f} + "
+        f"{fixed.median:.2f})). That is the design change: a small JVM `MicroBatchStream` that "
+        "asks replog for offsets (over replog's Kafka listener's ListOffsets, which a JVM reaches "
+        "with no gRPC stack), hands Spark the same partition ranges the Python reader plans, "
+        "and reads them with the Python batch reader's tasks or a JVM reader. Not built: the "
+        "spike measures only the fixed cost it would pay.",
+    ]
+
+
 def write_docs(
     info: dict[str, str],
     records: int,
@@ -338,6 +444,7 @@ def write_docs(
     stream_ratios: Any,
     streams: list[StreamRun],
     floor: Floor,
+    jvm: JvmFloor,
 ) -> None:
     verdict = "PASS" if ours.median >= 1_000_000 and ratios.median >= 0.5 else "MISS"
     stream_verdict = "PASS" if stream_ratios.median >= 0.8 else "MISS"
@@ -394,6 +501,8 @@ def write_docs(
             f"| {total.low:.2f} | {total.high:.2f} |",
             "",
             *floor_lines(floor, stream, stream_ratios),
+            "",
+            *jvm_lines(jvm, streams, replog_batch_s=records / ours.median),
             "",
             *PROFILE_NOTES,
         ]
