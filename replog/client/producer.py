@@ -175,6 +175,9 @@ class Producer(ProducerSettings):
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._open: dict[int, _Batch] = {}  # accumulating, per partition
+        # `_open[_chooser.sticky]` once `send` looked it up; None after any `_seal`
+        self._sticky_batch: _Batch | None = None
+        self._index_last = batch_records_max - 1  # a batch is full with this index
         self._ready: dict[int, deque[_Batch]] = {}  # full or lingered, per partition, in order
         self._busy: set[int] = set()  # partitions with a batch in flight
         # answered batches with on_delivery callbacks, for the sender thread to call
@@ -214,17 +217,17 @@ class Producer(ProducerSettings):
             try:
                 if self._closing:
                     raise ShuttingDownError("the producer is closed")
-                p = self._chooser.sticky
-                batch = self._open.get(p)
+                batch = self._sticky_batch
                 if batch is None:
-                    batch = self._start(p)
+                    p = self._chooser.sticky
+                    batch = self._sticky_batch = self._open.get(p) or self._start(p)
                 values = batch.values
                 index = len(values)
                 values.append(value)
                 batch.times.append(ts)  # type: ignore[union-attr]  # `send`'s batches have times
                 batch.bytes += len(value)
-                if batch.bytes >= self.batch_bytes_max or index >= self.batch_records_max - 1:
-                    self._seal(p)
+                if batch.bytes >= self.batch_bytes_max or index >= self._index_last:
+                    self._seal(batch.partition)
             finally:
                 lock.release()
             return RecordFuture((batch, index))
@@ -248,7 +251,7 @@ class Producer(ProducerSettings):
                 batch = self._start(p)
             index = batch.add(record, on_delivery)
             batch.special[index] = record
-            if batch.bytes >= self.batch_bytes_max or index >= self.batch_records_max - 1:
+            if batch.bytes >= self.batch_bytes_max or index >= self._index_last:
                 self._seal(p)  # (`OpenBatch.full`, inlined: once per record)
             return RecordFuture((batch, index))
 
@@ -334,6 +337,7 @@ class Producer(ProducerSettings):
     def _seal(self, p: int) -> None:
         """Move partition p's open batch to its ready queue (caller holds the lock)."""
         batch = self._open.pop(p, None)
+        self._sticky_batch = None  # (the sticky partition may move on)
         if batch is not None:
             self._chooser.sealed(p)  # keyless records move on to the next partition
         if batch is not None and batch.values:
