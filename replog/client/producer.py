@@ -134,6 +134,20 @@ class RecordFuture(tuple[_Batch, int]):
         return self[0].future.exception(timeout)
 
 
+def _plain(value: object, options: SendOptions) -> bool:
+    """A record `send` takes the usual way: bytes, every option given at its default (as
+    the Spark sink passes them: `key=None, partition=None, headers=None`)."""
+    return (
+        type(value) is bytes
+        and options.keys() <= SEND_OPTIONS
+        and options.get("key") is None
+        and options.get("partition") is None
+        and options.get("timestamp_ms") is None
+        and options.get("on_delivery") is None
+        and not options.get("headers")
+    )
+
+
 class Producer(ProducerSettings):
     """Batches records per partition and sends them (see the module doc); made by
     `Client.producer(topic, ...)`, whose keyword options are this class's."""
@@ -210,27 +224,32 @@ class Producer(ProducerSettings):
         here, before anything is queued: a bad record must never reach the sender thread.
         (Options as `**options`, not keyword parameters with defaults: the usual record,
         bytes and no option, then costs one test, and no default is filled per call.)"""
-        if not options and type(value) is bytes:  # the usual record: the least work
-            ts = time_ns() // 1_000_000 if self.envelope else 0
-            lock = self._lock
-            lock.acquire()  # (acquire/release: cheaper than `with` once per record)
-            try:
-                if self._closing:
-                    raise ShuttingDownError("the producer is closed")
-                batch = self._sticky_batch
-                if batch is None:
-                    p = self._chooser.sticky
-                    batch = self._sticky_batch = self._open.get(p) or self._start(p)
-                values = batch.values
-                index = len(values)
-                values.append(value)
-                batch.times.append(ts)  # type: ignore[union-attr]  # `send`'s batches have times
-                batch.bytes += len(value)
-                if batch.bytes >= self.batch_bytes_max or index >= self._index_last:
-                    self._seal(batch.partition)
-            finally:
-                lock.release()
-            return RecordFuture((batch, index))
+        if (options or type(value) is not bytes) and not _plain(value, options):
+            return self._send_prepared(value, options)
+        # the usual record (bytes, no option set): the least work per record
+        ts = time_ns() // 1_000_000 if self.envelope else 0
+        lock = self._lock
+        lock.acquire()  # (acquire/release: cheaper than `with` once per record)
+        try:
+            if self._closing:
+                raise ShuttingDownError("the producer is closed")
+            batch = self._sticky_batch
+            if batch is None:
+                p = self._chooser.sticky
+                batch = self._sticky_batch = self._open.get(p) or self._start(p)
+            values = batch.values
+            index = len(values)
+            values.append(value)  # type: ignore[arg-type]  # bytes (checked above)
+            batch.times.append(ts)  # type: ignore[union-attr]  # `send`'s batches have times
+            batch.bytes += len(value)  # type: ignore[arg-type]
+            if batch.bytes >= self.batch_bytes_max or index >= self._index_last:
+                self._seal(batch.partition)
+        finally:
+            lock.release()
+        return RecordFuture((batch, index))
+
+    def _send_prepared(self, value: bytes | None, options: SendOptions) -> RecordFuture:
+        """`send` of a record with options (or not bytes): checked and kept as `Prepared`."""
         check_keywords(options, SEND_OPTIONS, "send")
         key = options.get("key")
         on_delivery = options.get("on_delivery")

@@ -54,7 +54,7 @@ def test_plain_and_optioned_records_each_get_their_own_metadata() -> None:
         plain = producer.send(b"abc")
         keyed = producer.send(b"de", key=b"k1", timestamp_ms=42)
         tombstone = producer.send(None, key=b"k2")
-        last = producer.send(b"")
+        last = producer.send(b"", key=None, partition=None, headers=None)  # (as Spark passes)
         after_ms = time.time_ns() // 1_000_000
         producer.flush(WAIT_S)
         assert all(f.done() and f.exception() is None for f in (plain, keyed, tombstone, last))
