@@ -12,6 +12,10 @@ default format) of `--partitions` partitions per run. In the same process and th
 * `send_loop`: the bare Python loop that calls a do-nothing function once per record
   (the floor any per-record API pays in CPython on this machine).
 
+Each of the two is also charged its CPU per record: the bench process's (user + system, all
+its threads: `send` calls, the producer's sender, the pipeline, gRPC) and the server's.
+On 2 cores the end-to-end rate is at most 1 / (the larger of the two) and 2 / (their sum).
+
 The two alternate within each repeat (median of `--repeats`; min..max). Targets (issue 32
 item 4): `send` within 1.5x of `send_batch` and >= 500 k records/s. Prints one JSON object
 per result; `--write-docs` rewrites the `## Producer.send against send_batch
@@ -22,11 +26,21 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shlex
 import sys
 import time
 
-from _common import Result, bench_tmpdir, emit, log, machine_info, summarize
+from _common import (
+    Result,
+    Summary,
+    bench_tmpdir,
+    emit,
+    log,
+    machine_info,
+    process_cpu_s,
+    summarize,
+)
 from _common import write_section as write_docs_section
 from e2e import Proc
 
@@ -72,6 +86,24 @@ def run_send_batch(client: Client, topic: str, values: list[bytes], partitions: 
     return len(values) / elapsed
 
 
+def bound(charged: dict[str, Summary]) -> str:
+    """What 2 cores allow `send` at the CPU per record this run measured (both processes'
+    CPU together; either may use more than one core: gRPC's threads run beside Python's)."""
+    own = charged["send_client_cpu_us"].median
+    served = charged["send_server_cpu_us"].median
+    return (
+        f"At {own:.2f} us (bench process) + {served:.2f} us (server) of CPU per record, the "
+        f"two processes' CPU allows `send` at most {2e6 / (own + served):,.0f} records/s on "
+        "2 cores with nothing else running."
+    )
+
+
+def own_cpu_s() -> float:
+    """This process's CPU time so far (all threads, user + system)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_loop(values: list[bytes]) -> float:
     def nothing(value: bytes) -> None:
         return None
@@ -110,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                     for name in order:
                         topic = f"bench-{rep}-{name}"
                         client.create_topic(topic, args.partitions, format=args.format)
+                        cpu_before = own_cpu_s(), process_cpu_s(server.proc.pid)
                         if name == "send":
                             rate, queued, cpu_us = run_send(client, topic, values, args.partitions)
                             results.setdefault("send_queued", []).append(queued)
@@ -117,11 +150,22 @@ def main(argv: list[str] | None = None) -> int:
                         else:
                             rate = run_send_batch(client, topic, values, args.partitions)
                         results.setdefault(name, []).append(rate)
+                        own, served = own_cpu_s(), process_cpu_s(server.proc.pid)
+                        per_record = 1e6 / args.records
+                        results.setdefault(f"{name}_client_cpu_us", []).append(
+                            (own - cpu_before[0]) * per_record
+                        )
+                        results.setdefault(f"{name}_server_cpu_us", []).append(
+                            (served - cpu_before[1]) * per_record
+                        )
                         client.delete_topic(topic)
                     results.setdefault("send_loop", []).append(run_loop(values))
                     log(
                         f"repeat {rep}: "
-                        + ", ".join(f"{k} {v[-1]:,.0f}/s" for k, v in sorted(results.items()))
+                        + ", ".join(
+                            f"{k} {v[-1]:.2f} us" if k.endswith("_us") else f"{k} {v[-1]:,.0f}/s"
+                            for k, v in sorted(results.items())
+                        )
                     )
         finally:
             server.stop()
@@ -134,6 +178,17 @@ def main(argv: list[str] | None = None) -> int:
     emit(Result("producer_send_cpu", round(cpu.median, 3), "us/record"))
     emit(Result("producer_send_batch", round(batch.median, 1), "records/s"))
     emit(Result("python_call_loop", round(loop.median, 1), "calls/s"))
+    charged = {
+        k: summarize(results[k])
+        for k in (
+            "send_client_cpu_us",
+            "send_server_cpu_us",
+            "send_batch_client_cpu_us",
+            "send_batch_server_cpu_us",
+        )
+    }
+    for k, v in charged.items():
+        emit(Result(f"producer_{k.removesuffix('_us')}", round(v.median, 3), "us/record"))
     if args.write_docs:
         ratio = batch.median / send.median
         verdict = (
@@ -167,7 +222,19 @@ def main(argv: list[str] | None = None) -> int:
             f"| bare Python call loop (floor) | {loop.median:,.0f} | "
             f"{loop.low:,.0f}..{loop.high:,.0f} |",
             "",
-            f"In this run: {verdict}",
+            "| CPU per record (us; lower is better) | bench process | server |",
+            "|---|---:|---:|",
+            *(
+                f"| `{name}` | {charged[name + '_client_cpu_us'].median:.2f} "
+                f"[{charged[name + '_client_cpu_us'].low:.2f}.."
+                f"{charged[name + '_client_cpu_us'].high:.2f}] | "
+                f"{charged[name + '_server_cpu_us'].median:.2f} "
+                f"[{charged[name + '_server_cpu_us'].low:.2f}.."
+                f"{charged[name + '_server_cpu_us'].high:.2f}] |"
+                for name in ("send", "send_batch")
+            ),
+            "",
+            f"In this run: {verdict} {bound(charged)}",
         ]
         write_docs_section(SECTION, "\n".join(body) + "\n")
     return 0

@@ -222,6 +222,35 @@ def encode_batch(
     return list(map(bytes.__add__, cut, values))
 
 
+def encode_timed(
+    records: Sequence[Record | bytes], timestamp_ms: int, times: Sequence[int]
+) -> list[bytes]:
+    """`encode_batch(records, timestamp_ms, times)`, faster for a producer's batch of plain
+    values sent one by one: records sent in the same millisecond with values of the same
+    length share their 20 bytes of fixed part, so each run of them is one prefix added to
+    each value in C (`map(prefix.__add__, ...)`), with no 20-byte slice per record. Other
+    batches (keys, headers, nulls, or more runs than records / 8) take `encode_batch`."""
+    n = len(records)
+    if not n or len(times) != n or not all_bytes(records):
+        return encode_batch(records, timestamp_ms, times)
+    values: list[bytes] = records  # type: ignore[assignment]  # all bytes (checked above)
+    try:
+        stamps = np.array(times, dtype=np.int64)
+    except OverflowError:
+        raise InvalidRecordError("a timestamp_ms does not fit in an i64") from None
+    lengths = np.fromiter(map(len, values), dtype=np.int64, count=n)
+    cuts = np.flatnonzero((stamps[1:] != stamps[:-1]) | (lengths[1:] != lengths[:-1])) + 1
+    if len(cuts) > n // 8:
+        return encode_batch(records, timestamp_ms, times)
+    out: list[bytes] = []
+    start = 0
+    for end in [*cuts.tolist(), n]:
+        prefix = FIXED.pack(VERSION, 0, int(stamps[start]), 0, 0, int(lengths[start]))
+        out += map(prefix.__add__, values[start:end])
+        start = end
+    return out
+
+
 def all_bytes(items: Sequence[object]) -> bool:
     """Whether every item is exactly `bytes` (one C-level pass, no Python per item)."""
     return not items or set(map(type, items)) == {bytes}

@@ -305,7 +305,7 @@ class OpenBatch:
         """What the Append carries: on an envelope topic, records sent one by one keep
         each its own time."""
         if envelope and self.times:
-            return records.encode_batch(self.values, formats.now_ms(), self.times)
+            return records.encode_timed(self.values, formats.now_ms(), self.times)
         return formats.to_values(topic, self.values, envelope)
 
     def unary_values(self, envelope: bool) -> list[bytes | Record]:

@@ -33,29 +33,30 @@ import functools
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from time import time_ns
-from typing import Protocol
+from typing import Protocol, Unpack
 
 from replog.client import formats
 from replog.client.append_stream import Pipeline
 from replog.client.partitioner import DEFAULT_PARTITIONER, Partitioner
 from replog.client.produce_rules import (
     ACKS_WIRE,
+    SEND_OPTIONS,
     Chooser,
-    DeliveryCallback,
     OpenBatch,
     Prepared,
     ProducerSettings,
     RecordMetadata,
+    SendOptions,
+    check_keywords,
     deliver,
     metadata,
     prepare,
 )
 from replog.client.results import AppendResult
 from replog.errors import InvalidArgumentError, ReplogError, ShuttingDownError
-from replog.records import Header, Record
+from replog.records import Record
 
 
 class ProducerClient(Protocol):
@@ -78,40 +79,73 @@ class ProducerClient(Protocol):
     ) -> Pipeline | None: ...
 
 
-class RecordFuture:
+class _Batch(OpenBatch):
+    __slots__ = ("envelope", "future", "special", "topic")
+
+    def __init__(
+        self,
+        partition: int,
+        topic: str,
+        envelope: bool,
+        values: list[bytes | Record] | None = None,
+    ) -> None:
+        super().__init__(partition, values)
+        self.topic = topic
+        self.envelope = envelope
+        self.future: Future[AppendResult] = Future()
+        # The `Prepared` of records sent with a key, headers, a timestamp or a null value
+        # (by index); the usual record's is rebuilt from `values` and `times` (`prepared`).
+        self.special: dict[int, Prepared] = {}
+
+    def prepared(self, index: int) -> Prepared:
+        """Record `index`'s `Prepared` (for its metadata)."""
+        record = self.special.get(index)
+        if record is not None:
+            return record
+        value = self.values[index]
+        assert isinstance(value, bytes) and self.times is not None
+        return value, self.times[index], -1, len(value)
+
+
+class RecordFuture(tuple[_Batch, int]):
     """One record sent with `Producer.send`: its `RecordMetadata` once its batch is
     acknowledged (`result(timeout)`, or `get(timeout)` as kafka-python calls it); the
-    batch's error otherwise."""
+    batch's error otherwise.
 
-    __slots__ = ("_batch", "_index", "_producer", "_record")
+    A `(batch, index)` pair: `send` makes one per record, and a tuple subclass is one
+    C-level allocation (no Python `__init__`); what the metadata needs (the record's time
+    and sizes) is read from the batch when `result` is asked for, not kept per record."""
 
-    def __init__(self, batch: _Batch, index: int, producer: Producer, record: Prepared) -> None:
-        self._batch = batch
-        self._index = index
-        self._producer = producer
-        self._record = record
+    __slots__ = ()
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
-        batch = self._batch
+        batch, index = self
         res = batch.future.result(timeout)
-        p = self._producer
-        return metadata(p.topic, batch.partition, res, self._index, self._record, p.envelope)
+        return metadata(
+            batch.topic, batch.partition, res, index, batch.prepared(index), batch.envelope
+        )
 
     get = result
 
     def done(self) -> bool:
-        return self._batch.future.done()
+        return self[0].future.done()
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        return self._batch.future.exception(timeout)
+        return self[0].future.exception(timeout)
 
 
-class _Batch(OpenBatch):
-    __slots__ = ("future",)
-
-    def __init__(self, partition: int, values: list[bytes | Record] | None = None) -> None:
-        super().__init__(partition, values)
-        self.future: Future[AppendResult] = Future()
+def _plain(value: object, options: SendOptions) -> bool:
+    """A record `send` takes the usual way: bytes, every option given at its default (as
+    the Spark sink passes them: `key=None, partition=None, headers=None`)."""
+    return (
+        type(value) is bytes
+        and options.keys() <= SEND_OPTIONS
+        and options.get("key") is None
+        and options.get("partition") is None
+        and options.get("timestamp_ms") is None
+        and options.get("on_delivery") is None
+        and not options.get("headers")
+    )
 
 
 class Producer(ProducerSettings):
@@ -155,6 +189,9 @@ class Producer(ProducerSettings):
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._open: dict[int, _Batch] = {}  # accumulating, per partition
+        # `_open[_chooser.sticky]` once `send` looked it up; None after any `_seal`
+        self._sticky_batch: _Batch | None = None
+        self._index_last = batch_records_max - 1  # a batch is full with this index
         self._ready: dict[int, deque[_Batch]] = {}  # full or lingered, per partition, in order
         self._busy: set[int] = set()  # partitions with a batch in flight
         # answered batches with on_delivery callbacks, for the sender thread to call
@@ -178,68 +215,71 @@ class Producer(ProducerSettings):
 
     # -- API --------------------------------------------------------------------------------
 
-    def send(
-        self,
-        value: bytes | None,
-        *,
-        key: bytes | None = None,
-        partition: int | None = None,
-        headers: Sequence[Header] = (),
-        timestamp_ms: int | None = None,
-        on_delivery: DeliveryCallback | None = None,
-    ) -> RecordFuture:
+    def send(self, value: bytes | None, **options: Unpack[SendOptions]) -> RecordFuture:
         """Queue one record; `value=None` is a null value (a tombstone) on an envelope
-        topic. `on_delivery(err, metadata)` is called once, from the producer's sender
-        thread, when the record's batch is answered: `(None, RecordMetadata)` or
-        `(error, None)`; what it raises is logged. Every check happens here, before anything
-        is queued: a bad record must never reach the sender thread."""
-        if (
-            type(value) is bytes
-            and key is None
-            and partition is None
-            and timestamp_ms is None
-            and on_delivery is None
-            and not headers
-        ):  # the usual record: the least work per record (`prepare` + `OpenBatch.add`)
-            ts = time_ns() // 1_000_000 if self.envelope else 0
-            size = len(value)
-            with self._lock:
-                if self._closing:
-                    raise ShuttingDownError("the producer is closed")
+        topic. The keyword options (`produce_rules.SendOptions`): `key`, `partition`,
+        `headers`, `timestamp_ms`, and `on_delivery(err, metadata)`, called once, from the
+        producer's sender thread, when the record's batch is answered: `(None,
+        RecordMetadata)` or `(error, None)`; what it raises is logged. Every check happens
+        here, before anything is queued: a bad record must never reach the sender thread.
+        (Options as `**options`, not keyword parameters with defaults: the usual record,
+        bytes and no option, then costs one test, and no default is filled per call.)"""
+        if (options or type(value) is not bytes) and not _plain(value, options):
+            return self._send_prepared(value, options)
+        # the usual record (bytes, no option set): the least work per record
+        ts = time_ns() // 1_000_000 if self.envelope else 0
+        lock = self._lock
+        lock.acquire()  # (acquire/release: cheaper than `with` once per record)
+        try:
+            if self._closing:
+                raise ShuttingDownError("the producer is closed")
+            batch = self._sticky_batch
+            if batch is None:
                 p = self._chooser.sticky
-                batch = self._open.get(p)
-                if batch is None:
-                    batch = self._open[p] = _Batch(p)
-                    self._cond.notify()  # the sender starts this batch's linger clock
-                values = batch.values
-                index = len(values)
-                values.append(value)
-                if batch.times is not None:
-                    batch.times.append(ts)
-                batch.bytes += size
-                if batch.bytes >= self.batch_bytes_max or index >= self.batch_records_max - 1:
-                    self._seal(p)
-            return RecordFuture(batch, index, self, (value, ts, -1, size))
-        record = prepare(self.topic, self.envelope, value, key, headers, timestamp_ms)
+                batch = self._sticky_batch = self._open.get(p) or self._start(p)
+            values = batch.values
+            index = len(values)
+            values.append(value)  # type: ignore[arg-type]  # bytes (checked above)
+            batch.times.append(ts)  # type: ignore[union-attr]  # `send`'s batches have times
+            batch.bytes += len(value)  # type: ignore[arg-type]
+            if batch.bytes >= self.batch_bytes_max or index >= self._index_last:
+                self._seal(batch.partition)
+        finally:
+            lock.release()
+        return RecordFuture((batch, index))
+
+    def _send_prepared(self, value: bytes | None, options: SendOptions) -> RecordFuture:
+        """`send` of a record with options (or not bytes): checked and kept as `Prepared`."""
+        check_keywords(options, SEND_OPTIONS, "send")
+        key = options.get("key")
+        on_delivery = options.get("on_delivery")
+        record = prepare(
+            self.topic,
+            self.envelope,
+            value,
+            key,
+            options.get("headers", ()),
+            options.get("timestamp_ms"),
+        )
         with self._lock:
             if self._closing:
                 raise ShuttingDownError("the producer is closed")
-            p = self._chooser.choose(key, partition)
+            p = self._chooser.choose(key, options.get("partition"))
             batch = self._open.get(p)
             if batch is None:
-                batch = self._open[p] = _Batch(p)
-                self._cond.notify()  # the sender starts this batch's linger clock
+                batch = self._start(p)
             index = batch.add(record, on_delivery)
-            if batch.bytes >= self.batch_bytes_max or index >= self.batch_records_max - 1:
+            batch.special[index] = record
+            if batch.bytes >= self.batch_bytes_max or index >= self._index_last:
                 self._seal(p)  # (`OpenBatch.full`, inlined: once per record)
-            return RecordFuture(batch, index, self, record)
+            return RecordFuture((batch, index))
 
     def send_batch(
         self, values: formats.Values, partition: int | None = None
     ) -> Future[AppendResult]:
         """Send `values` as one Append (after anything already queued for the partition)."""
         p = self._chooser.next_batch(partition)
-        batch = _Batch(p, list(values))
+        batch = _Batch(p, self.topic, self.envelope, list(values))
         with self._cond:
             if self._closing:
                 raise ShuttingDownError("the producer is closed")
@@ -307,9 +347,16 @@ class Producer(ProducerSettings):
 
     # -- internals --------------------------------------------------------------------------
 
+    def _start(self, p: int) -> _Batch:
+        """A new open batch for partition p (caller holds the lock)."""
+        batch = self._open[p] = _Batch(p, self.topic, self.envelope)
+        self._cond.notify()  # the sender starts this batch's linger clock
+        return batch
+
     def _seal(self, p: int) -> None:
         """Move partition p's open batch to its ready queue (caller holds the lock)."""
         batch = self._open.pop(p, None)
+        self._sticky_batch = None  # (the sticky partition may move on)
         if batch is not None:
             self._chooser.sealed(p)  # keyless records move on to the next partition
         if batch is not None and batch.values:
@@ -366,28 +413,41 @@ class Producer(ProducerSettings):
                         self._seal(p)
                     else:
                         wait_s = due - now if wait_s is None else min(wait_s, due - now)
+                handing: list[_Batch] = []  # to the pipeline, in order, outside the lock
                 for p, queue in self._ready.items():
                     while queue and self._pipeline is not None:
-                        self._hand(self._pipeline, queue.popleft())
+                        batch = queue.popleft()
+                        self._handed.add(batch.future)  # (`flush` waits for it from here)
+                        handing.append(batch)
                     if queue and p not in self._busy:
                         self._busy.add(p)
                         self._submit(queue.popleft())
+                if handing:
+                    assert self._pipeline is not None
+                    self._cond.release()  # encoding a batch must not hold up `send`
+                    try:
+                        for batch in handing:
+                            self._hand(self._pipeline, batch)
+                    finally:
+                        self._cond.acquire()
+                    continue  # what changed meanwhile (new batches, answers) first
                 idle = not self._busy and not self._handed and not self._answered_batches
                 if self._closing and idle and not any(self._ready.values()):
                     return
                 self._cond.wait(wait_s)
 
     def _hand(self, pipeline: Pipeline, batch: _Batch) -> None:
-        """Give `batch` to the pipeline (caller holds the lock): sent in order after the
-        partition's earlier batches, several in flight."""
+        """Give `batch` to the pipeline (only the sender thread, without the lock, in the
+        order the batches were sealed): sent in order after the partition's earlier
+        batches, several in flight. Its future is in `_handed` already."""
         try:
-            values = list(batch.wire_values(self.topic, self.envelope))
+            values = batch.wire_values(self.topic, self.envelope)
+            if not isinstance(values, list):
+                values = list(values)
             acks = ACKS_WIRE[self.acks]
             pipeline.submit(self.topic, batch.partition, values, acks, batch.future)
         except ReplogError as exc:
             batch.future.set_exception(exc)
-            return
-        self._handed.add(batch.future)
         batch.future.add_done_callback(self._answered)
 
     def _answered(self, future: Future[AppendResult]) -> None:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -53,6 +55,25 @@ def test_plain_values_get_the_batch_timestamp(vals: list[bytes], ts: int, equal:
     assert decoded.timestamps == [ts] * len(vals)
     assert decoded.keys == [None] * len(vals)
     assert decoded.offsets == list(range(5, 5 + len(vals)))
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from([b"", b"ab", b"xyz" * 30]), st.integers(0, 3)), max_size=80),
+    st.integers(0, 2**41),
+    stamps,
+)
+def test_values_sent_one_by_one_encode_as_the_general_path_does(
+    items: list[tuple[bytes, int]], start_ms: int, odd_ms: int
+) -> None:
+    """`encode_timed` (runs of one millisecond and one value length share their fixed
+    part) gives the same envelopes as `encode_batch`, runs long or short, times odd."""
+    vals = [v for v, _ in items]
+    times = list(itertools.accumulate((step for _, step in items), initial=start_ms))[1:]
+    if times and odd_ms % 3 == 0:
+        times[odd_ms % len(times)] = odd_ms
+    assert records.encode_timed(vals, 1, times) == records.encode_batch(vals, 1, times)
+    decoded = records.decode_values(records.encode_timed(vals, 1, times))
+    assert (decoded.values, decoded.timestamps) == (vals, times)
 
 
 @given(st.lists(record_args, min_size=1, max_size=10), stamps)
