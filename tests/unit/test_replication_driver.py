@@ -69,8 +69,9 @@ class Transport:
 
 
 class Cluster:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, election_ms: tuple[int, int] = (300, 600)) -> None:
         self.root = root
+        self.election_ms = election_ms
         self.network = LocalNetwork()
         self.logs: dict[int, PartitionLog] = {}
         self.drivers: dict[int, ReplicaDriver] = {}
@@ -78,8 +79,9 @@ class Cluster:
     async def start(self, node: int) -> None:
         log = PartitionLog(self.root / f"node{node}", "t", 0, STORAGE)
         config = ReplicaConfig(
-            node, VOTERS, election_timeout_ms_min=300, election_timeout_ms_max=600,
-            fetch_wait_ms_max=100, fetch_retry_ms=200, begin_epoch_retry_ms=100,
+            node, VOTERS, election_timeout_ms_min=self.election_ms[0],
+            election_timeout_ms_max=self.election_ms[1], fetch_wait_ms_max=100,
+            fetch_retry_ms=200, begin_epoch_retry_ms=100,
         )  # fmt: skip
         driver = ReplicaDriver(
             log, config, self.network.transport(node), rng=random.Random(node), tick_ms=20
@@ -116,9 +118,17 @@ async def wait_for(condition: Callable[[], object]) -> object:
     return value
 
 
-def run(test: Callable[[Cluster], Awaitable[None]], root: Path) -> None:
+def run(
+    test: Callable[[Cluster], Awaitable[None]],
+    root: Path,
+    election_ms: tuple[int, int] = (300, 600),
+) -> None:
+    """`test` on a 3-replica cluster; `election_ms` (the election timeout's range) longer
+    for a test that needs one leader throughout: all replicas share one event loop, and on
+    a loaded machine a stall longer than the timeout elects again mid-test."""
+
     async def main() -> None:
-        cluster = Cluster(root)
+        cluster = Cluster(root, election_ms)
         try:
             for node in VOTERS:
                 await cluster.start(node)
