@@ -146,9 +146,9 @@ class Output:
         self.flush_each = flush_each
         out.flush()
 
-    def write(self, blob: bytes) -> None:
+    def write(self, blob: bytes | memoryview) -> None:
         if self.binary is None:
-            self.text.write(blob.decode(errors="replace"))
+            self.text.write(bytes(blob).decode(errors="replace"))
         else:
             self.binary.write(blob)
         if self.flush_each:

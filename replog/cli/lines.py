@@ -33,7 +33,7 @@ class Lines:
     """A batch's printed lines: `blob`, and for each run of equally long lines (in order)
     its line count and the bytes of each line (newline included)."""
 
-    blob: bytes
+    blob: bytes | memoryview  # written as it is: a copy to `bytes` would cost as much again
     runs: tuple[tuple[int, int], ...]
 
     def __len__(self) -> int:
@@ -90,10 +90,9 @@ def text_lines(buf: bytes, envelope: bool, end: int | None) -> Lines | None:
         rows[:, :value] = whole[pos : pos + n * frame].reshape(n, frame)[:, frame - value :]
         rows[:, value] = NEWLINE
         at += n * (value + 1)
-    blob = out.tobytes()
-    if not utf8(blob):
+    if len(out) and out.max() >= 0x80 and not utf8(out.tobytes()):
         return None  # the decoder's path replaces what is not UTF-8
-    return Lines(blob, tuple((n, value + 1) for _, n, _, value in taken))
+    return Lines(out.data, tuple((n, value + 1) for _, n, _, value in taken))
 
 
 def _plain(buf: bytes, pos: int, count: int, length: int) -> bool:
