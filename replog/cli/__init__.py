@@ -44,18 +44,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from replog import __version__
-from replog.cli import (
-    acls,
-    certs,
-    consume,
-    groups,
-    nodes,
-    produce,
-    serve,
-    topics,
-    verify,
-    whoami,
-)
+from replog.cli import consume, produce
 from replog.cli.common import (
     ATTEMPT_TIMEOUT_S,
     DEFAULT_ADDRESS,
@@ -94,15 +83,27 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+# The commands that move data parse with their own parser only: the other commands'
+# modules are not imported nor their parsers built (a tenth of such a command's start).
+SOLO_COMMANDS = {"produce": produce.add_parser, "consume": consume.add_parser}
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The whole parser; given the command line `argv`, the options of commands other than
-    the one it runs may be left out (`serve`'s and `console`'s: a quicker start)."""
+    the one it runs may be left out (`serve`'s and `console`'s; all but `produce`'s or
+    `consume`'s for those: a quicker start)."""
     lean = argv is not None and len(argv) > 0 and argv[0] in LEAN_COMMANDS
     parser = Parser(
         prog="replog", description="replog: a replicated commit-log service.", epilog=EXIT_CODES
     )
     parser.add_argument("--version", action="version", version=f"replog {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    solo = SOLO_COMMANDS.get(argv[0]) if argv else None
+    if solo is not None:
+        solo(sub)
+        return parser
+    from replog.cli import acls, certs, groups, nodes, serve, topics, verify, whoami
+
     serve.add_parsers(sub, full=not lean)
     topics.add_parsers(sub)
     produce.add_parser(sub)

@@ -17,10 +17,11 @@ offsets; what is printed is committed) until interrupted, or with `-e` once its 
 are read to their end. `-c N` (`--count`, `-n`, `--max-records`) stops after N records.
 
 Each partition is read with `StreamFrom` (the server pushes batches: no round trip per
-batch) and each batch printed as one blob (render.py). Up to the ends, the partitions are
-read one after the other in the main thread; following (`--follow`), a reader thread per
-partition feeds a bounded queue and partitions interleave by batch. One partition's
-records always print in offset order.
+batch) and each batch printed as one blob (render.py; the default format's usual batch
+straight from its frames, lines.py). Up to the ends, the partitions are read one after the
+other in the main thread; following (`--follow`), a reader thread per partition feeds a
+bounded queue and partitions interleave by batch. One partition's records always print in
+offset order.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from replog.cli.progress import Progress
 from replog.cli.render import NAMED_FORMATS, FormatError, Render, Rows, renderer
 
 if TYPE_CHECKING:
+    from replog.cli.lines import Lines
     from replog.client import Client, Offsets
     from replog.client.group_consumer import GroupConsumer, GroupRecord
     from replog.frames import DecodedFrames
@@ -144,9 +146,9 @@ class Output:
         self.flush_each = flush_each
         out.flush()
 
-    def write(self, blob: bytes) -> None:
+    def write(self, blob: bytes | memoryview) -> None:
         if self.binary is None:
-            self.text.write(blob.decode(errors="replace"))
+            self.text.write(bytes(blob).decode(errors="replace"))
         else:
             self.binary.write(blob)
         if self.flush_each:
@@ -238,14 +240,19 @@ def consume_partitions(
         sys.stderr, "consumed", enabled=progress_enabled(args), total_records=the_plan.total
     )
     left = args.max_records
+    plain_text = args.format == "text" and args.key_delimiter is None
     try:
-        for rows in read_all(client, args.topic, the_plan):
+        for rows in read_all(client, args.topic, the_plan, plain_text):
             if left is not None:
                 rows = rows.head(left)
                 left -= len(rows)
-            output.write(render(rows))
+            if isinstance(rows, Rows):
+                output.write(render(rows))
+            else:  # the default format's lines, made from the frames (lines.py)
+                output.write(rows.blob)
             if progress.enabled:
-                progress.update(len(rows), sum(map(len, rows.values)))
+                shown = sum(map(len, rows.values)) if isinstance(rows, Rows) else rows.value_bytes()
+                progress.update(len(rows), shown)
             if left == 0:
                 break
     finally:
@@ -264,10 +271,13 @@ def rows_of(partition: int, batch: DecodedFrames | DecodedRecords) -> Rows:
     )
 
 
-def read_all(client: Client, topic: str, the_plan: Plan) -> Iterator[Rows]:
+def read_all(
+    client: Client, topic: str, the_plan: Plan, plain_text: bool = False
+) -> Iterator[Rows | Lines]:
     """Every planned partition's records: up to their ends, one partition after the other
     in this thread (no hand-off between threads: on a busy machine each costs a wake-up);
-    following the tails, from one reader thread per partition."""
+    following the tails, from one reader thread per partition. With `plain_text` (the
+    default format) a batch of plain records comes as its printed `Lines`."""
     todo = {
         p: offset
         for p, offset in the_plan.starts.items()
@@ -275,14 +285,26 @@ def read_all(client: Client, topic: str, the_plan: Plan) -> Iterator[Rows]:
     }
     if len(todo) == 1 or all(the_plan.ends[p] is not None for p in todo):
         for partition, offset in todo.items():
-            yield from partition_rows(client, topic, partition, offset, the_plan.ends[partition])
+            end = the_plan.ends[partition]
+            yield from partition_rows(client, topic, partition, offset, end, plain_text)
         return
-    inbox: queue.Queue[Rows | BaseException | None] = queue.Queue(QUEUE_BATCHES_MAX * len(todo))
+    inbox: queue.Queue[Rows | Lines | BaseException | None] = queue.Queue(
+        QUEUE_BATCHES_MAX * len(todo)
+    )
     stop = threading.Event()
     for partition, offset in todo.items():
         threading.Thread(
             target=_read_partition,
-            args=(client, topic, partition, offset, the_plan.ends[partition], inbox, stop),
+            args=(
+                client,
+                topic,
+                partition,
+                offset,
+                the_plan.ends[partition],
+                plain_text,
+                inbox,
+                stop,
+            ),
             name=f"replog-consume-{partition}",
             daemon=True,
         ).start()
@@ -301,19 +323,30 @@ def read_all(client: Client, topic: str, the_plan: Plan) -> Iterator[Rows]:
 
 
 def partition_rows(
-    client: Client, topic: str, partition: int, offset: int, end: int | None
-) -> Generator[Rows, None, None]:
+    client: Client,
+    topic: str,
+    partition: int,
+    offset: int,
+    end: int | None,
+    plain_text: bool = False,
+) -> Generator[Rows | Lines, None, None]:
     """One partition's records from `offset` (StreamFrom: the server pushes batches), up to
-    `end` (None: following the tail, until the caller stops)."""
+    `end` (None: following the tail, until the caller stops); with `plain_text`, a batch
+    of plain records as its printed `Lines` (lines.py)."""
+    from replog.cli.lines import text_lines
     from replog.client.formats import ENVELOPE, decode
 
     envelope = client.topic_format(topic) == ENVELOPE
     stream = client.stream(topic, partition, offset, max_bytes=STREAM_REPLY_BYTES)
     try:
         for batch in stream:
-            rows = rows_of(partition, decode(batch.frames, envelope))
-            if end is not None:
-                rows = rows.head(bisect.bisect_left(rows.offsets, end))
+            rows: Rows | Lines | None = None
+            if plain_text:
+                rows = text_lines(batch.frames, envelope, end)
+            if rows is None:
+                rows = rows_of(partition, decode(batch.frames, envelope))
+                if end is not None:
+                    rows = rows.head(bisect.bisect_left(rows.offsets, end))
             if len(rows):
                 yield rows
             if end is not None and batch.next_offset >= end:
@@ -328,10 +361,11 @@ def _read_partition(
     partition: int,
     offset: int,
     end: int | None,
-    inbox: queue.Queue[Rows | BaseException | None],
+    plain_text: bool,
+    inbox: queue.Queue[Rows | Lines | BaseException | None],
     stop: threading.Event,
 ) -> None:
-    def put(item: Rows | BaseException | None) -> bool:
+    def put(item: Rows | Lines | BaseException | None) -> bool:
         while not stop.is_set():
             with contextlib.suppress(queue.Full):
                 inbox.put(item, timeout=PUT_WAIT_S)
@@ -339,7 +373,7 @@ def _read_partition(
         return False
 
     try:
-        rows = partition_rows(client, topic, partition, offset, end)
+        rows = partition_rows(client, topic, partition, offset, end, plain_text)
         try:
             for batch in rows:
                 if not put(batch) or stop.is_set():

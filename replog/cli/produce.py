@@ -1,12 +1,17 @@
 """`replog produce TOPIC`: append records read from stdin.
 
 Input is lines (one record per line, the newline removed; a final line without one counts)
-or u32 big-endian length-prefixed values, read in 1 MiB chunks.
+or u32 big-endian length-prefixed values, read in 1 MiB chunks. Records leave in Appends of
+at most `--batch-records` records and `--batch-bytes` bytes of values (librdkafka's
+batch.num.messages and batch.size: each Append costs the client and the server a fixed
+amount, so fewer and larger ones are quicker); a batch that is not full yet waits for the
+next chunk, or the end of the input.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import functools
 import itertools
 import os
@@ -33,6 +38,8 @@ if TYPE_CHECKING:
     from replog.records import Record
 
 CHUNK_BYTES = 1 << 20
+BATCH_RECORDS = 10_000  # librdkafka's batch.num.messages
+BATCH_BYTES = 1 << 20  # the values' bytes (keys included): the client producer's batch_bytes_max
 _LENGTH = struct.Struct(">I")
 
 
@@ -81,7 +88,19 @@ def add_parser(sub: Subparsers) -> None:
         "picks its partition; a line without DELIM has no key",
     )
     produce.add_argument("--acks", choices=["none", "leader", "all"], default="all")
-    produce.add_argument("--batch-records", type=int, default=1000, help="records per Append")
+    produce.add_argument(
+        "--batch-records",
+        type=int,
+        default=BATCH_RECORDS,
+        help="records per Append at most (default %(default)s)",
+    )
+    produce.add_argument(
+        "--batch-bytes",
+        type=int,
+        default=BATCH_BYTES,
+        help="bytes of values (and keys) per Append at most; a larger record goes alone "
+        "(default %(default)s)",
+    )
     add_progress_argument(produce)
 
 
@@ -130,8 +149,8 @@ def read_length_prefixed(stream: BinaryIO) -> Iterator[list[bytes]]:
 
 
 def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
-    if args.batch_records < 1:
-        raise UsageError("--batch-records must be >= 1")
+    if args.batch_records < 1 or args.batch_bytes < 1:
+        raise UsageError("--batch-records and --batch-bytes must be >= 1")
     if args.key_delimiter is not None and (args.key is not None or not args.key_delimiter):
         raise UsageError("-K takes a non-empty delimiter and excludes --key")
     reader = read_lines if args.format == "lines" else read_length_prefixed
@@ -143,17 +162,26 @@ def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
         partitions = client.partition_count(args.topic)
         split = batcher(args, partitions, client.topic_format(args.topic) == "envelope")
         producer = client.producer(
-            args.topic, acks=args.acks, partitions=partitions, batch_records_max=args.batch_records
+            args.topic,
+            acks=args.acks,
+            partitions=partitions,
+            batch_records_max=args.batch_records,
+            batch_bytes_max=args.batch_bytes,
         )
         started = time.perf_counter()
         count = 0
         sent: list[tuple[int, Future[AppendResult]]] = []
         try:
-            for values in reader(stdin):
-                for p, batch in split(values):
+            for values in itertools.chain(reader(stdin), [None]):  # None: the input's end
+                for p, batch in split(values or [], values is None):
                     sent.append((p, producer.send_batch(batch, p)))
+                if values is None:
+                    break
                 count += len(values)
-                progress.update(len(values), sum(map(len, values)) + framing_bytes * len(values))
+                if progress.enabled:
+                    progress.update(
+                        len(values), sum(map(len, values)) + framing_bytes * len(values)
+                    )
             producer.flush()
         finally:
             producer.close()
@@ -188,15 +216,34 @@ def offset_ranges(sent: list[tuple[int, Future[AppendResult]]]) -> dict[int, lis
 Batches = list[tuple[int, Sequence["bytes | Record"]]]
 
 
+def batch_slices(sizes: list[int], records_max: int, bytes_max: int) -> list[slice]:
+    """Records of `sizes` bytes, in order, cut into consecutive batches of at most
+    `records_max` records and `bytes_max` bytes (a record larger than that goes alone)."""
+    n = len(sizes)
+    if sum(sizes) <= bytes_max:
+        return [slice(i, min(i + records_max, n)) for i in range(0, n, records_max)]
+    ends = list(itertools.accumulate(sizes, initial=0))  # ends[i]: the bytes before record i
+    cuts = []
+    start = 0
+    while start < n:
+        stop = bisect.bisect_right(ends, ends[start] + bytes_max, start + 1) - 1
+        stop = min(max(stop, start + 1), start + records_max)
+        cuts.append(slice(start, stop))
+        start = stop
+    return cuts
+
+
 def batcher(
     args: argparse.Namespace, partitions: int, envelope: bool
-) -> Callable[[list[bytes]], Batches]:
-    """How a chunk of input values becomes (partition, records) batches of at most
-    `--batch-records`: to `--partition`, to `--key`'s partition, by each line's key with
-    `-K` (a line without the delimiter has no key), else round-robin batches."""
+) -> Callable[[list[bytes], bool], Batches]:
+    """How chunks of input values become (partition, records) batches of at most
+    `--batch-records` records and `--batch-bytes` bytes: to `--partition`, to `--key`'s
+    partition, by each line's key with `-K` (a line without the delimiter has no key),
+    else round-robin batches. Called with each chunk, then with `last` at the input's end:
+    without keys, the values of a batch not yet full wait for the next chunk."""
     from replog.client import partition_for_key
 
-    size = args.batch_records
+    size, bytes_max = args.batch_records, args.batch_bytes
     headers = parse_headers(args, envelope)
     fixed = args.partition
     if fixed is None and args.key is not None:
@@ -204,11 +251,17 @@ def batcher(
     turn = itertools.count()
     if args.key_delimiter is None:
         as_records = record_maker(args, envelope, headers)
+        pending: list[bytes] = []
 
-        def slices(values: list[bytes]) -> Batches:
+        def slices(values: list[bytes], last: bool) -> Batches:
+            nonlocal pending
+            if pending:
+                values = pending + values
+            cuts = batch_slices(list(map(len, values)), size, bytes_max)
+            pending = [] if last or not cuts else values[cuts.pop()]
             return [
-                (fixed if fixed is not None else next(turn) % partitions, as_records(part))
-                for part in (values[i : i + size] for i in range(0, len(values), size))
+                (fixed if fixed is not None else next(turn) % partitions, as_records(values[c]))
+                for c in cuts
             ]
 
         return slices
@@ -223,17 +276,25 @@ def batcher(
     def partition_of(key: bytes) -> int:
         return partition_for_key(key, partitions, args.partitioner)
 
-    def keyed(values: list[bytes]) -> Batches:
+    def keyed(values: list[bytes], last: bool) -> Batches:
+        del last  # each chunk's batches leave with it
         keyless = fixed if fixed is not None else next(turn) % partitions
-        buckets: dict[int, list[bytes | Record]] = {}
+        buckets: dict[int, tuple[list[bytes | Record], list[int]]] = {}
         for line in values:
             key, sep, value = line.partition(delimiter)
             if sep:
                 p = fixed if fixed is not None else partition_of(key)
-                buckets.setdefault(p, []).append(Record(value, key=key, headers=headers))
+                record = Record(value, key=key, headers=headers)
             else:
-                buckets.setdefault(keyless, []).append(Record(line, headers=headers))
-        return [(p, rs[i : i + size]) for p, rs in buckets.items() for i in range(0, len(rs), size)]
+                p, record = keyless, Record(line, headers=headers)
+            records, sizes = buckets.setdefault(p, ([], []))
+            records.append(record)
+            sizes.append(len(line))
+        return [
+            (p, records[cut])
+            for p, (records, sizes) in buckets.items()
+            for cut in batch_slices(sizes, size, bytes_max)
+        ]
 
     return keyed
 

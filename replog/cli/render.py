@@ -135,13 +135,18 @@ def _lit(data: bytes) -> bytes:
 
 def _text(rows: Rows) -> bytes:
     blob = b"\n".join(rows.values) + b"\n" if len(rows) else b""
-    if blob.isascii():  # the common case, checked without building a str
-        return blob
+    return blob if utf8(blob) else blob.decode(errors="replace").encode()
+
+
+def utf8(blob: bytes) -> bool:
+    """Whether `blob` is valid UTF-8 (ASCII, the common case, checked without a str)."""
+    if blob.isascii():
+        return True
     try:
         blob.decode()
     except UnicodeDecodeError:
-        blob = blob.decode(errors="replace").encode()
-    return blob
+        return False
+    return True
 
 
 def _hex(rows: Rows) -> bytes:

@@ -32,7 +32,7 @@ def test_produce_lines_then_consume_them_back_as_text_json_and_hex(
     addr = shared_server.address
     assert replog("topic", "create", "cli-lines", "--partitions", "1", address=addr).returncode == 0
     lines = b"".join(b"line %d\n" % i for i in range(3000))
-    produced = replog("produce", "cli-lines", stdin=lines, address=addr)
+    produced = replog("produce", "cli-lines", "--batch-records", "1000", stdin=lines, address=addr)
     assert produced.returncode == 0, produced.stderr
     assert b"produced 3000 records" in produced.stdout
     # Offset 0 holds the epoch marker of the topic's first leader (a cluster of one), and
