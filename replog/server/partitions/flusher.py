@@ -70,6 +70,8 @@ class GroupFlusher:
     def __init__(self, threads_max: int = GROUP_THREADS_MAX) -> None:
         # asked for again while its fsync runs: started when that one ends
         self._pending: dict[PartitionLog, Callable[[], None]] = {}
+        # asked for in this pass of the event loop: started at the start of the next one
+        self._asked: dict[PartitionLog, Callable[[], None]] = {}
         self._in_flight: set[PartitionLog] = set()
         self._closed = False
         self._pool = ThreadPoolExecutor(threads_max, thread_name_prefix="replog-flush")
@@ -78,12 +80,25 @@ class GroupFlusher:
         self.flushes = 0  # log fsyncs made
 
     def request(self, log: PartitionLog, on_flushed: Callable[[], None]) -> None:
-        """Start `log`'s fsync now in a thread of the pool, or, if one runs, when it ends
-        (it covers every write made before it started, no more)."""
+        """Start `log`'s fsync in a thread of the pool in the event loop's next pass (the
+        appends of every client woken in this pass are written first: one fsync covers
+        them), or, if one runs, when it ends (an fsync covers every write made before it
+        started, no more)."""
         assert log.flush_deferred, "a log the group flusher does not fsync for"
         if self._closed or log.closed:
             return  # the node is stopping (a closed log flushed itself as it closed)
         if log in self._in_flight:
+            self._pending[log] = on_flushed
+            return
+        if log not in self._asked:
+            asyncio.get_running_loop().call_soon(self._start_asked, log)
+        self._asked[log] = on_flushed
+
+    def _start_asked(self, log: PartitionLog) -> None:
+        on_flushed = self._asked.pop(log, None)
+        if on_flushed is None or self._closed:
+            return
+        if log in self._in_flight:  # (started meanwhile for a request made during another)
             self._pending[log] = on_flushed
             return
         self._start(log, on_flushed)
@@ -135,6 +150,7 @@ class GroupFlusher:
         """After the node's replicas stopped: nothing is asked for any more."""
         self._closed = True
         self._pending.clear()
+        self._asked.clear()
         self._pool.shutdown(wait=False)
 
 
