@@ -1,7 +1,11 @@
-"""Shared helpers for storage tests: tiny configs and a whole-log reader."""
+"""Shared helpers for storage tests: tiny configs, a whole-log reader, a change made while
+a flush's fsync runs."""
 
 from __future__ import annotations
 
+import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from replog import frames
@@ -46,3 +50,41 @@ def read_all(log: PartitionLog, *, uncommitted: bool = True, chunk: int = 100) -
 
 def segment_files(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.log"))
+
+
+CHANGE_DEADLINE_S = 60.0
+
+
+class DuringFsync:
+    """Runs `change` once, inside the first `.log` fsync, before the real one, in another
+    thread that it waits for: were the log's lock held during the fsync, the change would
+    not finish (asserted)."""
+
+    def __init__(self) -> None:
+        self.change: Callable[[], None] | None = None  # set again for another flush
+        self.ran = False
+        self._real = os.fdatasync
+        self._guard = threading.Lock()
+
+    def __call__(self, fd: int) -> None:
+        """Put in place of `os.fdatasync` (`monkeypatch.setattr(os, "fdatasync", hook)`)."""
+        change = None
+        if self.change is not None and os.readlink(f"/proc/self/fd/{fd}").endswith(".log"):
+            with self._guard:
+                change, self.change = self.change, None
+        if change is not None:
+            errors: list[BaseException] = []
+
+            def run() -> None:
+                try:
+                    change()
+                except BaseException as exc:  # reported below, in the flushing thread
+                    errors.append(exc)
+
+            worker = threading.Thread(target=run)
+            worker.start()
+            worker.join(CHANGE_DEADLINE_S)
+            assert not worker.is_alive(), "the change waited for the fsync: lock held"
+            assert not errors, errors
+            self.ran = True
+        self._real(fd)

@@ -436,7 +436,8 @@ class ReplicaDriver(Timing):
             while not self._stopping and self._offline is None:
                 retry = self._failed is not None and self._clock() >= self._retry_at
                 snapshot = self._snapshot_due()
-                if not (self._inbox or self._tick_due or self._handoff or retry or snapshot):
+                ready = self._inbox_ready()
+                if not (ready or self._tick_due or self._handoff or retry or snapshot):
                     self._wakeup = loop.create_future()
                     try:
                         await self._wakeup
@@ -460,9 +461,9 @@ class ReplicaDriver(Timing):
                     self._tick_due = False
                     await self._tick()
                 if self._inbox and not self._stopping:
-                    batch = list(self._inbox)
-                    self._inbox.clear()
-                    await self._handle(batch)
+                    batch = self._take_inbox()
+                    if batch:
+                        await self._handle(batch)
                 if self._snapshot_due():
                     await self._write_snapshot()
                 self._busy = False
@@ -484,6 +485,29 @@ class ReplicaDriver(Timing):
             if self._ticker is not None:
                 self._ticker.cancel(self._tick_wakeup)
             self._watch_liveness(False)
+
+    def _inbox_ready(self) -> bool:
+        """Whether the inbox holds an input to handle now (`_take_inbox`)."""
+        inbox = self._inbox
+        if not inbox or not self._appends_held():
+            return bool(inbox)
+        return any(not isinstance(item, Append) for item in inbox)
+
+    def _take_inbox(self) -> list[Input]:
+        """Every input waiting, except client appends while the group flusher fsyncs this
+        log (`_appends_held`): those stay in the inbox, in their order, for the pass after
+        the fsync (the flusher's end wakes the owner), which writes them together."""
+        inbox = self._inbox
+        if not self._appends_held():
+            batch = list(inbox)
+            inbox.clear()
+            return batch
+        batch = [item for item in inbox if not isinstance(item, Append)]
+        if batch:
+            kept = [item for item in inbox if isinstance(item, Append)]
+            inbox.clear()
+            inbox.extend(kept)
+        return batch
 
     def _io_error_seen(self) -> None:
         """The log met an I/O error (`PartitionLog.on_io_error`, maybe from a thread that

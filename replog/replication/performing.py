@@ -100,7 +100,7 @@ class GroupFlush(Protocol):
 
     def request(self, log: PartitionLog, on_flushed: Callable[[], None]) -> None:
         """fsync `log` in the next pass (with every other log asking meanwhile), then call
-        `on_flushed` on the event loop."""
+        `on_flushed` on the event loop (when that fsync ended, whatever its outcome)."""
 
     def flushing(self, log: PartitionLog) -> bool:
         """Whether an fsync of `log` is under way."""
@@ -292,21 +292,33 @@ class Performer:
 
     def _writes_inline(self) -> bool:
         """Whether a log write may be made in the event loop: it never fsyncs (flush is
-        not `always`), or the group flusher fsyncs the log and is not fsyncing it now (an
-        fsync holds the log's lock; the flusher starts one only from the event loop, so
-        none starts before this write is done)."""
+        not `always`), or the group flusher fsyncs the log and is not fsyncing it now (the
+        flusher starts one only from the event loop, so none starts before this write is
+        done; a write during an fsync goes to a thread: the fsync no longer holds the
+        log's lock, but the write may wait on a page it is writing back)."""
         if self.log.config.flush is not FlushPolicy.ALWAYS:
             return True
         flusher = self.group_flush
         return flusher is not None and not flusher.flushing(self.log)
+
+    def _appends_held(self) -> bool:
+        """Whether client appends wait in the inbox now: the group flusher fsyncs this log
+        (outside the log's lock). The appends that come meanwhile are written together
+        after it, as they would be behind an fsync the owner made itself, instead of one
+        by one in threads during it (each write then a thread hop, and each may wait on
+        the page the fsync is writing back); the next fsync covers them all anyway."""
+        flusher = self.group_flush
+        return flusher is not None and flusher.flushing(self.log)
 
     def _ask_flush(self) -> None:
         if self.group_flush is not None and self.log.config.flush is FlushPolicy.ALWAYS:
             self.group_flush.request(self.log, self._flushed_by_group)
 
     def _flushed_by_group(self) -> None:
-        """The group flusher fsynced this log: the owner's next pass reports the flushed
-        offset to the core (`_tick` starts with `_flush_progress`)."""
+        """The group flusher's fsync of this log ended (done, or failed: it is asked for
+        again, or the log went offline): the owner's next pass reports the flushed offset
+        to the core (`_tick` starts with `_flush_progress`) and handles the appends held
+        meanwhile (`_appends_held`)."""
         if not self.stopped:
             self._tick_due = True
             self._wake()

@@ -356,6 +356,10 @@ class Sidecar:
     def sync(self) -> None:
         os.fdatasync(self._fd)
 
+    def dup_fd(self) -> int:
+        """A duplicate of the open file's descriptor (an fsync outside the log's lock)."""
+        return os.dup(self._fd)
+
     def mark_flushed(self, position: int) -> None:
         """Record that the log is durable below `position` (call after fsyncing both files).
         Not fsynced itself: it becomes durable with the next sync, which is enough."""

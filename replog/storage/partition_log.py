@@ -41,7 +41,12 @@ one call at a time (the driver batches what arrives meanwhile): an append assign
 encodes its records into one buffer, writes it with one `write` per segment touched and,
 under `flush=always`, one `fdatasync` before it returns. A failed append changes nothing.
 Appends hold the log's lock like every other operation, so a second caller (a tool, a test,
-the scrubber's thread) waits its turn and sees whole appends.
+the scrubber's thread) waits its turn and sees whole appends. `flush` does not hold it for
+its fsyncs: it takes the files to sync (duplicated descriptors, valid through a roll, a park
+or a deletion: `SegmentLog.sync_targets`) and the LEO they hold under it, fsyncs outside it
+while appends go on, then under it again moves the flushed and durable offsets and the
+sidecars' flushed marks up to that LEO, unless a truncation or reset came in between (then
+nothing moves): the flushed offset never passes what an fsync covered, nor the LEO.
 
 `read` serves committed records only (`[log_start_offset, HW)`); `read_uncommitted` serves up
 to LEO (replication). Both return raw frames, whole, never a partial one, and both verify
@@ -82,7 +87,8 @@ from replog.storage import checkpoint, snapshots
 from replog.storage.config import FlushPolicy, StorageConfig
 from replog.storage.integrity import CORRUPT, IntegrityIssue
 from replog.storage.open_files import OpenFiles, OwnedLock
-from replog.storage.segment import Segment
+from replog.storage.pieces import encode_pieces
+from replog.storage.segment import Segment, SyncTarget
 from replog.storage.segment_log import SegmentLog, storage_error
 from replog.storage.space import DiskSpace
 
@@ -145,6 +151,8 @@ class PartitionLog:
             log.close()
             raise
         self._flushed_offset = self._leo  # what recovery found is what the disk holds
+        # Truncations and resets so far: a `flush` whose fsync ran across one records nothing.
+        self._truncations = 0
         # Every offset below this one is on disk (fsynced): below the recovery point, or all
         # of it after a clean close (what recovery scanned is fsynced by the next flush). The
         # next recovery point to checkpoint once it moved.
@@ -368,7 +376,7 @@ class PartitionLog:
         if not pieces or not all(values for _, values in pieces):
             raise EmptyBatchError("an append needs at least one record")
         self.config.check_record_bytes(max(max(map(len, values)) for _, values in pieces))
-        return self._write(partial(_encode_pieces, pieces=pieces))
+        return self._write(partial(encode_pieces, pieces=pieces))
 
     def append_frames(self, raw: bytes, *, end_offset: int | None = None) -> AppendResult:
         """Append raw frames as they are (followers): they must start at LEO, contiguous.
@@ -473,10 +481,39 @@ class PartitionLog:
     # -- flush, truncation, retention ------------------------------------------------------
 
     def flush(self) -> None:
-        """fsync everything appended so far."""
+        """fsync everything appended so far, the fsync outside the log's lock (module doc).
+        LogClosedError if the log was closed meanwhile (its `close` flushed it)."""
         with self._lock:
             self._check_open()
-            self._flush_locked()
+            leo, truncations = self._leo, self._truncations
+            try:
+                targets = self._log.sync_targets()
+            except ReplogError as exc:
+                raise self._fault(exc, "fsync") from None
+        try:
+            self._sync(targets)
+            with self._lock:
+                self._check_open()
+                if truncations != self._truncations:
+                    return
+                try:
+                    self._log.synced(targets)
+                except OSError as exc:
+                    raise self._fault(exc, f"fsync {self.directory}") from exc
+                self._flushed_offset = max(self._flushed_offset, leo)
+                self._durable_offset = max(self._durable_offset, leo)
+        finally:
+            for target in targets:
+                target.close()
+
+    def _sync(self, targets: list[SyncTarget]) -> None:
+        """Outside the lock: fsync `targets`; an I/O error is the log's fault (offline)."""
+        for target in targets:
+            try:
+                target.sync()
+            except OSError as exc:
+                with self._lock:
+                    raise self._fault(exc, f"fsync {target.segment.log_path}") from exc
 
     def _flush_locked(self) -> None:
         try:
@@ -496,6 +533,7 @@ class PartitionLog:
             if not log.log_start_offset <= offset <= self._leo:
                 raise self._out_of_range(offset, self._leo)
             self._changing()
+            self._truncations += 1
             self._lower_recovery_point(offset)
             try:
                 snapshots.delete_above(self.directory, offset)
@@ -522,6 +560,7 @@ class PartitionLog:
         with self._lock:
             log = self._opened()
             self._changing()
+            self._truncations += 1
             self._lower_recovery_point(0)  # a crash part-way leaves any suffix: recover it all
             try:
                 snapshots.delete_above(self.directory, -1)
@@ -747,26 +786,3 @@ class PartitionLog:
 
 
 __all__ = ["AppendResult", "PartitionLog", "StorageError"]
-
-
-def _encode_pieces(
-    base_offset: int, pieces: Sequence[tuple[bytes | None, Sequence[bytes]]]
-) -> tuple[bytes, list[int]]:
-    """Frames of `pieces` (each: an optional control record, then data records) from
-    `base_offset`, with the end position of every frame."""
-    parts: list[bytes] = []
-    ends: list[int] = []
-    offset = base_offset
-    size = 0
-    for control, values in pieces:
-        if control is not None:
-            parts.append(frames.encode(offset, [control], control=True))
-            size += len(parts[-1])
-            ends.append(size)
-            offset += 1
-        data, data_ends = frames.encode_with_ends(offset, values, position=size)
-        parts.append(data)
-        ends += data_ends
-        size += len(data)
-        offset += len(values)
-    return b"".join(parts), ends

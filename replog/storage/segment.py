@@ -35,7 +35,7 @@ from replog.storage.time_index import time_index_file_name
 
 _unpack_header = HEADER.unpack_from
 
-__all__ = ["Segment", "index_file_name", "log_file_name"]
+__all__ = ["Segment", "SyncTarget", "index_file_name", "log_file_name"]
 
 
 class Segment(TimedSegment):
@@ -270,6 +270,26 @@ class Segment(TimedSegment):
             pending.result()  # raises the sidecar's OSError, if any
         sidecar.mark_flushed(self.size)
 
+    def sync_target(self, *, mark: bool) -> SyncTarget:
+        """This segment's fsync as it is now, to be made outside the log's lock
+        (`SyncTarget`): duplicates of its descriptors, valid however the segment is rolled,
+        parked, closed or deleted before the fsync runs. OSError (no descriptor left)."""
+        assert self._fd >= 0, "a written or recovered segment stays open until synced"
+        log_fd = os.dup(self._fd)
+        try:
+            sidecar_fd = -1 if self.sidecar is None else self.sidecar.dup_fd()
+        except BaseException:
+            os.close(log_fd)
+            raise
+        return SyncTarget(self, self.size, log_fd, sidecar_fd, mark)
+
+    def mark_flushed(self, position: int) -> None:
+        """Record in the sidecar that the `.log` is durable below `position` (after a
+        `SyncTarget` covering it synced); nothing if the segment was closed meanwhile (its
+        closing flushed and marked it)."""
+        if self.sidecar is not None:
+            self.sidecar.mark_flushed(position)
+
     def sync(self) -> None:
         """fsync the log and its sidecar as they are (after recovery: what it kept)."""
         os.fdatasync(self._fd)
@@ -446,6 +466,41 @@ class Segment(TimedSegment):
         self.index_path.unlink(missing_ok=True)
         self.checksum_path.unlink(missing_ok=True)
         self.time_index_path.unlink(missing_ok=True)
+
+
+class SyncTarget:
+    """One segment's fsync made outside its log's lock: the `.log` bytes below `size` (and
+    the sidecar's entries for them) as they were when it was taken, through duplicated
+    descriptors (a closed segment's descriptor numbers may be reused by then; a deleted
+    file's duplicate stays valid). `mark`: a written segment, whose sidecar gets a flushed
+    mark at `size` afterwards (`Segment.mark_flushed`, under the lock)."""
+
+    __slots__ = ("log_fd", "mark", "segment", "sidecar_fd", "size")
+
+    def __init__(self, segment: Segment, size: int, log_fd: int, sidecar_fd: int, mark: bool):
+        self.segment = segment
+        self.size = size
+        self.log_fd = log_fd
+        self.sidecar_fd = sidecar_fd
+        self.mark = mark
+
+    def sync(self) -> None:
+        """fsync both files (in parallel, as `Segment.flush`). OSError on failure."""
+        if self.sidecar_fd < 0:
+            os.fdatasync(self.log_fd)
+            return
+        pending = _fsync_pool().submit(os.fdatasync, self.sidecar_fd)
+        try:
+            os.fdatasync(self.log_fd)
+        finally:
+            pending.result()
+
+    def close(self) -> None:
+        for fd in (self.log_fd, self.sidecar_fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.log_fd = self.sidecar_fd = -1
 
 
 @functools.cache

@@ -37,7 +37,7 @@ from replog.storage import swaps
 from replog.storage.config import StorageConfig
 from replog.storage.integrity import IntegrityIssue
 from replog.storage.open_files import FILES_PER_SEGMENT, OpenFiles, OwnedLock
-from replog.storage.segment import Segment
+from replog.storage.segment import Segment, SyncTarget
 
 _LOG_NAME = re.compile(r"(\d{20})\.log")
 _SIDE_NAME = re.compile(r"(\d{20})\.(?:idx|crc|timeindex)")
@@ -453,6 +453,38 @@ class SegmentLog:
             except OSError as exc:
                 raise storage_error(exc, f"fsync {seg.log_path}") from exc
             self._unsynced.discard(seg)
+
+    def sync_targets(self) -> list[SyncTarget]:
+        """Under the lock: the fsyncs that make every byte written so far durable, to be
+        made outside it (`Segment.sync_target`); StorageError (nothing taken) if a
+        descriptor cannot be duplicated. The segments stay dirty until `synced`."""
+        targets: list[SyncTarget] = []
+        try:
+            for seg in self._dirty:
+                targets.append(seg.sync_target(mark=True))
+            for seg in self._unsynced - self._dirty:
+                targets.append(seg.sync_target(mark=False))
+        except OSError as exc:
+            for target in targets:
+                target.close()
+            raise storage_error(exc, f"fsync {self.directory}") from exc
+        return targets
+
+    def synced(self, targets: list[SyncTarget]) -> None:
+        """Under the lock, after every one of `targets` synced and with no truncation or
+        reset since they were taken: mark the sidecars flushed where they were, and a
+        segment clean unless it was written meanwhile (a segment's size only grows without
+        a truncation; a failed append's rollback restores it exactly). A segment closed or
+        deleted meanwhile was flushed by its closing, or is gone: nothing to do. OSError
+        from a sidecar's mark."""
+        for target in targets:
+            seg = target.segment
+            self._unsynced.discard(seg)
+            if not target.mark:
+                continue
+            seg.mark_flushed(target.size)
+            if seg.size == target.size:
+                self._dirty.discard(seg)
 
     @property
     def dirty(self) -> bool:

@@ -3,13 +3,17 @@
 Rules append (batch and single, mixed sizes including empty values), append raw frames,
 read at random offsets with random budgets, stream the whole log, move the high watermark,
 truncate, apply retention, reset to an empty log further on, reopen cleanly and crash (close
-without flushing or trimming the index). After every step the log must agree with the model,
-every segment's `.crc` sidecar must cover exactly its `.log` (with checksums that match, as
-`replog verify` checks after every reopen), and nothing may be reported corrupt.
+without flushing or trimming the index), and flush while an append, a roll, a truncation or
+a reset happens during the fsync (it runs outside the log's lock): the flushed offset must
+be what the model says (never past what an fsync covered, nor the LEO). After every step
+the log must agree with the model, every segment's `.crc` sidecar must cover exactly its
+`.log` (with checksums that match, as `replog verify` checks after every reopen), and
+nothing may be reported corrupt.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -22,7 +26,7 @@ from replog.errors import OffsetOutOfRangeError
 from replog.storage import FlushPolicy, PartitionLog, StorageConfig, checksums
 from replog.storage.open_files import FILES_MAX_MIN, OpenFiles
 from replog.storage.verify import VerifyReport, verify_partition
-from tests.storage_helpers import read_all
+from tests.storage_helpers import DuringFsync, read_all
 
 CONFIG = StorageConfig(
     segment_bytes_max=256,
@@ -50,6 +54,7 @@ class SegmentLogMachine(RuleBasedStateMachine):
         self.records: list[bytes] = []
         self.hw = 0
         self.checkpointed_hw = 0
+        self.flushed = 0  # what `flushed_offset` must say
 
     def open(self) -> PartitionLog:
         return PartitionLog(self.dir, "t", 0, CONFIG)
@@ -120,11 +125,14 @@ class SegmentLogMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def truncate(self, data: st.DataObject) -> None:
-        offset = data.draw(st.integers(min_value=self.start, max_value=self.leo))
+        self._truncate(data.draw(st.integers(min_value=self.start, max_value=self.leo)))
+
+    def _truncate(self, offset: int) -> None:
         self.log.truncate_to(offset)
         del self.records[offset - self.start :]
         self.hw = min(self.hw, offset)
         self.checkpointed_hw = min(self.checkpointed_hw, offset)
+        self.flushed = min(self.flushed, offset)
 
     @rule()
     def retention(self) -> None:
@@ -139,7 +147,7 @@ class SegmentLogMachine(RuleBasedStateMachine):
         offset = self.leo + ahead
         self.log.reset_to(offset)
         self.start, self.records = offset, []
-        self.hw = self.checkpointed_hw = offset
+        self.hw = self.checkpointed_hw = self.flushed = offset
 
     @rule()
     def reopen(self) -> None:
@@ -147,6 +155,7 @@ class SegmentLogMachine(RuleBasedStateMachine):
         self.checkpointed_hw = self.hw
         self.verify_offline()
         self.log = self.open()
+        self.flushed = self.leo
         assert self.log.segments_recovered == 0, "a clean stop leaves nothing to recover"
 
     @rule()
@@ -154,6 +163,7 @@ class SegmentLogMachine(RuleBasedStateMachine):
         self.log.crash()
         self.verify_offline()
         self.log = self.open()
+        self.flushed = self.leo  # (the page cache kept it: the process crashed, not the disk)
         self.hw = max(min(self.checkpointed_hw, self.leo), self.start)
 
     @rule()
@@ -162,6 +172,40 @@ class SegmentLogMachine(RuleBasedStateMachine):
         self.log.flush()
         self.log.checkpoint_high_watermark()
         self.checkpointed_hw = self.hw
+        self.flushed = self.leo
+
+    @rule(
+        change=st.sampled_from(["append", "roll", "truncate", "reset"]),
+        data=st.data(),
+        values=st.lists(value_st, min_size=1, max_size=4),
+    )
+    def flush_while_the_log_changes(
+        self, change: str, data: st.DataObject, values: list[bytes]
+    ) -> None:
+        """The group flusher's flush: the fsync runs outside the lock while the owner
+        appends (maybe rolling segments), or a follower's log is truncated or reset."""
+        self.append_single(b"w")  # something to fsync: the change runs inside that fsync
+        covered = self.leo
+        hook = DuringFsync()
+        if change == "append":
+            hook.change = lambda: self.append_batch(values)
+        elif change == "roll":
+            hook.change = lambda: self.append_batch([b"r" * 250, b"s" * 250])
+        elif change == "truncate":
+            offset = data.draw(st.integers(min_value=self.start, max_value=self.leo))
+            hook.change = lambda: self._truncate(offset)
+        else:
+            ahead = data.draw(st.integers(min_value=0, max_value=40))
+            hook.change = lambda: self.reset_past_the_end_like_a_follower_behind_retention(ahead)
+        real = os.fdatasync
+        os.fdatasync = hook
+        try:
+            self.log.flush()
+        finally:
+            os.fdatasync = real
+        assert hook.ran
+        if change in ("append", "roll"):
+            self.flushed = max(self.flushed, covered)  # (a truncation's own rule lowered it)
 
     def verify_offline(self) -> None:
         report = VerifyReport()
@@ -186,6 +230,7 @@ class SegmentLogMachine(RuleBasedStateMachine):
         assert self.log.log_start_offset == self.start
         assert self.log.log_end_offset == self.leo
         assert self.log.high_watermark == self.hw
+        assert self.log.flushed_offset == self.flushed <= self.leo
         for path in self.dir.glob("*.log"):
             size = path.stat().st_size
             assert size <= CONFIG.segment_bytes_max or size <= 312, "segments respect the limit"
@@ -212,6 +257,7 @@ class BudgetedSegmentLogMachine(SegmentLogMachine):
         assert self.log.park() and self.log.parked
         if had_open_files:  # closing files flushes them and checkpoints the HW first
             self.checkpointed_hw = self.hw
+            self.flushed = self.leo
 
     @invariant()
     def the_open_segments_stay_within_the_budget(self) -> None:

@@ -76,11 +76,11 @@ class Failure:
     retry_at: float  # on the manager's clock
 
 
-# Off: measured slower than each write fsyncing its own log (bench/group_flush_inprocess.py
-# --appenders 4: 0.56-0.75 of its rate, the same fsyncs per batch; flush_ratio.py within
-# noise). While a log's fsync holds its lock, the appends that come meanwhile each wait in
-# a thread instead of being merged into the next write; the fsync must first stop holding
-# the log's lock (docs/benchmarks.md, "Group commit across partitions").
+# Off: measured slower than each write fsyncing its own log, also now that a log's fsync
+# no longer holds its lock and the owner holds appends back meanwhile
+# (bench/group_flush_inprocess.py: 0.82 / 0.44 of its rate with 1 / 4 appenders, the same
+# fsyncs per batch; flush_ratio.py on against off in one run: the `always` cluster faster
+# off in 5 of 6 repeats). docs/benchmarks.md, "Group flush in process".
 GROUP_FLUSH = False
 
 
