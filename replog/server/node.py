@@ -99,6 +99,7 @@ from replog.server.peering.leader_news import LeaderNews
 from replog.server.peering.peers import Peers
 from replog.server.peering.replication_transport import (
     CHANNEL_OPTIONS,
+    PRIORITY_CHANNEL_OPTIONS,
     PeerLinks,
     ReplicationService,
     same_incarnation,
@@ -159,6 +160,7 @@ class Node:
             dict(self.roster.dial),
             dialer(settings.tls, CHANNEL_OPTIONS),
             silence_ms=settings.election_timeout_ms,
+            priority_dial=dialer(settings.tls, PRIORITY_CHANNEL_OPTIONS),  # the metadata log's
         )
         data_dir, storage = settings.data_dir, settings.storage_config()
         data_dir.mkdir(parents=True, exist_ok=True)
