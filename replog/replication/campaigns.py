@@ -16,10 +16,27 @@ which the protocol already tolerates; votes, logs and the HW are untouched.
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 
-CAMPAIGNS_PER_S = 50.0  # a node's sustained rate of campaigns started by data partitions
-CAMPAIGNS_BURST = 100  # ... and how many may start at once after a quiet stretch
+from replog.replication.config import ReplicaConfig
+
+CAMPAIGNS_PER_S = 20.0  # a node's sustained rate of campaigns started by data partitions
+CAMPAIGNS_BURST = 50  # ... and how many may start at once after a quiet stretch
+# The metadata log's election timeout (and its leader's check-quorum) is this many times a
+# data partition's: a loaded node's event loop stalls for seconds in a storm, and the
+# metadata log losing its leader to a stall stops every create and delete. Its failover
+# after a real crash takes that much longer (3-6 s at the default 1 s).
+METADATA_PATIENCE = 3
+
+
+def metadata_patience(config: ReplicaConfig) -> ReplicaConfig:
+    """`config` (the node's replica config) for a replica of the metadata log."""
+    return dataclasses.replace(
+        config,
+        election_timeout_ms_min=config.election_timeout_ms_min * METADATA_PATIENCE,
+        election_timeout_ms_max=config.election_timeout_ms_max * METADATA_PATIENCE,
+    )
 
 
 class CampaignBudget:

@@ -50,6 +50,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from replog.errors import ReplogError, UnavailableError
 from replog.replication import FetchRequest, Message
+from replog.replication.campaigns import metadata_patience
 from replog.replication.driver import ReplicaDriver
 from replog.server import logs
 from replog.server.cluster import identity as identities
@@ -222,7 +223,7 @@ class Node:
             identities.floor_replica(metadata_dir(data_dir))
         return MetadataLog(
             PartitionLog(metadata_dir(data_dir), METADATA_TOPIC, 0, settings.storage_config()),
-            settings.replica_config(voters, observers),
+            metadata_patience(settings.replica_config(voters, observers)),
             self.links.transport(METADATA_TOPIC, 0),
             fetch_bytes_max=settings.fetch_bytes_max,
             spawn=self.supervisor.spawn,

@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 from replog.replication import ReplicaConfig, Role
-from replog.replication.campaigns import CampaignBudget, budget_of
+from replog.replication.campaigns import CampaignBudget, budget_of, metadata_patience
 from replog.replication.driver import ReplicaDriver
 from replog.replication.ticker import Ticker
 from replog.storage import PartitionLog
@@ -72,3 +72,10 @@ async def _start_essential(cluster: Cluster, node: int) -> ReplicaDriver:
     cluster.network.attach(node, driver)
     await driver.start()
     return driver
+
+
+def test_the_metadata_log_waits_longer_before_an_election_than_a_data_partition() -> None:
+    config = ReplicaConfig(1, VOTERS, election_timeout_ms_min=1000, election_timeout_ms_max=2000)
+    patient = metadata_patience(config)
+    assert (patient.election_timeout_ms_min, patient.election_timeout_ms_max) == (3000, 6000)
+    assert patient.fetch_retry_ms == config.fetch_retry_ms and patient.voters == VOTERS
