@@ -39,6 +39,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -81,18 +82,44 @@ def start_node(root: Path) -> tuple[subprocess.Popen[bytes], str, str, str]:
 
 
 IN_FLIGHT = "replog_kafka_produce_in_flight_bucket"
+PRODUCE_REQUESTS = 'replog_kafka_requests_total{api="PRODUCE"}'
 
 
-def in_flight_buckets(metrics: str) -> dict[int, float]:
-    """The node's produce in-flight histogram: {le: cumulative count}."""
+def scrape(metrics: str) -> str:
+    """The node's metrics page."""
     with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=30) as reply:
-        text = reply.read().decode()
+        return str(reply.read().decode())
+
+
+def in_flight_buckets(text: str) -> dict[int, float]:
+    """The node's produce in-flight histogram: {le: cumulative count}."""
     out = {}
     for line in text.splitlines():
         if line.startswith(IN_FLIGHT) and "+Inf" not in line:
             le = line.split('le="')[1].split('"')[0]
             out[int(float(le))] = float(line.split()[-1])
     return out
+
+
+def sample(text: str, series: str) -> float:
+    """One series' value in a metrics page (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def records_per_batch(before: str, after: str, topic: str | None, records: int) -> float:
+    """The mean records per batch of a timed produce between two scrapes: Kafka (`topic`
+    None) by the Produce requests answered (one partition each; one was the untimed first
+    record), replog by its topic's log end (an epoch marker, then per idempotent batch a
+    header control record and its records; the untimed first record a batch too)."""
+    if topic is None:
+        batches = sample(after, PRODUCE_REQUESTS) - sample(before, PRODUCE_REQUESTS) - 1
+    else:
+        leo = f'replog_log_end_offset{{partition="0",topic="{topic}"}}'
+        batches = sample(after, leo) - records - 3
+    return records / batches if batches > 0 else 0.0
 
 
 def in_flight_seen(before: dict[int, float], after: dict[int, float]) -> tuple[int, float]:
@@ -264,31 +291,109 @@ def conversion_ms() -> dict[str, tuple[float, float]]:
     }
 
 
+@dataclass
+class Figures:
+    """Every run's figures, per case: (Kafka's, replog's)."""
+
+    rows: dict[str, tuple[list[float], list[float]]] = field(
+        default_factory=lambda: {name: ([], []) for name in UNITS}
+    )
+    # the node's CPU per record in each throughput case (user + system, from /proc): what
+    # the load average does not move much, unlike the records/s
+    cpu: dict[str, tuple[list[float], list[float]]] = field(
+        default_factory=lambda: {name: ([], []) for name in CPU_CASES}
+    )
+    # Produce requests in flight as each was read, per Kafka produce case: (most, mean)
+    in_flight: dict[str, list[tuple[int, float]]] = field(
+        default_factory=lambda: {name: [] for name in KAFKA_PRODUCE_CASES}
+    )
+    # records per batch (Kafka: per Produce request; replog: per append)
+    batch: dict[str, tuple[list[float], list[float]]] = field(
+        default_factory=lambda: {name: ([], []) for name in BATCH_CASES}
+    )
+
+
+UNITS = {
+    "kafka_produce": "records/s",
+    "kafka_produce_one_in_flight": "records/s",
+    "kafka_produce_pipelined": "records/s",
+    "kafka_consume": "records/s",
+    "kafka_latency": "ms",
+}
+CPU_CASES = ("kafka_produce", "kafka_produce_pipelined", "kafka_consume")
+KAFKA_PRODUCE_CASES = ("kafka_produce", "kafka_produce_pipelined")
+BATCH_CASES = ("kafka_produce", "kafka_produce_one_in_flight", "kafka_produce_pipelined")
+
+
+def one_run(
+    run: int, records: int, client: Client, node: tuple[int, str, str], figures: Figures
+) -> None:
+    """Every case once, Kafka then replog, on new topics. `node`: (pid, Kafka address,
+    metrics address)."""
+    pid, kafka, metrics = node
+    k, r, r1 = f"k{run}", f"r{run}", f"r1{run}"
+    kp, rp = f"kp{run}", f"rp{run}"
+    for name in (k, r, r1, kp, rp):
+        client.create_topic(name, 1)
+    rows = figures.rows
+    cases: list[tuple[str, Callable[[], float], Callable[[], float], str]] = [
+        (
+            "kafka_produce",
+            partial(kafka_produce, kafka, k, records),
+            partial(replog_produce, client, r, records),
+            r,
+        ),
+        (  # the kafka_produce figure of this run, not measured again
+            "kafka_produce_one_in_flight",
+            lambda: rows["kafka_produce"][0][-1],
+            partial(replog_produce, client, r1, records, in_flight=1),
+            r1,
+        ),
+        (
+            "kafka_produce_pipelined",
+            partial(kafka_produce, kafka, kp, records, idempotent=False),
+            partial(replog_produce, client, rp, records),
+            rp,
+        ),
+        (
+            "kafka_consume",
+            partial(kafka_consume, kafka, k, records),
+            partial(replog_consume, client, r, records),
+            r,
+        ),
+        (
+            "kafka_latency",
+            partial(kafka_latency_ms, kafka, k),
+            partial(replog_latency_ms, client, r),
+            r,
+        ),
+    ]
+    for name, ours, theirs, replog_topic in cases:
+        for side, case in enumerate((ours, theirs)):
+            measured = not (name == "kafka_produce_one_in_flight" and side == 0)
+            cpu_before, before = server_cpu_s(pid), scrape(metrics)
+            rows[name][side].append(case())
+            after = scrape(metrics)
+            if name in figures.cpu:
+                used = server_cpu_s(pid) - cpu_before
+                figures.cpu[name][side].append(used * 1e6 / records)
+            if name in figures.in_flight and side == 0:
+                seen = in_flight_seen(in_flight_buckets(before), in_flight_buckets(after))
+                figures.in_flight[name].append(seen)
+            if name in figures.batch and measured:
+                topic = None if side == 0 else replog_topic
+                per = records_per_batch(before, after, topic, records)
+                figures.batch[name][side].append(per)
+        log(f"run {run}: {name} kafka {rows[name][0][-1]:.1f} replog {rows[name][1][-1]:.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=30_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    rows: dict[str, tuple[list[float], list[float]]] = {
-        "kafka_produce": ([], []),
-        "kafka_produce_one_in_flight": ([], []),
-        "kafka_produce_pipelined": ([], []),
-        "kafka_consume": ([], []),
-        "kafka_latency": ([], []),
-    }
-    # Produce requests in flight as each was read, per Kafka produce case: (most, mean)
-    in_flight: dict[str, list[tuple[int, float]]] = {
-        "kafka_produce": [],
-        "kafka_produce_pipelined": [],
-    }
-    # the node's CPU per record in each throughput case (user + system, from /proc): what
-    # the load average does not move much, unlike the records/s
-    cpu: dict[str, tuple[list[float], list[float]]] = {
-        "kafka_produce": ([], []),
-        "kafka_produce_pipelined": ([], []),
-        "kafka_consume": ([], []),
-    }
+    figures = Figures()
     convert = conversion_ms()
     for name, (ours, before) in convert.items():
         log(f"{name}: columnar {ours:.1f} ms, per record {before:.1f} ms")
@@ -298,79 +403,50 @@ def main() -> None:
         try:
             with Client(address, timeout_s=60) as client:
                 for run in range(args.runs):
-                    k, r, r1 = f"k{run}", f"r{run}", f"r1{run}"
-                    kp, rp = f"kp{run}", f"rp{run}"
-                    for name in (k, r, r1, kp, rp):
-                        client.create_topic(name, 1)
-                    cases: list[tuple[str, Callable[[], float], Callable[[], float]]] = [
-                        (
-                            "kafka_produce",
-                            partial(kafka_produce, kafka, k, args.records),
-                            partial(replog_produce, client, r, args.records),
-                        ),
-                        (  # the kafka_produce figure of this run, not measured again
-                            "kafka_produce_one_in_flight",
-                            lambda: rows["kafka_produce"][0][-1],
-                            partial(replog_produce, client, r1, args.records, in_flight=1),
-                        ),
-                        (
-                            "kafka_produce_pipelined",
-                            partial(kafka_produce, kafka, kp, args.records, idempotent=False),
-                            partial(replog_produce, client, rp, args.records),
-                        ),
-                        (
-                            "kafka_consume",
-                            partial(kafka_consume, kafka, k, args.records),
-                            partial(replog_consume, client, r, args.records),
-                        ),
-                        (
-                            "kafka_latency",
-                            partial(kafka_latency_ms, kafka, k),
-                            partial(replog_latency_ms, client, r),
-                        ),
-                    ]
-                    for name, ours, theirs in cases:
-                        for side, case in enumerate((ours, theirs)):
-                            before = server_cpu_s(proc.pid)
-                            buckets = in_flight_buckets(metrics)
-                            rows[name][side].append(case())
-                            if name in cpu:
-                                used = server_cpu_s(proc.pid) - before
-                                cpu[name][side].append(used * 1e6 / args.records)
-                            if name in in_flight and side == 0:
-                                seen = in_flight_seen(buckets, in_flight_buckets(metrics))
-                                in_flight[name].append(seen)
-                        log(f"run {run}: {name} kafka {rows[name][0][-1]:.1f} "
-                            f"replog {rows[name][1][-1]:.1f}")  # fmt: skip
+                    one_run(run, args.records, client, (proc.pid, kafka, metrics), figures)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
-    units = {
-        "kafka_produce": "records/s",
-        "kafka_produce_one_in_flight": "records/s",
-        "kafka_produce_pipelined": "records/s",
-        "kafka_consume": "records/s",
-        "kafka_latency": "ms",
-    }
     results = [
-        Result(name, statistics.median(k), units[name], statistics.median(r))
-        for name, (k, r) in rows.items()
+        Result(name, statistics.median(k), UNITS[name], statistics.median(r))
+        for name, (k, r) in figures.rows.items()
     ]
     for result in results:
         emit(result)
     if not args.no_write:
-        write_section(HEADING, _section(args, info, results, rows, convert, cpu, in_flight))
+        write_section(HEADING, _section(args, info, results, figures, convert))
+
+
+BOUNDS = (  # the section's note on what bounds each case
+    "What bounds each case. Produce: librdkafka's idempotent producer sends a",
+    "partition's next ProduceRequest only once the previous one is answered, whatever",
+    "`max.in.flight` says (librdkafka PR #4989, open; the histogram above: 1), so its",
+    "throughput is one batch per round trip, and the records that arrive meanwhile fill",
+    "the next one to librdkafka's 1 MB: the edge's decode and envelopes, then the append",
+    "(write, a roll of the default 1 MiB segment, fsync), then the answer and",
+    "librdkafka's next batch, one after the other. replog's `Producer` streams up to 5",
+    "batches at once, their writes and fsyncs overlapping; `kafka_produce_one_in_flight`",
+    "holds it to one batch in flight as librdkafka's: it then sends smaller batches",
+    "(linger 5 ms closes them; the batch line above) whose appends rarely roll a",
+    "segment, so it is not the same round trip either. With its defaults (not",
+    "idempotent) librdkafka pipelines, and the listener overlaps its requests (the",
+    "histogram: up to 5 in flight). Consume: both read",
+    "1 MiB per request, one request at a time; the edge adds the conversion below and",
+    "the Kafka framing. On a loaded machine every wake-up waits for a core, which",
+    "costs the one-in-flight produce most: compare ratios only within a run, and mind",
+    "the load average below.",
+    "",
+)
 
 
 def _section(
     args: Any,
     info: dict[str, str],
     results: list[Result],
-    rows: dict[str, Any],
+    figures: Figures,
     convert: dict[str, tuple[float, float]],
-    cpu: dict[str, tuple[list[float], list[float]]],
-    in_flight: dict[str, list[tuple[int, float]]],
 ) -> str:
+    rows, cpu, in_flight = figures.rows, figures.cpu, figures.in_flight
     lines = [
         f"`.venv/bin/python bench/kafka_listener.py --records {args.records} --runs {args.runs}`",
         "",
@@ -413,21 +489,17 @@ def _section(
         ),
         "the listener serves up to 5 at once, their appends in order per partition.",
         "",
-        "What bounds each case. Produce: librdkafka's idempotent producer sends a",
-        "partition's next ProduceRequest only once the previous one is answered, whatever",
-        "`max.in.flight` says (librdkafka PR #4989, open; the histogram above), so its",
-        "throughput is one batch (about 8,000 of these records, 1 MB) per round trip: the",
-        "edge's decode and envelopes, then the append (write, a segment roll at the default",
-        "1 MiB segments, fsync), then the answer, one after the other. replog's `Producer`",
-        "streams 5 batches at once, their writes and fsyncs overlapping;",
-        "`kafka_produce_one_in_flight` holds it to librdkafka's one batch in flight: the",
-        "ceiling for this client's discipline. With its defaults (not idempotent)",
-        "librdkafka pipelines and the listener overlaps its requests. Consume: both read",
-        "1 MiB per request, one request at a time; the edge adds the conversion below and",
-        "the Kafka framing. On a loaded machine every wake-up waits for a core, which",
-        "costs the one-in-flight produce most: compare ratios only within a run, and mind",
-        "the load average below.",
+        "Records per batch (median of the runs; Kafka: per Produce request, replog: per",
+        "append), Kafka / replog:",
+        *(
+            f"{name} "
+            + (f"{statistics.median(k):.0f}" if k else "-")
+            + f" / {statistics.median(r):.0f}"
+            + (";" if name != BATCH_CASES[-1] else ".")
+            for name, (k, r) in figures.batch.items()
+        ),
         "",
+        *BOUNDS,
         f"The edge's conversions of one batch of {CONVERT_RECORDS} such records, in the bench's",
         "process (no server; median ms of 11, the two codecs interleaved): the columnar",
         "codec (`replog/kafka/columns.py`) against the per-record one it replaced for",
