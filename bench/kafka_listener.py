@@ -15,6 +15,9 @@ per case, records of a 16 B key and a 100 B value, acks=all, idempotent producer
   what librdkafka's idempotent producer does (see below), so a ceiling for the edge;
 * `kafka_produce_pipelined`: the same with librdkafka's defaults (acks=all, not idempotent,
   up to `max.in.flight` requests pipelined), against the same anchor;
+* `kafka_produce_3_partitions`: idempotent librdkafka as in `kafka_produce`, but record i
+  to partition i % 3 of a 3-partition topic (one request in flight per partition: up to
+  3 at once), against the `Producer` doing the same;
 * `kafka_consume`: librdkafka's consumer (assign, from the beginning) reading them back,
   records/s from its first records on (its connection and first fetch not timed);
   `ceiling` = the Python client's `fetch` loop (1 MiB per fetch);
@@ -140,9 +143,12 @@ def server_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def kafka_produce(kafka: str, topic: str, records: int, idempotent: bool = True) -> float:
+def kafka_produce(
+    kafka: str, topic: str, records: int, idempotent: bool = True, partitions: int = 1
+) -> float:
     """librdkafka's producer, idempotent (one request in flight per partition) or with its
-    own defaults (acks=all, not idempotent, requests pipelined)."""
+    own defaults (acks=all, not idempotent, requests pipelined); record i to partition
+    i % `partitions`."""
     import confluent_kafka
 
     producer = confluent_kafka.Producer(
@@ -151,13 +157,13 @@ def kafka_produce(kafka: str, topic: str, records: int, idempotent: bool = True)
     producer.list_topics(topic, timeout=30)
     # connected, metadata known, its producer id acquired (the process's first idempotent
     # producer waited about 0.5 s for it): one record acknowledged first, not timed
-    producer.produce(topic, key=KEY, value=VALUE)
+    producer.produce(topic, key=KEY, value=VALUE, partition=0)
     assert producer.flush(60) == 0
     start = time.perf_counter()
-    for _ in range(records):
+    for i in range(records):
         while True:
             try:
-                producer.produce(topic, key=KEY, value=VALUE)
+                producer.produce(topic, key=KEY, value=VALUE, partition=i % partitions)
                 break
             except BufferError:
                 producer.poll(0.01)
@@ -165,13 +171,15 @@ def kafka_produce(kafka: str, topic: str, records: int, idempotent: bool = True)
     return records / (time.perf_counter() - start)
 
 
-def replog_produce(client: Client, topic: str, records: int, in_flight: int = 5) -> float:
+def replog_produce(
+    client: Client, topic: str, records: int, in_flight: int = 5, partitions: int = 1
+) -> float:
     producer = client.producer(topic, linger_ms=5, partition_in_flight_max=in_flight)
     producer.send(VALUE, key=KEY, partition=0)  # as librdkafka's: one record first
     producer.flush(60)
     start = time.perf_counter()
-    for _ in range(records):
-        producer.send(VALUE, key=KEY, partition=0)
+    for i in range(records):
+        producer.send(VALUE, key=KEY, partition=i % partitions)
     producer.flush(120)
     return records / (time.perf_counter() - start)
 
@@ -317,11 +325,17 @@ UNITS = {
     "kafka_produce": "records/s",
     "kafka_produce_one_in_flight": "records/s",
     "kafka_produce_pipelined": "records/s",
+    "kafka_produce_3_partitions": "records/s",
     "kafka_consume": "records/s",
     "kafka_latency": "ms",
 }
-CPU_CASES = ("kafka_produce", "kafka_produce_pipelined", "kafka_consume")
-KAFKA_PRODUCE_CASES = ("kafka_produce", "kafka_produce_pipelined")
+CPU_CASES = (
+    "kafka_produce",
+    "kafka_produce_pipelined",
+    "kafka_produce_3_partitions",
+    "kafka_consume",
+)
+KAFKA_PRODUCE_CASES = ("kafka_produce", "kafka_produce_pipelined", "kafka_produce_3_partitions")
 BATCH_CASES = ("kafka_produce", "kafka_produce_one_in_flight", "kafka_produce_pipelined")
 
 
@@ -335,6 +349,9 @@ def one_run(
     kp, rp = f"kp{run}", f"rp{run}"
     for name in (k, r, r1, kp, rp):
         client.create_topic(name, 1)
+    k3, r3 = f"k3{run}", f"r3{run}"
+    for name in (k3, r3):
+        client.create_topic(name, 3)
     rows = figures.rows
     cases: list[tuple[str, Callable[[], float], Callable[[], float], str]] = [
         (
@@ -354,6 +371,12 @@ def one_run(
             partial(kafka_produce, kafka, kp, records, idempotent=False),
             partial(replog_produce, client, rp, records),
             rp,
+        ),
+        (
+            "kafka_produce_3_partitions",
+            partial(kafka_produce, kafka, k3, records, partitions=3),
+            partial(replog_produce, client, r3, records, partitions=3),
+            r3,
         ),
         (
             "kafka_consume",
@@ -430,7 +453,9 @@ BOUNDS = (  # the section's note on what bounds each case
     "(linger 5 ms closes them; the batch line above) whose appends rarely roll a",
     "segment, so it is not the same round trip either. With its defaults (not",
     "idempotent) librdkafka pipelines, and the listener overlaps its requests (the",
-    "histogram: up to 5 in flight). Consume: both read",
+    "histogram: up to 5 in flight); so it does for the idempotent producer writing to",
+    "several partitions (`kafka_produce_3_partitions`: a request per partition at once).",
+    "Consume: both read",
     "1 MiB per request, one request at a time; the edge adds the conversion below and",
     "the Kafka framing. On a loaded machine every wake-up waits for a core, which",
     "costs the one-in-flight produce most: compare ratios only within a run, and mind",
@@ -450,7 +475,8 @@ def _section(
     lines = [
         f"`.venv/bin/python bench/kafka_listener.py --records {args.records} --runs {args.runs}`",
         "",
-        "One node, flush=always, one partition per case, 16 B keys and 100 B values, acks=all,",
+        "One node, flush=always, one partition per case (three in `kafka_produce_3_partitions`,",
+        "record i to partition i % 3 on both sides), 16 B keys and 100 B values, acks=all,",
         "idempotent producers but in `kafka_produce_pipelined` (librdkafka's own defaults:",
         "not idempotent, requests pipelined; replog's `Producer` is the same anchor). Both",
         "sides batch alike: librdkafka 1,000,000 bytes or 10,000 records, linger 5 ms;",
