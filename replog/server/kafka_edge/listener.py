@@ -200,7 +200,7 @@ class KafkaMetrics:
             "replog_kafka_produce_in_flight",
             "a connection's Produce requests being answered as one more is read (that one "
             "included): how far a client pipelines its Produce requests (librdkafka's "
-            "idempotent producer: 1, whatever max.in.flight says)",
+            "idempotent producer: one per partition, whatever max.in.flight says)",
             buckets=tuple(range(1, pipeline.PRODUCE_IN_FLIGHT_MAX + 1)),
             registry=registry,
         )
