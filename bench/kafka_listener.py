@@ -430,6 +430,7 @@ def main() -> None:
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
+    info["load average (1/5/15 min) at the end"] = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     results = [
         Result(name, statistics.median(k), UNITS[name], statistics.median(r))
         for name, (k, r) in figures.rows.items()
@@ -464,6 +465,24 @@ BOUNDS = (  # the section's note on what bounds each case
 )
 
 
+def table_rows(results: list[Result], rows: dict[str, Any]) -> list[str]:
+    """The table's row of each case: medians, their ratio, each run's ratio, the runs."""
+    lines = []
+    for r in results:
+        assert r.ceiling is not None
+        k, p = rows[r.bench]
+        fmt = "{:.2f}" if r.unit == "ms" else "{:.0f}"
+        runs = " ".join(map(fmt.format, k)) + " / " + " ".join(map(fmt.format, p))
+        ratio = r.value / r.ceiling if r.unit != "ms" else r.ceiling / r.value
+        per_run = [a / b if r.unit != "ms" else b / a for a, b in zip(k, p, strict=True)]
+        each = " ".join(f"{x:.2f}" for x in per_run)
+        lines.append(
+            f"| {r.bench} ({r.unit}) | {r.value:.1f} | {r.ceiling:.1f} | {ratio:.2f}x "
+            f"| {each} (median {statistics.median(per_run):.2f}x) | {runs} |"
+        )
+    return lines
+
+
 def _section(
     args: Any,
     info: dict[str, str],
@@ -484,21 +503,15 @@ def _section(
         "Kafka = librdkafka (confluent-kafka) through `--kafka-listen`;",
         "replog = replog's Python client in the same run (the anchor). Medians of the runs.",
         "",
-        "| case | Kafka listener | replog client | ratio | runs (Kafka / replog) |",
-        "|---|---|---|---|---|",
+        "| case | Kafka listener | replog client | ratio | ratio per run | runs (Kafka / replog) |",
+        "|---|---|---|---|---|---|",
     ]
-    for r in results:
-        assert r.ceiling is not None
-        k, p = rows[r.bench]
-        fmt = "{:.2f}" if r.unit == "ms" else "{:.0f}"
-        runs = " ".join(map(fmt.format, k)) + " / " + " ".join(map(fmt.format, p))
-        ratio = r.value / r.ceiling if r.unit != "ms" else r.ceiling / r.value
-        lines.append(
-            f"| {r.bench} ({r.unit}) | {r.value:.1f} | {r.ceiling:.1f} | {ratio:.2f}x | {runs} |"
-        )
+    lines += table_rows(results, rows)
     lines += [
         "",
-        "Ratio: Kafka over replog (for latency, replog over Kafka: higher is better).",
+        "Ratio: Kafka over replog (for latency, replog over Kafka: higher is better), of the",
+        "medians, and in each run (its two sides measured one after the other: the load",
+        "moves them alike more than it moves runs apart).",
         "",
         "The node's CPU per record (user + system, median of the runs), Kafka / replog:",
         *(
