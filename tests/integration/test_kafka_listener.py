@@ -596,22 +596,26 @@ def test_pipelined_idempotent_produces_append_in_order_and_are_answered_in_order
 ) -> None:
     """Eight Produce requests sent back to back (more than the 5 a connection answers at
     once) before reading any answer, then a Metadata request: the answers come in request
-    order, each batch at the offsets after the one before, in sequence."""
+    order, each batch at the offsets after the one before, in sequence; the listener had
+    several of them in flight at once (`replog_kafka_produce_in_flight`)."""
     topic = new_topic(server)
+    before = _series(server.metrics(), "replog_kafka_produce_in_flight")
     with _connect(server) as sock:
         ids = _request(sock, ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None})
         pid, epoch = ids["producer_id"], ids["producer_epoch"]
+        sent = []  # one write: the requests reach the listener together
         for n in range(8):
             rows = [(None, b"%d-%d" % (n, i), T0, []) for i in range(50)]
             records = encode_batch(
                 batch_of(0, rows, producer_id=pid, producer_epoch=epoch, base_sequence=50 * n)
             )
             header = RequestHeader(ApiKey.PRODUCE, 9, 100 + n, "pipelined")
-            sock.sendall(protocol.encode_request(header, _produce_body(topic, records)))
-        sock.sendall(protocol.encode_request(RequestHeader(ApiKey.METADATA, 12, 200, "m"), {
+            sent.append(protocol.encode_request(header, _produce_body(topic, records)))
+        sent.append(protocol.encode_request(RequestHeader(ApiKey.METADATA, 12, 200, "m"), {
             "topics": [], "allow_auto_topic_creation": False,
             "include_topic_authorized_operations": False,
         }))  # fmt: skip
+        sock.sendall(b"".join(sent))
         bases = []
         for n in range(8):
             size = struct.unpack(">i", _read(sock, 4))[0]
@@ -624,5 +628,18 @@ def test_pipelined_idempotent_produces_append_in_order_and_are_answered_in_order
         assert protocol.decode_response(ApiKey.METADATA, 12, _read(sock, size))[0] == 200
     # each batch after the one before (a control record may sit between them)
     assert bases == sorted(bases) and len(set(bases)) == 8
+    after = _series(server.metrics(), "replog_kafka_produce_in_flight")
+    seen = {k: after[k] - before.get(k, 0.0) for k in after}  # this test's 8 requests
+    assert seen["_count"] == 8
+    assert seen['_bucket{le="1.0"}'] < 8, "some were read while others were in flight"
     values = [r.value for r in read_grpc(client, topic, 400)]
     assert values == [b"%d-%d" % (n, i) for n in range(8) for i in range(50)]
+
+
+def _series(metrics: str, name: str) -> dict[str, float]:
+    """`name`'s samples in a metrics page: {suffix and labels: value}."""
+    return {
+        line.split()[0][len(name) :]: float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith(name)
+    }

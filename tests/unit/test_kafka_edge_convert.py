@@ -6,7 +6,10 @@ request can meet maps to the Kafka code clients retry on."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from replog import errors, frames, records
 from replog.kafka.compression import Compression
@@ -20,7 +23,7 @@ from replog.kafka.records import (
     encode_batch,
 )
 from replog.replication.producers import BatchHeader
-from replog.server.kafka_edge.convert import batch_of_frames, values_of
+from replog.server.kafka_edge.convert import batch_of_frames, cut, values_of
 from replog.server.kafka_edge.errors import REASON_CODES, code_of
 
 T0 = 1_700_000_000_000
@@ -77,6 +80,25 @@ def test_null_values_are_tombstones_both_ways_on_envelope_topics() -> None:
             (b"k2", b""),
             (b"k3", b"v"),
         ]
+
+
+@given(
+    st.lists(  # runs of equally long values (trailing NUL bytes kept), or many shapes
+        st.tuples(st.integers(1, 40), st.integers(0, 80)), min_size=0, max_size=6
+    ),
+    st.booleans(),
+)
+def test_cut_gives_back_each_value_whole_by_runs_or_by_slices(
+    runs: list[tuple[int, int]], jagged: bool
+) -> None:
+    values = [
+        bytes([i % 7, 0]) * size + b"\0"  # never empty; NUL last: numpy must not strip it
+        for r, (size, count) in enumerate(runs)
+        for i in range(count)
+        for size in [size + (i % 3 if jagged else 0) + r % 2]
+    ]
+    sizes = np.array([len(v) for v in values], dtype=np.int64)
+    assert cut(b"".join(values), sizes) == values
 
 
 def test_frames_become_one_batch_with_replog_offsets_and_gaps_for_control_records() -> None:

@@ -288,19 +288,15 @@ class Apis:
             if batch.transactional or batch.control:
                 raise InvalidRecordError("transactional and control batches are not served")
             meta = await self.router.topic(topic)
-            request = log_pb2.AppendRequest(
-                topic=topic,
-                partition=index,
-                values=values_of(batch, meta.format == ENVELOPE),
-                acks=acks,
-            )
+            values = values_of(batch, meta.format == ENVELOPE)  # (not copied into `request`)
+            request = log_pb2.AppendRequest(topic=topic, partition=index, acks=acks)
             if batch.producer_id >= 0:
                 if batch.producer_epoch < 0 or batch.base_sequence < 0:
                     raise InvalidArgumentError("an idempotent batch needs an epoch and a sequence")
                 request.producer_id = batch.producer_id
                 request.producer_epoch = batch.producer_epoch
                 request.base_sequence = batch.base_sequence
-            return out, await self.node.log_service.prepare_append(request)
+            return out, await self.node.log_service.prepare_append(request, values)
         except ReplogError as exc:
             return out | {"error_code": code_of(exc), "error_message": str(exc)[:200]}, None
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from replog import frames, records
 from replog.errors import InvalidRecordError
-from replog.kafka.columns import Columns, Gen, Span, assemble, encode_spans
+from replog.kafka.columns import RUN_RECORDS_MIN, Columns, Gen, Span, assemble, encode_spans
 from replog.kafka.records import (
     Header,
     Record,
@@ -102,9 +102,30 @@ def _values_of_columns(cols: Columns, base_timestamp: int, envelope: bool) -> li
         cols.payload,
         [heads, Span(cols.key_starts, key_bytes), Span(cols.value_starts, value_bytes)],
     )
-    flat = out.tobytes()
-    ends = np.cumsum(sizes)
-    return list(map(flat.__getitem__, map(slice, (ends - sizes).tolist(), ends.tolist())))
+    return cut(out.tobytes(), sizes)
+
+
+def cut(flat: bytes, sizes: np.ndarray) -> list[bytes]:
+    """`flat` cut into one `bytes` of each size (sizes > 0, summing to its length): a run
+    of equal sizes by numpy (its rows as a void array, `tolist`: the bytes made in C, half
+    the time of a slice each), many shapes by a slice each."""
+    n = len(sizes)
+    if n == 0:
+        return []
+    cuts = (np.flatnonzero(sizes[1:] != sizes[:-1]) + 1).tolist()
+    if len(cuts) * RUN_RECORDS_MIN > n:
+        ends = np.cumsum(sizes).tolist()
+        return [flat[start:end] for start, end in zip([0, *ends[:-1]], ends, strict=True)]
+    out: list[bytes] = []
+    at = 0
+    for first, end in zip([0, *cuts], [*cuts, n], strict=True):
+        size = int(sizes[first])
+        assert size > 0, "an envelope is never empty"
+        rows = np.frombuffer(flat, dtype=f"V{size}", count=end - first, offset=at)
+        out += rows.tolist()
+        at += size * (end - first)
+    assert at == len(flat), "the sizes cover the bytes"
+    return out
 
 
 def batch_of_frames(data: bytes, envelope: bool, leader_epoch: int = -1) -> bytes:

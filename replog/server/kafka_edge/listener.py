@@ -1,9 +1,12 @@
 """The Kafka listener: Kafka's wire protocol on its own port, beside the gRPC listeners.
 
 An asyncio server (`--kafka-listen`, off by default) started and stopped with the node.
-Each connection is served the way a Kafka broker serves one: one request at a time, in
-order (a broker mutes a connection while a request is in flight); requests the client
-pipelines wait in the socket's buffers, so a connection holds at most one request in memory.
+Each connection's requests are answered in order. Produce requests are pipelined: the
+listener reads on past up to `pipeline.PRODUCE_IN_FLIGHT_MAX` unanswered ones, whose appends
+reach each partition in the order sent while their replication and fsyncs overlap
+(pipeline.py); any other request is answered once the answers before it are out, before
+the next one is read (as a Kafka broker serves a connection). A connection holds at most
+that many requests in memory; the rest wait in the socket's buffers.
 
 Bounds and hostile input:
 
@@ -45,7 +48,7 @@ from functools import partial
 from typing import Any
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from replog.errors import InvalidConfigError, UnauthenticatedError, UnavailableError
 from replog.kafka import protocol
@@ -191,6 +194,14 @@ class KafkaMetrics:
             "(a frame or request that does not decode, an API or version not served), "
             "failed (a bug: logged as kafka.failed)",
             ["reason"],
+            registry=registry,
+        )
+        self.produce_in_flight = Histogram(
+            "replog_kafka_produce_in_flight",
+            "a connection's Produce requests being answered as one more is read (that one "
+            "included): how far a client pipelines its Produce requests (librdkafka's "
+            "idempotent producer: one per partition, whatever max.in.flight says)",
+            buckets=tuple(range(1, pipeline.PRODUCE_IN_FLIGHT_MAX + 1)),
             registry=registry,
         )
         self.fetch_sessions = Gauge(
@@ -399,6 +410,7 @@ class KafkaListener:
                     pipeline.PRODUCE_TURN.reset(token)
                 task.add_done_callback(partial(pipeline.settle_after, turn[1]))
                 answers.produce(task, size)
+                self.metrics.produce_in_flight.observe(len(answers.queue))
                 await answers.room()
                 continue
             try:

@@ -68,8 +68,11 @@ def acks_from_wire(value: int) -> Acks:
     return acks
 
 
-def producer_from_wire(request: log_pb2.AppendRequest) -> ProducerBatch | None:
-    """The request's idempotent-producer fields, range-checked (None: not idempotent)."""
+def producer_from_wire(
+    request: log_pb2.AppendRequest, count: int | None = None
+) -> ProducerBatch | None:
+    """The request's idempotent-producer fields, range-checked (None: not idempotent), for
+    a batch of `count` records (default: the request's values)."""
     pid, epoch, seq = request.producer_id, request.producer_epoch, request.base_sequence
     if pid == 0:
         if epoch or seq:
@@ -81,7 +84,7 @@ def producer_from_wire(request: log_pb2.AppendRequest) -> ProducerBatch | None:
         raise InvalidArgumentError(
             "producer_id or producer_epoch out of range", producer_id=pid, producer_epoch=epoch
         )
-    if seq + len(request.values) - 1 > SEQUENCE_MAX:
+    if seq + (len(request.values) if count is None else count) - 1 > SEQUENCE_MAX:
         raise InvalidArgumentError("base_sequence out of range", base_sequence=seq)
     return ProducerBatch(pid, epoch, seq)
 
@@ -131,19 +134,24 @@ class LogService(log_pb2_grpc.LogServicer):
     ) -> AsyncGenerator[log_pb2.AppendStreamResponse, None]:
         return append_stream.answer(self, requests)
 
-    async def prepare_append(self, request: log_pb2.AppendRequest) -> PreparedAppend:
+    async def prepare_append(
+        self, request: log_pb2.AppendRequest, values: list[bytes] | None = None
+    ) -> PreparedAppend:
         """What an append checks before its partition takes it (Append and AppendStream
         alike): a batch, valid acks and producer fields, this node leads the partition
         (NOT_LEADER with the leader hint), the topic's record format.
 
         Each value is taken out of the request once (`list(request.values)`: a Python
         `bytes` per record) and measured once (`values_bytes`, for the metrics and for
-        `ReplicatedPartition.append`'s size check of the batch as a whole)."""
-        values = list(request.values)
+        `ReplicatedPartition.append`'s size check of the batch as a whole).
+
+        `values`: the batch, when the caller holds it as a list already (the Kafka edge's
+        envelopes; `request` then carries none): not copied into the request and out."""
+        values = list(request.values) if values is None else values
         if not values:
             raise EmptyBatchError("an append needs at least one record")
         acks = acks_from_wire(request.acks)
-        producer = producer_from_wire(request)
+        producer = producer_from_wire(request, len(values))
         part = await self.router.leader_replica(request.topic, request.partition)
         values, values_bytes = _as_topic_stores(await self.router.topic(request.topic), values)
         if values_bytes < 0:
