@@ -428,8 +428,9 @@ def jvm_lines(jvm: JvmFloor, streams: list[StreamRun], replog_batch_s: float) ->
         f"{fixed.median:.2f})). That is the design change: a small JVM `MicroBatchStream` that "
         "asks replog for offsets (over replog's Kafka listener's ListOffsets, which a JVM reaches "
         "with no gRPC stack), hands Spark the same partition ranges the Python reader plans, "
-        "and reads them with the Python batch reader's tasks or a JVM reader. Not built: the "
-        "spike measures only the fixed cost it would pay.",
+        "and reads them in JVM tasks (Kafka Fetch requests to the same listener; the estimate "
+        "assumes they read at the Python batch reader's rate). Not built: the spike measures "
+        "only the fixed cost it would pay.",
     ]
 
 
