@@ -26,7 +26,9 @@ def test_the_kafka_listener_bench_prints_each_case_beside_the_replog_client() ->
     lines = [json.loads(line) for line in out.stdout.decode().splitlines()]
     assert {line["bench"]: line["unit"] for line in lines} == {
         "kafka_produce": "records/s",
+        "kafka_produce_one_in_flight": "records/s",
         "kafka_produce_pipelined": "records/s",
+        "kafka_produce_3_partitions": "records/s",
         "kafka_consume": "records/s",
         "kafka_latency": "ms",
     }
