@@ -1,11 +1,13 @@
 """`replog produce TOPIC`: append records read from stdin.
 
 Input is lines (one record per line, the newline removed; a final line without one counts)
-or u32 big-endian length-prefixed values, read in 1 MiB chunks. Records leave in Appends of
-at most `--batch-records` records and `--batch-bytes` bytes of values (librdkafka's
-batch.num.messages and batch.size: each Append costs the client and the server a fixed
-amount, so fewer and larger ones are quicker); a batch that is not full yet waits for the
-next chunk, or the end of the input.
+or u32 big-endian length-prefixed values, read in chunks of what stdin has ready, up to
+1 MiB. Records leave in Appends of at most `--batch-records` records and `--batch-bytes`
+bytes of values (librdkafka's batch.num.messages and batch.size: each Append costs the
+client and the server a fixed amount, so fewer and larger ones are quicker). A batch that is
+not full yet waits for the next chunk only when stdin had a full 1 MiB ready (more is coming
+at once); otherwise it leaves now, so `tail -f log | replog produce T` sends each line as it
+arrives, as kcat does.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import bisect
 import functools
 import itertools
 import os
+import select
 import stat
 import struct
 import sys
@@ -116,22 +119,50 @@ def input_bytes_left(stream: BinaryIO) -> int | None:
         return None
 
 
-def read_lines(stream: BinaryIO) -> Iterator[list[bytes]]:
-    """Chunks of records, one per line (a final line without newline counts)."""
+def read_chunks(stream: BinaryIO) -> Iterator[tuple[bytes, bool]]:
+    """What stdin has ready, up to CHUNK_BYTES at a time, with whether the chunk is full
+    (more input is likely waiting). Never waits for more than one byte: a pipe fed slowly
+    (`tail -f`) gives each write as it comes, a file or a fast pipe gives full chunks."""
+    read1 = getattr(stream, "read1", stream.read)
+    while chunk := read1(CHUNK_BYTES):
+        parts, size = [chunk], len(chunk)
+        while size < CHUNK_BYTES and _ready(stream):
+            more = read1(CHUNK_BYTES - size)
+            if not more:
+                break  # the end of the input: the next read1 says so again
+            parts.append(more)
+            size += len(more)
+        yield b"".join(parts) if len(parts) > 1 else chunk, size >= CHUNK_BYTES
+
+
+def _ready(stream: BinaryIO) -> bool:
+    """Whether a read of `stream` would return at once (a stream without a descriptor, such
+    as BytesIO, always would)."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        return True
+    readable, _, _ = select.select([fd], [], [], 0)
+    return bool(readable)
+
+
+def read_lines(stream: BinaryIO) -> Iterator[tuple[list[bytes], bool]]:
+    """Chunks of records, one per line (a final line without newline counts), each with
+    whether more input was waiting behind it."""
     rest = b""
-    while chunk := stream.read(CHUNK_BYTES):
+    for chunk, full in read_chunks(stream):
         lines = (rest + chunk).split(b"\n")
         rest = lines.pop()
-        if lines:
-            yield lines
+        yield lines, full
     if rest:
-        yield [rest]
+        yield [rest], False
 
 
-def read_length_prefixed(stream: BinaryIO) -> Iterator[list[bytes]]:
-    """Chunks of records framed as u32 big-endian length + value."""
+def read_length_prefixed(stream: BinaryIO) -> Iterator[tuple[list[bytes], bool]]:
+    """Chunks of records framed as u32 big-endian length + value, each with whether more
+    input was waiting behind it."""
     buf = b""
-    while chunk := stream.read(CHUNK_BYTES):
+    for chunk, full in read_chunks(stream):
         buf += chunk
         pos = 0
         values: list[bytes] = []
@@ -142,8 +173,7 @@ def read_length_prefixed(stream: BinaryIO) -> Iterator[list[bytes]]:
             values.append(buf[pos + 4 : pos + 4 + n])
             pos += 4 + n
         buf = buf[pos:]
-        if values:
-            yield values
+        yield values, full
     if buf:
         raise UsageError(f"stdin ends inside a length-prefixed record ({len(buf)} bytes left)")
 
@@ -172,13 +202,14 @@ def cmd_produce(args: argparse.Namespace, stdin: BinaryIO, out: TextIO) -> int:
         count = 0
         sent: list[tuple[int, Future[AppendResult]]] = []
         try:
-            for values in itertools.chain(reader(stdin), [None]):  # None: the input's end
-                for p, batch in split(values or [], values is None):
+            for values, full in itertools.chain(reader(stdin), [(None, False)]):
+                # A batch not yet full waits only while more input is waiting (None: the end).
+                for p, batch in split(values or [], not full):
                     sent.append((p, producer.send_batch(batch, p)))
                 if values is None:
                     break
                 count += len(values)
-                if progress.enabled:
+                if progress.enabled and values:
                     progress.update(
                         len(values), sum(map(len, values)) + framing_bytes * len(values)
                     )
@@ -239,8 +270,9 @@ def batcher(
     """How chunks of input values become (partition, records) batches of at most
     `--batch-records` records and `--batch-bytes` bytes: to `--partition`, to `--key`'s
     partition, by each line's key with `-K` (a line without the delimiter has no key),
-    else round-robin batches. Called with each chunk, then with `last` at the input's end:
-    without keys, the values of a batch not yet full wait for the next chunk."""
+    else round-robin batches. Called with each chunk and `last`, true when no more input
+    is waiting (a slow pipe, or the input's end): without keys, the values of a batch not
+    yet full wait for the next chunk unless `last`."""
     from replog.client import partition_for_key
 
     size, bytes_max = args.batch_records, args.batch_bytes

@@ -6,6 +6,7 @@ import json
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,33 @@ def test_consume_follow_prints_records_as_they_arrive(shared_server: ServerProce
             proc.wait()
     assert proc.returncode == 0, err
     assert out == b"1\n2\n3\n4\n5\n"
+
+
+def test_produce_from_a_pipe_sends_each_line_before_the_pipe_closes(
+    shared_server: ServerProcess,
+) -> None:
+    """`tail -f log | replog produce T`: a line is acknowledged while stdin stays open."""
+    addr = shared_server.address
+    replog("topic", "create", "cli-pipe", address=addr)
+    cmd = [sys.executable, "-m", "replog", "produce", "cli-pipe", "-a", addr]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(b"first\n")
+        proc.stdin.flush()
+        deadline = time.monotonic() + TIMEOUT_S
+        while (seen := replog("consume", "cli-pipe", address=addr).stdout) != b"first\n":
+            assert time.monotonic() < deadline, f"not produced while the pipe is open: {seen!r}"
+            assert proc.poll() is None
+        proc.stdin.write(b"second\n")
+        out, _ = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0
+    assert b"produced 2 records" in out
+    assert replog("consume", "cli-pipe", address=addr).stdout == b"first\nsecond\n"
 
 
 def test_topic_list_describe_and_delete(shared_server: ServerProcess) -> None:

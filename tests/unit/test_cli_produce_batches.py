@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import argparse
+import io
+import os
+import queue
+import threading
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replog.cli.produce import batch_slices, batcher
+from replog.cli.produce import CHUNK_BYTES, batch_slices, batcher, read_lines
 
 
 def args(**options: object) -> argparse.Namespace:
@@ -60,3 +64,24 @@ def test_keyed_lines_batch_per_partition_within_each_chunk() -> None:
         [b"v3", b"v4"],
         [b"plain"],  # no key: the same partition (the only one), the next batch
     ]
+
+
+def test_a_slow_pipe_gives_each_write_as_it_comes_and_a_file_full_chunks() -> None:
+    """`tail -f log | replog produce T`: a line written to a pipe is read (and its batch let
+    go: not `full`) while the pipe stays open; ready input comes in full 1 MiB chunks."""
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(read_fd, "rb") as reader, os.fdopen(write_fd, "wb") as writer:
+        writer.write(b"first\nsecond\npart")
+        writer.flush()
+        got: queue.Queue[tuple[list[bytes], bool]] = queue.Queue()
+        lines = read_lines(reader)
+        thread = threading.Thread(target=lambda: got.put(next(lines)), daemon=True)
+        thread.start()
+        try:
+            assert got.get(timeout=60) == ([b"first", b"second"], False)
+        finally:
+            writer.close()  # the end of the input lets a reader that waited return
+            thread.join(timeout=60)
+        assert list(lines) == [([b"part"], False)]
+    data = io.BytesIO(b"x" * (CHUNK_BYTES - 1) + b"\n" + b"y\n" * 10)
+    assert [(len(values), full) for values, full in read_lines(data)] == [(1, True), (10, False)]
