@@ -24,6 +24,11 @@ back under `files_max` or only busy ones remain.
 
 `files_max_for(soft_limit)` derives the default budget from RLIMIT_NOFILE: half of it goes
 to storage files; the rest stays for sockets, the metadata log, and files opened briefly.
+Among those: a flush outside a log's lock (`PartitionLog.flush`) holds duplicates of the
+`.log` and `.crc` descriptors of each segment it syncs until its fsyncs end; flushes run on
+the node's few flush threads, each over one log's dirty segments (its active one, and those
+rolled since the last flush, which stay open, within the budget, until flushed), so these
+duplicates are bounded by the flush threads, not by the partition count.
 """
 
 from __future__ import annotations
