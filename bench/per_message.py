@@ -82,10 +82,14 @@ KEYS = (
     "fsyncs",
     "log_records",
     "metric_updates",
+    "client_messages_in",
+    "client_messages_out",
 )
+CPROFILE_TOP = 25
 
 
 Config = tuple[str, int, str]  # (tree name, nodes, flush)
+CPROFILES: dict[tuple[int, str, str], list[tuple[str, float, float, float]]] = {}
 
 
 def leader_of(client: Client) -> int:
@@ -115,20 +119,74 @@ def snapshot(count_dir: Path, pid: int) -> dict[str, float]:
     raise RuntimeError(f"node pid {pid} wrote no counts")
 
 
-def node_env(count_dir: Path, tree: Path) -> dict[str, str]:
-    return {"BENCH_COUNT_DIR": str(count_dir), "PYTHONPATH": f"{HOOKS}:{tree}"}
+def node_env(count_dir: Path, tree: Path, cprofile: bool = False) -> dict[str, str]:
+    env = {"BENCH_COUNT_DIR": str(count_dir), "PYTHONPATH": f"{HOOKS}:{tree}"}
+    if cprofile:
+        env["BENCH_CPROFILE"] = "1"
+    return env
+
+
+def cprofile_rows(path: Path, appends: int) -> list[tuple[str, float, float, float]]:
+    """The top functions of one node's cProfile by own time: (function, calls, own us,
+    cumulative us), each per append."""
+    import pstats
+
+    stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    rows = []
+    for (file, line, name), (_cc, calls, tottime, cumtime, _callers) in stats.items():
+        where = "/".join(Path(file).parts[-2:]) if file != "~" else "builtin"
+        rows.append(
+            (
+                f"{name} ({where}:{line})",
+                calls / appends,
+                tottime / appends * 1e6,
+                cumtime / appends * 1e6,
+            )
+        )
+    rows.sort(key=lambda r: -r[2])
+    return rows
+
+
+def ceiling_p50_ms(base: Path, appends: int) -> float:
+    """The same client loop against bench/e2e.py's do-nothing streaming server."""
+    from e2e import Proc
+
+    ready = base / f"ceiling-ready-{time.monotonic_ns()}"
+    proc = Proc(
+        [sys.executable, str(Path(__file__).with_name("e2e.py")), "--ceiling-server", str(ready)],
+        ready,
+    )
+    try:
+        with Client(proc.address) as client:
+            value = os.urandom(VALUE_BYTES)
+            for _ in range(WARMUP):
+                client.append(TOPIC, 0, [value], acks="all")
+            took = []
+            for _ in range(appends):
+                t = time.perf_counter()
+                client.append(TOPIC, 0, [value], acks="all")
+                took.append(time.perf_counter() - t)
+        return statistics.median(took) * 1000
+    finally:
+        proc.stop()
 
 
 def run_config(
-    base: Path, nodes: int, flush: str, appends: int, profile: bool, tree: Path = REPO
+    base: Path,
+    nodes: int,
+    flush: str,
+    appends: int,
+    profile: bool,
+    tree: Path = REPO,
+    cprofile: bool = False,
 ) -> tuple[dict[str, dict[str, float]], float, dict[str, list[tuple[str, float]]]]:
     """Per-append counts by role, the client's p50 (ms), and (with `profile`) the top
-    functions by role."""
+    functions by role (py-spy shares; with `cprofile`, cProfile rows in `CPROFILES`)."""
     data = base / f"n{nodes}-{flush}-{time.monotonic_ns()}"
     count_dir = data / "counts"
     count_dir.mkdir(parents=True)
     saved, cwd = dict(os.environ), os.getcwd()
-    os.environ.update(node_env(count_dir, tree))
+    os.environ.update(node_env(count_dir, tree, cprofile))
     os.chdir(tree)  # `python -m replog` imports the working directory's first
     try:
         cluster = DevCluster(data, nodes=nodes, extra_args=["--flush", flush]).start()
@@ -153,6 +211,15 @@ def run_config(
                 took.append(time.perf_counter() - t)
             after = {i: snapshot(count_dir, pid) for i, pid in pids.items()}
             tops = stop_profiles(spies, leader)
+        if cprofile:
+            for i, pid in pids.items():
+                role = "leader" if i == leader else f"follower {i}"
+                stats = count_dir / f"cprofile-{pid}.pstats"
+                CPROFILES[(nodes, flush, role)] = cprofile_rows(stats, appends)
+                if os.environ.get("BENCH_CPROFILE_KEEP"):  # for pstats browsing
+                    keep = Path(os.environ["BENCH_CPROFILE_KEEP"])
+                    keep.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(stats, keep / f"{nodes}n-{flush}-{role.replace(' ', '')}.pstats")
         roles: dict[str, dict[str, float]] = {}
         followers = [i for i in pids if i != leader]
         for role, ids in (("leader", [leader]), ("follower", followers)):
@@ -229,6 +296,8 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--tree", action="append", default=[], help="NAME=PATH (repeatable)")
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--ceiling", action="store_true", help="the streaming ceiling's p50")
+    parser.add_argument("--cprofile", action="store_true", help="one cProfile run per config")
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in args.tree]
@@ -243,9 +312,15 @@ def main() -> None:
     results: dict[Config, list[dict[str, dict[str, float]]]] = {c: [] for c in configs}
     p50s: dict[Config, list[float]] = {c: [] for c in configs}
     tops: dict[Config, dict[str, list[tuple[str, float]]]] = {}
+    ceilings: list[float] = []
+    loads: list[float] = []
     with bench_tmpdir(args.dir, prefix="permsg-") as base:
         info = machine_info(base)
         for r in range(args.repeats):
+            loads.append(os.getloadavg()[0])
+            if args.ceiling:
+                ceilings.append(ceiling_p50_ms(base, args.appends))
+                log(f"repeat {r + 1}: ceiling p50 {ceilings[-1]:.3f} ms")
             for config in configs if r % 2 == 0 else configs[::-1]:
                 name, nodes, flush = config
                 log(f"repeat {r + 1}: {name} {nodes} node(s), flush={flush}")
@@ -257,6 +332,14 @@ def main() -> None:
                 name, nodes, flush = config
                 log(f"profile: {name} {nodes} node(s), flush={flush}")
                 tops[config] = run_config(base, nodes, flush, args.appends, True, paths[name])[2]
+        if args.cprofile:
+            for name, nodes, flush in configs:
+                log(f"cprofile: {name} {nodes} node(s), flush={flush}")
+                run_config(base, nodes, flush, args.appends, False, paths[name], cprofile=True)
+        loads.append(os.getloadavg()[0])
+    info["load average (1 min) at each repeat's start and at the end"] = " / ".join(
+        f"{x:.2f}" for x in loads
+    )
     table = {}
     for config, runs in results.items():
         name, nodes, flush = config
@@ -274,10 +357,45 @@ def main() -> None:
                     {"p50_ms": statistics.median(p50s[config]), **values},
                 )
             )
-    body = render(args, info, table, p50s, tops)
+    body = render(args, info, table, p50s, tops) + render_extra(args, table, p50s, ceilings)
     print(body, file=sys.stderr)
     if args.write_docs:
-        write_section("## Per-message cost (bench/per_message.py)", body)
+        write_section(SECTION, body)
+
+
+SECTION = "## Where a message's time goes (bench/per_message.py)"
+
+
+def render_extra(args, table, p50s, ceilings) -> str:  # type: ignore[no-untyped-def]
+    lines = []
+    if ceilings:
+        lines += [
+            "",
+            "| p50, the same client loop (`Client.append`, acks=all, 100 B) | ms |",
+            "|---|---:|",
+            f"| do-nothing streaming server (bench/e2e.py's ceiling), median of "
+            f"{len(ceilings)} | {statistics.median(ceilings):.3f} |",
+        ]
+        for (name, nodes, flush), runs in p50s.items():
+            p50 = statistics.median(runs)
+            lines.append(
+                f"| replog {name} {nodes} node(s), flush={flush} "
+                f"({p50 / statistics.median(ceilings):.2f}x the ceiling) | {p50:.3f} |"
+            )
+    for (nodes, flush, role), rows in CPROFILES.items():
+        own = sum(r[2] for r in rows)
+        lines += [
+            "",
+            f"cProfile, {nodes} node(s), flush={flush}, {role}: the event-loop thread's "
+            f"functions by own time per append (profiled run: {own:.0f} us/append of "
+            "Python under the profiler, which inflates each call by about the same)",
+            "",
+            "| function | calls / append | own us / append | cumulative us / append |",
+            "|---|---:|---:|---:|",
+        ]
+        for fn, calls, tot, cum in rows[:CPROFILE_TOP]:
+            lines.append(f"| `{fn}` | {calls:.2f} | {tot:.1f} | {cum:.1f} |")
+    return "\n".join(lines) + "\n"
 
 
 def render(args, info, table, p50s, tops) -> str:  # type: ignore[no-untyped-def]
