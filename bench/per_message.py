@@ -147,28 +147,39 @@ def cprofile_rows(path: Path, appends: int) -> list[tuple[str, float, float, flo
     return rows
 
 
-def ceiling_p50_ms(base: Path, appends: int) -> float:
-    """The same client loop against bench/e2e.py's do-nothing streaming server."""
+def ceiling_run(base: Path, appends: int) -> tuple[float, dict[str, float]]:
+    """The same client loop against bench/e2e.py's do-nothing streaming server, started
+    with the same counting hooks: its p50 (ms) and its counts and CPU per append."""
     from e2e import Proc
 
-    ready = base / f"ceiling-ready-{time.monotonic_ns()}"
-    proc = Proc(
-        [sys.executable, str(Path(__file__).with_name("e2e.py")), "--ceiling-server", str(ready)],
-        ready,
-    )
+    count_dir = base / f"ceiling-{time.monotonic_ns()}"
+    count_dir.mkdir(parents=True)
+    ready = count_dir / "ready"
+    saved = dict(os.environ)
+    os.environ.update(node_env(count_dir, REPO))
+    try:
+        cmd = [sys.executable, str(Path(__file__).with_name("e2e.py")), "--ceiling-server"]
+        proc = Proc([*cmd, str(ready)], ready)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     try:
         with Client(proc.address) as client:
             value = os.urandom(VALUE_BYTES)
             for _ in range(WARMUP):
                 client.append(TOPIC, 0, [value], acks="all")
+            before = snapshot(count_dir, proc.proc.pid)
             took = []
             for _ in range(appends):
                 t = time.perf_counter()
                 client.append(TOPIC, 0, [value], acks="all")
                 took.append(time.perf_counter() - t)
-        return statistics.median(took) * 1000
+            after = snapshot(count_dir, proc.proc.pid)
+        counts = {k: (after.get(k, 0) - before.get(k, 0)) / appends for k in KEYS}
+        return statistics.median(took) * 1000, counts
     finally:
         proc.stop()
+        shutil.rmtree(count_dir, ignore_errors=True)
 
 
 def run_config(
@@ -313,13 +324,16 @@ def main() -> None:
     p50s: dict[Config, list[float]] = {c: [] for c in configs}
     tops: dict[Config, dict[str, list[tuple[str, float]]]] = {}
     ceilings: list[float] = []
+    ceiling_counts: list[dict[str, float]] = []
     loads: list[float] = []
     with bench_tmpdir(args.dir, prefix="permsg-") as base:
         info = machine_info(base)
         for r in range(args.repeats):
             loads.append(os.getloadavg()[0])
             if args.ceiling:
-                ceilings.append(ceiling_p50_ms(base, args.appends))
+                p50, counts = ceiling_run(base, args.appends)
+                ceilings.append(p50)
+                ceiling_counts.append(counts)
                 log(f"repeat {r + 1}: ceiling p50 {ceilings[-1]:.3f} ms")
             for config in configs if r % 2 == 0 else configs[::-1]:
                 name, nodes, flush = config
@@ -357,7 +371,9 @@ def main() -> None:
                     {"p50_ms": statistics.median(p50s[config]), **values},
                 )
             )
-    body = render(args, info, table, p50s, tops) + render_extra(args, table, p50s, ceilings)
+    body = render(args, info, table, p50s, tops) + render_extra(
+        args, table, p50s, ceilings, ceiling_counts
+    )
     print(body, file=sys.stderr)
     if args.write_docs:
         write_section(SECTION, body)
@@ -366,21 +382,39 @@ def main() -> None:
 SECTION = "## Where a message's time goes (bench/per_message.py)"
 
 
-def render_extra(args, table, p50s, ceilings) -> str:  # type: ignore[no-untyped-def]
+def render_extra(args, table, p50s, ceilings, ceiling_counts) -> str:  # type: ignore[no-untyped-def]
     lines = []
+    if ceiling_counts:
+        one = [(c, roles) for c, roles in table.items() if c[1] == 1]
+        lines += [
+            "",
+            "The do-nothing streaming server under the same hooks and client loop (medians "
+            f"of {len(ceiling_counts)}), beside each 1-node column above:",
+            "",
+            "| per append | ceiling | "
+            + " | ".join(f"{n} {nodes}n {f}".strip() for (n, nodes, f), _ in one)
+            + " |",
+            "|---|---:|" + "---:|" * len(one),
+        ]
+        for k in ("cpu_us", "loop_passes", "loop_sleeps", "tasks_created", "timers_armed"):
+            ceiling = statistics.median(c[k] for c in ceiling_counts)
+            ours = [f"{roles['leader'][k]:.2f}" for _, roles in one]
+            lines.append(f"| {k} | {ceiling:.2f} | " + " | ".join(ours) + " |")
     if ceilings:
         lines += [
             "",
             "| p50, the same client loop (`Client.append`, acks=all, 100 B) | ms |",
             "|---|---:|",
             f"| do-nothing streaming server (bench/e2e.py's ceiling), median of "
-            f"{len(ceilings)} | {statistics.median(ceilings):.3f} |",
+            f"{len(ceilings)} ({min(ceilings):.3f}-{max(ceilings):.3f}) | "
+            f"{statistics.median(ceilings):.3f} |",
         ]
         for (name, nodes, flush), runs in p50s.items():
             p50 = statistics.median(runs)
             lines.append(
                 f"| replog {name} {nodes} node(s), flush={flush} "
-                f"({p50 / statistics.median(ceilings):.2f}x the ceiling) | {p50:.3f} |"
+                f"({p50 / statistics.median(ceilings):.2f}x the ceiling; runs "
+                f"{', '.join(f'{x:.3f}' for x in runs)}) | {p50:.3f} |"
             )
     for (nodes, flush, role), rows in CPROFILES.items():
         own = sum(r[2] for r in rows)
