@@ -89,7 +89,7 @@ CPROFILE_TOP = 25
 
 
 Config = tuple[str, int, str]  # (tree name, nodes, flush)
-CPROFILES: dict[tuple[int, str, str], list[tuple[str, float, float, float]]] = {}
+CPROFILES: dict[tuple[str, int, str, str], list[tuple[str, float, float, float]]] = {}
 
 
 def leader_of(client: Client) -> int:
@@ -147,6 +147,109 @@ def cprofile_rows(path: Path, appends: int) -> list[tuple[str, float, float, flo
     return rows
 
 
+# Areas of a single-record append on a 1-node leader, inclusive times from a kept cProfile
+# (`BENCH_CPROFILE_KEEP=DIR ... --cprofile`, then `--areas BEFORE.pstats AFTER.pstats`).
+AREAS = [
+    (
+        "append through the replication driver (`ReplicaDriver.append`, all below)",
+        "replication/driver.py",
+        "append",
+        308,
+    ),
+    (
+        "  disk-space check before it (`_check_writable`: `DiskSpace.room_for`, a statvfs "
+        "and a stat at most every 1 ms)",
+        "replication/faults.py",
+        "_check_writable",
+        None,
+    ),
+    (
+        "  the core's step (`Replica.append`: producer check, outputs)",
+        "replication/replica.py",
+        "append",
+        None,
+    ),
+    (
+        "  the outputs performed (`_perform_now`: log write, HW, the ack)",
+        "replication/performing.py",
+        "_perform_now",
+        None,
+    ),
+    (
+        "    of which the log write (`PartitionLog.append_pieces`)",
+        "storage/partition_log.py",
+        "append_pieces",
+        None,
+    ),
+    (
+        "  the next tick scheduled (`_schedule_tick`)",
+        "replication/timing.py",
+        "_schedule_tick",
+        None,
+    ),
+    (
+        "request checks (`LogService.prepare_append`: routing, leadership, envelope check)",
+        "services/log_service.py",
+        "prepare_append",
+        None,
+    ),
+    ("  the envelope check (`records.validate`)", "replog/records.py", "validate", None),
+    ("  the leader lookup (`Router.leader_replica`)", "control/routing.py", "leader_replica", None),
+    ("answers written (`rpc._write`: grpc.aio's write)", "edge/rpc.py", "_write", None),
+    (
+        "request iterator layers (`_Reads.__anext__`, `guard.checked`, `refusing`, "
+        "`admitted`; own time)",
+        "",
+        "",
+        None,
+    ),
+    ("metric updates (prometheus_client; own time)", "prometheus_client/metrics.py", "", None),
+]
+CHAIN = [
+    ("edge/draining.py", "__anext__"),
+    ("edge/guard.py", "checked"),
+    ("groups/internal.py", "refusing"),
+    ("edge/quotas.py", "admitted"),
+]
+
+
+def areas(path: Path) -> tuple[float, dict[str, float]]:
+    """Total own time and each area's time (seconds) in one cProfile."""
+    import pstats
+
+    st = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    total = sum(v[2] for v in st.values())
+    out = {}
+    for label, file, fn, line in AREAS:
+        t = 0.0
+        for (f, ln, n), v in st.items():
+            if not file:
+                t += v[2] if any(a in f and n == b for a, b in CHAIN) else 0
+            elif file in f and (not fn or n == fn) and (line is None or ln == line):
+                t += v[3] if fn else v[2]
+        out[label] = t
+    return total, out
+
+
+def render_areas(before: Path, after: Path, appends: int) -> str:
+    (ta, oa), (tb, ob) = areas(before), areas(after)
+    per = 1e6 / appends
+    lines = [
+        "| where (inclusive, event-loop thread under cProfile) | before: us/append | share "
+        "| after: us/append | share |",
+        "|---|---:|---:|---:|---:|",
+        f"| all Python on the event-loop thread | {ta * per:.0f} | 100 % | {tb * per:.0f} "
+        "| 100 % |",
+    ]
+    for label in oa:
+        shown = "&nbsp;" * (len(label) - len(label.lstrip())) + label.lstrip()
+        lines.append(
+            f"| {shown} | {oa[label] * per:.0f} | {oa[label] / ta:.0%} | {ob[label] * per:.0f} "
+            f"| {ob[label] / tb:.0%} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def ceiling_run(base: Path, appends: int) -> tuple[float, dict[str, float]]:
     """The same client loop against bench/e2e.py's do-nothing streaming server, started
     with the same counting hooks: its p50 (ms) and its counts and CPU per append."""
@@ -190,6 +293,7 @@ def run_config(
     profile: bool,
     tree: Path = REPO,
     cprofile: bool = False,
+    name: str = "",
 ) -> tuple[dict[str, dict[str, float]], float, dict[str, list[tuple[str, float]]]]:
     """Per-append counts by role, the client's p50 (ms), and (with `profile`) the top
     functions by role (py-spy shares; with `cprofile`, cProfile rows in `CPROFILES`)."""
@@ -226,11 +330,13 @@ def run_config(
             for i, pid in pids.items():
                 role = "leader" if i == leader else f"follower {i}"
                 stats = count_dir / f"cprofile-{pid}.pstats"
-                CPROFILES[(nodes, flush, role)] = cprofile_rows(stats, appends)
+                CPROFILES[(name, nodes, flush, role)] = cprofile_rows(stats, appends)
                 if os.environ.get("BENCH_CPROFILE_KEEP"):  # for pstats browsing
                     keep = Path(os.environ["BENCH_CPROFILE_KEEP"])
                     keep.mkdir(parents=True, exist_ok=True)
-                    shutil.copy(stats, keep / f"{nodes}n-{flush}-{role.replace(' ', '')}.pstats")
+                    shutil.copy(
+                        stats, keep / f"{name}{nodes}n-{flush}-{role.replace(' ', '')}.pstats"
+                    )
         roles: dict[str, dict[str, float]] = {}
         followers = [i for i in pids if i != leader]
         for role, ids in (("leader", [leader]), ("follower", followers)):
@@ -310,7 +416,13 @@ def main() -> None:
     parser.add_argument("--ceiling", action="store_true", help="the streaming ceiling's p50")
     parser.add_argument("--cprofile", action="store_true", help="one cProfile run per config")
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument(
+        "--areas", nargs=2, type=Path, default=None, help="BEFORE AFTER .pstats: areas table"
+    )
     args = parser.parse_args()
+    if args.areas:
+        print(render_areas(*args.areas, args.appends))
+        return
     trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in args.tree]
     trees = trees or [("", REPO)]
     paths = dict(trees)
@@ -349,7 +461,9 @@ def main() -> None:
         if args.cprofile:
             for name, nodes, flush in configs:
                 log(f"cprofile: {name} {nodes} node(s), flush={flush}")
-                run_config(base, nodes, flush, args.appends, False, paths[name], cprofile=True)
+                run_config(
+                    base, nodes, flush, args.appends, False, paths[name], cprofile=True, name=name
+                )
         loads.append(os.getloadavg()[0])
     info["load average (1 min) at each repeat's start and at the end"] = " / ".join(
         f"{x:.2f}" for x in loads
@@ -416,11 +530,11 @@ def render_extra(args, table, p50s, ceilings, ceiling_counts) -> str:  # type: i
                 f"({p50 / statistics.median(ceilings):.2f}x the ceiling; runs "
                 f"{', '.join(f'{x:.3f}' for x in runs)}) | {p50:.3f} |"
             )
-    for (nodes, flush, role), rows in CPROFILES.items():
+    for (name, nodes, flush, role), rows in CPROFILES.items():
         own = sum(r[2] for r in rows)
         lines += [
             "",
-            f"cProfile, {nodes} node(s), flush={flush}, {role}: the event-loop thread's "
+            f"cProfile, {name} {nodes} node(s), flush={flush}, {role}: the event-loop thread's "
             f"functions by own time per append (profiled run: {own:.0f} us/append of "
             "Python under the profiler, which inflates each call by about the same)",
             "",
@@ -435,7 +549,10 @@ def render_extra(args, table, p50s, ceilings, ceiling_counts) -> str:  # type: i
 def render(args, info, table, p50s, tops) -> str:  # type: ignore[no-untyped-def]
     lines = [
         "Command: `.venv/bin/python bench/per_message.py "
+        f"--nodes {args.nodes} --flush {args.flush} "
         f"--appends {args.appends} --repeats {args.repeats}{' --profile' if args.profile else ''}"
+        + (" --ceiling" if args.ceiling else "")
+        + (" --cprofile" if args.cprofile else "")
         + "".join(f" --tree {t}" for t in args.tree)
         + " --write-docs`",
         "",
