@@ -82,10 +82,14 @@ KEYS = (
     "fsyncs",
     "log_records",
     "metric_updates",
+    "client_messages_in",
+    "client_messages_out",
 )
+CPROFILE_TOP = 25
 
 
 Config = tuple[str, int, str]  # (tree name, nodes, flush)
+CPROFILES: dict[tuple[str, int, str, str], list[tuple[str, float, float, float]]] = {}
 
 
 def leader_of(client: Client) -> int:
@@ -115,20 +119,189 @@ def snapshot(count_dir: Path, pid: int) -> dict[str, float]:
     raise RuntimeError(f"node pid {pid} wrote no counts")
 
 
-def node_env(count_dir: Path, tree: Path) -> dict[str, str]:
-    return {"BENCH_COUNT_DIR": str(count_dir), "PYTHONPATH": f"{HOOKS}:{tree}"}
+def node_env(count_dir: Path, tree: Path, cprofile: bool = False) -> dict[str, str]:
+    env = {"BENCH_COUNT_DIR": str(count_dir), "PYTHONPATH": f"{HOOKS}:{tree}"}
+    if cprofile:
+        env["BENCH_CPROFILE"] = "1"
+    return env
+
+
+def cprofile_rows(path: Path, appends: int) -> list[tuple[str, float, float, float]]:
+    """The top functions of one node's cProfile by own time: (function, calls, own us,
+    cumulative us), each per append."""
+    import pstats
+
+    stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    rows = []
+    for (file, line, name), (_cc, calls, tottime, cumtime, _callers) in stats.items():
+        where = "/".join(Path(file).parts[-2:]) if file != "~" else "builtin"
+        rows.append(
+            (
+                f"{name} ({where}:{line})",
+                calls / appends,
+                tottime / appends * 1e6,
+                cumtime / appends * 1e6,
+            )
+        )
+    rows.sort(key=lambda r: -r[2])
+    return rows
+
+
+# Areas of a single-record append on a 1-node leader, inclusive times from a kept cProfile
+# (`BENCH_CPROFILE_KEEP=DIR ... --cprofile`, then `--areas BEFORE.pstats AFTER.pstats`).
+AREAS = [
+    (
+        "append through the replication driver (`ReplicaDriver.append`, all below)",
+        "replication/driver.py",
+        "append",
+        308,
+    ),
+    (
+        "  disk-space check before it (`_check_writable`: `DiskSpace.room_for`, a statvfs "
+        "and a stat at most every 1 ms)",
+        "replication/faults.py",
+        "_check_writable",
+        None,
+    ),
+    (
+        "  the core's step (`Replica.append`: producer check, outputs)",
+        "replication/replica.py",
+        "append",
+        None,
+    ),
+    (
+        "  the outputs performed (`_perform_now`: log write, HW, the ack)",
+        "replication/performing.py",
+        "_perform_now",
+        None,
+    ),
+    (
+        "    of which the log write (`PartitionLog.append_pieces`)",
+        "storage/partition_log.py",
+        "append_pieces",
+        None,
+    ),
+    (
+        "  the next tick scheduled (`_schedule_tick`)",
+        "replication/timing.py",
+        "_schedule_tick",
+        None,
+    ),
+    (
+        "request checks (`LogService.prepare_append`: routing, leadership, envelope check)",
+        "services/log_service.py",
+        "prepare_append",
+        None,
+    ),
+    ("  the envelope check (`records.validate`)", "replog/records.py", "validate", None),
+    ("  the leader lookup (`Router.leader_replica`)", "control/routing.py", "leader_replica", None),
+    ("answers written (`rpc._write`: grpc.aio's write)", "edge/rpc.py", "_write", None),
+    (
+        "request iterator layers (`_Reads.__anext__`, `guard.checked`, `refusing`, "
+        "`admitted`; own time)",
+        "",
+        "",
+        None,
+    ),
+    ("metric updates (prometheus_client; own time)", "prometheus_client/metrics.py", "", None),
+]
+CHAIN = [
+    ("edge/draining.py", "__anext__"),
+    ("edge/guard.py", "checked"),
+    ("groups/internal.py", "refusing"),
+    ("edge/quotas.py", "admitted"),
+]
+
+
+def areas(path: Path) -> tuple[float, dict[str, float]]:
+    """Total own time and each area's time (seconds) in one cProfile."""
+    import pstats
+
+    st = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    total = sum(v[2] for v in st.values())
+    out = {}
+    for label, file, fn, line in AREAS:
+        t = 0.0
+        for (f, ln, n), v in st.items():
+            if not file:
+                t += v[2] if any(a in f and n == b for a, b in CHAIN) else 0
+            elif file in f and (not fn or n == fn) and (line is None or ln == line):
+                t += v[3] if fn else v[2]
+        out[label] = t
+    return total, out
+
+
+def render_areas(before: Path, after: Path, appends: int) -> str:
+    (ta, oa), (tb, ob) = areas(before), areas(after)
+    per = 1e6 / appends
+    lines = [
+        "| where (inclusive, event-loop thread under cProfile) | before: us/append | share "
+        "| after: us/append | share |",
+        "|---|---:|---:|---:|---:|",
+        f"| all Python on the event-loop thread | {ta * per:.0f} | 100 % | {tb * per:.0f} "
+        "| 100 % |",
+    ]
+    for label in oa:
+        shown = "&nbsp;" * (len(label) - len(label.lstrip())) + label.lstrip()
+        lines.append(
+            f"| {shown} | {oa[label] * per:.0f} | {oa[label] / ta:.0%} | {ob[label] * per:.0f} "
+            f"| {ob[label] / tb:.0%} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def ceiling_run(base: Path, appends: int) -> tuple[float, dict[str, float]]:
+    """The same client loop against bench/e2e.py's do-nothing streaming server, started
+    with the same counting hooks: its p50 (ms) and its counts and CPU per append."""
+    from e2e import Proc
+
+    count_dir = base / f"ceiling-{time.monotonic_ns()}"
+    count_dir.mkdir(parents=True)
+    ready = count_dir / "ready"
+    saved = dict(os.environ)
+    os.environ.update(node_env(count_dir, REPO))
+    try:
+        cmd = [sys.executable, str(Path(__file__).with_name("e2e.py")), "--ceiling-server"]
+        proc = Proc([*cmd, str(ready)], ready)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    try:
+        with Client(proc.address) as client:
+            value = os.urandom(VALUE_BYTES)
+            for _ in range(WARMUP):
+                client.append(TOPIC, 0, [value], acks="all")
+            before = snapshot(count_dir, proc.proc.pid)
+            took = []
+            for _ in range(appends):
+                t = time.perf_counter()
+                client.append(TOPIC, 0, [value], acks="all")
+                took.append(time.perf_counter() - t)
+            after = snapshot(count_dir, proc.proc.pid)
+        counts = {k: (after.get(k, 0) - before.get(k, 0)) / appends for k in KEYS}
+        return statistics.median(took) * 1000, counts
+    finally:
+        proc.stop()
+        shutil.rmtree(count_dir, ignore_errors=True)
 
 
 def run_config(
-    base: Path, nodes: int, flush: str, appends: int, profile: bool, tree: Path = REPO
+    base: Path,
+    nodes: int,
+    flush: str,
+    appends: int,
+    profile: bool,
+    tree: Path = REPO,
+    cprofile: bool = False,
+    name: str = "",
 ) -> tuple[dict[str, dict[str, float]], float, dict[str, list[tuple[str, float]]]]:
     """Per-append counts by role, the client's p50 (ms), and (with `profile`) the top
-    functions by role."""
+    functions by role (py-spy shares; with `cprofile`, cProfile rows in `CPROFILES`)."""
     data = base / f"n{nodes}-{flush}-{time.monotonic_ns()}"
     count_dir = data / "counts"
     count_dir.mkdir(parents=True)
     saved, cwd = dict(os.environ), os.getcwd()
-    os.environ.update(node_env(count_dir, tree))
+    os.environ.update(node_env(count_dir, tree, cprofile))
     os.chdir(tree)  # `python -m replog` imports the working directory's first
     try:
         cluster = DevCluster(data, nodes=nodes, extra_args=["--flush", flush]).start()
@@ -153,6 +326,17 @@ def run_config(
                 took.append(time.perf_counter() - t)
             after = {i: snapshot(count_dir, pid) for i, pid in pids.items()}
             tops = stop_profiles(spies, leader)
+        if cprofile:
+            for i, pid in pids.items():
+                role = "leader" if i == leader else f"follower {i}"
+                stats = count_dir / f"cprofile-{pid}.pstats"
+                CPROFILES[(name, nodes, flush, role)] = cprofile_rows(stats, appends)
+                if os.environ.get("BENCH_CPROFILE_KEEP"):  # for pstats browsing
+                    keep = Path(os.environ["BENCH_CPROFILE_KEEP"])
+                    keep.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(
+                        stats, keep / f"{name}{nodes}n-{flush}-{role.replace(' ', '')}.pstats"
+                    )
         roles: dict[str, dict[str, float]] = {}
         followers = [i for i in pids if i != leader]
         for role, ids in (("leader", [leader]), ("follower", followers)):
@@ -229,8 +413,16 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--tree", action="append", default=[], help="NAME=PATH (repeatable)")
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--ceiling", action="store_true", help="the streaming ceiling's p50")
+    parser.add_argument("--cprofile", action="store_true", help="one cProfile run per config")
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument(
+        "--areas", nargs=2, type=Path, default=None, help="BEFORE AFTER .pstats: areas table"
+    )
     args = parser.parse_args()
+    if args.areas:
+        print(render_areas(*args.areas, args.appends))
+        return
     trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in args.tree]
     trees = trees or [("", REPO)]
     paths = dict(trees)
@@ -243,9 +435,18 @@ def main() -> None:
     results: dict[Config, list[dict[str, dict[str, float]]]] = {c: [] for c in configs}
     p50s: dict[Config, list[float]] = {c: [] for c in configs}
     tops: dict[Config, dict[str, list[tuple[str, float]]]] = {}
+    ceilings: list[float] = []
+    ceiling_counts: list[dict[str, float]] = []
+    loads: list[float] = []
     with bench_tmpdir(args.dir, prefix="permsg-") as base:
         info = machine_info(base)
         for r in range(args.repeats):
+            loads.append(os.getloadavg()[0])
+            if args.ceiling:
+                p50, counts = ceiling_run(base, args.appends)
+                ceilings.append(p50)
+                ceiling_counts.append(counts)
+                log(f"repeat {r + 1}: ceiling p50 {ceilings[-1]:.3f} ms")
             for config in configs if r % 2 == 0 else configs[::-1]:
                 name, nodes, flush = config
                 log(f"repeat {r + 1}: {name} {nodes} node(s), flush={flush}")
@@ -257,6 +458,16 @@ def main() -> None:
                 name, nodes, flush = config
                 log(f"profile: {name} {nodes} node(s), flush={flush}")
                 tops[config] = run_config(base, nodes, flush, args.appends, True, paths[name])[2]
+        if args.cprofile:
+            for name, nodes, flush in configs:
+                log(f"cprofile: {name} {nodes} node(s), flush={flush}")
+                run_config(
+                    base, nodes, flush, args.appends, False, paths[name], cprofile=True, name=name
+                )
+        loads.append(os.getloadavg()[0])
+    info["load average (1 min) at each repeat's start and at the end"] = " / ".join(
+        f"{x:.2f}" for x in loads
+    )
     table = {}
     for config, runs in results.items():
         name, nodes, flush = config
@@ -274,16 +485,74 @@ def main() -> None:
                     {"p50_ms": statistics.median(p50s[config]), **values},
                 )
             )
-    body = render(args, info, table, p50s, tops)
+    body = render(args, info, table, p50s, tops) + render_extra(
+        args, table, p50s, ceilings, ceiling_counts
+    )
     print(body, file=sys.stderr)
     if args.write_docs:
-        write_section("## Per-message cost (bench/per_message.py)", body)
+        write_section(SECTION, body)
+
+
+SECTION = "## Where a message's time goes (bench/per_message.py)"
+
+
+def render_extra(args, table, p50s, ceilings, ceiling_counts) -> str:  # type: ignore[no-untyped-def]
+    lines = []
+    if ceiling_counts:
+        one = [(c, roles) for c, roles in table.items() if c[1] == 1]
+        lines += [
+            "",
+            "The do-nothing streaming server under the same hooks and client loop (medians "
+            f"of {len(ceiling_counts)}), beside each 1-node column above:",
+            "",
+            "| per append | ceiling | "
+            + " | ".join(f"{n} {nodes}n {f}".strip() for (n, nodes, f), _ in one)
+            + " |",
+            "|---|---:|" + "---:|" * len(one),
+        ]
+        for k in ("cpu_us", "loop_passes", "loop_sleeps", "tasks_created", "timers_armed"):
+            ceiling = statistics.median(c[k] for c in ceiling_counts)
+            ours = [f"{roles['leader'][k]:.2f}" for _, roles in one]
+            lines.append(f"| {k} | {ceiling:.2f} | " + " | ".join(ours) + " |")
+    if ceilings:
+        lines += [
+            "",
+            "| p50, the same client loop (`Client.append`, acks=all, 100 B) | ms |",
+            "|---|---:|",
+            f"| do-nothing streaming server (bench/e2e.py's ceiling), median of "
+            f"{len(ceilings)} ({min(ceilings):.3f}-{max(ceilings):.3f}) | "
+            f"{statistics.median(ceilings):.3f} |",
+        ]
+        for (name, nodes, flush), runs in p50s.items():
+            p50 = statistics.median(runs)
+            lines.append(
+                f"| replog {name} {nodes} node(s), flush={flush} "
+                f"({p50 / statistics.median(ceilings):.2f}x the ceiling; runs "
+                f"{', '.join(f'{x:.3f}' for x in runs)}) | {p50:.3f} |"
+            )
+    for (name, nodes, flush, role), rows in CPROFILES.items():
+        own = sum(r[2] for r in rows)
+        lines += [
+            "",
+            f"cProfile, {name} {nodes} node(s), flush={flush}, {role}: the event-loop thread's "
+            f"functions by own time per append (profiled run: {own:.0f} us/append of "
+            "Python under the profiler, which inflates each call by about the same)",
+            "",
+            "| function | calls / append | own us / append | cumulative us / append |",
+            "|---|---:|---:|---:|",
+        ]
+        for fn, calls, tot, cum in rows[:CPROFILE_TOP]:
+            lines.append(f"| `{fn}` | {calls:.2f} | {tot:.1f} | {cum:.1f} |")
+    return "\n".join(lines) + "\n"
 
 
 def render(args, info, table, p50s, tops) -> str:  # type: ignore[no-untyped-def]
     lines = [
         "Command: `.venv/bin/python bench/per_message.py "
+        f"--nodes {args.nodes} --flush {args.flush} "
         f"--appends {args.appends} --repeats {args.repeats}{' --profile' if args.profile else ''}"
+        + (" --ceiling" if args.ceiling else "")
+        + (" --cprofile" if args.cprofile else "")
         + "".join(f" --tree {t}" for t in args.tree)
         + " --write-docs`",
         "",

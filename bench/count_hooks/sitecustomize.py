@@ -27,6 +27,13 @@ What is counted (the names are the JSON keys):
     log_records         log records that reached a handler (`Logger.callHandlers`)
     metric_updates      prometheus_client Counter.inc, Gauge.inc/dec/set,
                         Histogram.observe, Summary.observe
+    client_messages_in  client-call requests read by any handler (`draining._Reads`)
+    client_messages_out client-call answers written by a streaming handler (`rpc._write`)
+
+With `BENCH_CPROFILE=1` as well, the first SIGUSR2 also starts cProfile on the thread that
+handles the signal (the main thread: the event loop's) and the second stops it and writes
+its stats to `$BENCH_COUNT_DIR/cprofile-<pid>.pstats` (per function calls and CPU inside
+the event-loop thread; grpc's own threads are not in it).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ if os.environ.get("BENCH_COUNT_DIR"):
     import selectors
     import signal
     import threading
+    import time
     from collections import Counter
     from pathlib import Path
 
@@ -146,12 +154,41 @@ if os.environ.get("BENCH_COUNT_DIR"):
 
     _rt.ReplicationService._serve = _counted_serve  # type: ignore[method-assign]
 
+    from replog.server.edge import draining as _draining
+    from replog.server.edge import rpc as _rpc
+
+    _wrap(_draining._Reads, "__anext__", "client_messages_in")
+    _wrap(_rpc, "_write", "client_messages_out")
+
+    _profiler = None
+
+    def _toggle_profile(n: int) -> None:
+        global _profiler
+        if not os.environ.get("BENCH_CPROFILE"):
+            return
+        import cProfile
+
+        if n == 0:
+            _profiler = cProfile.Profile(time.thread_time)  # CPU, not waits
+            _profiler.enable()
+        elif _profiler is not None:
+            _profiler.disable()
+            path = Path(os.environ["BENCH_COUNT_DIR"]) / f"cprofile-{os.getpid()}.pstats"
+            _profiler.dump_stats(str(path.with_suffix(".tmp")))
+            path.with_suffix(".tmp").rename(path)
+            _profiler = None
+
     def _dump(_signum: int, _frame: object) -> None:
+        n = next(_dumps)
+        if n > 0:
+            _toggle_profile(n)  # stopped before the counts are written
         snapshot = dict(_counts)
         snapshot["ticker_fired"] = sum(t.fired for t in _tickers)
-        path = Path(os.environ["BENCH_COUNT_DIR"]) / f"counts-{os.getpid()}-{next(_dumps)}.json"
+        path = Path(os.environ["BENCH_COUNT_DIR"]) / f"counts-{os.getpid()}-{n}.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(snapshot))
         tmp.rename(path)
+        if n == 0:
+            _toggle_profile(n)
 
     signal.signal(signal.SIGUSR2, _dump)

@@ -162,3 +162,37 @@ def test_frames_with_runs_and_control_records_decode_in_order(
             expected.append(records.ConsumerRecord(offset, v, k, tuple(h), t))
             offset += 1
     assert records.decode_frames(buf).records() == expected
+
+
+def _outcome(vals: list[bytes], few: int) -> tuple[str, object]:
+    saved = records._FEW
+    records._FEW = few
+    try:
+        return ("ok", records.validate(vals))
+    except InvalidRecordError as exc:
+        return (str(exc), exc.metadata)
+    finally:
+        records._FEW = saved
+
+
+mangled = st.tuples(record_args, st.integers(0, 40), st.binary(max_size=3), st.booleans())
+
+
+@given(st.lists(mangled, min_size=1, max_size=12))
+def test_a_few_envelopes_are_checked_one_by_one_with_the_batch_checks_verdict(
+    items: list[tuple[Args, int, bytes, bool]],
+) -> None:
+    """`validate` checks small batches with `struct`, larger ones with numpy: on valid,
+    cut, overwritten and padded envelopes both give the same total or the same first error."""
+    vals = []
+    for args, at, junk, pad in items:
+        envelope = _encode(args)
+        if junk and at < len(envelope):
+            envelope = envelope[:at] + junk + envelope[at + len(junk) :]
+        elif pad:
+            envelope = envelope + junk
+        elif at < len(envelope):
+            envelope = envelope[:at]
+        vals.append(envelope)
+    for batch in (vals, [vals[0]] * len(vals)):  # unequal and equal sizes
+        assert _outcome(batch, few=10**6) == _outcome(batch, few=0)

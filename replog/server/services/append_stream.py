@@ -13,11 +13,13 @@ Two tasks per stream:
   but not answered, per stream and per node; the reader does not read on meanwhile, so
   HTTP/2 flow control holds the client), checks it exactly as the unary Append does
   (`LogService.prepare_append`: acks, producer fields, leadership with the NOT_LEADER
-  hint, the topic's format), and starts its append as a task. Tasks start in the order
-  they are created (the event loop runs ready callbacks first in, first out), and a
-  partition takes an append (its owner's inbox, `ReplicationDriver.append`) before the
-  task's first suspension: requests reach their partitions in stream order, so an
-  idempotent producer's pipelined batches arrive in sequence order;
+  hint, the topic's format), and starts its append at once, in the reader itself, up to
+  the append's first suspension (`_start`, as Python 3.12's eager tasks do): a partition
+  takes an append (its owner's inbox, `ReplicationDriver.append`) before that, so
+  requests reach their partitions in stream order and an idempotent producer's pipelined
+  batches arrive in sequence order. An append that is answered without suspending (one
+  node, or acks=leader) costs no task; one that waits for its acks goes on in a task of
+  its own from where it suspended;
 * the writer (`answer`, the handler's generator) awaits the entries in order and yields
   each answer; `rpc.streaming` writes it once flow control takes it.
 
@@ -38,8 +40,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any, Protocol
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Generator
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
@@ -61,6 +63,7 @@ class Appender(Protocol):
 
 
 _END = object()
+T = TypeVar("T")
 
 
 class _Entry:
@@ -71,7 +74,7 @@ class _Entry:
     def __init__(
         self,
         size_bytes: int,
-        task: asyncio.Task[tuple[int, int, int]] | None = None,
+        task: asyncio.Future[tuple[int, int, int]] | None = None,
         error: ReplogError | None = None,
     ) -> None:
         self.size_bytes = size_bytes
@@ -166,7 +169,7 @@ async def _read(
                 entries.append(_Entry(size_bytes, error=err))
             else:
                 # Started now, first in first out: the partition takes it in stream order.
-                task = loop.create_task(service.complete_append(prepared))
+                task = _start(loop, service.complete_append(prepared))
                 entries.append(_Entry(size_bytes, task=task))
             arrived.set()
     except grpc.aio.AbortError:
@@ -174,3 +177,64 @@ async def _read(
     finally:
         entries.append(_END)
         arrived.set()
+
+
+def _start(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
+    """Run `coro` now, in the caller, up to its first suspension; the rest, if any, in a
+    task (`_Resumed`). What it returns or raises without suspending is a done future: no
+    task and no event-loop pass for an append answered at once. A done future and a task
+    are awaited and cancelled alike (cancelling a done future does nothing, as cancelling
+    a finished task does)."""
+    try:
+        yielded = coro.send(None)
+    except StopIteration as done:
+        fut: asyncio.Future[T] = loop.create_future()
+        fut.set_result(done.value)
+        return fut
+    except asyncio.CancelledError:
+        fut = loop.create_future()
+        fut.cancel()
+        return fut
+    except Exception as exc:  # as a task holds it: raised where it is awaited
+        fut = loop.create_future()
+        fut.set_exception(exc)
+        return fut
+    return loop.create_task(_Resumed(coro, yielded))
+
+
+_FIRST_STEP_TAKEN = object()
+
+
+class _Resumed(Coroutine[Any, Any, T]):
+    """The rest of `coro`, suspended on `yielded`, as a coroutine a task can run: its first
+    step hands the task the future `coro` waits on, later steps resume `coro`, and what the
+    task throws in (a cancellation, even one before the first step) is raised inside `coro`
+    at the await it is suspended in, exactly as if the task had run `coro` from the start."""
+
+    __slots__ = ("_coro", "_yielded")
+
+    def __init__(self, coro: Coroutine[Any, Any, T], yielded: Any) -> None:
+        self._coro = coro
+        self._yielded = yielded
+
+    def send(self, value: Any) -> Any:
+        yielded = self._yielded
+        if yielded is not _FIRST_STEP_TAKEN:
+            self._yielded = _FIRST_STEP_TAKEN
+            return yielded
+        return self._coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        waited, self._yielded = self._yielded, _FIRST_STEP_TAKEN
+        cancel = isinstance(typ, asyncio.CancelledError) or typ is asyncio.CancelledError
+        if isinstance(waited, asyncio.Future) and cancel:
+            waited.cancel()  # cancelled before its first step: what a task waiting on it does
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __await__(self) -> Generator[Any, None, T]:
+        raise TypeError("run by a task only")  # (the ABC asks for it)
