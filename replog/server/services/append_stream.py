@@ -181,7 +181,7 @@ async def _read(
 
 def _start(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
     """Run `coro` now, in the caller, up to its first suspension; the rest, if any, in a
-    task (`_Resumed`). What it returns or raises without suspending is a done future: no
+    task (`_finish`). What it returns or raises without suspending is a done future: no
     task and no event-loop pass for an append answered at once. A done future and a task
     are awaited and cancelled alike (cancelling a done future does nothing, as cancelling
     a finished task does)."""
@@ -199,42 +199,37 @@ def _start(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> asy
         fut = loop.create_future()
         fut.set_exception(exc)
         return fut
-    return loop.create_task(_Resumed(coro, yielded))
+    return loop.create_task(_finish(coro, yielded))
 
 
-_FIRST_STEP_TAKEN = object()
+async def _finish(coro: Coroutine[Any, Any, T], yielded: Any) -> T:
+    """The rest of `coro`, suspended on `yielded`, run by the task that awaits this."""
+    result: T = await _Rest(coro, yielded)
+    return result
 
 
-class _Resumed(Coroutine[Any, Any, T]):
-    """The rest of `coro`, suspended on `yielded`, as a coroutine a task can run: its first
-    step hands the task the future `coro` waits on, later steps resume `coro`, and what the
-    task throws in (a cancellation, even one before the first step) is raised inside `coro`
-    at the await it is suspended in, exactly as if the task had run `coro` from the start."""
-
+class _Rest:
     __slots__ = ("_coro", "_yielded")
 
-    def __init__(self, coro: Coroutine[Any, Any, T], yielded: Any) -> None:
+    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any) -> None:
         self._coro = coro
         self._yielded = yielded
 
-    def send(self, value: Any) -> Any:
-        yielded = self._yielded
-        if yielded is not _FIRST_STEP_TAKEN:
-            self._yielded = _FIRST_STEP_TAKEN
-            return yielded
-        return self._coro.send(value)
-
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
-        waited, self._yielded = self._yielded, _FIRST_STEP_TAKEN
-        cancel = isinstance(typ, asyncio.CancelledError) or typ is asyncio.CancelledError
-        if isinstance(waited, asyncio.Future) and cancel:
-            waited.cancel()  # cancelled before its first step: what a task waiting on it does
-        if val is None and tb is None:
-            return self._coro.throw(typ)
-        return self._coro.throw(typ, val, tb)
-
-    def close(self) -> None:
-        self._coro.close()
-
-    def __await__(self) -> Generator[Any, None, T]:
-        raise TypeError("run by a task only")  # (the ABC asks for it)
+    def __await__(self) -> Generator[Any, Any, Any]:
+        """Hands the task what `coro` yields (the futures it waits on) and `coro` what the
+        task sends or throws in (its wake-ups; a cancellation, raised inside `coro` at the
+        await it is suspended in, exactly as if the task ran `coro` itself)."""
+        coro, yielded = self._coro, self._yielded
+        while True:
+            try:
+                sent = yield yielded
+            except BaseException as exc:  # thrown in by the task (CancelledError)
+                try:
+                    yielded = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    yielded = coro.send(sent)
+                except StopIteration as done:
+                    return done.value
