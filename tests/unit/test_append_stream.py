@@ -20,7 +20,7 @@ from replog.errors import (
 )
 from replog.server.edge.limits import Limits, LimitsConfig
 from replog.server.edge.status import Refused
-from replog.server.services.append_stream import _start, answer, error_message
+from replog.server.services.append_stream import answer, error_message
 from replog.v1 import log_pb2
 
 DEADLINE_S = 10.0
@@ -207,56 +207,3 @@ def test_an_error_travels_with_the_code_reason_and_clipped_metadata_of_its_statu
     assert message.code == 9 and message.reason == "NOT_LEADER"
     assert len(message.message) < 1100
     assert len(message.metadata["leader_address"]) < 300
-
-
-@run
-async def test_an_append_answered_at_once_costs_no_task_and_one_that_waits_goes_on_in_one() -> None:
-    loop = asyncio.get_running_loop()
-    steps: list[str] = []
-    gate: asyncio.Future[int] = loop.create_future()
-
-    async def at_once() -> int:
-        steps.append("at once")
-        return 7
-
-    async def waits() -> int:
-        steps.append("before the wait")
-        got = await gate
-        steps.append("after the wait")
-        return got + 1
-
-    async def refused() -> int:
-        raise NotLeaderError("elsewhere")
-
-    done = _start(loop, at_once())
-    assert done.done() and not isinstance(done, asyncio.Task) and await done == 7
-    pending = _start(loop, waits())
-    assert steps == ["at once", "before the wait"]  # it ran up to its await, in the caller
-    assert isinstance(pending, asyncio.Task) and not pending.done()
-    gate.set_result(41)
-    assert await asyncio.wait_for(pending, DEADLINE_S) == 42
-    failed = _start(loop, refused())
-    with pytest.raises(NotLeaderError):
-        await failed
-
-
-@run
-async def test_cancelling_an_append_that_waits_cancels_it_at_its_await_as_a_task_would() -> None:
-    loop = asyncio.get_running_loop()
-    gate: asyncio.Future[None] = loop.create_future()
-    seen: list[str] = []
-
-    async def waits() -> int:
-        try:
-            await gate
-        except asyncio.CancelledError:
-            seen.append("cancelled at the await")
-            raise
-        return 1
-
-    pending = _start(loop, waits())
-    await asyncio.sleep(0)  # the task is waiting on the gate
-    pending.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(pending, DEADLINE_S)
-    assert seen == ["cancelled at the await"] and gate.cancelled()

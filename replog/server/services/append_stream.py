@@ -13,13 +13,11 @@ Two tasks per stream:
   but not answered, per stream and per node; the reader does not read on meanwhile, so
   HTTP/2 flow control holds the client), checks it exactly as the unary Append does
   (`LogService.prepare_append`: acks, producer fields, leadership with the NOT_LEADER
-  hint, the topic's format), and starts its append at once, in the reader itself, up to
-  the append's first suspension (`_start`, as Python 3.12's eager tasks do): a partition
-  takes an append (its owner's inbox, `ReplicationDriver.append`) before that, so
-  requests reach their partitions in stream order and an idempotent producer's pipelined
-  batches arrive in sequence order. An append that is answered without suspending (one
-  node, or acks=leader) costs no task; one that waits for its acks goes on in a task of
-  its own from where it suspended;
+  hint, the topic's format), and starts its append as a task. Tasks start in the order
+  they are created (the event loop runs ready callbacks first in, first out), and a
+  partition takes an append (its owner's inbox, `ReplicationDriver.append`) before the
+  task's first suspension: requests reach their partitions in stream order, so an
+  idempotent producer's pipelined batches arrive in sequence order;
 * the writer (`answer`, the handler's generator) awaits the entries in order and yields
   each answer; `rpc.streaming` writes it once flow control takes it.
 
@@ -40,8 +38,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Generator
-from typing import Any, Protocol, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any, Protocol
 
 import grpc
 
@@ -63,7 +61,6 @@ class Appender(Protocol):
 
 
 _END = object()
-T = TypeVar("T")
 
 
 class _Entry:
@@ -74,7 +71,7 @@ class _Entry:
     def __init__(
         self,
         size_bytes: int,
-        task: asyncio.Future[tuple[int, int, int]] | None = None,
+        task: asyncio.Task[tuple[int, int, int]] | None = None,
         error: ReplogError | None = None,
     ) -> None:
         self.size_bytes = size_bytes
@@ -169,7 +166,7 @@ async def _read(
                 entries.append(_Entry(size_bytes, error=err))
             else:
                 # Started now, first in first out: the partition takes it in stream order.
-                task = _start(loop, service.complete_append(prepared))
+                task = loop.create_task(service.complete_append(prepared))
                 entries.append(_Entry(size_bytes, task=task))
             arrived.set()
     except grpc.aio.AbortError:
@@ -177,59 +174,3 @@ async def _read(
     finally:
         entries.append(_END)
         arrived.set()
-
-
-def _start(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
-    """Run `coro` now, in the caller, up to its first suspension; the rest, if any, in a
-    task (`_finish`). What it returns or raises without suspending is a done future: no
-    task and no event-loop pass for an append answered at once. A done future and a task
-    are awaited and cancelled alike (cancelling a done future does nothing, as cancelling
-    a finished task does)."""
-    try:
-        yielded = coro.send(None)
-    except StopIteration as done:
-        fut: asyncio.Future[T] = loop.create_future()
-        fut.set_result(done.value)
-        return fut
-    except asyncio.CancelledError:
-        fut = loop.create_future()
-        fut.cancel()
-        return fut
-    except Exception as exc:  # as a task holds it: raised where it is awaited
-        fut = loop.create_future()
-        fut.set_exception(exc)
-        return fut
-    return loop.create_task(_finish(coro, yielded))
-
-
-async def _finish(coro: Coroutine[Any, Any, T], yielded: Any) -> T:
-    """The rest of `coro`, suspended on `yielded`, run by the task that awaits this."""
-    result: T = await _Rest(coro, yielded)
-    return result
-
-
-class _Rest:
-    __slots__ = ("_coro", "_yielded")
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any) -> None:
-        self._coro = coro
-        self._yielded = yielded
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        """Hands the task what `coro` yields (the futures it waits on) and `coro` what the
-        task sends or throws in (its wake-ups; a cancellation, raised inside `coro` at the
-        await it is suspended in, exactly as if the task ran `coro` itself)."""
-        coro, yielded = self._coro, self._yielded
-        while True:
-            try:
-                sent = yield yielded
-            except BaseException as exc:  # thrown in by the task (CancelledError)
-                try:
-                    yielded = coro.throw(exc)
-                except StopIteration as done:
-                    return done.value
-            else:
-                try:
-                    yielded = coro.send(sent)
-                except StopIteration as done:
-                    return done.value
