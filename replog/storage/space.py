@@ -3,12 +3,13 @@
 A disk is *full* once a write there failed with ENOSPC/EDQUOT (`mark_full`), or once the
 free space falls below the node's reserve (statvfs, re-read at most every
 `CHECK_INTERVAL_S`, and at most every `WRITE_CHECK_INTERVAL_S` before an append:
-`room_for`, about 0.2 us a call). While it is full, the replication driver refuses client
-appends up front with RESOURCE_EXHAUSTED STORAGE_FULL (the replication core never sees
-them, so no leader loses its leadership over a write that cannot be made), followers do
-not write what they fetch and fetch again with backoff, and reads go on. It is no longer
-full once the free space is back above twice the reserve (`replog_storage_full{data_dir}`
-goes back to 0).
+`room_for`, about 0.2 us a call; between two full checks an append's re-read is the statvfs
+alone, the reserve file's presence as last seen). While it is full, the replication driver
+refuses client appends up front with RESOURCE_EXHAUSTED STORAGE_FULL (the replication core
+never sees them, so no leader loses its leadership over a write that cannot be made),
+followers do not write what they fetch and fetch again with backoff, and reads go on. It is
+no longer full once the free space is back above twice the reserve
+(`replog_storage_full{data_dir}` goes back to 0).
 
 **The reserve.** With `enable_reserve`, the node keeps `reserve_bytes` of the disk in a
 file of its own, `{data_dir}/.reserve~` (allocated with `posix_fallocate`): the disk is
@@ -50,9 +51,13 @@ class DiskSpace:
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
+        self._dir = os.fspath(data_dir)
+        self._reserve_file = os.path.join(self._dir, RESERVE_FILE)
         self._clock = time.monotonic
         self._full = False
-        self._checked_at = float("-inf")
+        self._checked_at = float("-inf")  # the last full check (`check`)
+        self._read_at = float("-inf")  # the last statvfs (`check` or an append's re-read)
+        self._held = False  # whether the reserve file exists, as last seen
         self.free_bytes = -1  # as last read (-1: not known yet)
         self.reserve_bytes = 0  # 0: no reserve file kept (yet: see `enable_reserve`)
         with contextlib.suppress(OSError):  # one left by the node's last run
@@ -110,9 +115,31 @@ class DiskSpace:
         would cost the replica a rebuild from its log)."""
         if not self.reserve_bytes:
             return not self.full
-        if self._clock() - self._checked_at >= WRITE_CHECK_INTERVAL_S:
+        now = self._clock()
+        if now - self._checked_at >= CHECK_INTERVAL_S:
             self.check()
+        elif now - self._read_at >= WRITE_CHECK_INTERVAL_S:
+            self._read_at = now
+            try:
+                free = self.free_bytes = self._statvfs_free()
+            except OSError:
+                pass
+            else:
+                if self._room(free, self._held) == self._full:  # the state changes: a full check
+                    self.check()
         return not self._full and self.free_bytes - nbytes >= self.reserve_bytes
+
+    def _statvfs_free(self) -> int:
+        st = os.statvfs(self._dir)
+        return st.f_bavail * st.f_frsize
+
+    def _room(self, free: int, held: bool) -> bool:
+        """Room: the reserve, held or not, and as much again besides (FREE_MIN_BYTES for a
+        directory that keeps none: only a failed write makes it full then)."""
+        reserve = self.reserve_bytes
+        if not reserve:
+            return free >= FREE_MIN_BYTES
+        return free >= (reserve if held else 2 * reserve)
 
     def check_soon(self) -> None:
         """`check` unless it ran within `CHECK_INTERVAL_S`."""
@@ -121,23 +148,20 @@ class DiskSpace:
 
     def mark_full(self) -> None:
         """A write here failed with ENOSPC/EDQUOT."""
-        self._checked_at = self._clock()
+        self._checked_at = self._read_at = self._clock()
         self._become_full()
 
     def check(self) -> None:
         """Read the free space and update the state (a statvfs; an allocation or removal of
         the reserve file when the state changes)."""
-        self._checked_at = self._clock()
+        self._checked_at = self._read_at = self._clock()
         try:
-            st = os.statvfs(self.data_dir)
+            free = self.free_bytes = self._statvfs_free()
         except OSError:
             return  # not created yet, or gone: nothing known
-        free = self.free_bytes = st.f_bavail * st.f_frsize
         reserve = self.reserve_bytes
-        held = reserve > 0 and self.reserve_path.exists()
-        # Room: the reserve, held or not, and as much again besides (FREE_MIN_BYTES for a
-        # directory that keeps none: only a failed write makes it full then).
-        room = free >= (reserve if held else 2 * reserve) if reserve else free >= FREE_MIN_BYTES
+        held = self._held = reserve > 0 and os.path.exists(self._reserve_file)
+        room = self._room(free, held)
         if self._full and room:
             if reserve and not held and not self._allocate_reserve():
                 return
@@ -169,9 +193,10 @@ class DiskSpace:
         """Remove the reserve file (a write that keeps replication safe met a full disk):
         True if there was one, so that the write may find room when tried again."""
         try:
-            os.unlink(self.reserve_path)
+            os.unlink(self._reserve_file)
         except OSError:
             return False
+        self._held = False
         _log.warning("data directory %s: reserve file released", self.data_dir)
         return True
 
@@ -198,4 +223,5 @@ class DiskSpace:
                 os.unlink(self.reserve_path)
             return False
         os.close(fd)
+        self._held = True
         return True

@@ -151,6 +151,29 @@ def test_the_disk_space_keeps_a_reserve_and_says_when_the_disk_is_full(small_dis
     assert not space.full and space.reserve_path.exists()
 
 
+def test_an_append_sees_a_disk_filled_since_the_last_full_check(small_disk: Path) -> None:
+    """Between two full checks (0.5 s) an append re-reads the free space alone (statvfs, at
+    most every 1 ms): a disk another file filled is seen before the write all the same, and
+    a reserve file removed behind the node's back is noticed at the next full check."""
+    space = DiskSpace(small_disk)
+    now = [1e6]
+    space._clock = lambda: now[0]  # type: ignore[method-assign]
+    space.enable_reserve()
+    assert space.room_for(100)
+    fill(small_disk / "ballast")
+    assert space.room_for(100)  # read within the last 1 ms: not looked at again
+    now[0] += 0.002
+    assert not space.room_for(1) and space.full and space.times_full == 1
+    (small_disk / "ballast").unlink()
+    now[0] += 0.002
+    assert space.room_for(100) and not space.full  # room again: the full check's verdict
+    space.reserve_path.unlink()  # an operator removed it
+    now[0] += 0.002
+    assert space.room_for(100) and not space.reserve_path.exists()  # statvfs alone
+    now[0] += 1.0
+    assert space.room_for(100) and space.reserve_path.exists()  # the full check took it again
+
+
 def test_a_node_restarted_on_a_full_disk_frees_its_reserve_at_its_first_look(
     small_disk: Path,
 ) -> None:
