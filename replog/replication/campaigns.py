@@ -24,9 +24,12 @@ from replog.replication.config import ReplicaConfig
 CAMPAIGNS_PER_S = 20.0  # a node's sustained rate of campaigns started by data partitions
 CAMPAIGNS_BURST = 50  # ... and how many may start at once after a quiet stretch
 # The metadata log's election timeout (and its leader's check-quorum) is this many times a
-# data partition's: a loaded node's event loop stalls for seconds in a storm, and the
-# metadata log losing its leader to a stall stops every create and delete. Its failover
-# after a real crash takes that much longer (3-6 s at the default 1 s).
+# data partition's once it has known a leader: a loaded node's event loop stalls for
+# seconds in a storm, and the metadata log losing its leader to a stall stops every create
+# and delete. Its failover after a real crash takes that much longer (3-6 s at the default
+# 1 s). Until a replica has known a leader (a cluster that starts, a node that restarts)
+# its timeout is the node's plain one: there is no leader to keep, and 3-6 s before a
+# fresh cluster's first election outlasted clients' retries of their first CreateTopic.
 METADATA_PATIENCE = 3
 
 
@@ -36,6 +39,8 @@ def metadata_patience(config: ReplicaConfig) -> ReplicaConfig:
         config,
         election_timeout_ms_min=config.election_timeout_ms_min * METADATA_PATIENCE,
         election_timeout_ms_max=config.election_timeout_ms_max * METADATA_PATIENCE,
+        first_election_timeout_ms_min=config.election_timeout_ms_min,
+        first_election_timeout_ms_max=config.election_timeout_ms_max,
     )
 
 

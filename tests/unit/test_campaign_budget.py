@@ -7,9 +7,10 @@ import asyncio
 import random
 from pathlib import Path
 
-from replog.replication import ReplicaConfig, Role
+from replog.replication import BeginEpoch, Replica, ReplicaConfig, Role, VoteRequest, VoteResponse
 from replog.replication.campaigns import CampaignBudget, budget_of, metadata_patience
 from replog.replication.driver import ReplicaDriver
+from replog.replication.outputs import Send
 from replog.replication.ticker import Ticker
 from replog.storage import PartitionLog
 from tests.unit.test_replication_driver import STORAGE, VOTERS, Cluster, wait_for
@@ -78,4 +79,42 @@ def test_the_metadata_log_waits_longer_before_an_election_than_a_data_partition(
     config = ReplicaConfig(1, VOTERS, election_timeout_ms_min=1000, election_timeout_ms_max=2000)
     patient = metadata_patience(config)
     assert (patient.election_timeout_ms_min, patient.election_timeout_ms_max) == (3000, 6000)
+    first = (patient.first_election_timeout_ms_min, patient.first_election_timeout_ms_max)
+    assert first == (1000, 2000)  # until it has known a leader (below)
     assert patient.fetch_retry_ms == config.fetch_retry_ms and patient.voters == VOTERS
+
+
+def _first_prevote_ms(replica: Replica, since_ms: int) -> int:
+    """When `replica`'s election timeout first asks for pre-votes after `since_ms` (ticks
+    every 10 ms)."""
+    for now in range(since_ms, since_ms + 20_000, 10):
+        if any(
+            isinstance(o, Send) and isinstance(o.message, VoteRequest) for o in replica.tick(now)
+        ):
+            return now - since_ms
+    raise AssertionError("no election timeout within 20 s")
+
+
+def test_the_metadata_logs_patience_keeps_a_known_leader_not_a_clusters_first_election() -> None:
+    """A replica of the metadata log that has known no leader since it started (a cluster
+    that starts: nothing to keep) asks for pre-votes after the node's plain timeout (1-2 s);
+    once it has heard a leader, a leader that goes silent is waited out 3-6 s, on every seed;
+    after it has led and stepped down too."""
+    config = metadata_patience(
+        ReplicaConfig(1, VOTERS, election_timeout_ms_min=1000, election_timeout_ms_max=2000)
+    )
+    for seed in range(20):
+        fresh = Replica(config, random.Random(seed), 0)
+        fresh.start()
+        assert 1000 <= _first_prevote_ms(fresh, 0) <= 2000
+        followed = Replica(config, random.Random(seed), 0)
+        followed.start()
+        followed.receive(BeginEpoch(1, 2), 0)  # replica 2 leads epoch 1
+        assert 3000 <= _first_prevote_ms(followed, 0) <= 6000
+        led = Replica(config, random.Random(seed), 0)
+        led.start()
+        led.campaign(0)
+        led.receive(VoteResponse(1, 2, True), 0)
+        assert led.role is Role.LEADER
+        led.receive(BeginEpoch(2, 3), 100)  # a newer leader, silent from then on
+        assert 3000 <= _first_prevote_ms(led, 100) <= 6000
