@@ -50,7 +50,6 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from replog.errors import ReplogError, UnavailableError
 from replog.replication import FetchRequest, Message
-from replog.replication.campaigns import metadata_patience
 from replog.replication.driver import ReplicaDriver
 from replog.server import logs
 from replog.server.cluster import identity as identities
@@ -100,7 +99,6 @@ from replog.server.peering.leader_news import LeaderNews
 from replog.server.peering.peers import Peers
 from replog.server.peering.replication_transport import (
     CHANNEL_OPTIONS,
-    PRIORITY_CHANNEL_OPTIONS,
     PeerLinks,
     ReplicationService,
     same_incarnation,
@@ -109,7 +107,7 @@ from replog.server.services.acl_service import AclService, CallerIdentity
 from replog.server.services.admin_service import AdminService
 from replog.server.services.log_service import LogService
 from replog.server.settings import Settings
-from replog.server.supervisor import EXIT_TASK_FAILED, Supervisor, dump_stacks_if_stop_lasts
+from replog.server.supervisor import EXIT_TASK_FAILED, Supervisor
 from replog.storage import PartitionLog
 from replog.storage.open_files import OpenFiles
 from replog.v1 import (
@@ -161,7 +159,6 @@ class Node:
             dict(self.roster.dial),
             dialer(settings.tls, CHANNEL_OPTIONS),
             silence_ms=settings.election_timeout_ms,
-            priority_dial=dialer(settings.tls, PRIORITY_CHANNEL_OPTIONS),  # the metadata log's
         )
         data_dir, storage = settings.data_dir, settings.storage_config()
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -223,7 +220,7 @@ class Node:
             identities.floor_replica(metadata_dir(data_dir))
         return MetadataLog(
             PartitionLog(metadata_dir(data_dir), METADATA_TOPIC, 0, settings.storage_config()),
-            metadata_patience(settings.replica_config(voters, observers)),
+            settings.replica_config(voters, observers),
             self.links.transport(METADATA_TOPIC, 0),
             fetch_bytes_max=settings.fetch_bytes_max,
             spawn=self.supervisor.spawn,
@@ -505,7 +502,7 @@ async def _serve(settings: Settings) -> int:
     await _start_serving(node, servers, settings, supervisor)
 
     await stop.wait()
-    dump_stacks_if_stop_lasts()  # (supervisor.py: a stop that never ends says where it waits)
+
     if supervisor.failure is not None:
         return await _stop_failed(node, servers, supervisor)
     return await _stop(node, servers, settings, supervisor)
