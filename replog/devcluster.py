@@ -49,6 +49,7 @@ from replog.tls import ClientTls
 OPERATOR = "User:admin"  # the super-user of a cluster with acl=True (client_tls is its)
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
+STOP_LOG_CHARS = 40_000  # the log shown for a stop that did not end (its stack dump too)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -120,10 +121,17 @@ class NodeProcess:
             self.proc.wait(30)
 
     def stop(self) -> int:
-        """SIGTERM (graceful) and wait for the exit code."""
+        """SIGTERM (graceful) and wait for the exit code. A node still running after
+        `STOP_TIMEOUT_S` has its log's tail (with the stacks it dumps: supervisor.py)
+        written to stderr before `subprocess.TimeoutExpired` is raised."""
         self.signal(signal.SIGTERM)
         assert self.proc is not None
-        return self.proc.wait(STOP_TIMEOUT_S)
+        try:
+            return self.proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            print(f"node {self.node_id} still running {STOP_TIMEOUT_S:.0f} s after SIGTERM; "
+                  f"its log ends:\n{self.log_tail(STOP_LOG_CHARS)}", file=sys.stderr)  # fmt: skip
+            raise
 
     def log_tail(self, chars: int = 4000) -> str:
         return self.log_file.read_text(errors="replace")[-chars:] if self.log_file.exists() else ""

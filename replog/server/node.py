@@ -107,7 +107,7 @@ from replog.server.services.acl_service import AclService, CallerIdentity
 from replog.server.services.admin_service import AdminService
 from replog.server.services.log_service import LogService
 from replog.server.settings import Settings
-from replog.server.supervisor import EXIT_TASK_FAILED, Supervisor
+from replog.server.supervisor import EXIT_TASK_FAILED, Supervisor, dump_stacks_if_stop_lasts
 from replog.storage import PartitionLog
 from replog.storage.open_files import OpenFiles
 from replog.v1 import (
@@ -502,7 +502,7 @@ async def _serve(settings: Settings) -> int:
     await _start_serving(node, servers, settings, supervisor)
 
     await stop.wait()
-
+    dump_stacks_if_stop_lasts()  # (supervisor.py: a stop that never ends says where it waits)
     if supervisor.failure is not None:
         return await _stop_failed(node, servers, supervisor)
     return await _stop(node, servers, settings, supervisor)

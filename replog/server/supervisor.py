@@ -14,6 +14,7 @@ A task that is cancelled (shutdown, a replica being stopped) or returns is simpl
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
 import threading
 from collections.abc import Callable, Coroutine
@@ -27,6 +28,17 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 EXIT_TASK_FAILED = 70  # EX_SOFTWARE: an internal error, the process should be restarted
+# A stop (SIGTERM, or after a bug) still running this long after it began writes every
+# thread's Python stack to stderr (the node's log), once: a stop that never ends (a CI run
+# saw one, not reproduced since) then says where it waits. Past the grace, hand-over and
+# close of a loaded node; the process is not ended by it.
+STOP_STACKS_S = 30.0
+
+
+def dump_stacks_if_stop_lasts(after_s: float = STOP_STACKS_S) -> None:
+    """Arm the dump of every thread's stack to stderr `after_s` from now (faulthandler's
+    watchdog thread: it fires even while the event loop or interpreter exit is stuck)."""
+    faulthandler.dump_traceback_later(after_s, repeat=False, exit=False)
 
 
 class Supervisor:
