@@ -1,0 +1,34 @@
+"""Starting a stream again when Spark did not start the source's Python process in time:
+the decision, checked without Spark (the loop runs in every Spark streaming test)."""
+
+from __future__ import annotations
+
+from replog.spark.starting import SPARK_CONNECT_BACK, Step, next_step
+
+# The text of the StreamingQueryException a loaded CI machine produced (abridged).
+CONNECT_BACK = (
+    "Python worker failed to connect back.\n=== Streaming Query ===\nIdentifier: [id = "
+    "9d2fae16-36...] ... Caused by: java.net.SocketTimeoutException: Timed out while "
+    "waiting for the Python worker to connect back"
+)
+
+
+def test_a_query_creating_its_sources_is_waited_for_until_the_deadline() -> None:
+    for message in ("Initializing StreamExecution", "Initializing sources"):
+        assert next_step(True, message, None, 12.0) is Step.WAIT
+        assert next_step(True, message, None, 0.0) is Step.DONE  # the deadline passed
+
+
+def test_a_query_whose_sources_started_is_the_callers() -> None:
+    for message in ("Waiting for next trigger", "Getting offsets from x", "Processing new data"):
+        assert next_step(True, message, None, 12.0) is Step.DONE
+
+
+def test_only_sparks_connect_back_failure_starts_the_query_again_within_the_deadline() -> None:
+    assert SPARK_CONNECT_BACK in CONNECT_BACK
+    assert next_step(False, "", CONNECT_BACK, 12.0) is Step.RESTART
+    assert next_step(False, "", CONNECT_BACK, 0.0) is Step.DONE  # the caller sees it
+    # The source's own errors, and a query that ended cleanly (AvailableNow), are final.
+    assert next_step(False, "", "[CONNECT_FAILED] cannot reach 127.0.0.1:1", 12.0) is Step.DONE
+    assert next_step(False, "", "OFFSET_OUT_OF_RANGE: failOnDataLoss=true", 12.0) is Step.DONE
+    assert next_step(False, "", None, 12.0) is Step.DONE
