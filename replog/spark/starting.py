@@ -11,7 +11,7 @@ before any micro-batch ran: seen on a 2-core machine at load 15-30, in 3 of 8 qu
 
 Nothing was read, written or checkpointed past the query's id, so starting the query again
 on the same checkpoint is safe; `start_query` does so until `deadline_s`. Any other failure
-(or one after the sources started) is the caller's to see: the query is returned as it is.
+(or one after a micro-batch ran) is the caller's to see: the query is returned as it is.
 """
 
 from __future__ import annotations
@@ -38,10 +38,14 @@ class Step(enum.Enum):
     DONE = "done"  # the sources started, or the query ended otherwise: the caller's now
 
 
-def next_step(active: bool, status_message: str, failure: str | None, time_left_s: float) -> Step:
+def next_step(
+    active: bool, status_message: str, failure: str | None, progressed: bool, time_left_s: float
+) -> Step:
     """What `start_query` does with a query in this state (pure: the decision only).
-    `failure`: the text of the query's exception (None: none); `time_left_s`: of the
-    deadline."""
+    `failure`: the text of the query's exception (None: none); `progressed`: a micro-batch
+    ran (then it is never started again here); `time_left_s`: of the deadline."""
+    if progressed:
+        return Step.DONE
     if active:
         starting = status_message.startswith(INITIALIZING)
         return Step.WAIT if starting and time_left_s > 0 else Step.DONE
@@ -64,7 +68,8 @@ def start_query(start: Callable[[], Any], deadline_s: float = START_DEADLINE_S) 
             message = str(query.status.get("message", "")) if active else ""
             exc = None if active else query.exception()
             failure = None if exc is None else str(exc)
-            step = next_step(active, message, failure, deadline - time.monotonic())
+            progressed = query.lastProgress is not None
+            step = next_step(active, message, failure, progressed, deadline - time.monotonic())
             if step is not Step.WAIT:
                 break
             time.sleep(POLL_S)
