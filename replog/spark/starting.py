@@ -7,7 +7,8 @@ fixed 10 s for that process to connect back (hard-coded in
 overloaded driver the interpreter and pyspark's imports take longer, and the query fails
 with "Python worker failed to connect back" (`SocketTimeoutException: Timed out while
 waiting for the Python worker to connect back`) before the source ran any of its code and
-before any micro-batch ran: seen on a 2-core machine at load 15-30, in 3 of 8 query starts.
+before any micro-batch ran: seen on a 2-core machine at load 17-35 in 3 of 10 query
+starts, and up to 4 times in a row.
 
 Nothing was read, written or checkpointed past the query's id, so starting the query again
 on the same checkpoint is safe; `start_query` does so until `deadline_s`. Any other failure
@@ -24,10 +25,13 @@ from typing import Any
 
 log = logging.getLogger("replog.spark")
 
-# Spark's words for its own start-up failure, and how the status of a query starts until
-# its sources exist ("Initializing StreamExecution", then "Initializing sources").
+# Spark's words for its own start-up failure, and how the status of a query reads until its
+# sources exist ("Initializing StreamExecution", then "Initializing sources"). A query that
+# failed or was stopped stays active while it winds down (status "Terminated with
+# exception: ..." or "Stopped"): it is looked at again once it is no longer active, and
+# only then started again (Spark refuses a second active query on one checkpoint).
 SPARK_CONNECT_BACK = "Python worker failed to connect back"
-INITIALIZING = "Initializing"
+NOT_STARTED_YET = ("Initializing", "Terminated", "Stopped")
 START_DEADLINE_S = 300.0
 POLL_S = 0.05
 
@@ -44,13 +48,14 @@ def next_step(
     """What `start_query` does with a query in this state (pure: the decision only).
     `failure`: the text of the query's exception (None: none); `progressed`: a micro-batch
     ran (then it is never started again here); `time_left_s`: of the deadline."""
-    if progressed:
+    if progressed or time_left_s <= 0:
         return Step.DONE
-    if active:
-        starting = status_message.startswith(INITIALIZING)
-        return Step.WAIT if starting and time_left_s > 0 else Step.DONE
-    if failure is not None and SPARK_CONNECT_BACK in failure and time_left_s > 0:
-        return Step.RESTART
+    if failure is not None:
+        if SPARK_CONNECT_BACK not in failure:
+            return Step.DONE
+        return Step.WAIT if active else Step.RESTART
+    if active and status_message.startswith(NOT_STARTED_YET):
+        return Step.WAIT
     return Step.DONE
 
 
@@ -66,7 +71,7 @@ def start_query(start: Callable[[], Any], deadline_s: float = START_DEADLINE_S) 
         while True:
             active = bool(query.isActive)
             message = str(query.status.get("message", "")) if active else ""
-            exc = None if active else query.exception()
+            exc = query.exception()  # set before the query is inactive
             failure = None if exc is None else str(exc)
             progressed = query.lastProgress is not None
             step = next_step(active, message, failure, progressed, deadline - time.monotonic())

@@ -27,6 +27,13 @@ def test_a_query_whose_sources_started_is_the_callers() -> None:
 def test_only_sparks_connect_back_failure_starts_the_query_again_within_the_deadline() -> None:
     assert SPARK_CONNECT_BACK in CONNECT_BACK
     assert next_step(False, "", CONNECT_BACK, False, 12.0) is Step.RESTART
+    # Failed but still winding down (active, its exception set): Spark refuses a second
+    # active query on one checkpoint, so it is waited for (seen: returning then let the
+    # failure reach the caller).
+    wind_down = "Terminated with exception: Python worker failed to connect back."
+    assert next_step(True, wind_down, CONNECT_BACK, False, 12.0) is Step.WAIT
+    assert next_step(True, wind_down, None, False, 12.0) is Step.WAIT  # its exception not set yet
+    assert next_step(True, "Stopped", None, False, 12.0) is Step.WAIT
     assert next_step(False, "", CONNECT_BACK, False, 0.0) is Step.DONE  # the caller sees it
     # The source's own errors, and a query that ended cleanly (AvailableNow), are final.
     assert (
