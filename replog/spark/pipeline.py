@@ -35,6 +35,7 @@ def spark_duration(seconds_or_duration: str | None) -> str | None:
 
 def build_query(spark: Any, args: argparse.Namespace) -> Any:
     from replog.spark import register
+    from replog.spark.starting import start_query
 
     register(spark)
     stream = (
@@ -63,7 +64,9 @@ def build_query(spark: Any, args: argparse.Namespace) -> Any:
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{args.interval_ms} milliseconds")
-    return writer.start()
+    # Started again if Spark could not start the source's Python process in time (an
+    # overloaded driver; replog.spark.starting): nothing ran yet, so that is safe.
+    return start_query(writer.start)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

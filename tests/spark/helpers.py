@@ -10,6 +10,7 @@ from typing import Any
 
 from replog.client import Client
 from replog.records import Record
+from replog.spark.starting import start_query
 from tests.spark.replog_cluster import ReplogCluster
 
 QUERY_DEADLINE_S = 300
@@ -89,12 +90,12 @@ class Batches:
 def run_available_now(df: Any, checkpoint: str, sink: Batches | None = None) -> Batches:
     """Run a stream with Trigger.AvailableNow into `sink`; fail with the query's error."""
     sink = sink if sink is not None else Batches()
-    query = (
+    writer = (
         df.writeStream.foreachBatch(sink)
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
-        .start()
     )
+    query = start_query(writer.start)
     assert query.awaitTermination(QUERY_DEADLINE_S), "the AvailableNow query did not finish"
     assert query.exception() is None, query.exception()
     return sink
@@ -103,12 +104,12 @@ def run_available_now(df: Any, checkpoint: str, sink: Batches | None = None) -> 
 @contextmanager
 def running(df: Any, checkpoint: str, sink: Batches) -> Iterator[Any]:
     """The stream running into `sink`, a trigger every 200 ms; stopped on leaving."""
-    query = (
+    writer = (
         df.writeStream.foreachBatch(sink)
         .option("checkpointLocation", checkpoint)
         .trigger(processingTime="200 milliseconds")
-        .start()
     )
+    query = start_query(writer.start)
     try:
         yield query
     finally:
@@ -118,12 +119,12 @@ def running(df: Any, checkpoint: str, sink: Batches) -> Iterator[Any]:
 def available_now_error(df: Any, checkpoint: str) -> str:
     """The error text of a stream that must fail (at start or in its first batches)."""
     try:
-        query = (
+        writer = (
             df.writeStream.foreachBatch(Batches())
             .option("checkpointLocation", checkpoint)
             .trigger(availableNow=True)
-            .start()
         )
+        query = start_query(writer.start)
         query.awaitTermination(QUERY_DEADLINE_S)
     except Exception as exc:  # raised by awaitTermination, or by start()
         return str(exc)

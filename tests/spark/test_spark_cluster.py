@@ -12,6 +12,7 @@ import pytest
 from replog.client import Client, RetryPolicy
 from replog.devcluster import DevCluster
 from replog.errors import ReplogError
+from replog.spark.starting import start_query
 from tests.integration.faults import ProxyMesh
 from tests.integration.waiting import wait_until
 
@@ -89,7 +90,7 @@ def test_a_stream_survives_a_leader_failover_without_gaps_or_duplicates(
         for p in (0, 1):
             for i in range(0, 3000, 500):
                 client.append("failover", p, [b"%d-%d" % (p, n) for n in range(i, i + 500)])
-        query = (
+        writer = (
             spark.readStream.format("replog")
             .option("bootstrap", cluster.bootstrap)
             .option("topic", "failover")
@@ -100,16 +101,19 @@ def test_a_stream_survives_a_leader_failover_without_gaps_or_duplicates(
             .option("path", str(out))
             .option("checkpointLocation", str(checkpoint))
             .trigger(processingTime="200 milliseconds")
-            .start()
         )
+        # Under load Spark may not start the source's Python process within its fixed
+        # 10 s: `start_query` starts the query again then (replog.spark.starting).
+        query = start_query(writer.start)
         victim: int | None = None
         try:
             commits = checkpoint / "commits"
-            wait_until(
-                lambda: (commits.exists() and len(list(commits.glob("[0-9]*"))) >= 2) or None,
-                "two micro-batches committed",
-                deadline_s=180,
-            )
+
+            def two_committed() -> bool | None:
+                assert query.exception() is None, query.exception()  # fail now, saying why
+                return (commits.exists() and len(list(commits.glob("[0-9]*"))) >= 2) or None
+
+            wait_until(two_committed, "two micro-batches committed", deadline_s=180)
             victim = leader_of(client, "failover", 0)
             cluster.members[victim].kill()
             for p in (0, 1):

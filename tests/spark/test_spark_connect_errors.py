@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from replog.devcluster import free_port
+from replog.spark.starting import start_query
 from tests.spark.replog_cluster import ReplogCluster, running_cluster
 
 BOUND_S = 30.0
@@ -49,7 +50,7 @@ def test_a_stream_of_a_wrong_address_fails_and_names_it(spark: Any) -> None:
     )
 
     def run() -> None:
-        query = stream.writeStream.format("noop").start()
+        query = start_query(stream.writeStream.format("noop").start)
         try:
             assert query.awaitTermination(120), "the query kept running"
         finally:

@@ -20,6 +20,7 @@ import pytest
 
 from replog.client import Client, RetryPolicy
 from replog.errors import ReplogError
+from replog.spark.starting import start_query
 from replog.tls import ClientTls
 from tests.integration.waiting import wait_until
 from tests.spark.helpers import QUERY_DEADLINE_S, new_topic, produce, reader, stream
@@ -172,7 +173,7 @@ def test_a_stream_writes_each_row_once_across_a_task_retry_and_a_killed_leader(
 
     killer = threading.Thread(target=kill_when_writing, daemon=True)
     killer.start()
-    query = (
+    writer = (
         stream(spark, server, subscribe=source, startingOffsets="earliest")
         .selectExpr("CAST(value AS STRING) AS value")
         .withColumn("value", fail("value"))
@@ -182,8 +183,8 @@ def test_a_stream_writes_each_row_once_across_a_task_retry_and_a_killed_leader(
         .option("maxRecordsPerAppend", "25")
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
         .trigger(availableNow=True)
-        .start()
     )
+    query = start_query(writer.start)
     try:
         assert query.awaitTermination(QUERY_DEADLINE_S), "the query did not finish"
         assert query.exception() is None, query.exception()
@@ -220,6 +221,7 @@ import json, os, sys
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 from pyspark.sql import SparkSession
 from replog.spark import register
+from replog.spark.starting import start_query
 options, source, out, checkpoint = json.loads(sys.argv[1]), *sys.argv[2:5]
 spark = (
     SparkSession.builder.master("local[2]").appName("replog-eo-driver")
@@ -228,14 +230,15 @@ spark = (
     .getOrCreate()
 )
 register(spark)
-query = (
+writer = (
     spark.readStream.format("replog").options(**options).option("subscribe", source)
     .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "1000").load()
     .selectExpr("value")
     .writeStream.format("replog").options(**options).option("topic", out)
     .option("maxRecordsPerAppend", "10").option("checkpointLocation", checkpoint)
-    .trigger(availableNow=True).start()
+    .trigger(availableNow=True)
 )
+query = start_query(writer.start)
 query.awaitTermination()
 sys.exit(1 if query.exception() else 0)
 """

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from replog.client import Client, partition_for_key
+from replog.spark.starting import start_query
 from tests.spark.helpers import QUERY_DEADLINE_S, new_topic, produce, reader, rows, stream
 from tests.spark.replog_cluster import ReplogCluster
 
@@ -168,15 +169,15 @@ def test_a_stream_in_complete_mode_appends_each_triggers_whole_result_as_kafkas_
         .count()
         .selectExpr("CAST(CONCAT(partition, '=', count) AS STRING) AS value")
     )
-    query = (
+    writer = (
         counts.writeStream.format("replog")
         .options(**server.options)
         .option("topic", out)
         .option("checkpointLocation", str(workdir / "checkpoint"))
         .outputMode("complete")
         .trigger(availableNow=True)
-        .start()
     )
+    query = start_query(writer.start)
     assert query.awaitTermination(QUERY_DEADLINE_S) and query.exception() is None
     assert sorted(v for _, _, _, v in rows(reader(spark, server, subscribe=out))) == [
         b"0=30",

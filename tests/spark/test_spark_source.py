@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from replog.client import Client
+from replog.spark.starting import start_query
 from tests.spark.helpers import new_topic, produce, reader, rows
 from tests.spark.replog_cluster import ReplogCluster
 
@@ -84,14 +85,14 @@ def stream_to_parquet(
     )
     for k, v in options.items():
         stream = stream.option(k, v)
-    query = (
+    writer = (
         stream.load()
         .writeStream.format("parquet")
         .option("path", str(out))
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
-        .start()
     )
+    query = start_query(writer.start)
     assert query.awaitTermination(300), "the AvailableNow query did not finish"
     assert query.exception() is None
 
