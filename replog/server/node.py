@@ -590,6 +590,7 @@ def _add_services(
     producer_ids = ProducerIds(
         node.router, node.metadata, node.peers, timeout_s=settings.ack_timeout_ms / 1000
     )
+    supervisor.spawn(producer_ids.keep_reserved(), "producer-ids")  # blocks of anonymous ids
     log_service = LogService(node.router, node.metrics, settings, node.limits, producer_ids)
     kafka = kafka_edge.build(settings, node, log_service, producer_ids)  # None: no --kafka-listen
     admin_service = AdminService(

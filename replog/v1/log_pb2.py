@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13replog/v1/log.proto\x12\treplog.v1\"\xa4\x01\n\rAppendRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x0e\n\x06values\x18\x03 \x03(\x0c\x12\x1d\n\x04\x61\x63ks\x18\x04 \x01(\x0e\x32\x0f.replog.v1.Acks\x12\x13\n\x0bproducer_id\x18\x05 \x01(\x04\x12\x16\n\x0eproducer_epoch\x18\x06 \x01(\r\x12\x15\n\rbase_sequence\x18\x07 \x01(\x04\"3\n\x13InitProducerRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06resume\x18\x02 \x01(\x08\"C\n\x14InitProducerResponse\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x04\x12\x16\n\x0eproducer_epoch\x18\x02 \x01(\r\"R\n\x0e\x41ppendResponse\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x03\x12\x13\n\x0blast_offset\x18\x02 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\"\x7f\n\x14\x41ppendStreamResponse\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x03\x12\x13\n\x0blast_offset\x18\x02 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\x12%\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x16.replog.v1.AppendError\"\xa5\x01\n\x0b\x41ppendError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x36\n\x08metadata\x18\x04 \x03(\x0b\x32$.replog.v1.AppendError.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"h\n\x0c\x46\x65tchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x11\n\tmax_bytes\x18\x04 \x01(\r\x12\x13\n\x0bmax_wait_ms\x18\x05 \x01(\r\"f\n\rFetchResponse\x12\x0e\n\x06\x66rames\x18\x01 \x01(\x0c\x12\x16\n\x0ehigh_watermark\x18\x02 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x03 \x01(\x03\x12\x13\n\x0bnext_offset\x18\x04 \x01(\x03\"X\n\x11StreamFromRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x11\n\tmax_bytes\x18\x04 \x01(\r\"d\n\x0bStreamBatch\x12\x0e\n\x06\x66rames\x18\x01 \x01(\x0c\x12\x16\n\x0ehigh_watermark\x18\x02 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x03 \x01(\x03\x12\x13\n\x0bnext_offset\x18\x04 \x01(\x03*J\n\x04\x41\x63ks\x12\x14\n\x10\x41\x43KS_UNSPECIFIED\x10\x00\x12\r\n\tACKS_NONE\x10\x01\x12\x0f\n\x0b\x41\x43KS_LEADER\x10\x02\x12\x0c\n\x08\x41\x43KS_ALL\x10\x03\x32\xe6\x02\n\x03Log\x12=\n\x06\x41ppend\x12\x18.replog.v1.AppendRequest\x1a\x19.replog.v1.AppendResponse\x12M\n\x0c\x41ppendStream\x12\x18.replog.v1.AppendRequest\x1a\x1f.replog.v1.AppendStreamResponse(\x01\x30\x01\x12:\n\x05\x46\x65tch\x12\x17.replog.v1.FetchRequest\x1a\x18.replog.v1.FetchResponse\x12\x44\n\nStreamFrom\x12\x1c.replog.v1.StreamFromRequest\x1a\x16.replog.v1.StreamBatch0\x01\x12O\n\x0cInitProducer\x12\x1e.replog.v1.InitProducerRequest\x1a\x1f.replog.v1.InitProducerResponseB1Z/github.com/replog/replog/gen/replog/v1;replogv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13replog/v1/log.proto\x12\treplog.v1\"\xa4\x01\n\rAppendRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x0e\n\x06values\x18\x03 \x03(\x0c\x12\x1d\n\x04\x61\x63ks\x18\x04 \x01(\x0e\x32\x0f.replog.v1.Acks\x12\x13\n\x0bproducer_id\x18\x05 \x01(\x04\x12\x16\n\x0eproducer_epoch\x18\x06 \x01(\r\x12\x15\n\rbase_sequence\x18\x07 \x01(\x04\"J\n\x13InitProducerRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06resume\x18\x02 \x01(\x08\x12\x15\n\rreserve_block\x18\x03 \x01(\x08\"V\n\x14InitProducerResponse\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x04\x12\x16\n\x0eproducer_epoch\x18\x02 \x01(\r\x12\x11\n\tblock_ids\x18\x03 \x01(\r\"R\n\x0e\x41ppendResponse\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x03\x12\x13\n\x0blast_offset\x18\x02 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\"\x7f\n\x14\x41ppendStreamResponse\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x03\x12\x13\n\x0blast_offset\x18\x02 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\x12%\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x16.replog.v1.AppendError\"\xa5\x01\n\x0b\x41ppendError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x36\n\x08metadata\x18\x04 \x03(\x0b\x32$.replog.v1.AppendError.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"h\n\x0c\x46\x65tchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x11\n\tmax_bytes\x18\x04 \x01(\r\x12\x13\n\x0bmax_wait_ms\x18\x05 \x01(\r\"f\n\rFetchResponse\x12\x0e\n\x06\x66rames\x18\x01 \x01(\x0c\x12\x16\n\x0ehigh_watermark\x18\x02 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x03 \x01(\x03\x12\x13\n\x0bnext_offset\x18\x04 \x01(\x03\"X\n\x11StreamFromRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x11\n\tmax_bytes\x18\x04 \x01(\r\"d\n\x0bStreamBatch\x12\x0e\n\x06\x66rames\x18\x01 \x01(\x0c\x12\x16\n\x0ehigh_watermark\x18\x02 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x03 \x01(\x03\x12\x13\n\x0bnext_offset\x18\x04 \x01(\x03*J\n\x04\x41\x63ks\x12\x14\n\x10\x41\x43KS_UNSPECIFIED\x10\x00\x12\r\n\tACKS_NONE\x10\x01\x12\x0f\n\x0b\x41\x43KS_LEADER\x10\x02\x12\x0c\n\x08\x41\x43KS_ALL\x10\x03\x32\xe6\x02\n\x03Log\x12=\n\x06\x41ppend\x12\x18.replog.v1.AppendRequest\x1a\x19.replog.v1.AppendResponse\x12M\n\x0c\x41ppendStream\x12\x18.replog.v1.AppendRequest\x1a\x1f.replog.v1.AppendStreamResponse(\x01\x30\x01\x12:\n\x05\x46\x65tch\x12\x17.replog.v1.FetchRequest\x1a\x18.replog.v1.FetchResponse\x12\x44\n\nStreamFrom\x12\x1c.replog.v1.StreamFromRequest\x1a\x16.replog.v1.StreamBatch0\x01\x12O\n\x0cInitProducer\x12\x1e.replog.v1.InitProducerRequest\x1a\x1f.replog.v1.InitProducerResponseB1Z/github.com/replog/replog/gen/replog/v1;replogv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,30 +34,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'Z/github.com/replog/replog/gen/replog/v1;replogv1'
   _globals['_APPENDERROR_METADATAENTRY']._loaded_options = None
   _globals['_APPENDERROR_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_ACKS']._serialized_start=1106
-  _globals['_ACKS']._serialized_end=1180
+  _globals['_ACKS']._serialized_start=1148
+  _globals['_ACKS']._serialized_end=1222
   _globals['_APPENDREQUEST']._serialized_start=35
   _globals['_APPENDREQUEST']._serialized_end=199
   _globals['_INITPRODUCERREQUEST']._serialized_start=201
-  _globals['_INITPRODUCERREQUEST']._serialized_end=252
-  _globals['_INITPRODUCERRESPONSE']._serialized_start=254
-  _globals['_INITPRODUCERRESPONSE']._serialized_end=321
-  _globals['_APPENDRESPONSE']._serialized_start=323
-  _globals['_APPENDRESPONSE']._serialized_end=405
-  _globals['_APPENDSTREAMRESPONSE']._serialized_start=407
-  _globals['_APPENDSTREAMRESPONSE']._serialized_end=534
-  _globals['_APPENDERROR']._serialized_start=537
-  _globals['_APPENDERROR']._serialized_end=702
-  _globals['_APPENDERROR_METADATAENTRY']._serialized_start=655
-  _globals['_APPENDERROR_METADATAENTRY']._serialized_end=702
-  _globals['_FETCHREQUEST']._serialized_start=704
-  _globals['_FETCHREQUEST']._serialized_end=808
-  _globals['_FETCHRESPONSE']._serialized_start=810
-  _globals['_FETCHRESPONSE']._serialized_end=912
-  _globals['_STREAMFROMREQUEST']._serialized_start=914
-  _globals['_STREAMFROMREQUEST']._serialized_end=1002
-  _globals['_STREAMBATCH']._serialized_start=1004
-  _globals['_STREAMBATCH']._serialized_end=1104
-  _globals['_LOG']._serialized_start=1183
-  _globals['_LOG']._serialized_end=1541
+  _globals['_INITPRODUCERREQUEST']._serialized_end=275
+  _globals['_INITPRODUCERRESPONSE']._serialized_start=277
+  _globals['_INITPRODUCERRESPONSE']._serialized_end=363
+  _globals['_APPENDRESPONSE']._serialized_start=365
+  _globals['_APPENDRESPONSE']._serialized_end=447
+  _globals['_APPENDSTREAMRESPONSE']._serialized_start=449
+  _globals['_APPENDSTREAMRESPONSE']._serialized_end=576
+  _globals['_APPENDERROR']._serialized_start=579
+  _globals['_APPENDERROR']._serialized_end=744
+  _globals['_APPENDERROR_METADATAENTRY']._serialized_start=697
+  _globals['_APPENDERROR_METADATAENTRY']._serialized_end=744
+  _globals['_FETCHREQUEST']._serialized_start=746
+  _globals['_FETCHREQUEST']._serialized_end=850
+  _globals['_FETCHRESPONSE']._serialized_start=852
+  _globals['_FETCHRESPONSE']._serialized_end=954
+  _globals['_STREAMFROMREQUEST']._serialized_start=956
+  _globals['_STREAMFROMREQUEST']._serialized_end=1044
+  _globals['_STREAMBATCH']._serialized_start=1046
+  _globals['_STREAMBATCH']._serialized_end=1146
+  _globals['_LOG']._serialized_start=1225
+  _globals['_LOG']._serialized_end=1583
 # @@protoc_insertion_point(module_scope)

@@ -37,20 +37,24 @@ class AppendRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., values: _Optional[_Iterable[bytes]] = ..., acks: _Optional[_Union[Acks, str]] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., base_sequence: _Optional[int] = ...) -> None: ...
 
 class InitProducerRequest(_message.Message):
-    __slots__ = ("name", "resume")
+    __slots__ = ("name", "resume", "reserve_block")
     NAME_FIELD_NUMBER: _ClassVar[int]
     RESUME_FIELD_NUMBER: _ClassVar[int]
+    RESERVE_BLOCK_FIELD_NUMBER: _ClassVar[int]
     name: str
     resume: bool
-    def __init__(self, name: _Optional[str] = ..., resume: _Optional[bool] = ...) -> None: ...
+    reserve_block: bool
+    def __init__(self, name: _Optional[str] = ..., resume: _Optional[bool] = ..., reserve_block: _Optional[bool] = ...) -> None: ...
 
 class InitProducerResponse(_message.Message):
-    __slots__ = ("producer_id", "producer_epoch")
+    __slots__ = ("producer_id", "producer_epoch", "block_ids")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_IDS_FIELD_NUMBER: _ClassVar[int]
     producer_id: int
     producer_epoch: int
-    def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
+    block_ids: int
+    def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., block_ids: _Optional[int] = ...) -> None: ...
 
 class AppendResponse(_message.Message):
     __slots__ = ("base_offset", "last_offset", "high_watermark")

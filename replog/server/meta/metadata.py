@@ -68,7 +68,10 @@ every release.
 
 A producer id is 1 + the `__cluster` offset of the `init_producer` command that first
 made it: unique in the cluster, never reused. A named producer keeps its id; each further
-`init_producer` of its name raises its epoch by one (fencing the older instances).
+`init_producer` of its name raises its epoch by one (fencing the older instances). An
+anonymous `init_producer` a node proposes to reserve a block of ids also stands for the
+block `control/producer_ids.block_of(offset)` (from 2^48 up), which only that node hands
+out; the image reads it like any anonymous one.
 
 ACLs (`AclEntry`) allow a principal an operation on a resource: a topic or a consumer
 group (by name, or by prefix), or the cluster. `MetadataImage.allowed` is the authorizer's

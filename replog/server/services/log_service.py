@@ -35,7 +35,7 @@ from replog.replication.producers import (
     SEQUENCE_MAX,
     ProducerBatch,
 )
-from replog.server.control.producer_ids import ProducerIds
+from replog.server.control.producer_ids import ProducerIds, refuse_reservation
 from replog.server.control.routing import Router
 from replog.server.edge.limits import Limits
 from replog.server.edge.rpc import Context, streaming, unary
@@ -179,11 +179,30 @@ class LogService(log_pb2_grpc.LogServicer):
     async def InitProducer(
         self, request: log_pb2.InitProducerRequest, context: Context
     ) -> log_pb2.InitProducerResponse:
+        refuse_reservation(request)  # (a node's call, on the peer listener only)
+        return await self._init_producer(request, context)
+
+    async def _init_producer(
+        self, request: log_pb2.InitProducerRequest, context: Context
+    ) -> log_pb2.InitProducerResponse:
         forwarded = any(k == FORWARDED for k, _ in (context.invocation_metadata() or ()))
         pid, epoch = await self.producer_ids.init(
             request.name, resume=request.resume, forwarded=forwarded
         )
         return log_pb2.InitProducerResponse(producer_id=pid, producer_epoch=epoch)
+
+    @unary("InitProducer")
+    async def InitProducerFromPeer(
+        self, request: log_pb2.InitProducerRequest, context: Context
+    ) -> log_pb2.InitProducerResponse:
+        """The peer listener's InitProducer: a forwarded one, or a node's reservation of a
+        block of anonymous producer ids (`producer_ids`), proposed here as metadata leader."""
+        if not request.reserve_block:
+            return await self._init_producer(request, context)
+        block = await self.producer_ids.reserve_here()
+        return log_pb2.InitProducerResponse(
+            producer_id=block.start, producer_epoch=0, block_ids=len(block)
+        )
 
     # -- Fetch ------------------------------------------------------------------------------
 
