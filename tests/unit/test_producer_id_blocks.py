@@ -1,6 +1,6 @@
 """Blocks of anonymous producer ids (`control/producer_ids.py`): the block math, the checks
 of a leader's answer, and the node's keeper with fake metadata and peers (no leader, a
-leader elsewhere, a leader of an earlier release)."""
+leader elsewhere, a leader of an earlier release, a leader whose address is not known yet)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from replog.server.control.producer_ids import (
     checked_block,
     refuse_reservation,
 )
+from replog.server.peering.peers import Peers
 from replog.v1 import log_pb2
 
 DEADLINE_S = 30.0
@@ -185,5 +186,64 @@ async def test_a_cancelled_caller_takes_no_id() -> None:
         waiting.cancel()  # a client's deadline, while no block is in hand
         router.leader = 1
         assert (await ids.init(""))[0] == block_of(101).start  # the first id, unused
+    finally:
+        keeper.cancel()
+
+
+class _Book:
+    """An address book that knows no node yet (a node restarted, its roster still old)."""
+
+    def __init__(self) -> None:
+        self.known: dict[int, str] = {}
+
+    def address(self, node_id: int | None) -> str | None:
+        return self.known.get(node_id) if node_id is not None else None
+
+    def dial_address(self, node_id: int) -> str:
+        return self.known[node_id]
+
+    def nodes(self) -> list[tuple[int, str]]:
+        return sorted(self.known.items())
+
+
+def test_a_peer_whose_address_is_unknown_is_leader_unknown_not_a_key_error() -> None:
+    dialed: list[str] = []
+    book = _Book()
+    peers = Peers(1, book, dial=lambda address: dialed.append(address) or object())  # type: ignore[arg-type, func-returns-value]
+    for stub in (peers.log, peers.admin, peers.acls, peers.channel):
+        with pytest.raises(LeaderUnknownError, match="does not know where node 3 is"):
+            stub(3)
+    assert dialed == []
+    book.known[3] = "127.0.0.1:1"
+    peers.channel(3)
+    assert dialed == ["127.0.0.1:1"]
+
+
+class _UnknownUntilTold(_Peers):
+    """Peers that do not know where the metadata leader is until `told` (the keeper of a
+    restarted node, whose roster has not caught up: what once ended its task)."""
+
+    told = False
+
+    def log(self, node_id: int) -> _Stub:
+        if not self.told:
+            raise LeaderUnknownError(f"node 1 does not know where node {node_id} is yet")
+        return self.stub
+
+
+@run
+async def test_the_keeper_outlives_a_leader_whose_address_is_not_known_yet() -> None:
+    answer = log_pb2.InitProducerResponse(producer_id=block_of(4).start, block_ids=BLOCK_IDS)
+    router, metadata, stub = _Router(), _Metadata(), _Stub(lambda _request: answer)
+    peers = _UnknownUntilTold(stub)
+    ids = ProducerIds(router, metadata, peers, timeout_s=DEADLINE_S)  # type: ignore[arg-type]
+    router.leader = 2
+    keeper = asyncio.create_task(ids.keep_reserved())
+    try:
+        waiting = asyncio.create_task(ids.init(""))
+        await asyncio.sleep(0.3)  # a few failed tries (backoff 0.1 s, doubling)
+        assert not keeper.done() and not waiting.done()
+        peers.told = True
+        assert (await waiting)[0] == block_of(4).start
     finally:
         keeper.cancel()

@@ -5,7 +5,8 @@ answers for itself instead of forwarding it again. Calls go to a node's peer add
 peer listener, when nodes have one) over the channel `dial` makes (mutual TLS with TLS on),
 both read from the address book (`AddressBook`); client addresses stay the ones clients are
 told about. A peer's failure comes back as the typed `ReplogError` it sent (decoded by
-`replog.rpc_errors`, keyed by reason).
+`replog.rpc_errors`, keyed by reason); a node whose address is not known here yet is
+LEADER_UNKNOWN (retriable), never a KeyError.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from replog.errors import ReplogError
+from replog.errors import LeaderUnknownError, ReplogError
 from replog.rpc_errors import from_rpc_error
 from replog.v1 import acl_pb2_grpc, admin_pb2_grpc, log_pb2_grpc
 
@@ -77,7 +78,16 @@ class Peers:
         return self._channel(node_id)
 
     def _channel(self, node_id: int) -> grpc.aio.Channel:
-        address = self.book.dial_address(node_id)
+        try:
+            address = self.book.dial_address(node_id)
+        except KeyError:
+            # A node that restarted hears of a leader (a metadata leader, a partition's)
+            # before it hears where that node is: retriable, like no leader at all. Every
+            # caller already handles a typed error; a KeyError ended background tasks.
+            raise LeaderUnknownError(
+                f"node {self.node_id} does not know where node {node_id} is yet",
+                node=node_id,
+            ) from None
         channel = self._channels.get(address)
         if channel is None:
             channel = self._channels[address] = self._dial(address)
