@@ -663,7 +663,7 @@ class PartitionLog:
             self._check_open()
             assert self._log.log_start_offset <= offset <= self._leo, (offset, self._leo)
             try:
-                snapshots.write(self.directory, offset, payload)
+                snapshots.write(self.directory, offset, payload, crash_bound=self._rp_checkpointed)
             except OSError as exc:
                 raise storage_error(exc, f"snapshot {self.directory}") from exc
 

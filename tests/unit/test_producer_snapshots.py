@@ -203,6 +203,40 @@ def test_a_snapshot_above_the_recovery_point_is_not_used(tmp_path: Path) -> None
     log.close()
 
 
+def test_the_newest_snapshot_a_crash_may_use_is_kept_past_the_newest_three(
+    tmp_path: Path,
+) -> None:
+    """A busy partition rolls (and snapshots) more often than it checkpoints its recovery
+    point: the newest snapshot at or below that point stays, so a start after a crash
+    scans from it, not the whole log."""
+    log = open_log(tmp_path)
+    table = ProducerTable()
+    for seq in range(0, 30, 3):
+        append_batch(log, table, pid=1, seq=seq)
+    snapshot(log, table)  # an older one: not kept
+    append_batch(log, table, pid=2, seq=0)
+    log.flush()
+    log.checkpoint_high_watermark()  # the recovery point on disk: here
+    usable = snapshot(log, table)
+    above = []
+    for seq in range(30, 30 + 3 * (snapshots.SNAPSHOTS_KEPT + 2), 3):
+        append_batch(log, table, pid=1, seq=seq)
+        above.append(snapshot(log, table))  # no flush, no checkpoint: above the point
+    kept = above[-snapshots.SNAPSHOTS_KEPT :]
+    assert log.snapshot_offsets() == [usable, *kept]
+    log.crash()
+    log = open_log(tmp_path)
+    loaded = producer_state.load(log, 4096)
+    assert loaded.snapshot_offset == loaded.scanned_from == usable
+    assert loaded.table.state() == full_scan(log).state()
+    log.flush()
+    log.checkpoint_high_watermark()  # the point moves up: the one kept for it goes
+    snapshot(log, full_scan(log))
+    assert usable not in log.snapshot_offsets()
+    assert len(log.snapshot_offsets()) == snapshots.SNAPSHOTS_KEPT
+    log.close()
+
+
 def test_retention_deletes_the_snapshots_below_the_new_log_start(tmp_path: Path) -> None:
     log = open_log(tmp_path, StorageConfig(segment_bytes_max=512, retention_bytes=1024))
     table = ProducerTable()
