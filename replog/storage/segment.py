@@ -26,12 +26,10 @@ from pathlib import Path
 
 from replog.errors import CorruptDataError
 from replog.frames import HEADER, HEADER_BYTES, LENGTH_MASK, OFFSET_MAX
-from replog.storage.checksums import checksum_file_name
 from replog.storage.config import StorageConfig
 from replog.storage.index import SparseIndex
 from replog.storage.segment_base import index_file_name, log_file_name
 from replog.storage.segment_times import TimedSegment
-from replog.storage.time_index import time_index_file_name
 
 _unpack_header = HEADER.unpack_from
 
@@ -65,10 +63,7 @@ class Segment(TimedSegment):
         self.size = 0
         self._interval = config.index_interval_bytes
         self._config = config
-        self.log_path = directory / log_file_name(base_offset)
-        self.index_path = directory / index_file_name(base_offset)
-        self.checksum_path = directory / checksum_file_name(base_offset)
-        self.time_index_path = directory / time_index_file_name(base_offset)
+        self.directory = directory  # the paths: `SegmentBase`, made on first use
         self._time_reader = config.timestamps
         self._times = None  # built on first use (time_index.py)
         self._time_file_maybe = not create  # a `.timeindex` may exist for these bytes
