@@ -31,6 +31,7 @@ import os
 import random
 import signal
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -54,7 +55,7 @@ from _common import (
 
 from replog import frames
 from replog.client import Client, RetryPolicy
-from replog.devcluster import DevCluster, NodeProcess
+from replog.devcluster import STOP_TIMEOUT_S, DevCluster, NodeProcess
 from replog.errors import ReplogError
 from replog.v1 import admin_pb2, admin_pb2_grpc
 
@@ -179,7 +180,12 @@ def restart(
     node: NodeProcess, client: Client, sample: list[tuple[str, int]], how: str, limit_s: float
 ) -> Restart:
     if how == "SIGTERM":
-        node.stop()
+        try:
+            node.stop()
+        except subprocess.TimeoutExpired:  # a clean stop that never ends is a result too
+            log(f"node {node.node_id}: not stopped {STOP_TIMEOUT_S:.0f} s after SIGTERM: killed")
+            node.kill()
+            how = f"SIGTERM (not stopped in {STOP_TIMEOUT_S:.0f} s: SIGKILL)"
     else:
         node.kill()
     start = time.monotonic()
@@ -315,7 +321,7 @@ def emit_case(case: Case) -> None:
         emit(Result(f"{tag}_get_metadata", round(point.get_metadata_ms[0], 1), "ms"))
     for r in case.restarts:
         value = -1.0 if r.ready_s is None else round(r.ready_s, 1)
-        emit(Result(f"scale_{n}n_restart_{r.how.lower()}_ready", value, "s", None))
+        emit(Result(f"scale_{n}n_restart_{r.how.split()[0].lower()}_ready", value, "s", None))
 
 
 def command(args: argparse.Namespace) -> str:

@@ -19,6 +19,14 @@ class ReplicaConfig:
     observers: tuple[int, ...] = ()
     election_timeout_ms_min: int = 1000
     election_timeout_ms_max: int = 2000
+    # The election timeout of a replica that has known no leader since it started (it has
+    # neither led nor heard one): 0, the range above. The metadata log's is the node's
+    # plain range while its own is `METADATA_PATIENCE` times longer (`campaigns.py`): the
+    # patience keeps a known leader through a loaded node's stalls; with none known there
+    # is nothing to keep, and a cluster that starts elects its first one as fast as a data
+    # partition does.
+    first_election_timeout_ms_min: int = 0
+    first_election_timeout_ms_max: int = 0
     fetch_wait_ms_max: int = 500
     # A follower's parked fetch whose only news is a new HW waits this long for records to
     # carry it (0: answered at once; see `leading.hw_news`). Off: with it on, the simulator
@@ -45,6 +53,8 @@ class ReplicaConfig:
         assert len(set(self.observers)) == len(self.observers), self.observers
         assert not set(self.voters) & set(self.observers), (self.voters, self.observers)
         assert 0 < self.election_timeout_ms_min < self.election_timeout_ms_max
+        first = (self.first_election_timeout_ms_min, self.first_election_timeout_ms_max)
+        assert first == (0, 0) or self.fetch_retry_ms < first[0] < first[1], first
         assert 0 < self.fetch_wait_ms_max < self.fetch_retry_ms
         assert 0 <= self.hw_linger_ms < self.fetch_wait_ms_max
         # a leader must answer a parked fetch before the follower gives up on it

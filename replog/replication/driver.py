@@ -522,6 +522,7 @@ class ReplicaDriver(Timing):
             return
         now = self._now_ms()
         outputs = self._flush_progress() + self._woken_outputs(now)
+        self._within_campaign_budget(now)
         await self._perform(outputs + self.replica.tick(now))
 
     async def _handle(self, batch: list[Input]) -> None:

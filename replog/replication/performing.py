@@ -10,11 +10,13 @@ filled with the log's frames here (`_fill`), cut at batch ends above the HW.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import random
 from collections.abc import Callable
-from functools import partial
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache, partial
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -104,6 +106,12 @@ class GroupFlush(Protocol):
 
     def flushing(self, log: PartitionLog) -> bool:
         """Whether an fsync of `log` is under way."""
+
+
+@cache
+def _essential_pool() -> ThreadPoolExecutor:
+    """The threads of the metadata log's blocking I/O (one per process, made on first use)."""
+    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="replog-meta-io")
 
 
 class Performer:
@@ -331,7 +339,13 @@ class Performer:
     async def _io(self, fn: Callable[[], T]) -> T:
         """Every blocking log or file operation of the owner goes through here (a thread,
         so that the event loop keeps serving). Tests hook it to cancel callers at each
-        await of the perform path."""
+        await of the perform path. The metadata log's (`essential`) run on threads of their
+        own: in an election storm hundreds of data partitions' quorum-state fsyncs fill the
+        loop's default executor, and the metadata log's votes must not wait behind them."""
+        if self.essential:
+            context = contextvars.copy_context()  # (as `asyncio.to_thread` does)
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(_essential_pool(), partial(context.run, fn))
         return await asyncio.to_thread(fn)
 
     def _fill(self, message: Message) -> Message | None:

@@ -311,6 +311,18 @@ class Replica:
         steps.tick(self._core, now_ms)
         return self._core.take()
 
+    def election_due(self, now_ms: int) -> bool:
+        """Whether a tick at `now_ms` would start a campaign: a voter that is not the leader
+        and whose election timeout has passed (`CampaignBudget`)."""
+        c = self._core
+        return c.step is not Step.LEADER and c.is_voter and now_ms >= c.election_deadline_ms
+
+    def defer_election(self, until_ms: int) -> None:
+        """Let the election timeout pass no sooner than `until_ms` (the node's campaign
+        budget is spent: timing only, as a longer timer would be)."""
+        c = self._core
+        c.election_deadline_ms = max(c.election_deadline_ms, until_ms)
+
     def campaign(self, now_ms: int) -> list[Output]:
         """Start an election now (no-op on a leader, an observer, and a replica whose
         discarded log has not caught up: see `QuorumState.vote_floor`)."""

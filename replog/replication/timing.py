@@ -4,6 +4,10 @@ node's liveness (a base of `ReplicaDriver`; its state is the driver's).
 Ticks: after each pass the owner asks the node's `Ticker` to wake it when the core's next
 timer is due (`Replica.next_tick_ms`), no sooner than `tick_ms`, on a grid of `tick_ms`.
 
+Campaigns (`campaigns.py`): an election timeout of a data partition starts a campaign
+only within the node's budget (one per ticker, i.e. per node); over it, it waits a fresh
+election timeout.
+
 Liveness (`liveness.py`, `roles/quiet.py`): the transport may carry the node's
 `NodeLiveness` (`transport.liveness`; none: nothing goes quiet). While the core is quiet
 (`Replica.quiet`) the driver watches it; a wake for a peer node is handed to the core
@@ -13,7 +17,9 @@ Liveness (`liveness.py`, `roles/quiet.py`): the transport may carry the node's
 from __future__ import annotations
 
 import math
+import random
 
+from replog.replication.campaigns import budget_of
 from replog.replication.faults import FaultHandling
 from replog.replication.liveness import NodeLiveness
 from replog.replication.outputs import Output
@@ -24,6 +30,7 @@ class Timing(FaultHandling):
     """The owner's tick scheduling and the liveness wakes."""
 
     tick_ms: int
+    _rng: random.Random
     _stopping: bool
     _ticker: Ticker | None
     _tick_wakeup: Wakeup
@@ -40,6 +47,18 @@ class Timing(FaultHandling):
         if not self.stopped:
             self._tick_due = True
             self._wake()
+
+    def _within_campaign_budget(self, now: int) -> None:
+        """Before a tick: an election timeout that would start a campaign takes a token of
+        the node's `CampaignBudget` (`campaigns.py`; the metadata log, `essential`, takes
+        none); without one, the timeout waits a fresh election timeout."""
+        replica = self.replica
+        if self.essential or self._ticker is None or not replica.election_due(now):
+            return
+        if not budget_of(self._ticker).take(now):
+            cfg = self.config
+            wait = self._rng.randint(cfg.election_timeout_ms_min, cfg.election_timeout_ms_max)
+            replica.defer_election(now + wait)
 
     def _woken_outputs(self, now: int) -> list[Output]:
         outputs: list[Output] = []

@@ -50,6 +50,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from replog.errors import ReplogError, UnavailableError
 from replog.replication import FetchRequest, Message
+from replog.replication.campaigns import metadata_patience
 from replog.replication.driver import ReplicaDriver
 from replog.server import logs
 from replog.server.cluster import identity as identities
@@ -99,6 +100,7 @@ from replog.server.peering.leader_news import LeaderNews
 from replog.server.peering.peers import Peers
 from replog.server.peering.replication_transport import (
     CHANNEL_OPTIONS,
+    PRIORITY_CHANNEL_OPTIONS,
     PeerLinks,
     ReplicationService,
     same_incarnation,
@@ -159,6 +161,7 @@ class Node:
             dict(self.roster.dial),
             dialer(settings.tls, CHANNEL_OPTIONS),
             silence_ms=settings.election_timeout_ms,
+            priority_dial=dialer(settings.tls, PRIORITY_CHANNEL_OPTIONS),  # the metadata log's
         )
         data_dir, storage = settings.data_dir, settings.storage_config()
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -220,7 +223,7 @@ class Node:
             identities.floor_replica(metadata_dir(data_dir))
         return MetadataLog(
             PartitionLog(metadata_dir(data_dir), METADATA_TOPIC, 0, settings.storage_config()),
-            settings.replica_config(voters, observers),
+            metadata_patience(settings.replica_config(voters, observers)),
             self.links.transport(METADATA_TOPIC, 0),
             fetch_bytes_max=settings.fetch_bytes_max,
             spawn=self.supervisor.spawn,

@@ -330,3 +330,65 @@ def test_envelopes_queued_together_travel_in_few_messages_in_order_a_large_one_a
             await server.stop(None)
 
     asyncio.run(main())
+
+
+def test_the_metadata_log_travels_on_its_own_lane_past_full_and_blocked_data_traffic(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A data partition's traffic to a peer fills its queue (envelopes past it are dropped)
+    and the peer handles none of it (its window fills and it stops reading that stream): the
+    metadata log's (`__cluster`) envelopes queued after it, and sent while it is stuck, are
+    neither dropped nor held, and arrive in order (before, one queue and one stream: the
+    metadata log's votes were dropped with the rest and it lost its leader for good)."""
+    monkeypatch.setattr(replication_transport, "QUEUE_ENVELOPES_MAX", 50)
+    monkeypatch.setattr(replication_transport, "PENDING_DELIVERIES_MAX", 8)
+
+    async def main() -> None:
+        address = f"127.0.0.1:{free_port()}"
+        stuck = asyncio.Event()  # never set: the data partition's replica handles nothing
+        data: list[int] = []
+        meta: list[int] = []
+
+        async def hang(message: Message) -> None:
+            await stuck.wait()
+
+        def route(topic: str, partition: int, topic_id: int) -> Any:
+            if topic == "__cluster":
+                return lambda message: _note(meta, message)
+            data.append(partition)
+            return hang
+
+        def envelope(topic: str, epoch: int) -> pb.Envelope:
+            sent = pb.Envelope(topic=topic, partition=0, from_id=1)
+            sent.begin_epoch.epoch, sent.begin_epoch.leader_id = epoch, 1
+            return sent
+
+        server = grpc.aio.server()
+        replication_pb2_grpc.add_ReplicationServicer_to_server(ReplicationService(route), server)  # type: ignore[no-untyped-call]
+        server.add_insecure_port(address)
+        await server.start()
+        links = PeerLinks(1, {2: address})
+        try:
+            for epoch in range(1, 61):  # 10 more than the queue holds
+                links.send(2, envelope("t", epoch))
+            links.send(2, envelope("__cluster", 1))
+            links.start()
+            assert await wait_for(lambda: meta == [1] or None)
+            await wait_for(lambda: len(data) == 50 or None)  # one batch: the window is full
+            links.send(2, envelope("__cluster", 2))
+            links.send(2, envelope("t", 99))
+            assert await wait_for(lambda: meta == [1, 2] or None)
+            assert links._links[2].dropped == 10
+            assert links._priority[2].dropped == 0
+            assert len(data) == 50  # the data stream is still held by its replica
+        finally:
+            stuck.set()
+            await links.close()
+            await server.stop(None)
+
+    asyncio.run(main())
+
+
+async def _note(into: list[int], message: Message) -> None:
+    assert isinstance(message, BeginEpoch)
+    into.append(message.epoch)

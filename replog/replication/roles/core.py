@@ -122,6 +122,9 @@ class Core:
         self.prevotes: set[int] = set()  # PRE_CANDIDATE: the round's grants (itself too)
         self.leader_contact_ms: int | None = None  # last word from this epoch's leader
         self.election_deadline_ms = 0
+        # it has led or heard a leader since it started (`ReplicaConfig`'s first election
+        # timeout applies until then)
+        self.leader_known = False
         # a follower whose leader said it holds the whole log, HW included, and whose
         # leader's node is heard: long timers until an answer or a wake (`quiet.py`)
         self.quiet = False
@@ -246,8 +249,10 @@ class Core:
     def reset_election_timer(self, now_ms: int) -> None:
         self.quiet = False
         cfg = self.config
-        timeout = self.rng.randint(cfg.election_timeout_ms_min, cfg.election_timeout_ms_max)
-        self.election_deadline_ms = now_ms + timeout
+        low, high = cfg.election_timeout_ms_min, cfg.election_timeout_ms_max
+        if not self.leader_known and cfg.first_election_timeout_ms_max:
+            low, high = cfg.first_election_timeout_ms_min, cfg.first_election_timeout_ms_max
+        self.election_deadline_ms = now_ms + self.rng.randint(low, high)
 
 
 _ROLES = {Step.FOLLOWER: Role.FOLLOWER, Step.CANDIDATE: Role.CANDIDATE, Step.LEADER: Role.LEADER}

@@ -72,6 +72,7 @@ def accept_fetch_response(c: Core, response: FetchResponse, now_ms: int) -> None
         c.stale(problem)
         return
     c.fetch_sent_ms = None
+    c.leader_known = True
     c.reset_election_timer(now_ms)
     c.leader_contact_ms = now_ms
     if c.step is Step.PRE_CANDIDATE:  # the leader answers after all: the round ends

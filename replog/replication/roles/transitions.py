@@ -31,6 +31,7 @@ def become_follower(c: Core, epoch: int, leader_id: int | None, now_ms: int) -> 
     c.votes = None
     c.prevotes = set()
     c.leader_contact_ms = now_ms if leader_id is not None else None
+    c.leader_known = c.leader_known or leader_id is not None
     c.progress = {}
     c.fetch_sent_ms = None
     c.reset_election_timer(now_ms)
@@ -100,6 +101,7 @@ def become_leader(c: Core, now_ms: int) -> None:
     # A candidate whose election timed out asks for pre-votes for the next epoch while its
     # votes may still come in: a late vote that elects it ends that round too.
     c.step = Step.LEADER
+    c.leader_known = True
     c.votes = None
     c.prevotes = set()
     c.transfer = None

@@ -9,7 +9,18 @@ answers and votes of all the partitions two nodes share travel together, so that
 cost per idle partition is not one gRPC message each way (a peer that does not know
 `ExchangeBatches`, an older version, is sent one envelope per message on `Exchange`).
 Messages queued while the peer is unreachable are dropped once the queue is full (best
-effort: the protocol's timers retry what matters). A peer that opens a stream to this node
+effort: the protocol's timers retry what matters).
+
+The metadata log (`__cluster`) has a lane of its own to each peer: its own bounded queue
+and its own stream, on a channel of its own (`PRIORITY_CHANNEL_OPTIONS`: not the data
+stream's connection, whose HTTP/2 flow-control window a slow receiver can fill). Data
+partitions' traffic can fill, block or drop on its lane without touching the metadata
+log's. Before, they shared one queue: in a storm of elections and leader transfers (5,000
+partitions on 3 nodes, the soak of docs/benchmarks.md) every outgoing queue was full, the
+metadata log's votes were dropped with the rest (144-253 k envelopes per link), it lost
+its leader for good and topic creation stopped. The receiving side needs nothing new: a
+lane is one more `ExchangeBatches` stream (the metadata log's envelopes all travel on the
+one lane, so each replica still gets its messages in order). A peer that opens a stream to this node
 is up: `heard_from(peer)` ends the backoff of the link to it, which reconnects at once.
 Without that, a node that restarted got no answers (fetch responses, votes) from peers
 whose backoff had grown while it was down, for up to the longest backoff (1 s): measured,
@@ -71,6 +82,7 @@ from replog.replication.messages import Message
 from replog.server.edge import status
 from replog.server.edge.security import describe_peer
 from replog.server.logs import log
+from replog.server.meta.metadata import METADATA_TOPIC
 from replog.server.peering.replication_codec import ImpossibleMessage, from_envelope, to_envelope
 from replog.v1 import replication_pb2 as pb
 from replog.v1 import replication_pb2_grpc
@@ -94,6 +106,9 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
 ]
+# The metadata log's lane: a channel that does not share the data lane's connection (gRPC
+# shares one connection between channels of the same target and options).
+PRIORITY_CHANNEL_OPTIONS = [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
 
 DROP_LOG_INTERVAL_S = 10.0
 REAUTHENTICATE_INTERVAL_S = 1.0  # a stream's certificate is checked again this often
@@ -131,6 +146,15 @@ def insecure_dial(address: str) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
 
 
+def insecure_priority_dial(address: str) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(address, options=PRIORITY_CHANNEL_OPTIONS)
+
+
+def is_priority(envelope: pb.Envelope) -> bool:
+    """Whether `envelope` travels on the metadata log's lane."""
+    return envelope.topic == METADATA_TOPIC
+
+
 class NewsReceiver(Protocol):
     """The receiving side of `ShareLeaders` (leader_news.LeaderNews)."""
 
@@ -138,9 +162,12 @@ class NewsReceiver(Protocol):
 
 
 class _Link:
-    def __init__(self, peer: int, address: str) -> None:
+    """One lane to one peer: a bounded queue and the task that streams it."""
+
+    def __init__(self, peer: int, address: str, priority: bool = False) -> None:
         self.peer = peer
         self.address = address
+        self.priority = priority  # the metadata log's lane (dialled with `priority_dial`)
         self.queue: asyncio.Queue[pb.Envelope] = asyncio.Queue(QUEUE_ENVELOPES_MAX)
         self.task: asyncio.Task[None] | None = None
         self.dropped = 0
@@ -161,15 +188,20 @@ class PeerLinks:
         dial: Dial = insecure_dial,
         *,
         silence_ms: int = 1000,
+        priority_dial: Dial | None = None,
     ) -> None:
         """`silence_ms`: a peer not heard for this long is silent (its quiet partitions
-        wake: `NodeLiveness`); the election timeout's lower bound."""
+        wake: `NodeLiveness`); the election timeout's lower bound. `priority_dial`: the
+        channels of the metadata log's lanes, which must not share the data lanes'
+        connections (`PRIORITY_CHANNEL_OPTIONS`; default: `dial`, for tests)."""
         self.node_id = node_id
         self.liveness = NodeLiveness(silence_ms)
         self.incarnation = random.SystemRandom().getrandbits(62) + 1
         self._links = {p: _Link(p, a) for p, a in peers.items() if p != node_id}
+        self._priority = {p: _Link(p, a, True) for p, a in peers.items() if p != node_id}
         self._closed = False
         self._dial = dial  # a channel to a peer address (mutual TLS with TLS on)
+        self._priority_dial = priority_dial or dial
         self._spawn: Spawn | None = None
         self._started = False
         self._liveness_task: asyncio.Task[None] | None = None
@@ -178,7 +210,7 @@ class PeerLinks:
         """Start one sender task per peer through `spawn` (the node's supervisor; tests of
         the transport alone may leave it out)."""
         self._spawn, self._started = spawn, True
-        for link in self._links.values():
+        for link in self._lanes():
             self._start_link(link)
         coro, name = self._check_liveness(), "peer-liveness"
         self._liveness_task = spawn(coro, name) if spawn else asyncio.create_task(coro, name=name)
@@ -188,8 +220,11 @@ class PeerLinks:
             await asyncio.sleep(HEARTBEAT_S)
             self.liveness.check(_now_ms())
 
+    def _lanes(self) -> list[_Link]:
+        return [*self._priority.values(), *self._links.values()]
+
     def _start_link(self, link: _Link) -> None:
-        coro, name = self._run(link), f"peer-{link.peer}"
+        coro, name = self._run(link), f"peer-{link.peer}{'-meta' if link.priority else ''}"
         spawn = self._spawn
         link.task = spawn(coro, name) if spawn else asyncio.create_task(coro, name=name)
 
@@ -206,14 +241,17 @@ class PeerLinks:
         if link is not None:
             self.remove(peer)
         link = self._links[peer] = _Link(peer, address)
+        priority = self._priority[peer] = _Link(peer, address, True)
         if self._started:
+            self._start_link(priority)
             self._start_link(link)
 
     def remove(self, peer: int) -> None:
         """Stop reaching `peer` (a node that left the cluster): its queued messages drop."""
-        link = self._links.pop(peer, None)
-        if link is not None and link.task is not None:
-            link.task.cancel()
+        for lanes in (self._priority, self._links):
+            link = lanes.pop(peer, None)
+            if link is not None and link.task is not None:
+                link.task.cancel()
 
     def transport(self, topic: str, partition: int, topic_id: int = 0) -> PartitionTransport:
         return PartitionTransport(self, topic, partition, topic_id)
@@ -221,12 +259,15 @@ class PeerLinks:
     def heard_from(self, peer: int) -> None:
         """`peer` is up (it sent on a stream of its own): a link to it waiting out its
         reconnect backoff reconnects now."""
-        link = self._links.get(peer)
-        if link is not None:
-            link.heard.set()
+        for lanes in (self._priority, self._links):
+            link = lanes.get(peer)
+            if link is not None:
+                link.heard.set()
 
     def send(self, peer: int, envelope: pb.Envelope) -> None:
-        link = self._links.get(peer)
+        """Queue `envelope` for `peer` on its lane (never blocks; dropped when the lane's
+        queue is full)."""
+        link = (self._priority if is_priority(envelope) else self._links).get(peer)
         if link is None or self._closed:
             return
         try:
@@ -239,7 +280,7 @@ class PeerLinks:
         while not self._closed:
             opened_at = time.monotonic()
             link.heard.clear()  # only news after this attempt started cuts its backoff short
-            channel = self._dial(link.address)
+            channel = (self._priority_dial if link.priority else self._dial)(link.address)
             stub = replication_pb2_grpc.ReplicationStub(channel)  # type: ignore[no-untyped-call]
             readers: list[asyncio.Task[Any]] = []
             metadata = (
@@ -325,7 +366,7 @@ class PeerLinks:
 
     async def close(self) -> None:
         self._closed = True
-        tasks = [link.task for link in self._links.values() if link.task is not None]
+        tasks = [link.task for link in self._lanes() if link.task is not None]
         if self._liveness_task is not None:
             tasks.append(self._liveness_task)
         for task in tasks:
