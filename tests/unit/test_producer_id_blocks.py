@@ -219,31 +219,39 @@ def test_a_peer_whose_address_is_unknown_is_leader_unknown_not_a_key_error() -> 
     assert dialed == ["127.0.0.1:1"]
 
 
-class _UnknownUntilTold(_Peers):
-    """Peers that do not know where the metadata leader is until `told` (the keeper of a
-    restarted node, whose roster has not caught up: what once ended its task)."""
+class _Channel:
+    """A channel whose InitProducer answers `answer` (what a LogStub calls)."""
 
-    told = False
+    def __init__(self, answer: log_pb2.InitProducerResponse) -> None:
+        self.answer = answer
 
-    def log(self, node_id: int) -> _Stub:
-        if not self.told:
-            raise LeaderUnknownError(f"node 1 does not know where node {node_id} is yet")
-        return self.stub
+    def unary_unary(self, method: str, **_: Any) -> Callable[..., Awaitable[Any]]:
+        async def call(request: Any, **__: Any) -> Any:
+            return self.answer
+
+        return call
+
+    stream_stream = unary_stream = stream_unary = unary_unary  # (the stub's other calls)
 
 
 @run
 async def test_the_keeper_outlives_a_leader_whose_address_is_not_known_yet() -> None:
+    """The real `Peers` over an address book that does not know the metadata leader yet (a
+    restarted node whose roster has not caught up): its KeyError once ended the keeper,
+    and with it the node."""
     answer = log_pb2.InitProducerResponse(producer_id=block_of(4).start, block_ids=BLOCK_IDS)
-    router, metadata, stub = _Router(), _Metadata(), _Stub(lambda _request: answer)
-    peers = _UnknownUntilTold(stub)
-    ids = ProducerIds(router, metadata, peers, timeout_s=DEADLINE_S)  # type: ignore[arg-type]
+    book = _Book()
+    peers = Peers(1, book, dial=lambda _address: _Channel(answer))  # type: ignore[arg-type, return-value]
+    router, metadata = _Router(), _Metadata()
+    ids = ProducerIds(router, metadata, peers, timeout_s=DEADLINE_S)
     router.leader = 2
     keeper = asyncio.create_task(ids.keep_reserved())
     try:
         waiting = asyncio.create_task(ids.init(""))
         await asyncio.sleep(0.3)  # a few failed tries (backoff 0.1 s, doubling)
         assert not keeper.done() and not waiting.done()
-        peers.told = True
+        book.known[2] = "127.0.0.1:1"
         assert (await waiting)[0] == block_of(4).start
+        assert metadata.proposals == 0
     finally:
         keeper.cancel()
