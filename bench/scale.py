@@ -88,6 +88,8 @@ class Restart:
     how: str
     ready_s: float | None  # None: not ready within the limit
     serving_s: float | None
+    led: int | None = None  # partitions the node led when it was stopped (None: not counted)
+    preferred: int | None = None  # ... of which it is the preferred leader
 
 
 @dataclass
@@ -155,6 +157,31 @@ def get_metadata_ms(address: str) -> tuple[float, float]:
     return out[0], out[1]
 
 
+def leadership(address: str, node_id: int) -> tuple[int, int]:
+    """(partitions led by `node_id`, partitions whose preferred replica it is), from one
+    GetMetadata at `address`."""
+    options = [("grpc.max_receive_message_length", 256 << 20)]
+    with grpc.insecure_channel(address, options=options) as channel:
+        stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+        meta = stub.GetMetadata(admin_pb2.GetMetadataRequest(), timeout=120)
+    parts = [p for t in meta.topics for p in t.partitions]
+    led = sum(1 for p in parts if p.leader_id == node_id)
+    return led, sum(1 for p in parts if p.replicas and p.replicas[0] == node_id)
+
+
+def wait_for_its_share(cluster: DevCluster, node_id: int, limit_s: float) -> tuple[int, int]:
+    """Wait (at most `limit_s`) until `node_id` leads at least 90 % of the partitions it is
+    the preferred leader of (the leader balancer gives them back to a restarted node), so
+    that a stop moves its whole share; returns (led, preferred) as last seen."""
+    other = next(m for n, m in cluster.members.items() if n != node_id)
+    deadline = time.monotonic() + limit_s
+    while True:
+        led, preferred = leadership(other.address, node_id)
+        if led >= 0.9 * preferred or time.monotonic() > deadline:
+            return led, preferred
+        time.sleep(1.0)
+
+
 def check(client: Client, sample: list[tuple[str, int]], deadline_s: float) -> tuple[bool, str]:
     """Append one acks=all record to each sampled partition and read it back."""
     stop = time.monotonic() + deadline_s
@@ -177,8 +204,14 @@ def check(client: Client, sample: list[tuple[str, int]], deadline_s: float) -> t
 
 
 def restart(
-    node: NodeProcess, client: Client, sample: list[tuple[str, int]], how: str, limit_s: float
+    node: NodeProcess,
+    client: Client,
+    sample: list[tuple[str, int]],
+    how: str,
+    limit_s: float,
+    share: tuple[int, int] | None = None,
 ) -> Restart:
+    led, preferred = share if share is not None else (None, None)
     if how == "SIGTERM":
         try:
             node.stop()
@@ -200,10 +233,10 @@ def restart(
             raise RuntimeError(f"node {node.node_id} exited:\n{node.log_tail()}")
         time.sleep(0.05)
     if ready_s is None:
-        return Restart(how, None, None)
+        return Restart(how, None, None, led, preferred)
     node.wait_ready()  # (reads its metrics address)
     ok, _ = check(client, sample, max(1.0, limit_s - (time.monotonic() - start)))
-    return Restart(how, ready_s, time.monotonic() - start if ok else None)
+    return Restart(how, ready_s, time.monotonic() - start if ok else None, led, preferred)
 
 
 # -- one case ---------------------------------------------------------------------------------
@@ -295,7 +328,10 @@ def _grow(cluster: DevCluster, case: Case, limit_s: float, args: argparse.Namesp
             case.restarted_at = total
             last = cluster.members[nodes]
             for how in ("SIGTERM", "SIGKILL"):
-                case.restarts.append(restart(last, client, sample, how, args.restart_limit_s))
+                share = wait_for_its_share(cluster, nodes, args.share_wait_s) if nodes > 1 else None
+                case.restarts.append(
+                    restart(last, client, sample, how, args.restart_limit_s, share)
+                )
                 log(f"{nodes} node(s): {case.restarts[-1]}")
             ok, detail = check(client, sample, 120)
             case.check_after = ("ok " if ok else "FAILED ") + detail
@@ -368,14 +404,24 @@ def section(cases: list[Case], args: argparse.Namespace, machine: dict[str, str]
                 f"{_fmt(p.rss_mib)} | {_fmt(p.fds)} | {p.get_metadata_ms[0]:.1f} ms "
                 f"({p.get_metadata_ms[1]:.1f} ms) | {p.check} |"
             )
-    lines += ["", "| nodes | at partitions | restart | ready file | sampled partitions serve |"]
-    lines.append("|---|---|---|---|---|")
+    lines += [
+        "",
+        "Before each restart of a multi-node case the bench waits until the node leads at "
+        "least 90 % of the partitions it is the preferred leader of (the leader balancer "
+        "gives them back after the previous restart), so each stop moves its whole share: "
+        "*led at stop* (of *preferred*).",
+        "",
+        "| nodes | at partitions | restart | led at stop (preferred) | ready file | "
+        "sampled partitions serve |",
+        "|---|---|---|---|---|---|",
+    ]
     for case in cases:
         at = f"{case.restarted_at:,}" if case.restarted_at else "not recorded"
         for r in case.restarts:
             ready = "not within limit" if r.ready_s is None else f"{r.ready_s:.1f} s"
             serving = "not within limit" if r.serving_s is None else f"{r.serving_s:.1f} s"
-            lines.append(f"| {case.nodes} | {at} | {r.how} | {ready} | {serving} |")
+            led = "not counted" if r.led is None else f"{r.led:,} ({r.preferred:,})"
+            lines.append(f"| {case.nodes} | {at} | {r.how} | {led} | {ready} | {serving} |")
     lines.append("")
     for case in cases:
         took = f"{case.wall_s:.0f} s in all" if case.wall_s else "time not recorded"
@@ -427,6 +473,12 @@ def main() -> int:
         help="seconds of creates per case, one per --nodes value",
     )
     parser.add_argument("--restart-limit-s", type=float, default=120.0)
+    parser.add_argument(
+        "--share-wait-s",
+        type=float,
+        default=120.0,
+        help="before each restart, at most this long for the node to lead its share again",
+    )
     parser.add_argument("--idle-s", type=float, default=10.0)
     parser.add_argument("--sample", type=int, default=10)
     parser.add_argument("--no-docs", action="store_true")

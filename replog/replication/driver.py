@@ -61,7 +61,6 @@ node's one timer in `ticker.py`; this module is the owner task and the callers' 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import os
@@ -272,14 +271,32 @@ class ReplicaDriver(Timing):
 
     # -- inputs --------------------------------------------------------------------------
 
+    def post(self, message: Message) -> asyncio.Future[None]:
+        """Hand a message from another replica to the owner (the transport's call: no
+        task, no coroutine per message). The future is done once the owner has handled it
+        (backpressure for the sending stream), or at once, or when the owner stops, if the
+        replica is stopping or stopped: the message is lost, as on a dead node. It fails
+        only with the error of a replica taken offline. Cancelling the future cancels the
+        wait, never the handling."""
+        fut: asyncio.Future[None] = self._future()
+        try:
+            self._check_running()
+        except ShuttingDownError:
+            fut.set_result(None)
+            return fut
+        except ReplogError as exc:  # offline (`_offline_error`)
+            fut.set_exception(exc)
+            return fut
+        item = Deliver(message)
+        item.done = fut
+        self._inbox.append(item)
+        self._wake()
+        return fut
+
     async def deliver(self, message: Message) -> None:
-        """A message from another replica (called by the transport). Returns once the
-        owner has handled it (backpressure for the sending stream); a cancelled caller
-        does not stop its handling."""
-        if self.stopped:
-            return
-        with contextlib.suppress(ShuttingDownError):  # lost, as on a dead node
-            await self._call(Deliver(message))
+        """`post`, waited for: returns once the owner has handled the message (or lost it,
+        stopping); a cancelled caller does not stop its handling."""
+        await self.post(message)
 
     async def campaign(self) -> None:
         await self._call(Campaign())

@@ -69,7 +69,10 @@ class FaultHandling(ProducerSnapshots):
     def _fail_waiting(self, exc: Exception) -> None:
         for item in self._inbox:
             if item.done is not None and not item.done.done():
-                item.done.set_exception(exc)
+                if isinstance(item, Deliver):  # a peer's message: lost, as on a dead node
+                    item.done.set_result(None)
+                else:
+                    item.done.set_exception(exc)
         self._inbox.clear()
         for waiting in self._acks.values():
             if not waiting.fut.done():

@@ -375,17 +375,18 @@ class Node:
         """The replica an incoming replication message is for (None: not hosted here, or
         the message was meant for another incarnation of the topic's name)."""
         if topic == METADATA_TOPIC:
-            return self.metadata.driver.deliver
+            return self.metadata.driver.post
         part = self.replicas.replicas.get((topic, partition))
         if part is None or not same_incarnation(topic_id, part.topic_id):
             return None
         if self.reassigner.throttles:  # (empty unless a move is throttled here)
             return partial(self._throttled, part)
-        return part.driver.deliver
+        return part.driver.post
 
-    async def _throttled(self, part: ReplicatedPartition, message: Message) -> None:
-        """Deliver `message`, unless it is the fetch of a joining observer that the
-        reassignment throttle drops (`reassignment.Throttle`)."""
+    def _throttled(self, part: ReplicatedPartition, message: Message) -> Awaitable[None]:
+        """Deliver `message` (`ReplicaDriver.post`), unless it is the fetch of a joining
+        observer that the reassignment throttle drops (`reassignment.Throttle`): a future
+        either way, so that a replica gets its messages in the stream's order."""
         if isinstance(message, FetchRequest):
             throttle = self.reassigner.throttle(part.topic, part.partition, message.replica_id)
             plog = part.log
@@ -393,8 +394,10 @@ class Node:
             if throttle is not None and lag > 0:
                 held = max(1, plog.log_end_offset - plog.log_start_offset)
                 if not throttle.allow(lag * plog.size_bytes // held):
-                    return
-        await part.driver.deliver(message)
+                    dropped: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                    dropped.set_result(None)
+                    return dropped
+        return part.driver.post(message)
 
     # -- lifecycle --------------------------------------------------------------------------
 

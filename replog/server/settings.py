@@ -238,7 +238,7 @@ class Settings:
         default=5_000, metadata=_help("how long SIGTERM waits for in-flight calls")
     )
     shutdown_handover_ms: int = field(
-        default=3000,
+        default=10_000,
         metadata=_help(
             "on SIGTERM, at most this long handing every partition this node leads to a "
             "caught-up voter before it stops (0: no hand-over)"

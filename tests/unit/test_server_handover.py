@@ -9,6 +9,7 @@ import pytest
 
 from replog.errors import NotLeaderError
 from replog.replication import Acks, ReplicaConfig, Role
+from replog.replication.driver import ReplicaDriver
 from replog.server.partitions.handover import FRESH_MS, hand_over, pick_target
 from replog.server.partitions.replicated import ReplicatedPartition
 from replog.server.supervisor import Supervisor
@@ -32,6 +33,63 @@ def test_the_target_is_the_freshest_most_caught_up_other_voter() -> None:
     assert pick_target(1, (1, 2), [(1, 5, 0, 0), (2, 5, 0, -1)]) is None  # never fetched
     assert pick_target(1, (1, 2), [(1, 5, 0, 0), (2, 5, 0, 60_000)]) is None  # gone quiet
     assert pick_target(1, (1,), [(1, 5, 0, 0)]) is None
+
+
+def test_a_tie_goes_to_the_preferred_replica_else_spreads_over_the_tied_voters() -> None:
+    status = [(1, 100, 0, 0), (2, 100, 0, 5), (3, 100, 0, 5)]
+    # the preferred replica (voters[0]) when it is among the best: the balancer's choice
+    assert [pick_target(1, (3, 1, 2), status, spread=s) for s in range(4)] == [3, 3, 3, 3]
+    # this node is the preferred one: the partitions of a node handing many over spread
+    assert [pick_target(1, (1, 2, 3), status, spread=s) for s in range(4)] == [2, 3, 2, 3]
+    # the furthest along still wins over a tie
+    ahead = [(1, 100, 0, 0), (2, 100, 0, 5), (3, 99, 1, 5)]
+    assert [pick_target(1, (3, 1, 2), ahead, spread=s) for s in range(2)] == [2, 2]
+
+
+def test_many_partitions_are_handed_over_a_few_at_a_time_within_the_window(
+    tmp_path: Path,
+) -> None:
+    """A node leading many partitions hands them all over with at most `window` transfers
+    under way at once (a stopping node leading 1,000 partitions used to hand the requests
+    over one at a time and ran out of its time budget before most had moved)."""
+
+    async def scenario() -> None:
+        clusters = [Cluster(tmp_path / f"p{i}", election_ms=(3000, 6000)) for i in range(5)]
+        try:
+            for cluster in clusters:
+                for node in VOTERS:
+                    await cluster.start(node)
+            leaders = []
+            for cluster in clusters:
+                await cluster.drivers[1].campaign()
+                await wait_for(lambda c=cluster: c.drivers[1].serving)
+                leaders.append(cluster.drivers[1])
+            await wait_for(
+                lambda: all(0 <= row[3] <= FRESH_MS for d in leaders for row in d.replica_status())
+            )
+            most = 0
+            real = ReplicaDriver.transfer_leadership
+
+            async def counted(self: ReplicaDriver, target: int) -> None:
+                nonlocal most
+                open_now = sum(1 for d in leaders if d.transferring_to is not None)
+                most = max(most, open_now + 1)
+                await real(self, target)
+
+            ReplicaDriver.transfer_leadership = counted  # type: ignore[method-assign]
+            try:
+                result = await hand_over(leaders, timeout_s=DEADLINE_S, window=2)
+            finally:
+                ReplicaDriver.transfer_leadership = real  # type: ignore[method-assign]
+            assert (result.led, result.moved, result.serving) == (5, 5, 5)
+            assert 1 <= most <= 2, most
+            new = [next(n for n, d in c.drivers.items() if d.serving) for c in clusters]
+            assert set(new) == {2, 3}, new  # spread over both other voters
+        finally:
+            for cluster in clusters:
+                await cluster.close()
+
+    asyncio.run(scenario())
 
 
 def test_a_leader_hands_over_at_once_and_writes_go_on_at_the_new_leader(tmp_path: Path) -> None:

@@ -61,6 +61,7 @@ _log = logging.getLogger("replog.server.replicas")
 BACKOFF_S_MIN = 0.1
 BACKOFF_S_MAX = 30.0
 FILES_RESERVE = 32  # descriptors kept free for sockets and files opened briefly
+CLOSE_WINDOW = 64  # replicas stopped at once when the node closes
 
 MakeReplica = Callable[[TopicMeta, int, PartitionLog], ReplicatedPartition]
 Key = tuple[str, int | None]  # (topic, partition); None: the topic's directory
@@ -201,10 +202,20 @@ class ReplicaManager:
             part.close()
 
     async def close(self) -> None:
+        """Stop every replica and close its log, `CLOSE_WINDOW` at a time (one at a time, a
+        node of 3,000 replicas took 8 s to stop: each stop waits for its owner's next pass
+        and a thread hop); every one is stopped even if some fail, then the first failure
+        is raised."""
         self._closed = True
-        for key in list(self.replicas):
-            await self._stop(key)
+        keys = list(self.replicas)
+        failures: list[BaseException] = []
+        for i in range(0, len(keys), CLOSE_WINDOW):
+            wave = keys[i : i + CLOSE_WINDOW]
+            results = await asyncio.gather(*map(self._stop, wave), return_exceptions=True)
+            failures += [r for r in results if isinstance(r, BaseException)]
         self.group_flusher.close()
+        if failures:
+            raise failures[0]
 
     # -- capacity ----------------------------------------------------------------------------
 

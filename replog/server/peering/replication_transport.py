@@ -127,6 +127,8 @@ def _now_ms() -> int:
 
 # (topic, partition, topic_id) -> the replica's delivery, None when not hosted here
 Router = Callable[[str, int, int], Callable[[Message], Awaitable[None]] | None]
+# One message for its replica: the replica's deliver call, the message, its size in bytes.
+_Delivery = tuple[Callable[[Message], Awaitable[None]], Message, int]
 
 
 def same_incarnation(sent_topic_id: int, local_topic_id: int) -> bool:
@@ -524,31 +526,25 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                     checked_at = now
                     if authenticate(context) != peer:
                         await self._refuse(context, f"node {peer} is no longer a member")
-            deliveries: list[tuple[Awaitable[None], int]] = []
-            try:
-                for envelope in batch:
-                    count += 1
-                    if peer is not None and envelope.from_id != peer:
-                        await self._refuse(
-                            context, f"node {peer} sent an envelope as node {envelope.from_id}"
-                        )
-                    if count == 1 and announced is None and self.on_peer is not None:
-                        self.on_peer(envelope.from_id)
-                    delivery = self._delivery(envelope)
-                    if delivery is not None:
-                        deliveries.append((delivery, envelope.ByteSize()))
-            except BaseException:
-                for delivery, _size in deliveries:
-                    if isinstance(delivery, Coroutine):
-                        delivery.close()  # none of a refused batch is delivered
-                raise
+            deliveries: list[_Delivery] = []
+            for envelope in batch:  # (none of a refused batch is delivered: all checked first)
+                count += 1
+                if peer is not None and envelope.from_id != peer:
+                    await self._refuse(
+                        context, f"node {peer} sent an envelope as node {envelope.from_id}"
+                    )
+                if count == 1 and announced is None and self.on_peer is not None:
+                    self.on_peer(envelope.from_id)
+                delivery = self._delivery(envelope)
+                if delivery is not None:
+                    deliveries.append(delivery)
             window.start(deliveries)
             await window.room()
         return count
 
-    def _delivery(self, envelope: pb.Envelope) -> Awaitable[None] | None:
+    def _delivery(self, envelope: pb.Envelope) -> _Delivery | None:
         """The delivery of `envelope` to its replica, not started yet (None: not hosted
-        here, or impossible); `_deliver_all` runs a batch's deliveries."""
+        here, or impossible); `_Window.start` starts a batch's deliveries."""
         deliver = self.router(envelope.topic, envelope.partition, envelope.topic_id)
         if deliver is None:
             return None
@@ -557,7 +553,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         except ImpossibleMessage as exc:
             self._dropped(envelope, str(exc))
             return None
-        return deliver(message)
+        return deliver, message, envelope.ByteSize()
 
     async def _refuse(self, context: Any, reason: str) -> None:
         self.refused += 1
@@ -597,9 +593,11 @@ class _Window:
         self.failed: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
 
-    def start(self, deliveries: list[tuple[Awaitable[None], int]]) -> None:
-        for delivery, size in deliveries:
-            task = asyncio.ensure_future(delivery)
+    def start(self, deliveries: list[_Delivery]) -> None:
+        """Hand each message to its replica, in order. A replica's `post` is a future (no
+        task per message); a target that is a coroutine function gets a task."""
+        for deliver, message, size in deliveries:
+            task = asyncio.ensure_future(deliver(message))
             self.pending[task] = size
             self.bytes += size
             task.add_done_callback(self._done)
