@@ -163,6 +163,17 @@ class NewsReceiver(Protocol):
     def receive(self, peer: int, request: pb.LeaderNews) -> pb.LeaderNewsAck: ...
 
 
+# Put in an idle lane's queue by its heartbeat timer (`_batches`): send an empty batch.
+_HEARTBEAT = pb.Envelope()
+
+
+def _heartbeat_if_idle(queue: asyncio.Queue[pb.Envelope]) -> None:
+    """The lane's stream has waited `HEARTBEAT_S` for an envelope: wake it to send a
+    heartbeat (the queue is empty, so this never meets a full queue)."""
+    if queue.empty():
+        queue.put_nowait(_HEARTBEAT)
+
+
 class _Link:
     """One lane to one peer: a bounded queue and the task that streams it."""
 
@@ -332,7 +343,9 @@ class PeerLinks:
         if reader is not None:
             readers.append(reader)
         while True:
-            yield await link.queue.get()
+            envelope = await link.queue.get()
+            if envelope is not _HEARTBEAT:  # (left by a batched stream that ended)
+                yield envelope
 
     async def _batches(
         self, link: _Link, readers: list[asyncio.Task[Any]]
@@ -344,13 +357,22 @@ class PeerLinks:
         if reader is not None:
             readers.append(reader)
         queue = link.queue
+        loop = asyncio.get_running_loop()
         while True:
             first = link.carry
             link.carry = None
             if first is None:
-                try:
-                    first = await asyncio.wait_for(queue.get(), HEARTBEAT_S)
-                except TimeoutError:  # (the get gives up without taking)
+                if queue.empty():
+                    # An idle lane's timer puts `_HEARTBEAT` in its queue: a plain get, not
+                    # `wait_for` (which made a task for every batch sent).
+                    timer = loop.call_later(HEARTBEAT_S, _heartbeat_if_idle, queue)
+                    try:
+                        first = await queue.get()
+                    finally:
+                        timer.cancel()
+                else:
+                    first = queue.get_nowait()
+                if first is _HEARTBEAT:
                     link.heartbeats += 1
                     yield pb.Envelopes()  # a heartbeat: the link is idle, the node alive
                     continue
@@ -358,6 +380,8 @@ class PeerLinks:
             size = first.ByteSize()
             while not queue.empty() and len(batch) < BATCH_ENVELOPES_MAX:
                 envelope = queue.get_nowait()
+                if envelope is _HEARTBEAT:  # (its timer fired as the envelope came)
+                    continue
                 size += envelope.ByteSize() + ENVELOPE_FRAMING_BYTES
                 if size > BATCH_BYTES_MAX:
                     link.carry = envelope
