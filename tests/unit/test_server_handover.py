@@ -10,7 +10,7 @@ import pytest
 from replog.errors import NotLeaderError
 from replog.replication import Acks, ReplicaConfig, Role
 from replog.replication.driver import ReplicaDriver
-from replog.server.partitions.handover import FRESH_MS, hand_over, pick_target
+from replog.server.partitions.handover import FRESH_MS, hand_over, handed_over, pick_target
 from replog.server.partitions.replicated import ReplicatedPartition
 from replog.server.supervisor import Supervisor
 from replog.storage import PartitionLog
@@ -68,12 +68,15 @@ def test_many_partitions_are_handed_over_a_few_at_a_time_within_the_window(
                 lambda: all(0 <= row[3] <= FRESH_MS for d in leaders for row in d.replica_status())
             )
             most = 0
+            requested: list[ReplicaDriver] = []
             real = ReplicaDriver.transfer_leadership
 
             async def counted(self: ReplicaDriver, target: int) -> None:
+                # under way: asked, and not yet led elsewhere by a leader that serves
                 nonlocal most
-                open_now = sum(1 for d in leaders if d.transferring_to is not None)
+                open_now = sum(1 for d in requested if not handed_over(d))
                 most = max(most, open_now + 1)
+                requested.append(self)
                 await real(self, target)
 
             ReplicaDriver.transfer_leadership = counted  # type: ignore[method-assign]
