@@ -233,3 +233,61 @@ def test_a_local_topic_the_metadata_never_committed_goes_once_the_metadata_caugh
         assert failures == []
 
     asyncio.run(scenario())
+
+
+def test_close_stops_every_replica_in_waves_even_when_one_fails(tmp_path: Path) -> None:
+    """A node's close stops its replicas `CLOSE_WINDOW` at a time (one at a time, 3,000 took
+    8 s); a replica whose stop fails neither stops the others' close nor goes unreported."""
+    from replog.server.partitions import replica_manager
+
+    image = MetadataImage()
+    topics = 30  # 300 replicas here, more than the window of 64
+
+    async def scenario() -> None:
+        failures: list[BaseException] = []
+        supervisor = Supervisor(failures.append)
+        mgr = _manager(tmp_path, image, supervisor)
+        await mgr.load()
+        for i in range(topics):
+            image.apply(i, CreateTopic(f"c{i}", PARTITIONS, ((1, 2, 3),) * PARTITIONS))
+        await mgr.reconcile()
+        parts = list(mgr.replicas.values())
+        assert len(parts) == topics * PARTITIONS
+        broken = parts[100]
+        real_stop = broken.stop
+        at_once = most = 0
+
+        async def failing_stop() -> None:
+            await real_stop()
+            raise OSError("a stop that failed")
+
+        broken.stop = failing_stop  # type: ignore[method-assign]
+        for part in parts:
+            if part is broken:
+                continue
+            stop = part.stop
+
+            async def counted(stop: Callable[[], object] = stop) -> None:
+                nonlocal at_once, most
+                at_once += 1
+                most = max(most, at_once)
+                try:
+                    await stop()  # type: ignore[misc]
+                finally:
+                    at_once -= 1
+
+            part.stop = counted  # type: ignore[method-assign]
+        try:
+            await mgr.close()
+        except OSError as exc:
+            assert str(exc) == "a stop that failed"
+        else:
+            raise AssertionError("the failed stop was not reported")
+        assert not mgr.replicas
+        # every other log closed (the broken one's stays open: its owner may still run;
+        # the node exits after a failed close)
+        assert all(p.log.closed for p in parts if p is not broken)
+        assert 1 < most <= replica_manager.CLOSE_WINDOW, most
+        await supervisor.close()
+
+    asyncio.run(scenario())
